@@ -1,0 +1,133 @@
+/**
+ * The one seam between skiplock and the wire: anything with `query(text, values)`
+ * (a pg Pool, Client, PoolClient, or the caller's own wrapper), plus the single
+ * place where database errors are translated.
+ */
+import type pg from 'pg';
+import { DatabaseError, SkiplockError } from '../errors.js';
+
+/** A result as pg returns it: rows and the number of rows touched. */
+export interface QueryResultLike<Row = Record<string, unknown>> {
+  rows: Row[];
+  rowCount: number | null;
+}
+
+/**
+ * Anything that runs a parameterised query: a `pg.Pool`, `pg.Client`,
+ * `pg.PoolClient`, or any object with this method. Producers accept one so that
+ * a job commits or rolls back with the caller's transaction (SPEC §4).
+ */
+export interface Queryable {
+  // biome-ignore lint/suspicious/noExplicitAny: callers' wrappers type rows loosely; we only read what we select.
+  query(text: string, values?: unknown[]): Promise<QueryResultLike<any>>;
+}
+
+/** A named, parameterised statement: pg prepares it once per connection. */
+export interface Statement {
+  name: string;
+  text: string;
+}
+
+/**
+ * Runs a statement as plain text with its parameters and translates any error.
+ * Works on any {@link Queryable}, such as the caller's transaction client.
+ *
+ * @throws {DatabaseError} with the SQLSTATE of the server's error.
+ */
+export async function run<Row>(
+  db: Queryable,
+  statement: Statement,
+  values: unknown[],
+): Promise<QueryResultLike<Row>> {
+  try {
+    return (await db.query(statement.text, values)) as QueryResultLike<Row>;
+  } catch (error) {
+    throw translateError(error);
+  }
+}
+
+/**
+ * Runs a statement on a pg pool as a named prepared statement: parsed and
+ * planned once per connection, which matters on the worker's hot path.
+ *
+ * @throws {DatabaseError} with the SQLSTATE of the server's error.
+ */
+export async function runPrepared<Row>(
+  pool: Pick<pg.Pool, 'query'>,
+  statement: Statement,
+  values: unknown[],
+): Promise<QueryResultLike<Row>> {
+  try {
+    return (await pool.query({
+      name: statement.name,
+      text: statement.text,
+      values,
+    })) as unknown as QueryResultLike<Row>;
+  } catch (error) {
+    throw translateError(error);
+  }
+}
+
+/** SQLSTATEs after which the same statement can be tried again on a new connection. */
+const TRANSIENT_SQLSTATE_CLASSES = ['08', '53', '57', '40'];
+
+/**
+ * Whether an error is worth retrying after a pause (connection lost, server
+ * restarting, too many connections, serialization failure).
+ */
+export function isTransient(error: unknown): boolean {
+  if (error instanceof DatabaseError) {
+    if (error.sqlState === undefined) return true;
+    return TRANSIENT_SQLSTATE_CLASSES.some((c) => error.sqlState!.startsWith(c));
+  }
+  return !(error instanceof SkiplockError);
+}
+
+/** Turns a pg or socket error into a {@link DatabaseError}; skiplock errors pass through. */
+export function translateError(error: unknown): SkiplockError {
+  if (error instanceof SkiplockError) return error;
+  const err = error as { code?: unknown; message?: unknown };
+  const sqlState = typeof err?.code === 'string' && /^[0-9A-Z]{5}$/.test(err.code) ? err.code : undefined;
+  const message = typeof err?.message === 'string' ? err.message : String(error);
+  return new DatabaseError(sqlState ? `${message} (SQLSTATE ${sqlState})` : message, sqlState, {
+    cause: error,
+  });
+}
+
+/**
+ * Runs `fn` inside BEGIN … COMMIT on one pooled connection; rolls back on error
+ * and discards a connection that broke. The transaction sets
+ * `idle_in_transaction_session_timeout` so a frozen process cannot hold locks
+ * or a snapshot for long (the guide's advice on long transactions).
+ */
+export async function withTransaction<T>(
+  pool: pg.Pool,
+  fn: (client: pg.PoolClient) => Promise<T>,
+  idleInTransactionTimeoutMs = 60_000,
+): Promise<T> {
+  let client: pg.PoolClient;
+  try {
+    client = await pool.connect();
+  } catch (error) {
+    throw translateError(error);
+  }
+  let broken: unknown;
+  try {
+    await client.query('BEGIN');
+    await client.query("SELECT pg_catalog.set_config('idle_in_transaction_session_timeout', $1, true)", [
+      String(idleInTransactionTimeoutMs),
+    ]);
+    const result = await fn(client);
+    await client.query('COMMIT');
+    return result;
+  } catch (error) {
+    try {
+      await client.query('ROLLBACK');
+    } catch (rollbackError) {
+      broken = rollbackError;
+    }
+    throw translateError(error);
+  } finally {
+    client.release(broken instanceof Error ? broken : undefined);
+  }
+}

@@ -1,0 +1,46 @@
+/**
+ * The schema name: the only identifier in skiplock's SQL that varies. It is
+ * validated and quoted here, once, when a Skiplock is made; every value is a
+ * bind parameter.
+ */
+import { ValidationError } from '../errors.js';
+
+/** The default schema (SPEC §2). */
+export const DEFAULT_SCHEMA = 'skiplock';
+
+/**
+ * Longest schema name, in bytes: the NOTIFY channel `skiplock:<schema>` must fit
+ * PostgreSQL's 63-byte identifier limit.
+ */
+export const MAX_SCHEMA_BYTES = 54;
+
+/**
+ * Checks a schema name. Any characters are allowed (the name is always quoted),
+ * except NUL and lone surrogates.
+ *
+ * @throws {ValidationError} (field `schema`) when empty, too long or unstorable.
+ */
+export function assertSchemaName(schema: unknown): asserts schema is string {
+  if (typeof schema !== 'string' || schema.length === 0)
+    throw new ValidationError('schema', 'must be a non-empty string');
+  if (schema.includes('\u0000') || !schema.isWellFormed())
+    throw new ValidationError('schema', 'must be valid text without NUL');
+  if (Buffer.byteLength(schema, 'utf8') > MAX_SCHEMA_BYTES) {
+    throw new ValidationError('schema', `must be at most ${MAX_SCHEMA_BYTES} bytes of UTF-8`);
+  }
+}
+
+/** Quotes an identifier the way PostgreSQL's `quote_ident` does: `"` doubled, always quoted. */
+export function quoteIdent(name: string): string {
+  return `"${name.replaceAll('"', '""')}"`;
+}
+
+/** The LISTEN/NOTIFY channel of a schema; the trigger in 0001_jobs.sql builds the same text. */
+export function channelName(schema: string): string {
+  return `skiplock:${schema}`;
+}
+
+/** Key text of the transaction-scoped advisory lock for one task in one schema. */
+export function advisoryLockKey(task: 'migrate' | 'sweep', schema: string): string {
+  return `skiplock:${task}:${schema}`;
+}

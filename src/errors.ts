@@ -1,0 +1,118 @@
+/**
+ * Every error skiplock throws or reports is a {@link SkiplockError} with a stable
+ * string `code`, so callers can branch on `err.code` rather than on message text.
+ */
+
+/** Stable error codes. New codes may be added; existing ones never change meaning. */
+export type SkiplockErrorCode =
+  | 'VALIDATION'
+  | 'UNKNOWN_KIND'
+  | 'SCHEMA_VERSION'
+  | 'JOB_TIMEOUT'
+  | 'PERMANENT'
+  | 'SHUTDOWN'
+  | 'LEASE_LOST'
+  | 'DATABASE'
+  | 'CLOSED';
+
+/** Base class of every skiplock error. `cause` carries the underlying error, when any. */
+export class SkiplockError extends Error {
+  /** Stable machine-readable code. */
+  readonly code: SkiplockErrorCode;
+
+  constructor(code: SkiplockErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'SkiplockError';
+    this.code = code;
+  }
+}
+
+/**
+ * Bad input to a public entry: an unknown option, a value of the wrong type or
+ * range, a payload that is not JSON. Thrown before anything touches the database,
+ * so nothing was written.
+ */
+export class ValidationError extends SkiplockError {
+  /** Path of the offending field, such as `maxAttempts` or `payload.items[2]`. */
+  readonly field: string;
+  /** Why the value was refused. */
+  readonly reason: string;
+
+  constructor(field: string, reason: string) {
+    super('VALIDATION', `invalid ${field}: ${reason}`);
+    this.name = 'ValidationError';
+    this.field = field;
+    this.reason = reason;
+  }
+}
+
+/** A worker claimed a job whose kind it has no handler for. Recorded as a retryable failure. */
+export class UnknownKindError extends SkiplockError {
+  readonly kind: string;
+
+  constructor(kind: string) {
+    super('UNKNOWN_KIND', `no handler for kind ${JSON.stringify(kind)} in this worker`);
+    this.name = 'UnknownKindError';
+    this.kind = kind;
+  }
+}
+
+/** The database's skiplock schema is newer than this library (or a migration failed). */
+export class SchemaVersionError extends SkiplockError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('SCHEMA_VERSION', message, options);
+    this.name = 'SchemaVersionError';
+  }
+}
+
+/** A handler ran longer than `jobTimeoutMs`. Recorded as a retryable failure. */
+export class JobTimeoutError extends SkiplockError {
+  readonly timeoutMs: number;
+
+  constructor(timeoutMs: number) {
+    super('JOB_TIMEOUT', `job timed out after ${timeoutMs} ms`);
+    this.name = 'JobTimeoutError';
+    this.timeoutMs = timeoutMs;
+  }
+}
+
+/**
+ * Throw from a handler to end the job as `failed` at once, without retry
+ * (SPEC §3: "permanent error"). A person can still `requeue` it.
+ *
+ * @example
+ * if (!order) throw new PermanentError(`order ${job.payload.orderId} does not exist`);
+ */
+export class PermanentError extends SkiplockError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('PERMANENT', message, options);
+    this.name = 'PermanentError';
+  }
+}
+
+/** The reason given to a handler's AbortSignal when its worker shuts down. */
+export class ShutdownError extends SkiplockError {
+  constructor() {
+    super('SHUTDOWN', 'worker is shutting down; the job goes back to queued');
+    this.name = 'ShutdownError';
+  }
+}
+
+/** The reason given to a handler's AbortSignal when its lease was reclaimed by the sweeper. */
+export class LeaseLostError extends SkiplockError {
+  constructor(jobId: string) {
+    super('LEASE_LOST', `lease of job ${jobId} was lost (reclaimed after the visibility timeout)`);
+    this.name = 'LeaseLostError';
+  }
+}
+
+/** A database error, translated: `sqlState` is PostgreSQL's SQLSTATE when the server sent one. */
+export class DatabaseError extends SkiplockError {
+  readonly sqlState: string | undefined;
+
+  constructor(message: string, sqlState: string | undefined, options?: { cause?: unknown }) {
+    super('DATABASE', message, options);
+    this.name = 'DatabaseError';
+    this.sqlState = sqlState;
+  }
+}

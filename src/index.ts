@@ -1,0 +1,31 @@
+export type { Queryable, QueryResultLike } from './db/executor.js';
+export { DEFAULT_SCHEMA } from './db/sql.js';
+export {
+  DatabaseError,
+  JobTimeoutError,
+  LeaseLostError,
+  PermanentError,
+  SchemaVersionError,
+  ShutdownError,
+  SkiplockError,
+  type SkiplockErrorCode,
+  UnknownKindError,
+  ValidationError,
+} from './errors.js';
+export { BACKOFF_CAP_MS, backoffDelayMs } from './job/backoff.js';
+export { JOB_STATUSES, type Job, type JobMap, type JobRecord, type JobStatus } from './job/job.js';
+export type { SweepResult } from './maintenance/sweeper.js';
+export type { MigrateResult } from './migrations/migrator.js';
+export {
+  type EnqueueManyItem,
+  type EnqueueOptions,
+  type JobOptions,
+  type ListJobsFilter,
+  type QueueStats,
+  type RequeueFilter,
+  Skiplock,
+  type SkiplockConfig,
+} from './skiplock.js';
+export type { FailureOutcomeInfo, WorkerErrorSource, WorkerEvents } from './worker/events.js';
+export type { Handler, HandlerContext, Handlers, SuccessPolicy, WorkerOptions } from './worker/options.js';
+export { Worker } from './worker/worker.js';

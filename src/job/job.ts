@@ -1,0 +1,158 @@
+/**
+ * The job as producers, handlers and operators see it, and the rules a payload
+ * and a name must satisfy before they reach the database. Pure: no I/O.
+ */
+import { ValidationError } from '../errors.js';
+
+/** Every status a job can have (SPEC §2, the guide's CHECK constraint). */
+export const JOB_STATUSES = ['queued', 'running', 'succeeded', 'failed', 'dead'] as const;
+
+/** A job's status. See docs/state-machine.md for the transitions. */
+export type JobStatus = (typeof JOB_STATUSES)[number];
+
+/** A map from kind to payload type, as given to `new Skiplock<Jobs>()`. */
+export type JobMap = Record<string, unknown>;
+
+/**
+ * A job as handlers and producers see it (SPEC §7).
+ *
+ * `id` is the bigint primary key as a decimal string; times are the database's.
+ */
+export interface Job<Kind extends string = string, Payload = unknown> {
+  /** Primary key, the bigint as a decimal string. */
+  id: string;
+  /** The job's type; routes it to a handler. */
+  kind: Kind;
+  /** The lane the job waits in. */
+  queue: string;
+  /** The job's JSON arguments. */
+  payload: Payload;
+  /** Larger runs first. */
+  priority: number;
+  /** Earliest time the job may run (scheduling and backoff). */
+  runAt: Date;
+  /** Claims so far, including the current one: a handler's first run sees 1. */
+  attempts: number;
+  /** After this many failed attempts the job goes to the dead letter. */
+  maxAttempts: number;
+  /** When the job was inserted. */
+  createdAt: Date;
+}
+
+/** A job with the bookkeeping columns operators inspect (`getJob`, `listJobs`). */
+export interface JobRecord<Kind extends string = string, Payload = unknown> extends Job<Kind, Payload> {
+  status: JobStatus;
+  /** Last heartbeat or claim time of a running job; null otherwise. */
+  lockedAt: Date | null;
+  /** Id of the worker holding the lease; null unless running. */
+  lockedBy: string | null;
+  /** Readable text of the last failure; null when none. */
+  lastError: string | null;
+  /** When the job reached succeeded, failed or dead; null otherwise. */
+  finishedAt: Date | null;
+}
+
+/** Longest queue or kind name, in UTF-8 bytes: it must fit a btree index entry. */
+export const MAX_NAME_BYTES = 1024;
+
+/** Deepest payload nesting accepted. */
+export const MAX_PAYLOAD_DEPTH = 1000;
+
+/**
+ * Checks a queue or kind name. Any string is data (quotes, SQL, unicode are
+ * stored as given); only what PostgreSQL cannot store or index is refused.
+ *
+ * @throws {ValidationError} empty, not a string, a NUL character, a lone
+ *   surrogate, or longer than {@link MAX_NAME_BYTES} bytes.
+ */
+export function assertName(value: unknown, field: string): asserts value is string {
+  if (typeof value !== 'string') throw new ValidationError(field, `must be a string, got ${describe(value)}`);
+  if (value.length === 0) throw new ValidationError(field, 'must not be empty');
+  assertStorableString(value, field);
+  if (Buffer.byteLength(value, 'utf8') > MAX_NAME_BYTES) {
+    throw new ValidationError(field, `must be at most ${MAX_NAME_BYTES} bytes of UTF-8`);
+  }
+}
+
+/**
+ * Turns a payload into JSON text after checking that it is JSON and that
+ * PostgreSQL's jsonb can store it so that it reads back equal.
+ *
+ * `undefined` at the top stands for the default payload `{}`.
+ *
+ * @returns the JSON text to bind as a `jsonb` parameter.
+ * @throws {ValidationError} naming the path (`payload.items[2]`) of a BigInt,
+ *   function, symbol, undefined, non-finite number, Date or other class
+ *   instance, array hole, circular reference, NUL character or lone surrogate.
+ */
+export function serializePayload(payload: unknown, field = 'payload'): string {
+  if (payload === undefined) return '{}';
+  checkJsonValue(payload, field, new Set(), 0);
+  return JSON.stringify(payload);
+}
+
+function checkJsonValue(value: unknown, path: string, seen: Set<object>, depth: number): void {
+  switch (typeof value) {
+    case 'string':
+      assertStorableString(value, path);
+      return;
+    case 'boolean':
+      return;
+    case 'number':
+      if (!Number.isFinite(value)) throw new ValidationError(path, `${value} is not a JSON number`);
+      return;
+    case 'object':
+      break;
+    default:
+      throw new ValidationError(path, `${describe(value)} is not JSON`);
+  }
+  if (value === null) return;
+  if (depth >= MAX_PAYLOAD_DEPTH)
+    throw new ValidationError(path, `nested deeper than ${MAX_PAYLOAD_DEPTH} levels`);
+  if (seen.has(value)) throw new ValidationError(path, 'circular reference');
+  seen.add(value);
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const itemPath = `${path}[${i}]`;
+      if (!(i in value)) throw new ValidationError(itemPath, 'array hole is not JSON');
+      checkJsonValue(value[i], itemPath, seen, depth + 1);
+    }
+  } else {
+    const proto = Object.getPrototypeOf(value);
+    if (proto !== Object.prototype && proto !== null) {
+      throw new ValidationError(
+        path,
+        `${describe(value)} is not a plain JSON object (convert it first, e.g. date.toISOString())`,
+      );
+    }
+    for (const key of Object.keys(value)) {
+      assertStorableString(key, `${path} key ${JSON.stringify(key)}`);
+      checkJsonValue((value as Record<string, unknown>)[key], `${path}.${key}`, seen, depth + 1);
+    }
+    if (Object.getOwnPropertySymbols(value).length > 0)
+      throw new ValidationError(path, 'symbol keys are not JSON');
+  }
+  seen.delete(value);
+}
+
+function assertStorableString(value: string, field: string): void {
+  if (value.includes('\u0000'))
+    throw new ValidationError(field, 'contains a NUL character, which PostgreSQL cannot store');
+  if (!value.isWellFormed())
+    throw new ValidationError(field, 'contains a lone surrogate (not valid Unicode)');
+}
+
+/** A short description of a value's type for error messages. */
+export function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  if (typeof value === 'object') {
+    const name = Object.getPrototypeOf(value)?.constructor?.name;
+    return name && name !== 'Object' ? `a ${name}` : 'an object';
+  }
+  if (typeof value === 'bigint') return 'a BigInt';
+  if (typeof value === 'function') return 'a function';
+  if (typeof value === 'symbol') return 'a symbol';
+  if (value === undefined) return 'undefined';
+  return `a ${typeof value}`;
+}

@@ -1,0 +1,103 @@
+-- skiplock migration 1: the jobs table of the guide, and what the engine needs.
+-- Runs with search_path set to the target schema (the migrator does this; with
+-- psql: SET search_path TO skiplock; \i 0001_jobs.sql).
+
+-- The guide's table, columns, defaults and CHECK, verbatim.
+CREATE TABLE jobs (
+  id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  queue        text        NOT NULL DEFAULT 'default',
+  kind         text        NOT NULL,
+  payload      jsonb       NOT NULL DEFAULT '{}',
+  status       text        NOT NULL DEFAULT 'queued',
+  priority     int         NOT NULL DEFAULT 0,
+  run_at       timestamptz NOT NULL DEFAULT now(),
+  attempts     int         NOT NULL DEFAULT 0,
+  max_attempts int         NOT NULL DEFAULT 20,
+  locked_at    timestamptz,
+  last_error   text,
+  created_at   timestamptz NOT NULL DEFAULT now(),
+  CONSTRAINT jobs_status_chk
+    CHECK (status IN ('queued','running','succeeded','failed','dead')),
+  -- Added by skiplock: who holds the lease, for how long, and when the job ended.
+  locked_by             text,
+  visibility_timeout_ms int,
+  finished_at           timestamptz,
+  CONSTRAINT jobs_attempts_chk CHECK (attempts >= 0),
+  CONSTRAINT jobs_max_attempts_chk CHECK (max_attempts >= 1),
+  CONSTRAINT jobs_visibility_timeout_chk CHECK (visibility_timeout_ms > 0)
+);
+
+-- The guide's partial claim index: only queued jobs are indexed.
+CREATE INDEX jobs_claim_idx
+  ON jobs (queue, priority DESC, run_at)
+  WHERE status = 'queued';
+
+-- The sweeper scans only running jobs, oldest lease first.
+CREATE INDEX jobs_running_idx
+  ON jobs (locked_at)
+  WHERE status = 'running';
+
+-- Dead letter and failed jobs, for requeue and inspection by kind.
+CREATE INDEX jobs_finished_idx
+  ON jobs (status, kind)
+  WHERE status IN ('failed', 'dead');
+
+-- The guide's advice: a high-churn queue table gets aggressive autovacuum.
+ALTER TABLE jobs SET (
+  autovacuum_vacuum_scale_factor = 0.01,
+  autovacuum_vacuum_threshold = 1000,
+  autovacuum_vacuum_insert_scale_factor = 0.01,
+  autovacuum_analyze_scale_factor = 0.02,
+  autovacuum_vacuum_cost_delay = 0
+);
+
+-- Succeeded jobs moved out of the hot table by onSuccess: 'archive' (the guide's FAQ).
+CREATE TABLE jobs_archive (
+  id                    bigint      PRIMARY KEY,
+  queue                 text        NOT NULL,
+  kind                  text        NOT NULL,
+  payload               jsonb       NOT NULL,
+  status                text        NOT NULL,
+  priority              int         NOT NULL,
+  run_at                timestamptz NOT NULL,
+  attempts              int         NOT NULL,
+  max_attempts          int         NOT NULL,
+  locked_at             timestamptz,
+  last_error            text,
+  created_at            timestamptz NOT NULL,
+  locked_by             text,
+  visibility_timeout_ms int,
+  finished_at           timestamptz,
+  archived_at           timestamptz NOT NULL DEFAULT now(),
+  CONSTRAINT jobs_archive_status_chk
+    CHECK (status IN ('queued','running','succeeded','failed','dead'))
+);
+
+-- Wake workers when jobs are inserted, by any means (the library, psql, a
+-- trigger, another language). NOTIFY is delivered on commit and dropped on
+-- rollback. One notification per queue per statement: the payload names the
+-- queue (null when too long for a payload) and how long until its earliest job
+-- is due, on the database clock.
+CREATE FUNCTION jobs_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_catalog.pg_notify(
+    'skiplock:' || TG_TABLE_SCHEMA,
+    pg_catalog.json_build_object(
+      'queue', CASE WHEN pg_catalog.octet_length(q.queue) <= 1024 THEN q.queue END,
+      'delayMs', q.delay_ms
+    )::text)
+  FROM (
+    SELECT n.queue,
+           GREATEST(0, CEIL(EXTRACT(EPOCH FROM MIN(n.run_at) - now()) * 1000))::bigint AS delay_ms
+    FROM new_jobs n
+    WHERE n.status = 'queued'
+    GROUP BY n.queue, n.run_at <= now()
+  ) q;
+  RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER jobs_notify
+  AFTER INSERT ON jobs
+  REFERENCING NEW TABLE AS new_jobs
+  FOR EACH STATEMENT EXECUTE FUNCTION jobs_notify();

@@ -1,0 +1,118 @@
+/**
+ * Forward-only migrations (SPEC §2): versioned `.sql` files beside this module,
+ * applied in one transaction under a transaction-scoped advisory lock, recorded
+ * one row per version in `<schema>.migrations`. Safe when many processes
+ * migrate at once; refuses a database whose schema is newer than this library.
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+import type pg from 'pg';
+import { withTransaction } from '../db/executor.js';
+import { advisoryLockKey, quoteIdent } from '../db/sql.js';
+import { SchemaVersionError } from '../errors.js';
+
+/** One migration file: `NNNN_name.sql`. */
+export interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+const MIGRATIONS_DIR = new URL('.', import.meta.url);
+
+/** The migrations this library ships, in version order. */
+export function loadMigrations(): Migration[] {
+  return readdirSync(MIGRATIONS_DIR)
+    .filter((file) => /^\d{4}_[a-z0-9_]+\.sql$/.test(file))
+    .sort()
+    .map((file) => ({
+      version: Number(file.slice(0, 4)),
+      name: file.slice(5, -4),
+      sql: readFileSync(new URL(file, MIGRATIONS_DIR), 'utf8'),
+    }));
+}
+
+/** What {@link migrate} did. */
+export interface MigrateResult {
+  /** Versions applied by this call, in order (empty when already current). */
+  applied: number[];
+  /** The schema's version after the call. */
+  version: number;
+}
+
+/**
+ * Brings `schema` up to the newest version this library ships.
+ *
+ * @throws {SchemaVersionError} when the database's schema is newer than the
+ *   library, or when a migration fails (nothing of it is kept).
+ * @throws {DatabaseError} when the database cannot be reached.
+ */
+export async function migrate(pool: pg.Pool, schema: string): Promise<MigrateResult> {
+  const migrations = loadMigrations();
+  const latest = migrations.at(-1)?.version ?? 0;
+  const s = quoteIdent(schema);
+  const table = `${s}.migrations`;
+
+  // Fast path without the lock: many workers start at once on a current schema.
+  const current = await readVersion(pool, table);
+  if (current !== undefined) {
+    assertNotNewer(current, latest);
+    if (current === latest) return { applied: [], version: current };
+  }
+
+  return withTransaction(pool, async (client) => {
+    await client.query('SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended($1, 0))', [
+      advisoryLockKey('migrate', schema),
+    ]);
+    await client.query(`CREATE SCHEMA IF NOT EXISTS ${s}`);
+    await client.query(
+      `CREATE TABLE IF NOT EXISTS ${table} (
+         version    int         PRIMARY KEY,
+         name       text        NOT NULL,
+         applied_at timestamptz NOT NULL DEFAULT now()
+       )`,
+    );
+    const { rows } = await client.query<{ version: number | null }>(
+      `SELECT max(version) AS version FROM ${table}`,
+    );
+    const version = rows[0]?.version ?? 0;
+    assertNotNewer(version, latest);
+    const applied: number[] = [];
+    await client.query("SELECT pg_catalog.set_config('search_path', $1, true)", [`${s}, pg_catalog`]);
+    for (const migration of migrations.filter((m) => m.version > version)) {
+      try {
+        await client.query(migration.sql);
+      } catch (error) {
+        throw new SchemaVersionError(
+          `migration ${migration.version} (${migration.name}) failed: ${String(error)}`,
+          {
+            cause: error,
+          },
+        );
+      }
+      await client.query(`INSERT INTO ${table} (version, name) VALUES ($1, $2)`, [
+        migration.version,
+        migration.name,
+      ]);
+      applied.push(migration.version);
+    }
+    return { applied, version: Math.max(version, latest) };
+  });
+}
+
+async function readVersion(pool: pg.Pool, table: string): Promise<number | undefined> {
+  const { rows } = await pool.query<{ exists: boolean }>(
+    'SELECT pg_catalog.to_regclass($1) IS NOT NULL AS exists',
+    [table],
+  );
+  if (!rows[0]?.exists) return undefined;
+  const result = await pool.query<{ version: number | null }>(`SELECT max(version) AS version FROM ${table}`);
+  return result.rows[0]?.version ?? 0;
+}
+
+function assertNotNewer(version: number, latest: number): void {
+  if (version > latest) {
+    throw new SchemaVersionError(
+      `the database's skiplock schema is at version ${version}, newer than this library's ${latest}; upgrade skiplock`,
+    );
+  }
+}

@@ -1,0 +1,45 @@
+/**
+ * Option validation: zod schemas in, {@link ValidationError} out, so every bad
+ * option is reported with the field's path before anything touches the database.
+ */
+import { z } from 'zod';
+import { ValidationError } from './errors.js';
+
+/**
+ * Parses `value` with `schema`; the first problem becomes a ValidationError
+ * whose `field` is `prefix.path.to.field`.
+ *
+ * @throws {ValidationError} on an unknown key or a value out of type or range.
+ */
+export function parseOptions<T>(schema: z.ZodType<T>, value: unknown, prefix: string): T {
+  const result = schema.safeParse(value === undefined ? {} : value);
+  if (result.success) return result.data;
+  const issue = result.error.issues[0]!;
+  const path = [prefix, ...issue.path.map(String)].filter((p) => p !== '').join('.');
+  if (issue.code === 'unrecognized_keys') {
+    const key = issue.keys[0]!;
+    throw new ValidationError(path ? `${path}.${key}` : key, 'unknown option');
+  }
+  throw new ValidationError(path || 'options', issue.message);
+}
+
+/** A 32-bit signed integer, as PostgreSQL's `int`. */
+export const int32 = z
+  .number({ error: 'must be a number' })
+  .int({ error: 'must be an integer' })
+  .min(-2_147_483_648, { error: 'must fit a 32-bit integer' })
+  .max(2_147_483_647, { error: 'must fit a 32-bit integer' });
+
+/** A duration in milliseconds: a finite number ≥ `min`. */
+export function durationMs(min: number) {
+  return z
+    .number({ error: 'must be a number of milliseconds' })
+    .refine(Number.isFinite, { error: 'must be finite' })
+    .refine((v) => v >= min, { error: `must be ≥ ${min}` })
+    .refine((v) => v <= 2_147_483_647, { error: 'must be ≤ 2147483647 (about 24.8 days)' });
+}
+
+/** A valid Date. */
+export const validDate = z.custom<Date>((v) => v instanceof Date && !Number.isNaN(v.getTime()), {
+  error: 'must be a valid Date',
+});

@@ -1,0 +1,117 @@
+/**
+ * The claim loop: claims due jobs in batches (never more than the free slots)
+ * whenever something may be waiting: a notification, the safety-net poll, the
+ * earliest known `run_at` coming due, a slot freed after a full batch, or a
+ * reconnection. Database errors are reported and retried with backoff.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import { translateError } from '../db/executor.js';
+import type { SkiplockError } from '../errors.js';
+import type { JobRecord } from '../job/job.js';
+import { loopBackoffMs } from './loop-backoff.js';
+
+/** What the fetcher needs from its worker. */
+export interface FetcherDeps {
+  batchSize: number;
+  pollIntervalMs: number;
+  freeSlots(): number;
+  claim(limit: number): Promise<JobRecord[]>;
+  dispatch(jobs: JobRecord[]): void;
+  onError(error: SkiplockError): void;
+}
+
+/** Longest timer the fetcher sets for a future run_at; the poll covers the rest. */
+const MAX_TIMER_MS = 2_147_483_647;
+
+export class Fetcher {
+  readonly #deps: FetcherDeps;
+  readonly #stopped = new AbortController();
+  #wanted = true;
+  #waiter: (() => void) | undefined;
+  #pollTimer: NodeJS.Timeout | undefined;
+  #dueTimer: NodeJS.Timeout | undefined;
+  #dueAt = Number.POSITIVE_INFINITY;
+  #loop: Promise<void> | undefined;
+
+  constructor(deps: FetcherDeps) {
+    this.#deps = deps;
+  }
+
+  start(): void {
+    this.#pollTimer = setInterval(() => this.wake(), this.#deps.pollIntervalMs);
+    this.#pollTimer.unref();
+    this.#loop = this.#run();
+  }
+
+  /** Something may be due now. */
+  wake(): void {
+    this.#wanted = true;
+    this.#resume();
+  }
+
+  /** Something becomes due in `delayMs` (database clock): wake then, unless an earlier timer is set. */
+  wakeAfter(delayMs: number): void {
+    if (delayMs <= 0) {
+      this.wake();
+      return;
+    }
+    const at = Date.now() + Math.min(delayMs, MAX_TIMER_MS);
+    if (at >= this.#dueAt) return;
+    clearTimeout(this.#dueTimer);
+    this.#dueAt = at;
+    this.#dueTimer = setTimeout(() => {
+      this.#dueAt = Number.POSITIVE_INFINITY;
+      this.wake();
+    }, at - Date.now());
+    this.#dueTimer.unref();
+  }
+
+  /** A slot was freed: claim again if the last batch suggested more is waiting. */
+  slotFreed(): void {
+    if (this.#wanted) this.#resume();
+  }
+
+  #resume(): void {
+    const waiter = this.#waiter;
+    this.#waiter = undefined;
+    waiter?.();
+  }
+
+  async #run(): Promise<void> {
+    let failures = 0;
+    while (!this.#stopped.signal.aborted) {
+      if (!this.#wanted || this.#deps.freeSlots() === 0) {
+        await new Promise<void>((resolve) => {
+          this.#waiter = resolve;
+        });
+        // Let handlers that settle in this turn free their slots, so one claim takes them all.
+        await new Promise((resolve) => setImmediate(resolve));
+        continue;
+      }
+      this.#wanted = false;
+      const limit = Math.min(this.#deps.batchSize, this.#deps.freeSlots());
+      let jobs: JobRecord[];
+      try {
+        jobs = await this.#deps.claim(limit);
+        failures = 0;
+      } catch (error) {
+        this.#deps.onError(translateError(error));
+        this.#wanted = true;
+        await sleep(loopBackoffMs(failures++), undefined, { signal: this.#stopped.signal }).catch(() => {});
+        continue;
+      }
+      // A full batch means more may be waiting: claim again as soon as slots allow.
+      if (jobs.length === limit) this.#wanted = true;
+      if (jobs.length > 0) this.#deps.dispatch(jobs);
+    }
+  }
+
+  /** Stops claiming; resolves when no claim is in flight. */
+  async stop(): Promise<void> {
+    this.#stopped.abort();
+    clearInterval(this.#pollTimer);
+    clearTimeout(this.#dueTimer);
+    this.#resume();
+    await this.#loop;
+  }
+}

@@ -1,0 +1,53 @@
+/**
+ * Refreshes `locked_at` of the worker's running jobs so that long handlers keep
+ * their lease (SPEC §5). A job the heartbeat no longer holds was reclaimed: the
+ * worker aborts its handler's signal, and its late result will be fenced out.
+ */
+
+import { translateError } from '../db/executor.js';
+import type { LeasedJob } from '../db/queries/jobs.js';
+import type { SkiplockError } from '../errors.js';
+
+/** What the heartbeat needs from its worker. */
+export interface HeartbeatDeps<T extends LeasedJob> {
+  intervalMs: number;
+  leased(): T[];
+  beat(jobs: T[]): Promise<Set<string>>;
+  onLost(job: T): void;
+  onError(error: SkiplockError): void;
+}
+
+export class Heartbeat<T extends LeasedJob> {
+  readonly #deps: HeartbeatDeps<T>;
+  #timer: NodeJS.Timeout | undefined;
+  #beating: Promise<void> | undefined;
+
+  constructor(deps: HeartbeatDeps<T>) {
+    this.#deps = deps;
+  }
+
+  start(): void {
+    this.#timer = setInterval(() => {
+      this.#beating ??= this.#beat().finally(() => {
+        this.#beating = undefined;
+      });
+    }, this.#deps.intervalMs);
+    this.#timer.unref();
+  }
+
+  async #beat(): Promise<void> {
+    const jobs = this.#deps.leased();
+    if (jobs.length === 0) return;
+    try {
+      const held = await this.#deps.beat(jobs);
+      for (const job of jobs) if (!held.has(job.id)) this.#deps.onLost(job);
+    } catch (error) {
+      this.#deps.onError(translateError(error));
+    }
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.#timer);
+    await this.#beating;
+  }
+}

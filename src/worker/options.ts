@@ -1,0 +1,152 @@
+/**
+ * Worker options (SPEC §7), their defaults, and their validation.
+ */
+import { z } from 'zod';
+import { ValidationError } from '../errors.js';
+import type { Job, JobMap } from '../job/job.js';
+import { assertName } from '../job/job.js';
+import { durationMs, parseOptions } from '../options.js';
+
+/** What a handler gets besides the job. */
+export interface HandlerContext {
+  /**
+   * Fires when the worker shuts down (reason: ShutdownError), when `jobTimeoutMs`
+   * passes (JobTimeoutError) or when the lease was reclaimed (LeaseLostError).
+   * Cooperative handlers stop their work when it fires.
+   */
+  signal: AbortSignal;
+}
+
+/** The function that performs jobs of one kind. Delivery is at-least-once: make it idempotent. */
+export type Handler<Kind extends string, Payload> = (
+  job: Job<Kind, Payload>,
+  context: HandlerContext,
+) => unknown;
+
+/** Handlers by kind, typed by the kind → payload map. */
+export type Handlers<Jobs extends JobMap> = { [Kind in keyof Jobs & string]?: Handler<Kind, Jobs[Kind]> };
+
+/** What happens to a succeeded job's row. */
+export type SuccessPolicy = 'delete' | 'keep' | 'archive';
+
+/** Options of `skiplock.worker()`. Durations are milliseconds. */
+export interface WorkerOptions<Jobs extends JobMap> {
+  /** Handlers by kind. A claimed job of a kind without a handler fails (retryable) with UnknownKindError. */
+  handlers: Handlers<Jobs>;
+  /** Queues to claim from. @default ['default'] */
+  queues?: string[];
+  /** Handlers running at once in this worker. @default 10 */
+  concurrency?: number;
+  /** Jobs per claim; never more than the free slots. @default concurrency */
+  batchSize?: number;
+  /** Safety-net poll interval, for notifications that never came. @default 2000 */
+  pollIntervalMs?: number;
+  /** Age of `locked_at` after which the sweeper reclaims a running job. @default 300_000 (5 minutes, as the guide) */
+  visibilityTimeoutMs?: number;
+  /** How often running jobs' `locked_at` is refreshed; must be below the visibility timeout. @default visibilityTimeoutMs / 5 */
+  heartbeatIntervalMs?: number;
+  /** How often this worker tries to sweep dead leases (one sweep at a time across all workers). @default 60_000 */
+  sweepIntervalMs?: number;
+  /** Handler run time after which the attempt fails (retryable) and its slot is freed. @default none */
+  jobTimeoutMs?: number;
+  /** How long `stop()` lets running handlers finish before aborting them and releasing their jobs. @default 30_000 */
+  shutdownTimeoutMs?: number;
+  /** What happens to a succeeded job: deleted, kept as `succeeded`, or moved to `jobs_archive`. @default 'delete' */
+  onSuccess?: SuccessPolicy;
+  /** Stop gracefully on SIGTERM/SIGINT, then re-raise the signal if nobody else handles it. @default true */
+  handleSignals?: boolean;
+  /** Id recorded in `locked_by`. @default `<hostname>:<pid>:<random>` */
+  workerId?: string;
+}
+
+/** Worker options after defaults. */
+export interface ResolvedWorkerOptions {
+  queues: string[];
+  concurrency: number;
+  batchSize: number;
+  pollIntervalMs: number;
+  visibilityTimeoutMs: number;
+  heartbeatIntervalMs: number;
+  sweepIntervalMs: number;
+  jobTimeoutMs: number | undefined;
+  shutdownTimeoutMs: number;
+  onSuccess: SuccessPolicy;
+  handleSignals: boolean;
+  workerId: string | undefined;
+}
+
+const positiveInt = (max: number) =>
+  z
+    .number({ error: 'must be a number' })
+    .int({ error: 'must be an integer' })
+    .min(1, { error: 'must be ≥ 1' })
+    .max(max, { error: `must be ≤ ${max}` });
+
+const schema = z.strictObject({
+  handlers: z.custom<Record<string, unknown>>(
+    (v) => typeof v === 'object' && v !== null && !Array.isArray(v),
+    {
+      error: 'must be an object mapping kinds to functions',
+    },
+  ),
+  queues: z
+    .array(z.unknown(), { error: 'must be an array of queue names' })
+    .min(1, { error: 'must name at least one queue' })
+    .optional(),
+  concurrency: positiveInt(10_000).optional(),
+  batchSize: positiveInt(10_000).optional(),
+  pollIntervalMs: durationMs(10).optional(),
+  visibilityTimeoutMs: durationMs(100).optional(),
+  heartbeatIntervalMs: durationMs(10).optional(),
+  sweepIntervalMs: durationMs(10).optional(),
+  jobTimeoutMs: durationMs(1).optional(),
+  shutdownTimeoutMs: durationMs(0).optional(),
+  onSuccess: z
+    .enum(['delete', 'keep', 'archive'], { error: "must be 'delete', 'keep' or 'archive'" })
+    .optional(),
+  handleSignals: z.boolean({ error: 'must be a boolean' }).optional(),
+  workerId: z.string({ error: 'must be a string' }).min(1).max(200).optional(),
+});
+
+/**
+ * Validates worker options and fills in defaults.
+ *
+ * @throws {ValidationError} naming the field (`worker.concurrency`, `worker.handlers.send_email`…).
+ */
+export function resolveWorkerOptions(options: unknown): ResolvedWorkerOptions {
+  if (typeof options !== 'object' || options === null)
+    throw new ValidationError('worker', 'options must be an object');
+  const parsed = parseOptions(schema, options, 'worker');
+  for (const [kind, handler] of Object.entries(parsed.handlers)) {
+    assertName(kind, 'worker.handlers key');
+    if (typeof handler !== 'function')
+      throw new ValidationError(`worker.handlers.${kind}`, 'must be a function');
+  }
+  const queues = (parsed.queues ?? ['default']) as unknown[];
+  queues.forEach((q, i) => {
+    assertName(q, `worker.queues[${i}]`);
+  });
+  const concurrency = parsed.concurrency ?? 10;
+  const visibilityTimeoutMs = parsed.visibilityTimeoutMs ?? 300_000;
+  const heartbeatIntervalMs = parsed.heartbeatIntervalMs ?? visibilityTimeoutMs / 5;
+  if (heartbeatIntervalMs >= visibilityTimeoutMs) {
+    throw new ValidationError(
+      'worker.heartbeatIntervalMs',
+      'must be below visibilityTimeoutMs, or leases expire between heartbeats',
+    );
+  }
+  return {
+    queues: [...new Set(queues as string[])],
+    concurrency,
+    batchSize: Math.min(parsed.batchSize ?? concurrency, concurrency),
+    pollIntervalMs: parsed.pollIntervalMs ?? 2000,
+    visibilityTimeoutMs,
+    heartbeatIntervalMs,
+    sweepIntervalMs: parsed.sweepIntervalMs ?? 60_000,
+    jobTimeoutMs: parsed.jobTimeoutMs,
+    shutdownTimeoutMs: parsed.shutdownTimeoutMs ?? 30_000,
+    onSuccess: parsed.onSuccess ?? 'delete',
+    handleSignals: parsed.handleSignals ?? true,
+    workerId: parsed.workerId,
+  };
+}

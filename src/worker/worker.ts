@@ -1,0 +1,372 @@
+/**
+ * The worker's life cycle (SPEC §5): start, claim through the fetcher, run
+ * handlers in up to `concurrency` slots, write results through the completer,
+ * keep leases alive with the heartbeat, sweep dead leases, and stop gracefully.
+ */
+
+import { randomBytes } from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import { hostname } from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type pg from 'pg';
+import { translateError } from '../db/executor.js';
+import type { JobQueries } from '../db/queries/jobs.js';
+import {
+  JobTimeoutError,
+  LeaseLostError,
+  PermanentError,
+  ShutdownError,
+  SkiplockError,
+  UnknownKindError,
+} from '../errors.js';
+import { describeFailure } from '../job/failure.js';
+import type { Job, JobRecord } from '../job/job.js';
+import { sweep } from '../maintenance/sweeper.js';
+import { Completer, type Result } from './completer.js';
+import type { WorkerErrorSource, WorkerEvents } from './events.js';
+import { Fetcher } from './fetcher.js';
+import { Heartbeat } from './heartbeat.js';
+import { loopBackoffMs } from './loop-backoff.js';
+import { Notifier } from './notifier.js';
+import type { Handler, ResolvedWorkerOptions } from './options.js';
+
+/** One claimed job being run, with what its lease is fenced by. */
+interface Execution {
+  id: string;
+  attempts: number;
+  job: Job;
+  controller: AbortController;
+  startedAt: number;
+  /** Given back on shutdown: its result must not be written. */
+  released: boolean;
+  /** Reclaimed by the sweeper: its result would be fenced out anyway. */
+  leaseLost: boolean;
+}
+
+/** What a worker needs from its Skiplock. */
+export interface WorkerContext {
+  pool: pg.Pool;
+  clientConfig: pg.ClientConfig;
+  queries: JobQueries;
+  schema: string;
+  onStop(worker: Worker): void;
+}
+
+/**
+ * A worker: claims jobs of its queues and runs their handlers. Made by
+ * `skiplock.worker(options)`; call {@link Worker.start} to begin.
+ *
+ * Events (see {@link WorkerEvents}) report every state change; background
+ * errors are emitted as `error` and retried, never thrown.
+ */
+export class Worker extends EventEmitter<WorkerEvents> {
+  /** The id recorded in `locked_by` of the jobs this worker claims. */
+  readonly id: string;
+  readonly #ctx: WorkerContext;
+  readonly #options: ResolvedWorkerOptions;
+  readonly #handlers: Record<string, Handler<string, unknown>>;
+  readonly #active = new Map<string, Execution>();
+  readonly #fetcher: Fetcher;
+  readonly #completer: Completer<Execution>;
+  readonly #heartbeat: Heartbeat<Execution>;
+  readonly #notifier: Notifier;
+  #sweepTimer: NodeJS.Timeout | undefined;
+  #sweeping: Promise<void> | undefined;
+  #state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
+  #stopPromise: Promise<void> | undefined;
+  #signalHandler: ((signal: NodeJS.Signals) => void) | undefined;
+  #idleWaiters: (() => void)[] = [];
+
+  constructor(
+    ctx: WorkerContext,
+    options: ResolvedWorkerOptions,
+    handlers: Record<string, Handler<string, unknown>>,
+  ) {
+    super();
+    this.#ctx = ctx;
+    this.#options = options;
+    this.#handlers = { ...handlers };
+    this.id = options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
+    const { queries, pool } = ctx;
+    this.#fetcher = new Fetcher({
+      batchSize: options.batchSize,
+      pollIntervalMs: options.pollIntervalMs,
+      freeSlots: () => (this.#state === 'running' ? options.concurrency - this.#active.size : 0),
+      claim: (limit) => queries.claim(pool, options.queues, limit, this.id, options.visibilityTimeoutMs),
+      dispatch: (jobs) => this.#dispatch(jobs),
+      onError: (error) => this.#reportError(error, 'claim'),
+    });
+    this.#completer = new Completer<Execution>({
+      complete: (jobs) => queries.complete(pool, jobs, this.id, options.onSuccess),
+      fail: (results) =>
+        queries.fail(
+          pool,
+          results.map((r) => ({
+            id: r.job.id,
+            attempts: r.job.attempts,
+            error: r.error,
+            permanent: r.permanent,
+          })),
+          this.id,
+        ),
+      onWritten: (result, outcome) => {
+        if (result.ok) {
+          this.emit('job:success', result.job.job, { durationMs: Date.now() - result.job.startedAt });
+        } else {
+          const info = { status: outcome!.status, retryDelayMs: outcome!.retryDelayMs };
+          if (outcome!.status === 'queued') this.#fetcher.wakeAfter(outcome!.retryDelayMs);
+          this.emit('job:failure', result.job.job, result.error, info);
+        }
+      },
+      onStale: (execution) => this.emit('job:stale', execution.job),
+      onError: (error) => this.#reportError(error, 'complete'),
+    });
+    this.#heartbeat = new Heartbeat<Execution>({
+      intervalMs: options.heartbeatIntervalMs,
+      leased: () => [...this.#active.values()].filter((e) => !e.released && !e.leaseLost),
+      beat: (jobs) => queries.heartbeat(pool, jobs, this.id),
+      onLost: (execution) => {
+        execution.leaseLost = true;
+        execution.controller.abort(new LeaseLostError(execution.id));
+        this.emit('lease:lost', execution.job);
+      },
+      onError: (error) => this.#reportError(error, 'heartbeat'),
+    });
+    this.#notifier = new Notifier(ctx.clientConfig, queries.channel, {
+      onNotification: ({ queue, delayMs }) => {
+        if (queue === null || options.queues.includes(queue)) this.#fetcher.wakeAfter(delayMs);
+      },
+      onListening: () => {
+        this.emit('listen');
+        this.#fetcher.wake();
+      },
+      onError: (error) => this.#reportError(error, 'notifier'),
+    });
+  }
+
+  /** Resolved options, defaults filled in. */
+  get options(): Readonly<ResolvedWorkerOptions> {
+    return this.#options;
+  }
+
+  /** Number of handlers running now. */
+  get activeCount(): number {
+    return this.#active.size;
+  }
+
+  /**
+   * Starts listening, claiming and sweeping. Resolves once the LISTEN connection
+   * was tried (the worker keeps retrying in the background if it failed).
+   *
+   * @throws {SkiplockError} (code `CLOSED`) when called twice or after stop.
+   */
+  async start(): Promise<void> {
+    if (this.#state !== 'new') throw new SkiplockError('CLOSED', 'a worker starts once; make a new one');
+    this.#state = 'running';
+    if (this.#options.handleSignals) this.#installSignalHandlers();
+    this.#heartbeat.start();
+    await this.#notifier.start();
+    this.#fetcher.start();
+    this.#runSweep();
+    this.#sweepTimer = setInterval(() => this.#runSweep(), this.#options.sweepIntervalMs);
+    this.#sweepTimer.unref();
+  }
+
+  #runSweep(): void {
+    this.#sweeping ??= sweep(
+      this.#ctx.pool,
+      this.#ctx.queries,
+      this.#ctx.schema,
+      this.#options.visibilityTimeoutMs,
+    )
+      .then((result) => {
+        if (result.requeued + result.dead > 0)
+          this.emit('sweep', { requeued: result.requeued, dead: result.dead });
+      })
+      .catch((error) => this.#reportError(translateError(error), 'sweep'))
+      .finally(() => {
+        this.#sweeping = undefined;
+      });
+  }
+
+  #dispatch(jobs: JobRecord[]): void {
+    this.emit('claim', jobs.length);
+    for (const record of jobs) {
+      const job: Job = {
+        id: record.id,
+        kind: record.kind,
+        queue: record.queue,
+        payload: record.payload,
+        priority: record.priority,
+        runAt: record.runAt,
+        attempts: record.attempts,
+        maxAttempts: record.maxAttempts,
+        createdAt: record.createdAt,
+      };
+      const execution: Execution = {
+        id: job.id,
+        attempts: job.attempts,
+        job,
+        controller: new AbortController(),
+        startedAt: Date.now(),
+        released: false,
+        leaseLost: false,
+      };
+      this.#active.set(execution.id, execution);
+      if (this.#state !== 'running') {
+        // Claimed while stopping: give it back before it starts.
+        void this.#release([execution]);
+        continue;
+      }
+      this.emit('job:start', job);
+      void this.#execute(execution).then((result) => {
+        this.#active.delete(execution.id);
+        if (!execution.released && !execution.leaseLost) this.#completer.push(result);
+        else if (execution.leaseLost) this.emit('job:stale', execution.job);
+        this.#fetcher.slotFreed();
+        this.#settled();
+      });
+    }
+  }
+
+  /** Runs one handler to a result; never rejects. */
+  async #execute(execution: Execution): Promise<Result<Execution>> {
+    const { job, controller } = execution;
+    const handler = this.#handlers[job.kind];
+    if (!handler) return failure(execution, new UnknownKindError(job.kind));
+    const timeoutMs = this.#options.jobTimeoutMs;
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      const run = Promise.resolve().then(() => handler(job, { signal: controller.signal }));
+      if (timeoutMs === undefined) {
+        await run;
+      } else {
+        const timedOut = new Promise<never>((_, reject) => {
+          timer = setTimeout(() => {
+            const error = new JobTimeoutError(timeoutMs);
+            controller.abort(error);
+            reject(error);
+          }, timeoutMs);
+        });
+        // A handler that ignores its signal keeps running, but its slot is freed.
+        run.catch(() => {});
+        await Promise.race([run, timedOut]);
+      }
+      return { job: execution, ok: true };
+    } catch (error) {
+      return failure(execution, error);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async #release(executions: Execution[]): Promise<void> {
+    for (const e of executions) e.released = true;
+    for (let attempt = 0; attempt < 5; attempt++) {
+      try {
+        const released = await this.#ctx.queries.release(this.#ctx.pool, executions, this.id);
+        for (const e of executions) {
+          this.#active.delete(e.id);
+          if (released.has(e.id)) this.emit('job:released', e.job);
+        }
+        this.#settled();
+        return;
+      } catch (error) {
+        this.#reportError(translateError(error), 'release');
+        await sleep(loopBackoffMs(attempt));
+      }
+    }
+    // Could not reach the database: the sweeper gives these jobs back after the visibility timeout.
+    for (const e of executions) this.#active.delete(e.id);
+    this.#settled();
+  }
+
+  /**
+   * Stops gracefully (SPEC §5): stops claiming, lets running handlers finish for
+   * up to `shutdownTimeoutMs`, then aborts the rest through their signal and
+   * gives their jobs back to `queued` without charging the attempt. Resolves
+   * when results are written and connections closed. Idempotent.
+   */
+  stop(): Promise<void> {
+    this.#stopPromise ??= this.#stop();
+    return this.#stopPromise;
+  }
+
+  async #stop(): Promise<void> {
+    const wasRunning = this.#state === 'running';
+    this.#state = 'stopping';
+    if (!wasRunning) {
+      this.#state = 'stopped';
+      this.#removeSignalHandlers();
+      return;
+    }
+    clearInterval(this.#sweepTimer);
+    await this.#fetcher.stop();
+    await this.#whenIdle(this.#options.shutdownTimeoutMs);
+    const unfinished = [...this.#active.values()].filter((e) => !e.released);
+    for (const e of unfinished) e.controller.abort(new ShutdownError());
+    if (unfinished.length > 0) await this.#release(unfinished);
+    await this.#completer.drain(Math.max(this.#options.shutdownTimeoutMs, 5_000));
+    await this.#heartbeat.stop();
+    await this.#sweeping;
+    await this.#notifier.stop();
+    this.#state = 'stopped';
+    this.#removeSignalHandlers();
+    this.#ctx.onStop(this);
+    this.emit('stop');
+  }
+
+  /** Resolves when no handler runs, or after `timeoutMs`. */
+  async #whenIdle(timeoutMs: number): Promise<void> {
+    if (this.#active.size === 0) return;
+    const timeout = new AbortController();
+    await Promise.race([
+      new Promise<void>((resolve) => {
+        this.#idleWaiters.push(resolve);
+      }),
+      sleep(timeoutMs, undefined, { signal: timeout.signal }).catch(() => {}),
+    ]);
+    timeout.abort();
+  }
+
+  #settled(): void {
+    if (this.#active.size > 0) return;
+    const waiters = this.#idleWaiters;
+    this.#idleWaiters = [];
+    for (const resolve of waiters) resolve();
+  }
+
+  #reportError(error: SkiplockError, source: WorkerErrorSource): void {
+    if (this.listenerCount('error') > 0) this.emit('error', error, source);
+    else console.error(`[skiplock] worker ${this.id}: ${source} error: ${error.message}`);
+  }
+
+  #installSignalHandlers(): void {
+    const handler = (signal: NodeJS.Signals) => {
+      this.#removeSignalHandlers();
+      void this.stop().then(() => {
+        // Re-raise so the process ends as it would have, unless someone else handles the signal.
+        if (process.listenerCount(signal) === 0) process.kill(process.pid, signal);
+      });
+    };
+    this.#signalHandler = handler;
+    process.once('SIGTERM', handler);
+    process.once('SIGINT', handler);
+  }
+
+  #removeSignalHandlers(): void {
+    if (!this.#signalHandler) return;
+    process.off('SIGTERM', this.#signalHandler);
+    process.off('SIGINT', this.#signalHandler);
+    this.#signalHandler = undefined;
+  }
+}
+
+function failure(execution: Execution, error: unknown): Result<Execution> {
+  return {
+    job: execution,
+    ok: false,
+    error: describeFailure(error),
+    permanent: error instanceof PermanentError,
+  };
+}
