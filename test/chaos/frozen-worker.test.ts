@@ -1,0 +1,102 @@
+/**
+ * Frozen worker: a process is stopped with SIGSTOP while it runs jobs; the
+ * sweeper reclaims its leases and the jobs run in another process; then the
+ * frozen process is continued with SIGCONT and finishes its handlers. Its late
+ * results (a success and a permanent failure) change nothing: the jobs' state
+ * is their second attempt's.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Skiplock } from '../../src/index.js';
+import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import {
+  createEffectTables,
+  figure,
+  startWorker,
+  tally,
+  type WorkerProcess,
+  workerConfig,
+} from './support/cluster.js';
+
+let db: TestDatabase;
+let skiplock: Skiplock;
+const processes: WorkerProcess[] = [];
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  skiplock = db.skiplock();
+  await createEffectTables(db.pool);
+});
+afterAll(async () => {
+  await Promise.all(processes.map((p) => p.shutdown(2000)));
+  await db?.close();
+});
+
+describe('chaos: frozen worker', () => {
+  it("a continued process's late results do not touch the next attempt", async () => {
+    const queue = 'frozen';
+    const config = () => workerConfig(db.url, { queues: [queue], concurrency: 2, onSuccess: 'keep' });
+    const frozen = await startWorker(config());
+    processes.push(frozen);
+    const x = await skiplock.enqueue('block', {}, { queue });
+    const y = await skiplock.enqueue('block', {}, { queue });
+    const ids = [x.id, y.id];
+    for (const id of ids) await frozen.next('started', (m) => m.id === id && m.attempts === 1);
+
+    frozen.kill('SIGSTOP');
+    const other = await startWorker(config());
+    processes.push(other);
+    for (const id of ids) await other.next('started', (m) => m.id === id && m.attempts === 2);
+    const state = () =>
+      db.query(
+        `SELECT id, status, attempts, locked_by, last_error, finished_at FROM ${db.jobs}
+         WHERE id = ANY($1::bigint[]) ORDER BY id`,
+        [ids],
+      );
+    const second = ids.map((id) => ({
+      id,
+      status: 'running',
+      attempts: 2,
+      locked_by: other.workerId,
+      last_error: 'reclaimed: visibility timeout',
+      finished_at: null,
+    }));
+    expect(await state()).toEqual(second);
+
+    frozen.kill('SIGCONT');
+    frozen.send({ type: 'finish', id: x.id, outcome: 'ok' });
+    frozen.send({ type: 'finish', id: y.id, outcome: 'permanent' });
+    for (const id of ids) await frozen.next('job:stale', (m) => m.id === id && m.attempts === 1);
+    // The late success did not end the job and the late failure did not fail it.
+    expect(await state()).toEqual(second);
+    expect(frozen.reported('job:success')).toEqual([]);
+    expect(frozen.reported('job:failure')).toEqual([]);
+
+    for (const id of ids) other.send({ type: 'finish', id, outcome: 'ok' });
+    for (const id of ids) await other.next('job:success', (m) => m.id === id && m.attempts === 2);
+    const final = await state();
+    expect(final.map((r) => ({ status: r.status, attempts: r.attempts, locked_by: r.locked_by }))).toEqual([
+      { status: 'succeeded', attempts: 2, locked_by: null },
+      { status: 'succeeded', attempts: 2, locked_by: null },
+    ]);
+    const t = await tally(db.pool, db.jobs, ids);
+    figure('frozen-worker', {
+      jobs: t.jobs,
+      kills: 0,
+      stops: 1,
+      effects: t.effects,
+      duplicates: t.duplicates,
+      lost: t.lost,
+      stale: frozen.reported('job:stale').length,
+    });
+    expect(t).toMatchObject({
+      effects: 2,
+      duplicates: 2,
+      lost: 0,
+      sameAttemptTwice: 0,
+      finalAttemptMissing: 0,
+    });
+    expect(frozen.reported('job:stale')).toHaveLength(2);
+    await Promise.all([frozen.shutdown(), other.shutdown()]);
+    expect(frozen.exit).toEqual({ code: null, signal: 'SIGTERM' });
+  });
+});

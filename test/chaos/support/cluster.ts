@@ -1,0 +1,245 @@
+/**
+ * The parent side of the chaos scenarios: real worker processes (forked with
+ * `node --import tsx`), the effect tables their handlers write, and the checks
+ * every scenario ends with.
+ */
+import { type ChildProcess, fork } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import type pg from 'pg';
+import { TEST_SCHEMA, waitFor } from '../../support/database.js';
+import type { ChildMessage, ParentMessage, WorkerProcessConfig } from './protocol.js';
+
+const SCRIPT = fileURLToPath(new URL('./worker-process.ts', import.meta.url));
+
+let appCounter = 0;
+
+/** Defaults for a chaos worker: short leases so that reclaim is quick. */
+export function workerConfig(url: string, overrides: Partial<WorkerProcessConfig> = {}): WorkerProcessConfig {
+  appCounter++;
+  return {
+    url,
+    schema: TEST_SCHEMA,
+    appName: `chaos-${process.pid}-${appCounter}`,
+    queues: ['default'],
+    concurrency: 8,
+    pollIntervalMs: 500,
+    visibilityTimeoutMs: 1500,
+    sweepIntervalMs: 250,
+    shutdownTimeoutMs: 5000,
+    onSuccess: 'keep',
+    handleSignals: true,
+    ...overrides,
+  };
+}
+
+/** One worker process and everything it reported. */
+export class WorkerProcess {
+  readonly config: WorkerProcessConfig;
+  readonly child: ChildProcess;
+  readonly messages: ChildMessage[] = [];
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  workerId: string | undefined;
+  #exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+  readonly #listeners = new Set<(message: ChildMessage) => void>();
+
+  constructor(config: WorkerProcessConfig) {
+    this.config = config;
+    this.child = fork(SCRIPT, [], {
+      execArgv: ['--import', 'tsx'],
+      env: { ...process.env, CHAOS_CONFIG: JSON.stringify(config) },
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+    this.child.on('message', (message: ChildMessage) => {
+      if (message.type === 'ready') this.workerId = message.workerId;
+      this.messages.push(message);
+      for (const listener of this.#listeners) listener(message);
+    });
+    this.exited = new Promise((resolve) => {
+      this.child.on('exit', (code, signal) => {
+        this.#exit = { code, signal };
+        resolve(this.#exit);
+      });
+    });
+  }
+
+  get pid(): number {
+    return this.child.pid!;
+  }
+
+  get alive(): boolean {
+    return this.#exit === undefined;
+  }
+
+  get exit(): { code: number | null; signal: NodeJS.Signals | null } | undefined {
+    return this.#exit;
+  }
+
+  /** Messages of one type reported so far. */
+  reported<T extends ChildMessage['type']>(type: T): Extract<ChildMessage, { type: T }>[] {
+    return this.messages.filter((m): m is Extract<ChildMessage, { type: T }> => m.type === type);
+  }
+
+  /** Resolves with the first message (from now or already reported) that matches. */
+  next<T extends ChildMessage['type']>(
+    type: T,
+    match: (m: Extract<ChildMessage, { type: T }>) => boolean = () => true,
+    timeoutMs = 20_000,
+    since = 0,
+  ): Promise<Extract<ChildMessage, { type: T }>> {
+    const found = this.messages
+      .slice(since)
+      .find((m): m is Extract<ChildMessage, { type: T }> => m.type === type && match(m as never));
+    if (found) return Promise.resolve(found);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.#listeners.delete(listener);
+        reject(new Error(`worker ${this.pid}: no '${type}' message within ${timeoutMs} ms`));
+      }, timeoutMs);
+      const listener = (m: ChildMessage) => {
+        if (m.type === type && match(m as never)) {
+          clearTimeout(timer);
+          this.#listeners.delete(listener);
+          resolve(m as Extract<ChildMessage, { type: T }>);
+        }
+      };
+      this.#listeners.add(listener);
+      void this.exited.then(() => {
+        if (!this.#listeners.has(listener)) return;
+        clearTimeout(timer);
+        this.#listeners.delete(listener);
+        reject(new Error(`worker ${this.pid} exited (${JSON.stringify(this.#exit)}) before '${type}'`));
+      });
+    });
+  }
+
+  /** Waits until the worker started (it is listening and claiming). */
+  async ready(timeoutMs = 30_000): Promise<this> {
+    await this.next('ready', () => true, timeoutMs);
+    return this;
+  }
+
+  send(message: ParentMessage): void {
+    this.child.send(message);
+  }
+
+  kill(signal: NodeJS.Signals): void {
+    if (this.alive) this.child.kill(signal);
+  }
+
+  /** Errors the worker reported through its `error` event. */
+  get errors(): Extract<ChildMessage, { type: 'error' }>[] {
+    return this.reported('error');
+  }
+
+  /** Ends the process: SIGTERM (graceful), then SIGKILL if it is still there after `graceMs`. */
+  async shutdown(graceMs = 10_000): Promise<void> {
+    if (!this.alive) return;
+    this.kill('SIGCONT');
+    this.kill('SIGTERM');
+    const timer = setTimeout(() => this.kill('SIGKILL'), graceMs);
+    await this.exited;
+    clearTimeout(timer);
+  }
+}
+
+/** Starts a worker process and waits until it runs. */
+export async function startWorker(config: WorkerProcessConfig): Promise<WorkerProcess> {
+  return new WorkerProcess(config).ready();
+}
+
+/** The tables the handlers write their effect to: one row per job, and one per delivery. */
+export async function createEffectTables(db: Pick<pg.Pool, 'query'>): Promise<void> {
+  await db.query(`
+    CREATE TABLE IF NOT EXISTS chaos_effects (job_id bigint PRIMARY KEY, deliveries int NOT NULL);
+    CREATE TABLE IF NOT EXISTS chaos_deliveries (
+      job_id bigint NOT NULL, attempt int NOT NULL, pid int NOT NULL,
+      at timestamptz NOT NULL DEFAULT clock_timestamp()
+    );
+  `);
+}
+
+/** What the effect tables and the jobs table say at the end of a scenario. */
+export interface Tally {
+  jobs: number;
+  /** Jobs with exactly one effect row (the idempotent effect). */
+  effects: number;
+  /** Deliveries beyond the first, summed over jobs (at-least-once re-runs). */
+  duplicates: number;
+  /** Jobs without an effect. */
+  lost: number;
+  /** Two deliveries of the same attempt of the same job: the claim was not exactly-once. */
+  sameAttemptTwice: number;
+  /** Jobs whose final attempt did not deliver (kept jobs only). */
+  finalAttemptMissing: number;
+  /** Jobs by status (the jobs table). */
+  byStatus: Record<string, number>;
+}
+
+/** Tallies the jobs `ids` against their effects. */
+export async function tally(db: Pick<pg.Pool, 'query'>, jobsTable: string, ids: string[]): Promise<Tally> {
+  const { rows } = await db.query<{
+    effects: number;
+    duplicates: number;
+    lost: number;
+    same_attempt_twice: number;
+    final_attempt_missing: number;
+  }>(
+    `WITH ids AS (SELECT unnest($1::bigint[]) AS id)
+     SELECT
+       (SELECT count(*) FROM ids JOIN chaos_effects e ON e.job_id = ids.id)::int AS effects,
+       (SELECT COALESCE(sum(e.deliveries - 1), 0) FROM ids JOIN chaos_effects e ON e.job_id = ids.id)::int
+         AS duplicates,
+       (SELECT count(*) FROM ids WHERE NOT EXISTS (SELECT 1 FROM chaos_effects e WHERE e.job_id = ids.id))::int
+         AS lost,
+       (SELECT count(*) FROM (SELECT 1 FROM chaos_deliveries d JOIN ids ON d.job_id = ids.id
+                              GROUP BY d.job_id, d.attempt HAVING count(*) > 1) x)::int AS same_attempt_twice,
+       (SELECT count(*) FROM ${jobsTable} j JOIN ids ON j.id = ids.id
+         WHERE j.status = 'succeeded'
+           AND NOT EXISTS (SELECT 1 FROM chaos_deliveries d WHERE d.job_id = j.id AND d.attempt = j.attempts))::int
+         AS final_attempt_missing`,
+    [ids],
+  );
+  const statuses = await db.query<{ status: string; n: number }>(
+    `SELECT status, count(*)::int AS n FROM ${jobsTable} WHERE id = ANY($1::bigint[]) GROUP BY status`,
+    [ids],
+  );
+  const row = rows[0]!;
+  return {
+    jobs: ids.length,
+    effects: row.effects,
+    duplicates: row.duplicates,
+    lost: row.lost,
+    sameAttemptTwice: row.same_attempt_twice,
+    finalAttemptMissing: row.final_attempt_missing,
+    byStatus: Object.fromEntries(statuses.rows.map((r) => [r.status, r.n])),
+  };
+}
+
+/** Waits until none of `ids` is queued or running. */
+export async function waitUntilSettled(
+  db: Pick<pg.Pool, 'query'>,
+  jobsTable: string,
+  ids: string[],
+  timeoutMs: number,
+  what = 'every job to finish',
+): Promise<void> {
+  await waitFor(
+    async () => {
+      const { rows } = await db.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM ${jobsTable} WHERE id = ANY($1::bigint[]) AND status IN ('queued', 'running')`,
+        [ids],
+      );
+      return rows[0]!.n === 0;
+    },
+    timeoutMs,
+    what,
+  );
+}
+
+/** Prints a scenario's one-line figure. */
+export function figure(scenario: string, values: Record<string, number | string>): void {
+  const text = Object.entries(values)
+    .map(([k, v]) => `${k}=${v}`)
+    .join(' ');
+  console.log(`[chaos] ${scenario}: ${text}`);
+}

@@ -1,0 +1,37 @@
+/** Messages between a chaos test and its worker processes (IPC of child_process.fork). */
+
+/** How a worker process is configured (the `CHAOS_CONFIG` environment variable, as JSON). */
+export interface WorkerProcessConfig {
+  url: string;
+  schema: string;
+  /** application_name of the worker's pool and LISTEN connection; `<appName>-effects` for the handlers' pool. */
+  appName: string;
+  queues: string[];
+  concurrency: number;
+  pollIntervalMs: number;
+  visibilityTimeoutMs: number;
+  heartbeatIntervalMs?: number;
+  sweepIntervalMs: number;
+  shutdownTimeoutMs: number;
+  onSuccess: 'delete' | 'keep' | 'archive';
+  handleSignals: boolean;
+}
+
+/** Parent → child: settle a blocked handler. */
+export type ParentMessage = { type: 'finish'; id: string; outcome: 'ok' | 'permanent' };
+
+/** Child → parent: what the worker did. */
+export type ChildMessage =
+  | { type: 'ready'; workerId: string; pid: number }
+  | { type: 'listen' }
+  | { type: 'started'; id: string; attempts: number }
+  | { type: 'finish:unknown'; id: string }
+  | {
+      type: 'job:start' | 'job:success' | 'job:stale' | 'job:released' | 'lease:lost';
+      id: string;
+      attempts: number;
+    }
+  | { type: 'job:failure'; id: string; attempts: number; status: string }
+  | { type: 'sweep'; requeued: number; dead: number }
+  | { type: 'error'; source: string; code: string; message: string }
+  | { type: 'stop' };

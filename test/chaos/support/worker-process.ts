@@ -1,0 +1,112 @@
+/**
+ * A worker process for the chaos scenarios, run by the parent test with
+ * `node --import tsx` (child_process.fork). Its configuration comes in the
+ * `CHAOS_CONFIG` environment variable; it reports what its worker does over
+ * IPC so the parent waits on events, never on sleeps.
+ *
+ * Handlers (by kind):
+ * - `effect`: the idempotent effect: one row per job in `chaos_effects`
+ *   (deliveries counted) and one row per delivery in `chaos_deliveries`.
+ * - `block`: records the delivery, reports `started`, then waits for the
+ *   parent's `finish` message (or, when `payload.cooperative`, for its signal).
+ * - `poison`: kills its own process with SIGKILL, every time.
+ */
+import pg from 'pg';
+import { PermanentError, Skiplock } from '../../../src/index.js';
+import type { ChildMessage, ParentMessage, WorkerProcessConfig } from './protocol.js';
+
+const config = JSON.parse(process.env.CHAOS_CONFIG ?? '{}') as WorkerProcessConfig;
+
+function send(message: ChildMessage): void {
+  if (process.connected) process.send?.(message);
+}
+
+const pool = new pg.Pool({
+  connectionString: config.url,
+  application_name: config.appName,
+  max: config.concurrency + 4,
+});
+pool.on('error', () => {});
+const effects = new pg.Pool({
+  connectionString: config.url,
+  application_name: `${config.appName}-effects`,
+  max: config.concurrency,
+});
+effects.on('error', () => {});
+
+const finishers = new Map<string, (outcome: 'ok' | 'permanent') => void>();
+process.on('message', (message: ParentMessage) => {
+  if (message.type === 'finish') {
+    const finish = finishers.get(message.id);
+    if (finish) finish(message.outcome);
+    else send({ type: 'finish:unknown', id: message.id });
+  }
+});
+
+async function recordDelivery(jobId: string, attempt: number): Promise<void> {
+  await effects.query(
+    `WITH effect AS (
+       INSERT INTO chaos_effects (job_id, deliveries) VALUES ($1, 1)
+       ON CONFLICT (job_id) DO UPDATE SET deliveries = chaos_effects.deliveries + 1
+     )
+     INSERT INTO chaos_deliveries (job_id, attempt, pid) VALUES ($1, $2, $3)`,
+    [jobId, attempt, process.pid],
+  );
+}
+
+type Jobs = {
+  effect: Record<string, unknown>;
+  block: { cooperative?: boolean };
+  poison: Record<string, never>;
+};
+
+const skiplock = new Skiplock<Jobs>({ pool, schema: config.schema });
+const worker = skiplock.worker({
+  queues: config.queues,
+  concurrency: config.concurrency,
+  pollIntervalMs: config.pollIntervalMs,
+  visibilityTimeoutMs: config.visibilityTimeoutMs,
+  ...(config.heartbeatIntervalMs === undefined ? {} : { heartbeatIntervalMs: config.heartbeatIntervalMs }),
+  sweepIntervalMs: config.sweepIntervalMs,
+  shutdownTimeoutMs: config.shutdownTimeoutMs,
+  onSuccess: config.onSuccess,
+  handleSignals: config.handleSignals,
+  handlers: {
+    effect: async (job) => {
+      await recordDelivery(job.id, job.attempts);
+    },
+    block: async (job, { signal }) => {
+      await recordDelivery(job.id, job.attempts);
+      const outcome = await new Promise<'ok' | 'permanent'>((resolve, reject) => {
+        finishers.set(job.id, resolve);
+        if (job.payload.cooperative) {
+          signal.addEventListener('abort', () => reject(signal.reason), { once: true });
+        }
+        send({ type: 'started', id: job.id, attempts: job.attempts });
+      });
+      finishers.delete(job.id);
+      if (outcome === 'permanent') throw new PermanentError(`late failure from ${process.pid}`);
+    },
+    poison: () => {
+      process.kill(process.pid, 'SIGKILL');
+    },
+  },
+});
+
+worker.on('listen', () => send({ type: 'listen' }));
+worker.on('job:start', (job) => send({ type: 'job:start', id: job.id, attempts: job.attempts }));
+worker.on('job:success', (job) => send({ type: 'job:success', id: job.id, attempts: job.attempts }));
+worker.on('job:failure', (job, _error, outcome) =>
+  send({ type: 'job:failure', id: job.id, attempts: job.attempts, status: outcome.status }),
+);
+worker.on('job:stale', (job) => send({ type: 'job:stale', id: job.id, attempts: job.attempts }));
+worker.on('job:released', (job) => send({ type: 'job:released', id: job.id, attempts: job.attempts }));
+worker.on('lease:lost', (job) => send({ type: 'lease:lost', id: job.id, attempts: job.attempts }));
+worker.on('sweep', (result) => send({ type: 'sweep', requeued: result.requeued, dead: result.dead }));
+worker.on('error', (error, source) =>
+  send({ type: 'error', source, code: error.code, message: error.message }),
+);
+worker.on('stop', () => send({ type: 'stop' }));
+
+await worker.start();
+send({ type: 'ready', workerId: worker.id, pid: process.pid });

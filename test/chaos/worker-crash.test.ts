@@ -1,0 +1,183 @@
+/**
+ * Worker crash: worker processes on thousands of short jobs are killed with
+ * SIGKILL at random and replaced. Every job's effect exists exactly once,
+ * nothing is left queued or running, no attempt ran twice, and no job went to
+ * the dead letter because of the crashes.
+ *
+ * Poison job: a handler that SIGKILLs its own process every time ends in
+ * `dead` after max_attempts (the sweeper does it) while other jobs flow.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Skiplock } from '../../src/index.js';
+import { createTestDatabase, type TestDatabase, waitFor } from '../support/database.js';
+import {
+  createEffectTables,
+  figure,
+  tally,
+  WorkerProcess,
+  waitUntilSettled,
+  workerConfig,
+} from './support/cluster.js';
+
+let db: TestDatabase;
+let skiplock: Skiplock;
+const processes: WorkerProcess[] = [];
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  skiplock = db.skiplock();
+  await createEffectTables(db.pool);
+});
+afterAll(async () => {
+  await Promise.all(processes.map((p) => p.shutdown(2000)));
+  await db?.close();
+});
+
+async function deliveries(queue: string): Promise<number> {
+  const [row] = await db.query<{ n: number }>(
+    `SELECT count(*)::int AS n FROM chaos_deliveries d JOIN ${db.jobs} j ON j.id = d.job_id WHERE j.queue = $1`,
+    [queue],
+  );
+  return row!.n;
+}
+
+async function enqueueEffects(queue: string, count: number): Promise<string[]> {
+  const ids: string[] = [];
+  for (let start = 0; start < count; start += 1000) {
+    const batch = Array.from({ length: Math.min(1000, count - start) }, (_, i) => ({
+      kind: 'effect',
+      payload: { n: start + i },
+      queue,
+    }));
+    ids.push(...(await skiplock.enqueueMany(batch)).map((j) => j.id));
+  }
+  return ids;
+}
+
+describe('chaos: worker crash', () => {
+  it('SIGKILLed workers lose no job and run none twice in the same attempt', async () => {
+    const queue = 'crash';
+    const jobCount = 3000;
+    const workerCount = 3;
+    const killCount = 8;
+    const config = () => workerConfig(db.url, { queues: [queue], concurrency: 8 });
+    const alive: WorkerProcess[] = [];
+    const spawn = () => {
+      const p = new WorkerProcess(config());
+      processes.push(p);
+      alive.push(p);
+      return p;
+    };
+    await Promise.all(Array.from({ length: workerCount }, () => spawn().ready()));
+    const ids = await enqueueEffects(queue, jobCount);
+
+    let kills = 0;
+    let restarts = 0;
+    const step = Math.floor(jobCount / (killCount + 1));
+    for (let k = 1; k <= killCount; k++) {
+      await waitFor(async () => (await deliveries(queue)) >= k * step, 60_000, `${k * step} deliveries`);
+      // Kill a random worker that is running jobs, and start its replacement (as an orchestrator would).
+      const victims = alive.filter((p) => p.alive && p.workerId !== undefined);
+      const victim = victims[Math.floor(Math.random() * victims.length)]!;
+      victim.kill('SIGKILL');
+      await victim.exited;
+      alive.splice(alive.indexOf(victim), 1);
+      kills++;
+      spawn();
+      restarts++;
+    }
+    await waitUntilSettled(db.pool, db.jobs, ids, 90_000);
+    const t = await tally(db.pool, db.jobs, ids);
+    const [attempts] = await db.query<{ max: number; reclaimed: number }>(
+      `SELECT max(attempts)::int AS max, count(*) FILTER (WHERE attempts > 1)::int AS reclaimed
+       FROM ${db.jobs} WHERE id = ANY($1::bigint[])`,
+      [ids],
+    );
+    figure('worker-crash', {
+      jobs: t.jobs,
+      kills,
+      restarts,
+      effects: t.effects,
+      duplicates: t.duplicates,
+      lost: t.lost,
+      reclaimed: attempts!.reclaimed,
+      maxAttempts: attempts!.max,
+    });
+    expect(kills).toBe(killCount);
+    expect(restarts).toBe(killCount);
+    expect(t.effects).toBe(jobCount);
+    expect(t.lost).toBe(0);
+    expect(t.sameAttemptTwice).toBe(0);
+    expect(t.finalAttemptMissing).toBe(0);
+    expect(t.byStatus).toEqual({ succeeded: jobCount });
+    // Each crash costs a job at most one attempt.
+    expect(attempts!.max).toBeLessThanOrEqual(1 + killCount);
+    // A re-run only happens to a job whose worker died holding it.
+    expect(t.duplicates).toBeLessThanOrEqual(attempts!.reclaimed);
+    await Promise.all(alive.map((p) => p.shutdown()));
+    for (const p of alive) expect(p.exit).toEqual({ code: null, signal: 'SIGTERM' });
+  });
+});
+
+describe('chaos: poison job', () => {
+  it('a handler that kills its process ends dead after max_attempts; other jobs keep flowing', async () => {
+    const queue = 'poison';
+    const maxAttempts = 3;
+    const workerCount = 2;
+    const alive = new Set<WorkerProcess>();
+    let deaths = 0;
+    let restarts = 0;
+    let stopping = false;
+    // The orchestrator: a worker that dies is replaced.
+    const spawn = (): WorkerProcess => {
+      const p = new WorkerProcess(workerConfig(db.url, { queues: [queue], concurrency: 4 }));
+      processes.push(p);
+      alive.add(p);
+      void p.exited.then((exit) => {
+        alive.delete(p);
+        if (stopping) return;
+        if (exit.signal === 'SIGKILL') deaths++;
+        restarts++;
+        spawn();
+      });
+      return p;
+    };
+    await Promise.all(Array.from({ length: workerCount }, () => spawn().ready()));
+    const poison = await skiplock.enqueue('poison', {}, { queue, maxAttempts });
+    const ids = await enqueueEffects(queue, 400);
+
+    await waitFor(
+      async () => (await skiplock.getJob(poison.id))?.status === 'dead',
+      60_000,
+      'the poison job to be dead',
+    );
+    await waitUntilSettled(db.pool, db.jobs, ids, 60_000);
+    stopping = true;
+    const job = await skiplock.getJob(poison.id);
+    const t = await tally(db.pool, db.jobs, ids);
+    figure('poison-job', {
+      jobs: t.jobs + 1,
+      kills: deaths,
+      restarts,
+      effects: t.effects,
+      duplicates: t.duplicates,
+      lost: t.lost,
+      poisonAttempts: job!.attempts,
+    });
+    expect(job).toMatchObject({
+      status: 'dead',
+      attempts: maxAttempts,
+      lastError: 'reclaimed: visibility timeout',
+      lockedBy: null,
+      lockedAt: null,
+    });
+    expect(job!.finishedAt).toBeInstanceOf(Date);
+    // Each attempt killed exactly one process, and no more.
+    expect(deaths).toBe(maxAttempts);
+    expect(t.effects).toBe(400);
+    expect(t.lost).toBe(0);
+    expect(t.sameAttemptTwice).toBe(0);
+    expect(t.byStatus).toEqual({ succeeded: 400 });
+    await Promise.all([...alive].map((p) => p.shutdown()));
+  });
+});
