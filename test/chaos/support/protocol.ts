@@ -26,12 +26,11 @@ export type ChildMessage =
   | { type: 'listen' }
   | { type: 'started'; id: string; attempts: number }
   | { type: 'finish:unknown'; id: string }
-  | {
-      type: 'job:start' | 'job:success' | 'job:stale' | 'job:released' | 'lease:lost';
-      id: string;
-      attempts: number;
-    }
+  | JobMessage<'job:start' | 'job:success' | 'job:stale' | 'job:released' | 'lease:lost'>
   | { type: 'job:failure'; id: string; attempts: number; status: string }
   | { type: 'sweep'; requeued: number; dead: number }
   | { type: 'error'; source: string; code: string; message: string }
   | { type: 'stop' };
+
+/** One message type per job event, so that `Extract<ChildMessage, { type: 'job:stale' }>` finds it. */
+type JobMessage<T extends string> = T extends string ? { type: T; id: string; attempts: number } : never;
