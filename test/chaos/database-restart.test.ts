@@ -53,7 +53,7 @@ async function probeWakeUps(skiplock: Skiplock, pool: pg.Pool, count = 3): Promi
     const job = await skiplock.enqueue('effect', { probe: i });
     await waitFor(
       async () => {
-        const { rows } = await pool.query('SELECT status FROM ' + jobsTable + ' WHERE id = $1', [job.id]);
+        const { rows } = await pool.query(`SELECT status FROM ${jobsTable} WHERE id = $1`, [job.id]);
         return rows[0]?.status === 'succeeded';
       },
       5_000,
