@@ -6,7 +6,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { isTransient, translateError } from '../db/executor.js';
-import type { FailureOutcome, LeasedJob } from '../db/queries/jobs.js';
+import { type FailureOutcome, type LeasedJob, leaseKey } from '../db/queries/jobs.js';
 import type { SkiplockError } from '../errors.js';
 import { loopBackoffMs } from './loop-backoff.js';
 
@@ -68,13 +68,13 @@ export class Completer<T extends LeasedJob> {
           successes.length > 0 ? this.#deps.complete(successes.map((r) => r.job)) : new Set<string>(),
           failures.length > 0 ? this.#deps.fail(failures) : [],
         ]);
-        const byId = new Map(outcomes.map((o) => [o.id, o]));
+        const byKey = new Map(outcomes.map((o) => [leaseKey(o), o]));
         for (const r of successes) {
-          if (completed.has(r.job.id)) this.#deps.onWritten(r, undefined);
+          if (completed.has(leaseKey(r.job))) this.#deps.onWritten(r, undefined);
           else this.#deps.onStale(r.job);
         }
         for (const r of failures) {
-          const outcome = byId.get(r.job.id);
+          const outcome = byKey.get(leaseKey(r.job));
           if (outcome) this.#deps.onWritten(r, outcome);
           else this.#deps.onStale(r.job);
         }

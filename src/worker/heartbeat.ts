@@ -5,7 +5,7 @@
  */
 
 import { translateError } from '../db/executor.js';
-import type { LeasedJob } from '../db/queries/jobs.js';
+import { type LeasedJob, leaseKey } from '../db/queries/jobs.js';
 import type { SkiplockError } from '../errors.js';
 
 /** What the heartbeat needs from its worker. */
@@ -40,7 +40,7 @@ export class Heartbeat<T extends LeasedJob> {
     if (jobs.length === 0) return;
     try {
       const held = await this.#deps.beat(jobs);
-      for (const job of jobs) if (!held.has(job.id)) this.#deps.onLost(job);
+      for (const job of jobs) if (!held.has(leaseKey(job))) this.#deps.onLost(job);
     } catch (error) {
       this.#deps.onError(translateError(error));
     }

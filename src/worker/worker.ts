@@ -32,6 +32,8 @@ import type { Handler, ResolvedWorkerOptions } from './options.js';
 
 /** One claimed job being run, with what its lease is fenced by. */
 interface Execution {
+  /** `id#attempts`: the same worker may claim a job again while a reclaimed attempt of it still runs. */
+  key: string;
   id: string;
   attempts: number;
   job: Job;
@@ -204,6 +206,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
         createdAt: record.createdAt,
       };
       const execution: Execution = {
+        key: `${job.id}#${job.attempts}`,
         id: job.id,
         attempts: job.attempts,
         job,
@@ -212,7 +215,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
         released: false,
         leaseLost: false,
       };
-      this.#active.set(execution.id, execution);
+      this.#active.set(execution.key, execution);
       if (this.#state !== 'running') {
         // Claimed while stopping: give it back before it starts.
         void this.#release([execution]);
@@ -220,7 +223,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       }
       this.emit('job:start', job);
       void this.#execute(execution).then((result) => {
-        this.#active.delete(execution.id);
+        this.#active.delete(execution.key);
         if (!execution.released && !execution.leaseLost) this.#completer.push(result);
         else if (execution.leaseLost) this.emit('job:stale', execution.job);
         this.#fetcher.slotFreed();
@@ -266,8 +269,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
       try {
         const released = await this.#ctx.queries.release(this.#ctx.pool, executions, this.id);
         for (const e of executions) {
-          this.#active.delete(e.id);
-          if (released.has(e.id)) this.emit('job:released', e.job);
+          this.#active.delete(e.key);
+          if (released.has(e.key)) this.emit('job:released', e.job);
         }
         this.#settled();
         return;
@@ -277,7 +280,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       }
     }
     // Could not reach the database: the sweeper gives these jobs back after the visibility timeout.
-    for (const e of executions) this.#active.delete(e.id);
+    for (const e of executions) this.#active.delete(e.key);
     this.#settled();
   }
 

@@ -74,8 +74,7 @@ export interface FailedJob extends LeasedJob {
 }
 
 /** What `fail` wrote for one job. */
-export interface FailureOutcome {
-  id: string;
+export interface FailureOutcome extends LeasedJob {
   status: 'queued' | 'failed' | 'dead';
   queue: string;
   /** Milliseconds until the retry is due (0 unless requeued with backoff). */
@@ -171,7 +170,7 @@ export class JobQueries {
         `DELETE FROM ${t} j
          USING unnest($1::bigint[], $2::int[]) AS r(id, attempts)
          WHERE j.id = r.id AND j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = $3
-         RETURNING j.id`,
+         RETURNING j.id, j.attempts`,
       ),
       completeKeep: statement(
         'complete_keep',
@@ -179,7 +178,7 @@ export class JobQueries {
          SET status = 'succeeded', locked_at = NULL, locked_by = NULL, finished_at = now()
          FROM unnest($1::bigint[], $2::int[]) AS r(id, attempts)
          WHERE j.id = r.id AND j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = $3
-         RETURNING j.id`,
+         RETURNING j.id, j.attempts`,
       ),
       completeArchive: statement(
         'complete_archive',
@@ -195,7 +194,7 @@ export class JobQueries {
          SELECT id, queue, kind, payload, 'succeeded', priority, run_at, attempts, max_attempts,
                 NULL, last_error, created_at, NULL, visibility_timeout_ms, now()
          FROM done
-         RETURNING id`,
+         RETURNING id, attempts`,
       ),
       // The guide's failure rule: backoff with jitter on the database clock, dead
       // letter after max_attempts, 'failed' for a permanent error. The exponent
@@ -213,7 +212,7 @@ export class JobQueries {
              finished_at = CASE WHEN r.permanent OR j.attempts >= j.max_attempts THEN now() END
          FROM unnest($1::bigint[], $2::int[], $3::text[], $4::bool[]) AS r(id, attempts, error, permanent)
          WHERE j.id = r.id AND j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = $5
-         RETURNING j.id, j.status, j.queue,
+         RETURNING j.id, j.attempts, j.status, j.queue,
                    GREATEST(0, EXTRACT(EPOCH FROM j.run_at - now()) * 1000)::float8 AS retry_delay_ms`,
       ),
       heartbeat: statement(
@@ -221,7 +220,7 @@ export class JobQueries {
         `UPDATE ${t} j SET locked_at = now()
          FROM unnest($1::bigint[], $2::int[]) AS r(id, attempts)
          WHERE j.id = r.id AND j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = $3
-         RETURNING j.id`,
+         RETURNING j.id, j.attempts`,
       ),
       // Graceful shutdown gives jobs back without charging the attempt, and
       // wakes other workers for them.
@@ -232,12 +231,12 @@ export class JobQueries {
            SET status = 'queued', locked_at = NULL, locked_by = NULL, attempts = j.attempts - 1, run_at = now()
            FROM unnest($1::bigint[], $2::int[]) AS r(id, attempts)
            WHERE j.id = r.id AND j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = $3
-           RETURNING j.id, j.queue
+           RETURNING j.id, j.attempts + 1 AS attempts, j.queue
          ), notified AS (
            SELECT pg_catalog.pg_notify($4, pg_catalog.json_build_object('queue', q.queue, 'delayMs', 0)::text)
            FROM (SELECT DISTINCT queue FROM released WHERE pg_catalog.octet_length(queue) <= 1024) q
          )
-         SELECT r.id, (SELECT count(*) FROM notified) AS notified FROM released r`,
+         SELECT r.id, r.attempts, (SELECT count(*) FROM notified) AS notified FROM released r`,
       ),
       // The guide's sweeper, per job's own visibility timeout; a job out of
       // attempts goes to the dead letter instead of looping.
@@ -367,8 +366,8 @@ export class JobQueries {
   }
 
   /**
-   * Ends succeeded jobs by the success policy; returns the ids whose lease
-   * still held (the others were reclaimed and are left untouched).
+   * Ends succeeded jobs by the success policy; returns the lease keys ({@link leaseKey})
+   * whose lease still held (the others were reclaimed and are left untouched).
    */
   async complete(
     pool: pg.Pool,
@@ -378,18 +377,19 @@ export class JobQueries {
   ): Promise<Set<string>> {
     const name =
       policy === 'delete' ? 'completeDelete' : policy === 'keep' ? 'completeKeep' : 'completeArchive';
-    const result = await runPrepared<{ id: string }>(pool, this.#get(name), [
+    const result = await runPrepared<LeasedJob>(pool, this.#get(name), [
       jobs.map((j) => j.id),
       jobs.map((j) => j.attempts),
       workerId,
     ]);
-    return idSet(result);
+    return leaseKeys(result);
   }
 
   /** Records failures under the lease; returns what each job became. */
   async fail(pool: pg.Pool, jobs: readonly FailedJob[], workerId: string): Promise<FailureOutcome[]> {
     const { rows } = await runPrepared<{
       id: string;
+      attempts: number;
       status: FailureOutcome['status'];
       queue: string;
       retry_delay_ms: number;
@@ -400,28 +400,34 @@ export class JobQueries {
       jobs.map((j) => j.permanent),
       workerId,
     ]);
-    return rows.map((r) => ({ id: r.id, status: r.status, queue: r.queue, retryDelayMs: r.retry_delay_ms }));
+    return rows.map((r) => ({
+      id: r.id,
+      attempts: r.attempts,
+      status: r.status,
+      queue: r.queue,
+      retryDelayMs: r.retry_delay_ms,
+    }));
   }
 
-  /** Refreshes `locked_at` of leased jobs; returns the ids whose lease still holds. */
+  /** Refreshes `locked_at` of leased jobs; returns the lease keys ({@link leaseKey}) still held. */
   async heartbeat(pool: pg.Pool, jobs: readonly LeasedJob[], workerId: string): Promise<Set<string>> {
-    const result = await runPrepared<{ id: string }>(pool, this.#get('heartbeat'), [
+    const result = await runPrepared<LeasedJob>(pool, this.#get('heartbeat'), [
       jobs.map((j) => j.id),
       jobs.map((j) => j.attempts),
       workerId,
     ]);
-    return idSet(result);
+    return leaseKeys(result);
   }
 
-  /** Gives leased jobs back to `queued` without charging the attempt; returns the released ids. */
+  /** Gives leased jobs back to `queued` without charging the attempt; returns the released lease keys. */
   async release(pool: pg.Pool, jobs: readonly LeasedJob[], workerId: string): Promise<Set<string>> {
-    const result = await runPrepared<{ id: string }>(pool, this.#get('release'), [
+    const result = await runPrepared<LeasedJob>(pool, this.#get('release'), [
       jobs.map((j) => j.id),
       jobs.map((j) => j.attempts),
       workerId,
       this.channel,
     ]);
-    return idSet(result);
+    return leaseKeys(result);
   }
 
   /**
@@ -495,6 +501,11 @@ export class JobQueries {
   }
 }
 
-function idSet(result: QueryResultLike<{ id: string }>): Set<string> {
-  return new Set(result.rows.map((r) => r.id));
+/** Identifies one attempt of a job: `id#attempts`. */
+export function leaseKey(job: LeasedJob): string {
+  return `${job.id}#${job.attempts}`;
+}
+
+function leaseKeys(result: QueryResultLike<LeasedJob>): Set<string> {
+  return new Set(result.rows.map(leaseKey));
 }

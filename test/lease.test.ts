@@ -1,0 +1,366 @@
+import { once } from 'node:events';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Job, ShutdownError, type Skiplock } from '../src/index.js';
+import { createTestDatabase, type TestDatabase, waitFor } from './support/database.js';
+
+let db: TestDatabase;
+let skiplock: Skiplock;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  skiplock = db.skiplock();
+});
+afterAll(async () => {
+  await db?.close();
+});
+
+const base = { handleSignals: false, pollIntervalMs: 100, sweepIntervalMs: 600_000 } as const;
+
+/** A promise with its resolver, for handlers the test releases by hand. */
+function gate<T = void>() {
+  let open!: (value: T) => void;
+  const opened = new Promise<T>((resolve) => {
+    open = resolve;
+  });
+  return { open, opened };
+}
+
+/** Sweeps now; retries while a worker's own sweep holds the lock. */
+async function sweepNow() {
+  return waitFor(
+    async () => {
+      const result = await skiplock.sweep();
+      return result.locked ? result : undefined;
+    },
+    5000,
+    'the sweep lock',
+  );
+}
+
+async function row(id: string) {
+  const [r] = await db.query(`SELECT status, attempts, locked_by, last_error FROM ${db.jobs} WHERE id = $1`, [
+    id,
+  ]);
+  return r;
+}
+
+describe('lease', () => {
+  it('a late result from a reclaimed lease changes nothing', async () => {
+    const release = gate();
+    const started = gate<Job>();
+    const a = skiplock.worker({
+      ...base,
+      concurrency: 1, // frozen on its one job: it cannot claim the job again itself
+      queues: ['stale'],
+      onSuccess: 'keep',
+      handlers: {
+        work: async (job) => {
+          started.open(job);
+          await release.opened;
+        },
+      },
+    });
+    await a.start();
+    const job = await skiplock.enqueue('work', {}, { queue: 'stale' });
+    await started.opened;
+    // A froze: its lease ages past the visibility timeout and the sweeper reclaims it.
+    await db.query(`UPDATE ${db.jobs} SET locked_at = now() - interval '1 hour' WHERE id = $1`, [job.id]);
+    await sweepNow();
+    expect(await row(job.id)).toMatchObject({
+      status: 'queued',
+      attempts: 1,
+      locked_by: null,
+      last_error: 'reclaimed: visibility timeout',
+    });
+
+    const b = skiplock.worker({
+      ...base,
+      queues: ['stale'],
+      handlers: {
+        work: () => {
+          throw new Error('second attempt failed');
+        },
+      },
+    });
+    await b.start();
+    const [, , outcome] = await once(b, 'job:failure');
+    expect(outcome.status).toBe('queued');
+    const afterB = await row(job.id);
+    expect(afterB).toMatchObject({ status: 'queued', attempts: 2, locked_by: null });
+    expect(afterB?.last_error).toMatch(/second attempt failed/);
+
+    // A wakes up and reports success for attempt 1: fenced out.
+    const stale = once(a, 'job:stale');
+    release.open();
+    const [staleJob] = await stale;
+    expect(staleJob.id).toBe(job.id);
+    expect(await row(job.id)).toEqual(afterB);
+    await Promise.all([a.stop(), b.stop()]);
+  });
+
+  it('heartbeats keep a long job leased past the visibility timeout', async () => {
+    const sweeps: unknown[] = [];
+    const worker = skiplock.worker({
+      ...base,
+      queues: ['long'],
+      visibilityTimeoutMs: 400,
+      heartbeatIntervalMs: 50,
+      sweepIntervalMs: 50,
+      onSuccess: 'keep',
+      handlers: { long: () => new Promise((resolve) => setTimeout(resolve, 1500)) },
+    });
+    worker.on('sweep', (s) => sweeps.push(s));
+    await worker.start();
+    const job = await skiplock.enqueue('long', {}, { queue: 'long' });
+    await once(worker, 'job:success');
+    expect(await row(job.id)).toMatchObject({ status: 'succeeded', attempts: 1 });
+    expect(sweeps).toEqual([]);
+    await worker.stop();
+  });
+
+  it('a heartbeat that finds its lease reclaimed aborts the handler', async () => {
+    const started = gate<AbortSignal>();
+    const worker = skiplock.worker({
+      ...base,
+      concurrency: 1,
+      shutdownTimeoutMs: 100,
+      queues: ['lost'],
+      visibilityTimeoutMs: 60_000,
+      heartbeatIntervalMs: 50,
+      handlers: {
+        lost: (_, { signal }) => {
+          started.open(signal);
+          return new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason)));
+        },
+      },
+    });
+    await worker.start();
+    const job = await skiplock.enqueue('lost', {}, { queue: 'lost' });
+    const signal = await started.opened;
+    const lost = once(worker, 'lease:lost');
+    const stale = once(worker, 'job:stale');
+    await db.query(`UPDATE ${db.jobs} SET locked_at = now() - interval '1 hour' WHERE id = $1`, [job.id]);
+    await sweepNow();
+    const [lostJob] = await lost;
+    expect(lostJob.id).toBe(job.id);
+    expect(signal.aborted).toBe(true);
+    expect((signal.reason as Error).name).toBe('LeaseLostError');
+    await stale;
+    // Stopping gives back any new attempt uncharged, so the row is the sweeper's.
+    await worker.stop();
+    expect(await row(job.id)).toMatchObject({ status: 'queued', attempts: 1, locked_by: null });
+  });
+});
+
+describe('sweeper', () => {
+  it('sends a dead lease out of attempts to the dead letter', async () => {
+    const [inserted] = await db.query<{ id: string }>(
+      `INSERT INTO ${db.jobs} (kind, queue, status, attempts, max_attempts, locked_at)
+       VALUES ('poison', 'sweep', 'running', 3, 3, now() - interval '10 minutes') RETURNING id`,
+    );
+    expect(await sweepNow()).toEqual({ locked: true, requeued: 0, dead: 1 });
+    expect(await row(inserted!.id)).toMatchObject({
+      status: 'dead',
+      attempts: 3,
+      last_error: 'reclaimed: visibility timeout',
+    });
+  });
+
+  it('leaves fresh leases alone and honours each job’s visibility timeout', async () => {
+    const [fresh] = await db.query<{ id: string }>(
+      `INSERT INTO ${db.jobs} (kind, status, attempts, locked_at, visibility_timeout_ms)
+       VALUES ('fresh', 'running', 1, now() - interval '2 seconds', 60000) RETURNING id`,
+    );
+    const [expired] = await db.query<{ id: string }>(
+      `INSERT INTO ${db.jobs} (kind, status, attempts, locked_at, visibility_timeout_ms)
+       VALUES ('expired', 'running', 1, now() - interval '2 seconds', 1000) RETURNING id`,
+    );
+    expect(await sweepNow()).toEqual({ locked: true, requeued: 1, dead: 0 });
+    expect((await row(fresh!.id))?.status).toBe('running');
+    expect((await row(expired!.id))?.status).toBe('queued');
+    await db.query(`DELETE FROM ${db.jobs} WHERE id = $1`, [fresh!.id]);
+  });
+
+  it('runs one sweep at a time: skips while another process holds the lock', async () => {
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [
+        `skiplock:sweep:${skiplock.schema}`,
+      ]);
+      expect(await skiplock.sweep()).toEqual({ locked: false, requeued: 0, dead: 0 });
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+    expect((await sweepNow())?.locked).toBe(true);
+  });
+});
+
+describe('graceful stop', () => {
+  it('lets running handlers finish within the deadline', async () => {
+    const started = gate();
+    const worker = skiplock.worker({
+      ...base,
+      queues: ['finish'],
+      onSuccess: 'keep',
+      shutdownTimeoutMs: 10_000,
+      handlers: {
+        finish: async () => {
+          started.open();
+          await new Promise((resolve) => setTimeout(resolve, 200));
+        },
+      },
+    });
+    await worker.start();
+    const job = await skiplock.enqueue('finish', {}, { queue: 'finish' });
+    await started.opened;
+    await worker.stop();
+    expect(await row(job.id)).toMatchObject({ status: 'succeeded', attempts: 1 });
+  });
+
+  it('aborts handlers past the deadline and gives their jobs back without charging the attempt', async () => {
+    const started = gate<AbortSignal>();
+    const worker = skiplock.worker({
+      ...base,
+      queues: ['abort'],
+      shutdownTimeoutMs: 100,
+      handlers: {
+        stuck: (_, { signal }) => {
+          started.open(signal);
+          return new Promise(() => {}); // uncooperative: never settles
+        },
+      },
+    });
+    const released: Job[] = [];
+    worker.on('job:released', (j) => released.push(j));
+    await worker.start();
+    const job = await skiplock.enqueue('stuck', {}, { queue: 'abort' });
+    const signal = await started.opened;
+    await worker.stop();
+    expect(signal.aborted).toBe(true);
+    expect(signal.reason).toBeInstanceOf(ShutdownError);
+    expect(released.map((j) => j.id)).toEqual([job.id]);
+    expect(await row(job.id)).toMatchObject({ status: 'queued', attempts: 0, locked_by: null });
+  });
+
+  it('claims nothing after stop', async () => {
+    let ran = 0;
+    const worker = skiplock.worker({ ...base, queues: ['after-stop'], handlers: { x: () => void ran++ } });
+    await worker.start();
+    await worker.stop();
+    const job = await skiplock.enqueue('x', {}, { queue: 'after-stop' });
+    // The LISTEN connection is closed and the loops ended: the job stays queued.
+    expect(await row(job.id)).toMatchObject({ status: 'queued', attempts: 0 });
+    expect(ran).toBe(0);
+    expect(worker.activeCount).toBe(0);
+  });
+});
+
+describe('failures', () => {
+  it('records a readable last_error for anything thrown, and keeps the worker running', async () => {
+    const thrown: Record<string, unknown> = {
+      str: 'plain string',
+      undef: undefined,
+      obj: { code: 42, detail: 'object' },
+      nul: new Error('has \u0000 NUL'),
+    };
+    const worker = skiplock.worker({
+      ...base,
+      queues: ['throws'],
+      handlers: {
+        throws: (job) => {
+          throw thrown[(job.payload as { key: string }).key];
+        },
+      },
+    });
+    await worker.start();
+    const jobs = await skiplock.enqueueMany(
+      Object.keys(thrown).map((key) => ({ kind: 'throws', payload: { key }, queue: 'throws' })),
+    );
+    await waitFor(async () => {
+      const rows = await db.query(
+        `SELECT count(*)::int AS n FROM ${db.jobs} WHERE queue = 'throws' AND last_error IS NOT NULL`,
+      );
+      return rows[0]?.n === 4;
+    });
+    const errors = await db.query<{
+      payload: { key: string };
+      last_error: string;
+      status: string;
+      attempts: number;
+    }>(
+      `SELECT payload, last_error, status, attempts FROM ${db.jobs} WHERE id = ANY($1::bigint[]) ORDER BY id`,
+      [jobs.map((j) => j.id)],
+    );
+    const byKey = Object.fromEntries(errors.map((e) => [e.payload.key, e]));
+    expect(byKey.str?.last_error).toBe('plain string');
+    expect(byKey.undef?.last_error).toBe('handler threw undefined (not an Error)');
+    expect(byKey.obj?.last_error).toBe("handler threw a non-Error value: { code: 42, detail: 'object' }");
+    expect(byKey.nul?.last_error).toMatch(/^Error: has \\u0000 NUL/);
+    for (const e of errors) expect(e).toMatchObject({ status: 'queued', attempts: 1 });
+    await worker.stop();
+  });
+
+  it('fails a job of an unknown kind (retryable), naming the kind', async () => {
+    const worker = skiplock.worker({ ...base, queues: ['unknown'], handlers: { known: () => {} } });
+    await worker.start();
+    const job = await skiplock.enqueue('mystery', {}, { queue: 'unknown' });
+    const [, error, outcome] = await once(worker, 'job:failure');
+    expect(outcome.status).toBe('queued');
+    expect(error).toContain('no handler for kind "mystery"');
+    expect(await row(job.id)).toMatchObject({ status: 'queued', attempts: 1 });
+    await worker.stop();
+  });
+
+  it('cuts off a handler that never settles at jobTimeoutMs and frees its slot', async () => {
+    const ran: string[] = [];
+    const worker = skiplock.worker({
+      ...base,
+      queues: ['timeout'],
+      concurrency: 1,
+      jobTimeoutMs: 100,
+      handlers: {
+        hang: () => new Promise(() => {}),
+        quick: () => void ran.push('quick'),
+      },
+    });
+    await worker.start();
+    const hung = await skiplock.enqueue('hang', {}, { queue: 'timeout', priority: 10 });
+    await skiplock.enqueue('quick', {}, { queue: 'timeout' });
+    const [, error, outcome] = await once(worker, 'job:failure');
+    expect(error).toMatch(/^JobTimeoutError: job timed out after 100 ms/);
+    expect(outcome.status).toBe('queued');
+    await waitFor(() => ran.length === 1, 5000, 'the quick job after the timeout');
+    expect(await row(hung.id)).toMatchObject({ status: 'queued', attempts: 1 });
+    await worker.stop();
+  });
+});
+
+describe('success policies', () => {
+  it.each(['keep', 'archive'] as const)('%s', async (onSuccess) => {
+    const queue = `policy-${onSuccess}`;
+    const worker = skiplock.worker({ ...base, queues: [queue], onSuccess, handlers: { p: () => {} } });
+    await worker.start();
+    const job = await skiplock.enqueue('p', { v: onSuccess }, { queue });
+    await once(worker, 'job:success');
+    const hot = await row(job.id);
+    const [archived] = await db.query(
+      `SELECT status, attempts, payload, finished_at IS NOT NULL AS finished FROM ${db.jobs.replace(/jobs$/, 'jobs_archive')} WHERE id = $1`,
+      [job.id],
+    );
+    if (onSuccess === 'keep') {
+      expect(hot).toMatchObject({ status: 'succeeded', attempts: 1, locked_by: null });
+      expect(archived).toBeUndefined();
+    } else {
+      expect(hot).toBeUndefined();
+      expect(archived).toEqual({
+        status: 'succeeded',
+        attempts: 1,
+        payload: { v: 'archive' },
+        finished: true,
+      });
+    }
+    await worker.stop();
+  });
+});

@@ -1,0 +1,222 @@
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Skiplock, ValidationError } from '../src/index.js';
+import { createTestDatabase, TEST_SCHEMA, type TestDatabase, waitFor } from './support/database.js';
+
+let db: TestDatabase;
+let skiplock: Skiplock;
+let listener: pg.Client;
+const notifications: string[] = [];
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  skiplock = db.skiplock();
+  listener = new pg.Client({ connectionString: db.url });
+  await listener.connect();
+  listener.on('notification', (n) => notifications.push(n.payload ?? ''));
+  await listener.query(`LISTEN "skiplock:${TEST_SCHEMA.replaceAll('"', '""')}"`);
+});
+afterAll(async () => {
+  await listener?.end();
+  await db?.close();
+});
+
+async function countJobs(): Promise<number> {
+  const [row] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${db.jobs}`);
+  return row!.n;
+}
+
+/** A marker notification sent after the event under test: everything before it was delivered. */
+async function flushNotifications(): Promise<unknown[]> {
+  const marker = `marker-${Math.random()}`;
+  await db.query(`SELECT pg_notify($1, $2)`, [`skiplock:${TEST_SCHEMA}`, marker]);
+  await waitFor(() => notifications.includes(marker), 5000, 'marker notification');
+  return notifications
+    .splice(0)
+    .filter((n) => n !== marker)
+    .map((n) => JSON.parse(n));
+}
+
+describe('enqueue', () => {
+  it('inserts with the defaults of the guide and returns the job', async () => {
+    await flushNotifications();
+    const job = await skiplock.enqueue('send_invoice_email', { orderId: 42 });
+    expect(job).toMatchObject({
+      kind: 'send_invoice_email',
+      queue: 'default',
+      payload: { orderId: 42 },
+      priority: 0,
+      attempts: 0,
+      maxAttempts: 20,
+    });
+    expect(job.id).toMatch(/^[1-9][0-9]*$/);
+    const [row] = await db.query(
+      `SELECT status, locked_at, last_error, run_at <= now() AS due FROM ${db.jobs} WHERE id = $1`,
+      [job.id],
+    );
+    expect(row).toEqual({ status: 'queued', locked_at: null, last_error: null, due: true });
+    expect(await flushNotifications()).toEqual([{ queue: 'default', delayMs: 0 }]);
+  });
+
+  it("commits with the caller's transaction and wakes on commit only", async () => {
+    await flushNotifications();
+    const before = await countJobs();
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      const job = await skiplock.enqueue('in_tx', { a: 1 }, { client, queue: 'tx' });
+      // Not visible outside, and nobody woken, before COMMIT.
+      expect(await skiplock.getJob(job.id)).toBeUndefined();
+      expect(await flushNotifications()).toEqual([]);
+      await client.query('COMMIT');
+      expect((await skiplock.getJob(job.id))?.status).toBe('queued');
+      expect(await flushNotifications()).toEqual([{ queue: 'tx', delayMs: 0 }]);
+    } finally {
+      client.release();
+    }
+    expect(await countJobs()).toBe(before + 1);
+  });
+
+  it('leaves nothing and wakes nobody when the transaction rolls back', async () => {
+    await flushNotifications();
+    const before = await countJobs();
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await skiplock.enqueue('rolled_back', {}, { client });
+      await skiplock.enqueueMany([{ kind: 'rolled_back', payload: {} }], { client });
+      await client.query('ROLLBACK');
+    } finally {
+      client.release();
+    }
+    expect(await countJobs()).toBe(before);
+    expect(await flushNotifications()).toEqual([]);
+  });
+
+  it('schedules with delayMs and runAt on the database clock', async () => {
+    const delayed = await skiplock.enqueue('later', {}, { delayMs: 60_000 });
+    const [row] = await db.query<{ secs: number }>(
+      `SELECT EXTRACT(EPOCH FROM run_at - now())::float8 AS secs FROM ${db.jobs} WHERE id = $1`,
+      [delayed.id],
+    );
+    expect(row!.secs).toBeGreaterThan(58);
+    expect(row!.secs).toBeLessThanOrEqual(60);
+    const at = new Date('2030-01-02T03:04:05.678Z');
+    const scheduled = await skiplock.enqueue(
+      'later',
+      {},
+      { runAt: at, priority: -5, maxAttempts: 3, queue: 'sched' },
+    );
+    expect(scheduled.runAt.toISOString()).toBe(at.toISOString());
+    expect(scheduled).toMatchObject({ priority: -5, maxAttempts: 3, queue: 'sched' });
+  });
+
+  it('notifies the delay of future jobs so workers can set a timer', async () => {
+    await flushNotifications();
+    await skiplock.enqueue('later', {}, { queue: 'future', delayMs: 30_000 });
+    const [parsed] = (await flushNotifications()) as { queue: string; delayMs: number }[];
+    expect(parsed!.queue).toBe('future');
+    expect(parsed!.delayMs).toBeGreaterThan(29_000);
+    expect(parsed!.delayMs).toBeLessThanOrEqual(30_000);
+  });
+
+  it('stores names as data: quotes, SQL and unicode round-trip', async () => {
+    const names = [`it's "quoted"`, "'); DROP TABLE jobs; --", '큐 🚀', ' spaced ', '\\backslash'];
+    for (const name of names) {
+      const job = await skiplock.enqueue(name, { name }, { queue: name });
+      const read = await skiplock.getJob(job.id);
+      expect(read?.kind).toBe(name);
+      expect(read?.queue).toBe(name);
+      expect(read?.payload).toEqual({ name });
+    }
+  });
+});
+
+describe('enqueueMany', () => {
+  it('inserts all jobs in one statement, in input order', async () => {
+    const jobs = await skiplock.enqueueMany(
+      Array.from({ length: 50 }, (_, i) => ({
+        kind: `k${i % 3}`,
+        payload: { i },
+        queue: 'many',
+        priority: i % 5,
+      })),
+    );
+    expect(jobs.map((j) => (j.payload as { i: number }).i)).toEqual(Array.from({ length: 50 }, (_, i) => i));
+    expect(jobs.map((j) => j.priority)).toEqual(Array.from({ length: 50 }, (_, i) => i % 5));
+    const ids = jobs.map((j) => BigInt(j.id));
+    expect([...ids].sort((a, b) => (a < b ? -1 : 1))).toEqual(ids);
+  });
+
+  it('inserts nothing when any item is invalid, naming the item and field', async () => {
+    const before = await countJobs();
+    const attempt = skiplock.enqueueMany([
+      { kind: 'ok', payload: {} },
+      { kind: 'ok', payload: {}, delayMs: -1 },
+    ]);
+    await expect(attempt).rejects.toMatchObject({ name: 'ValidationError', field: 'jobs[1].delayMs' });
+    expect(await countJobs()).toBe(before);
+  });
+
+  it('returns [] for an empty list', async () => {
+    expect(await skiplock.enqueueMany([])).toEqual([]);
+  });
+});
+
+describe('bad input (SPEC §9)', () => {
+  const circular: Record<string, unknown> = {};
+  circular.self = circular;
+  const cases: [string, () => Promise<unknown>, string][] = [
+    ['unknown option', () => skiplock.enqueue('k', {}, { queues: 'x' } as never), 'options.queues'],
+    ['BigInt payload', () => skiplock.enqueue('k', { n: 1n }), 'payload.n'],
+    ['circular payload', () => skiplock.enqueue('k', circular), 'payload.self'],
+    ['undefined inside payload', () => skiplock.enqueue('k', { u: undefined }), 'payload.u'],
+    ['function payload', () => skiplock.enqueue('k', { f: () => 1 }), 'payload.f'],
+    ['NaN in payload', () => skiplock.enqueue('k', [Number.NaN]), 'payload[0]'],
+    ['NUL in payload string', () => skiplock.enqueue('k', { s: 'a\u0000b' }), 'payload.s'],
+    ['lone surrogate', () => skiplock.enqueue('k', { s: '\ud800' }), 'payload.s'],
+    ['Date in payload', () => skiplock.enqueue('k', { at: new Date() }), 'payload.at'],
+    ['maxAttempts 0', () => skiplock.enqueue('k', {}, { maxAttempts: 0 }), 'options.maxAttempts'],
+    ['maxAttempts 1.5', () => skiplock.enqueue('k', {}, { maxAttempts: 1.5 }), 'options.maxAttempts'],
+    ['negative delayMs', () => skiplock.enqueue('k', {}, { delayMs: -1 }), 'options.delayMs'],
+    ['NaN delayMs', () => skiplock.enqueue('k', {}, { delayMs: Number.NaN }), 'options.delayMs'],
+    ['fractional priority', () => skiplock.enqueue('k', {}, { priority: 0.5 }), 'options.priority'],
+    ['priority beyond int', () => skiplock.enqueue('k', {}, { priority: 2 ** 31 }), 'options.priority'],
+    ['invalid date', () => skiplock.enqueue('k', {}, { runAt: new Date('nope') }), 'options.runAt'],
+    ['runAt and delayMs', () => skiplock.enqueue('k', {}, { runAt: new Date(), delayMs: 5 }), 'delayMs'],
+    ['empty kind', () => skiplock.enqueue('', {}), 'kind'],
+    ['NUL in kind', () => skiplock.enqueue('a\u0000', {}), 'kind'],
+    ['empty queue', () => skiplock.enqueue('k', {}, { queue: '' }), 'queue'],
+    ['non-string queue', () => skiplock.enqueue('k', {}, { queue: 5 as never }), 'queue'],
+    ['client without query', () => skiplock.enqueue('k', {}, { client: {} as never }), 'options.client'],
+  ];
+  it.each(cases)('%s → ValidationError naming %s; nothing inserted', async (_, call, field) => {
+    const before = await countJobs();
+    const error = await call().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(ValidationError);
+    expect((error as ValidationError).field).toBe(field);
+    expect((error as ValidationError).code).toBe('VALIDATION');
+    expect((error as ValidationError).message).toContain(field);
+    expect(await countJobs()).toBe(before);
+  });
+});
+
+describe('plain SQL insert', () => {
+  it('is picked up at once by a worker (NOTIFY trigger), not by the slow poll', async () => {
+    let ran: unknown;
+    const worker = skiplock.worker({
+      handleSignals: false,
+      pollIntervalMs: 600_000,
+      queues: ['psql'],
+      handlers: { from_psql: (job) => void (ran = job.payload) },
+    });
+    await worker.start();
+    await db.query(`INSERT INTO ${db.jobs} (kind, queue, payload) VALUES ('from_psql', 'psql', '{"x": 1}')`);
+    await waitFor(() => ran, 5000, 'the plain-SQL job to run');
+    expect(ran).toEqual({ x: 1 });
+    await worker.stop();
+  });
+});
