@@ -119,7 +119,16 @@ export class WorkerProcess {
   }
 
   send(message: ParentMessage): void {
-    this.child.send(message);
+    if (this.alive && this.child.connected) this.child.send(message);
+  }
+
+  /** From now on, every blocked handler of this process is told to finish successfully. */
+  autoFinish(): this {
+    for (const m of this.reported('started')) this.send({ type: 'finish', id: m.id, outcome: 'ok' });
+    this.#listeners.add((m) => {
+      if (m.type === 'started') this.send({ type: 'finish', id: m.id, outcome: 'ok' });
+    });
+    return this;
   }
 
   kill(signal: NodeJS.Signals): void {
