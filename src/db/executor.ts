@@ -112,6 +112,12 @@ export async function withTransaction<T>(
     throw translateError(error);
   }
   let broken: unknown;
+  // A checked-out client whose connection dies between statements emits 'error';
+  // unheard, that would crash the process. The failing statement reports it instead.
+  const onError = (error: Error) => {
+    broken = error;
+  };
+  client.on('error', onError);
   try {
     await client.query('BEGIN');
     await client.query("SELECT pg_catalog.set_config('idle_in_transaction_session_timeout', $1, true)", [
@@ -128,6 +134,7 @@ export async function withTransaction<T>(
     }
     throw translateError(error);
   } finally {
+    client.off('error', onError);
     client.release(broken instanceof Error ? broken : undefined);
   }
 }
