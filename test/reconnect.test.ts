@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Skiplock, type SkiplockError } from '../src/index.js';
+import { type Job, Skiplock, type SkiplockError } from '../src/index.js';
 import { createTestDatabase, TEST_SCHEMA, type TestDatabase, waitFor } from './support/database.js';
 import { startTestServer, type TestServer } from './support/pg-server.js';
 
@@ -87,7 +87,7 @@ describe('server restart mid-run', () => {
     await waitFor(() => errors.length > 0, 10_000, 'the worker to notice the server is gone');
     await server.start();
 
-    const after = await waitFor(
+    const after = await waitFor<Job[] | undefined>(
       () =>
         skiplock
           .enqueueMany(Array.from({ length: 20 }, () => ({ kind: 'work', payload: {}, queue: 'restart' })))

@@ -84,7 +84,7 @@ export async function waitFor<T>(
   for (;;) {
     try {
       const value = await check();
-      if (value) return value;
+      if (value) return value as Exclude<T, undefined | null | false | 0 | ''>;
     } catch (error) {
       last = error;
     }
