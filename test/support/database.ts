@@ -78,7 +78,7 @@ export async function waitFor<T>(
   check: () => T | Promise<T>,
   timeoutMs = 10_000,
   what = 'condition',
-): Promise<T> {
+): Promise<Exclude<T, undefined | null | false | 0 | ''>> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {
