@@ -52,6 +52,20 @@ export function collect(value: string, previous: string[] | undefined): string[]
   return [...(previous ?? []), value];
 }
 
+/**
+ * A repeatable option whose every value must be one of `choices`
+ * (`--status dead --status failed`); a bad value is a usage error naming the flag.
+ */
+export function repeatableChoice(flags: string, description: string, choices: readonly string[]): Option {
+  const option = new Option(flags, `${description} (repeatable)`).choices(choices);
+  return option.argParser((value: string, previous: string[] | undefined) => {
+    if (!choices.includes(value)) {
+      throw new InvalidArgumentError(`Allowed choices are ${choices.join(', ')}.`);
+    }
+    return collect(value, previous);
+  });
+}
+
 /** An option whose value must be one of `choices` (commander reports the flag and the choices). */
 export function choice(flags: string, description: string, choices: readonly string[]): Option {
   return new Option(flags, description).choices(choices);

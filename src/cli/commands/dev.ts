@@ -50,10 +50,13 @@ export function devCommand(): Command {
       process.stderr.write(
         'skiplock: press Ctrl-C to leave (the server stops if no other process uses it)\n',
       );
+      // Signal listeners do not keep Node running; this timer does, until a signal comes.
+      const keepAlive = setInterval(() => {}, 2 ** 30);
       await new Promise<void>((resolve) => {
         process.once('SIGINT', () => resolve());
         process.once('SIGTERM', () => resolve());
       });
+      clearInterval(keepAlive);
       await server.release();
     });
 }

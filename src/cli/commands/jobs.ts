@@ -9,10 +9,10 @@ import {
   addConnectionFlags,
   addJsonFlag,
   type ConnectionFlags,
-  choice,
   collect,
   examples,
   integer,
+  repeatableChoice,
 } from '../flags.js';
 import { printJson, printText } from '../output.js';
 import { renderTable } from '../table.js';
@@ -35,11 +35,7 @@ export function jobsCommand(): Command {
     )
     .option('--queue <name>', 'only this queue (repeatable)', collect)
     .option('--kind <kind>', 'only this kind (repeatable)', collect)
-    .addOption(
-      choice('--status <status>', 'only this status (repeatable)', JOB_STATUSES).argParser(
-        (v, prev: string[]) => collect(v, prev),
-      ),
-    )
+    .addOption(repeatableChoice('--status <status>', 'only this status', JOB_STATUSES))
     .option('--limit <n>', 'most jobs shown', integer(1, 100_000), 100);
   addConnectionFlags(list);
   addJsonFlag(list);

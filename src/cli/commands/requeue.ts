@@ -8,9 +8,9 @@ import {
   addConnectionFlags,
   addJsonFlag,
   type ConnectionFlags,
-  choice,
   collect,
   examples,
+  repeatableChoice,
 } from '../flags.js';
 import { printJson, printText } from '../output.js';
 import { UsageError } from '../usage-error.js';
@@ -31,11 +31,7 @@ export function requeueCommand(): Command {
       'Puts dead and failed jobs back to queued with attempts 0, run_at now and last_error cleared. Give job ids and/or filters; --all requeues every dead and failed job.',
     )
     .argument('[ID...]', 'job ids')
-    .addOption(
-      choice('--status <status>', 'only dead or only failed jobs (repeatable)', ['dead', 'failed']).argParser(
-        (v, prev: string[]) => collect(v, prev),
-      ),
-    )
+    .addOption(repeatableChoice('--status <status>', 'only dead or only failed jobs', ['dead', 'failed']))
     .option('--kind <kind>', 'only this kind (repeatable)', collect)
     .option('--queue <name>', 'only this queue (repeatable)', collect)
     .option('--all', 'every dead and failed job, when no id or filter is given');

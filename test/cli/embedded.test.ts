@@ -1,0 +1,62 @@
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { waitFor } from '../support/database.js';
+import { runCli, spawnCli } from './cli-process.js';
+
+// Without --database-url or DATABASE_URL, commands share one embedded server under ./.skiplock.
+let cwd: string;
+const pidFile = () => join(cwd, '.skiplock', 'data', 'postmaster.pid');
+const serverPid = () => Number(readFileSync(pidFile(), 'utf8').split('\n')[0]);
+
+beforeAll(() => {
+  cwd = mkdtempSync(join(tmpdir(), 'skiplock-cli-embedded-'));
+  // As root, the server runs as `postgres`, which must be able to enter the folder (mkdtemp makes it 0700).
+  chmodSync(cwd, 0o755);
+});
+afterAll(async () => {
+  if (existsSync(pidFile())) await runCli(['dev', '--stop'], { cwd });
+  rmSync(cwd, { recursive: true, force: true });
+});
+
+describe('the embedded PostgreSQL', () => {
+  it('is shared by concurrent processes, stopped by the last one, and keeps its data', async () => {
+    // Two processes in a fresh folder at once: one initialises and starts the server, under the lock.
+    const [first, second] = await Promise.all([runCli(['migrate'], { cwd }), runCli(['migrate'], { cwd })]);
+    expect(first!.code, first!.stderr).toBe(0);
+    expect(second!.code, second!.stderr).toBe(0);
+    expect(`${first!.stdout}${second!.stdout}`).toMatch(/migrated to version 1/);
+    expect(`${first!.stdout}${second!.stdout}`).toMatch(/up to date/);
+    // Both left: the last one stopped the server.
+    expect(existsSync(pidFile())).toBe(false);
+
+    const dev = spawnCli(['dev'], { cwd });
+    await dev.waitForOutput(/^postgres:\/\/postgres:\*\*\*\*@127\.0\.0\.1:\d+\/postgres$/m, 90_000);
+    expect(dev.stderr()).toMatch(/embedded PostgreSQL started/);
+    const pid = serverPid();
+
+    // A second process joins the running server instead of starting another.
+    const migrated = await runCli(['migrate', '--json'], { cwd });
+    expect(migrated.code, migrated.stderr).toBe(0);
+    expect(migrated.stderr).toMatch(/embedded PostgreSQL, data in .*\.skiplock, already running/);
+    expect(migrated.stderr).not.toMatch(/:[^*@/]+@127/); // password masked
+    const enqueued = await runCli(['enqueue', 'persisted', '--json'], { cwd });
+    expect(enqueued.code, enqueued.stderr).toBe(0);
+    // They left, but `dev` still uses the server.
+    expect(serverPid()).toBe(pid);
+    expect(existsSync(pidFile())).toBe(true);
+
+    // The last process to leave stops it.
+    dev.child.kill('SIGINT');
+    expect(await dev.exited).toBe(0);
+    await waitFor(() => !existsSync(pidFile()), 30_000, 'the server to stop');
+
+    // A later command starts it again on the same data.
+    const listed = await runCli(['jobs', '--json'], { cwd });
+    expect(listed.code, listed.stderr).toBe(0);
+    expect(listed.stderr).toMatch(/started\)/);
+    expect(JSON.parse(listed.stdout).map((j: { kind: string }) => j.kind)).toEqual(['persisted']);
+    expect(existsSync(pidFile())).toBe(false);
+  });
+});
