@@ -1,0 +1,700 @@
+/**
+ * Hostile input to every public entry: enqueue (kind, payload, options),
+ * enqueueMany, the schema name of `new Skiplock({ schema })`, worker options,
+ * getJob / listJobs / requeue filters. Each call either works and round-trips
+ * exactly (enqueue then getJob: payload deep-equal, kind and queue byte-equal)
+ * or fails with a ValidationError whose `field` names the hostile field, and
+ * leaves the database unchanged. Names are data, never SQL.
+ */
+import fc from 'fast-check';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type JobRecord, Skiplock, ValidationError } from '../../src/index.js';
+import { createTestDatabase, TEST_SCHEMA, type TestDatabase, waitFor } from '../support/database.js';
+
+let db: TestDatabase;
+let skiplock: Skiplock;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  skiplock = db.skiplock();
+});
+afterAll(async () => {
+  await db?.close();
+});
+
+const RUNS = Number(process.env.SKIPLOCK_FUZZ_RUNS ?? 150);
+
+// ---- arbitraries -------------------------------------------------------------------------------
+
+/** Strings that look like SQL, identifiers, escapes or tricky unicode: all must be stored as given. */
+const sqlish = fc.constantFrom(
+  "'; DROP TABLE jobs; --",
+  'x"; DROP TABLE y; --',
+  "Robert'); DELETE FROM skiplock.jobs; --",
+  '$1',
+  '$$ SELECT 1 $$',
+  '\\',
+  "\\'",
+  '%_%',
+  '"',
+  "'",
+  ' ',
+  'default ',
+  'DEFAULT',
+  "E'\\x00'",
+  '\u202egnp.exe',
+  '🙂‍↔️',
+  'İ',
+  '\uFEFF',
+  '\r\n\t',
+  '/* */',
+  '; LISTEN x',
+  'skiplock:skiplock',
+  'a'.repeat(1024),
+  'é'.repeat(512),
+);
+
+/** Any string, including NUL, lone surrogates, and very long ones. */
+const anyString = fc.oneof(
+  sqlish,
+  fc.string({ unit: 'binary', maxLength: 40 }),
+  fc.string({ unit: 'grapheme', maxLength: 40 }),
+  fc.string({ unit: 'binary-ascii', minLength: 1000, maxLength: 1100 }),
+);
+
+/** Whether skiplock must refuse a kind or queue name (SPEC §9: empty, or text PostgreSQL cannot store or index). */
+function badName(value: unknown): boolean {
+  return (
+    typeof value !== 'string' ||
+    value.length === 0 ||
+    value.includes('\u0000') ||
+    !value.isWellFormed() ||
+    Buffer.byteLength(value) > 1024
+  );
+}
+
+const notAString = fc.oneof(
+  fc.constantFrom(null, undefined, 0, 1, true, [], {}, ['x'], Symbol('s'), 10n, () => 'x', new Date(0)),
+  fc.double(),
+);
+
+/** Values a payload must refuse, each at the top or nested. */
+function hostilePayloadValue(): fc.Arbitrary<unknown> {
+  const circular = () => {
+    const o: Record<string, unknown> = { a: 1 };
+    o.self = o;
+    return o;
+  };
+  return fc.oneof(
+    fc.constantFrom<unknown>(
+      10n,
+      () => 1,
+      Symbol('x'),
+      Number.NaN,
+      Number.POSITIVE_INFINITY,
+      Number.NEGATIVE_INFINITY,
+      new Date(0),
+      new Map([[1, 2]]),
+      new Set([1]),
+      /re/,
+      new Uint8Array([1]),
+      'nul\u0000byte',
+      'lone \ud800 surrogate',
+      'lone \udfff',
+      { 'key\u0000': 1 },
+      { '\ud800': 1 },
+      { a: undefined },
+      [1, undefined],
+      // biome-ignore lint/suspicious/noSparseArray: an array hole is the hostile value under test.
+      [1, , 3],
+      new (class Thing {})(),
+    ),
+    fc.constant(null).map(circular),
+  );
+}
+
+/** A JSON payload with one hostile value buried somewhere in it. */
+const hostilePayload = fc
+  .tuple(fc.array(fc.oneof(fc.string(), fc.nat({ max: 3 })), { maxLength: 4 }), hostilePayloadValue())
+  .map(([path, bad]) => {
+    let value: unknown = bad;
+    for (const step of path.reverse()) {
+      value =
+        typeof step === 'number' ? [...Array.from({ length: step }, () => 0), value] : { [step]: value };
+    }
+    return value;
+  });
+
+const jsonPayload = fc.oneof(
+  fc.jsonValue(),
+  fc.jsonValue({ maxDepth: 40 }),
+  fc.constantFrom(
+    { __proto__: null, a: 1 },
+    JSON.parse('{"__proto__": {"polluted": true}}'),
+    { constructor: 'x', toString: 1 },
+    { '': '' },
+    1e308,
+    -1e-308,
+    5e-324,
+    Number.MAX_SAFE_INTEGER + 2,
+    -0,
+    [[[[[[[[[[[]]]]]]]]]]],
+    'x'.repeat(100_000),
+    Array.from({ length: 1000 }, (_, i) => i),
+  ),
+);
+
+/** PostgreSQL's timestamptz range within JavaScript's: 4713-11-24 BC to the largest Date. */
+const PG_MIN_DATE = new Date('-004713-11-24T00:00:00Z');
+const PG_DATE = fc.date({ min: PG_MIN_DATE, max: new Date(8.64e15), noInvalidDate: true });
+
+/** Option values: valid ones, and hostile ones that must be refused. */
+const goodOptions = {
+  priority: fc.integer({ min: -2_147_483_648, max: 2_147_483_647 }),
+  runAt: fc.date({
+    min: new Date('1900-01-01T00:00:00Z'),
+    max: new Date('9999-12-31T00:00:00Z'),
+    noInvalidDate: true,
+  }),
+  delayMs: fc.oneof(fc.constant(0), fc.double({ min: 0, max: 315_360_000_000_000, noNaN: true })),
+  maxAttempts: fc.integer({ min: 1, max: 2_147_483_647 }),
+};
+const badOptions = {
+  priority: fc.oneof(
+    fc.constantFrom<unknown>(
+      1.5,
+      Number.NaN,
+      2 ** 31,
+      -(2 ** 31) - 1,
+      '1',
+      null,
+      1n,
+      Number.POSITIVE_INFINITY,
+    ),
+  ),
+  runAt: fc.constantFrom<unknown>(new Date(Number.NaN), '2020-01-01', 0, null, {}),
+  delayMs: fc.constantFrom<unknown>(-1, -0.5, Number.NaN, Number.POSITIVE_INFINITY, '5', null, 1e300),
+  maxAttempts: fc.constantFrom<unknown>(0, -1, 1.5, 2 ** 31, Number.NaN, '3', null),
+};
+type OptionName = keyof typeof goodOptions;
+const optionNames = Object.keys(goodOptions) as OptionName[];
+
+// ---- checks ------------------------------------------------------------------------------------
+
+/** Equality as JSON means it: -0 is 0, key order does not matter, nothing but JSON values. */
+function jsonEqual(a: unknown, b: unknown): boolean {
+  if (typeof a === 'number' && typeof b === 'number') return a === b;
+  if (a === null || b === null || typeof a !== 'object' || typeof b !== 'object') return a === b;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  if (Array.isArray(a) && Array.isArray(b))
+    return a.length === b.length && a.every((v, i) => jsonEqual(v, b[i]));
+  const ka = Object.keys(a).sort();
+  const kb = Object.keys(b).sort();
+  return (
+    ka.length === kb.length &&
+    ka.every((k, i) => k === kb[i]) &&
+    ka.every((k) => jsonEqual((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k]))
+  );
+}
+
+async function jobCount(): Promise<number> {
+  const [row] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${db.jobs}`);
+  return row!.n;
+}
+
+/** Runs `call`; a throw must be a ValidationError naming one of `fields` (exactly or as a prefix path), and change nothing. */
+async function refusedOrDone<T>(
+  call: () => Promise<T>,
+  fields: string[],
+  mustFail: boolean,
+): Promise<{ ok: true; value: T } | { ok: false; error: ValidationError }> {
+  const before = await jobCount();
+  try {
+    const value = await call();
+    if (mustFail) throw new Error(`expected a ValidationError naming ${fields.join(' or ')}, but it worked`);
+    return { ok: true, value };
+  } catch (error) {
+    if (!(error instanceof ValidationError)) {
+      throw new Error(`expected a ValidationError naming ${fields.join(' or ')}, got ${String(error)}`, {
+        cause: error,
+      });
+    }
+    const named = fields.some(
+      (f) =>
+        error.field === f ||
+        error.field.startsWith(`${f}.`) ||
+        error.field.startsWith(`${f}[`) ||
+        error.field.startsWith(`${f} `),
+    );
+    if (!named)
+      throw new Error(
+        `ValidationError names '${error.field}', expected ${fields.join(' or ')}: ${error.message}`,
+      );
+    expect(await jobCount()).toBe(before);
+    return { ok: false, error };
+  }
+}
+
+function expectRoundTrip(
+  record: JobRecord | undefined,
+  input: {
+    kind: string;
+    payload: unknown;
+    queue?: string;
+    priority?: number;
+    maxAttempts?: number;
+    runAt?: Date;
+  },
+): void {
+  expect(record).toBeDefined();
+  const job = record!;
+  expect(job.kind).toBe(input.kind);
+  expect(Buffer.from(job.kind).equals(Buffer.from(input.kind))).toBe(true);
+  expect(job.queue).toBe(input.queue ?? 'default');
+  if (!jsonEqual(job.payload, input.payload === undefined ? {} : input.payload)) {
+    throw new Error(
+      `payload did not round-trip: ${JSON.stringify(input.payload)} → ${JSON.stringify(job.payload)}`,
+    );
+  }
+  expect(job.priority).toBe(input.priority ?? 0);
+  expect(job.maxAttempts).toBe(input.maxAttempts ?? 20);
+  if (input.runAt) expect(job.runAt.getTime()).toBe(input.runAt.getTime());
+  expect(job.status).toBe('queued');
+  expect(job.attempts).toBe(0);
+}
+
+// ---- properties --------------------------------------------------------------------------------
+
+type Hostility =
+  | { part: 'none' }
+  | { part: 'kind'; value: unknown }
+  | { part: 'queue'; value: unknown }
+  | { part: 'payload'; value: unknown }
+  | { part: 'option'; name: OptionName; value: unknown }
+  | { part: 'unknownOption'; name: string; value: unknown }
+  | { part: 'runAtAndDelay' };
+
+const hostility: fc.Arbitrary<Hostility> = fc.oneof(
+  fc.constant<Hostility>({ part: 'none' }),
+  fc.oneof(anyString, notAString).map((value): Hostility => ({ part: 'kind', value })),
+  fc.oneof(anyString, notAString).map((value): Hostility => ({ part: 'queue', value })),
+  hostilePayload.map((value): Hostility => ({ part: 'payload', value })),
+  fc
+    .constantFrom(...optionNames)
+    .chain((name) => badOptions[name].map((value): Hostility => ({ part: 'option', name, value }))),
+  fc
+    .tuple(
+      fc
+        .string({ minLength: 1 })
+        .filter((k) => !['queue', 'client', ...optionNames].includes(k) && k !== '__proto__'),
+      fc.anything(),
+    )
+    .map(([name, value]): Hostility => ({ part: 'unknownOption', name, value })),
+  fc.constant<Hostility>({ part: 'runAtAndDelay' }),
+);
+
+const validJob = fc.record(
+  {
+    kind: anyString.filter((s) => !badName(s)),
+    payload: fc.oneof(jsonPayload, fc.constant(undefined)),
+    queue: anyString.filter((s) => !badName(s)),
+    priority: goodOptions.priority,
+    runAt: goodOptions.runAt,
+    delayMs: goodOptions.delayMs,
+    maxAttempts: goodOptions.maxAttempts,
+  },
+  { requiredKeys: ['kind', 'payload'] },
+);
+
+interface Case {
+  kind: unknown;
+  payload: unknown;
+  options: Record<string, unknown>;
+  /** Field names the error may carry. */
+  fields: string[];
+  mustFail: boolean;
+}
+
+type ValidJob = typeof validJob extends fc.Arbitrary<infer T> ? T : never;
+
+function buildCase(job: ValidJob, h: Hostility): Case {
+  const { kind, payload, ...rest } = job;
+  const options: Record<string, unknown> = { ...rest };
+  if (options.runAt !== undefined && options.delayMs !== undefined) delete options.delayMs;
+  const c: Case = { kind, payload, options, fields: [], mustFail: false };
+  switch (h.part) {
+    case 'none':
+      break;
+    case 'kind':
+      c.kind = h.value;
+      c.fields = ['kind'];
+      c.mustFail = badName(h.value);
+      break;
+    case 'queue':
+      c.options.queue = h.value;
+      c.fields = ['queue', 'options.queue'];
+      // null and undefined mean the default queue (see the report: null is accepted as 'not given').
+      c.mustFail = h.value === undefined || h.value === null ? false : badName(h.value);
+      break;
+    case 'payload':
+      c.payload = h.value;
+      c.fields = ['payload'];
+      c.mustFail = true;
+      break;
+    case 'option':
+      c.options[h.name] = h.value;
+      if (h.name === 'runAt') delete c.options.delayMs;
+      if (h.name === 'delayMs') delete c.options.runAt;
+      c.fields = [h.name, `options.${h.name}`];
+      c.mustFail = true;
+      break;
+    case 'unknownOption':
+      c.options[h.name] = h.value;
+      c.fields = [h.name, `options.${h.name}`];
+      c.mustFail = true;
+      break;
+    case 'runAtAndDelay':
+      c.options.runAt = new Date();
+      c.options.delayMs = 1;
+      c.fields = ['runAt', 'delayMs', 'options.runAt', 'options.delayMs'];
+      c.mustFail = true;
+      break;
+  }
+  return c;
+}
+
+describe('fuzz: hostile input', () => {
+  it('enqueue either round-trips exactly or refuses with a ValidationError naming the field', async () => {
+    await fc.assert(
+      fc.asyncProperty(validJob, hostility, async (job, h) => {
+        const c = buildCase(job, h);
+        const result = await refusedOrDone(
+          () => skiplock.enqueue(c.kind as string, c.payload, c.options as never),
+          c.fields.length > 0 ? c.fields : ['(none: this input is valid)'],
+          c.mustFail,
+        );
+        if (!result.ok) return;
+        expectRoundTrip(await skiplock.getJob(result.value.id), {
+          kind: c.kind as string,
+          payload: c.payload,
+          ...(c.options as { queue?: string; priority?: number; maxAttempts?: number; runAt?: Date }),
+        });
+      }),
+      { numRuns: RUNS },
+    );
+  });
+
+  it('enqueueMany either round-trips every job in order or refuses naming the item and field', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(validJob, { minLength: 1, maxLength: 6 }),
+        hostility,
+        fc.nat(),
+        async (jobs, h, at) => {
+          const index = at % jobs.length;
+          const cases = jobs.map((job, i) => buildCase(job, i === index ? h : { part: 'none' }));
+          const items = cases.map((c) => ({ kind: c.kind, payload: c.payload, ...c.options }));
+          const bad = cases[index]!;
+          const fields = bad.fields.map((f) => `jobs[${index}].${f.replace(/^options\./, '')}`);
+          const result = await refusedOrDone(
+            () => skiplock.enqueueMany(items as never),
+            fields.length > 0 ? fields : ['(none: this input is valid)'],
+            bad.mustFail,
+          );
+          if (!result.ok) return;
+          expect(result.value).toHaveLength(items.length);
+          const stored = await skiplock.listJobs({ ids: result.value.map((j) => j.id), limit: 100 });
+          expect(stored.map((j) => j.id)).toEqual(result.value.map((j) => j.id));
+          stored.forEach((record, i) => {
+            const c = cases[i]!;
+            expectRoundTrip(record, {
+              kind: c.kind as string,
+              payload: c.payload,
+              ...(c.options as { queue?: string; priority?: number; maxAttempts?: number; runAt?: Date }),
+            });
+          });
+        },
+      ),
+      { numRuns: Math.ceil(RUNS / 2) },
+    );
+  });
+
+  it('any runAt PostgreSQL can hold is stored exactly; an invalid Date is refused as runAt', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.oneof(PG_DATE, fc.constant(new Date(Number.NaN))), async (runAt) => {
+        const result = await refusedOrDone(
+          () => skiplock.enqueue('dated', {}, { runAt }),
+          ['runAt', 'options.runAt'],
+          Number.isNaN(runAt.getTime()),
+        );
+        if (result.ok)
+          expect((await skiplock.getJob(result.value.id))!.runAt.getTime()).toBe(runAt.getTime());
+      }),
+      { numRuns: 3 + Math.ceil(RUNS / 3), examples: [[PG_MIN_DATE], [new Date(8.64e15)], [new Date(0)]] },
+    );
+  });
+
+  // ENGINE BUG 2 (reported): a valid JavaScript Date before 4714-11-24 BC (PostgreSQL's
+  // timestamptz minimum) passes validation and fails in the database with DatabaseError
+  // 22008 instead of ValidationError('runAt'). Remove `.fails` when fixed.
+  it.fails('a Date before PostgreSQL’s minimum is refused as runAt, not by the database', async () => {
+    const result = await refusedOrDone(
+      () => skiplock.enqueue('dated', {}, { runAt: new Date(-8.64e15) }),
+      ['runAt', 'options.runAt'],
+      true,
+    );
+    expect(result.ok).toBe(false);
+  });
+
+  it('queue and kind names are routed as given: a worker on a hostile queue runs its hostile kind', async () => {
+    const name = anyString.filter((s) => !badName(s));
+    await fc.assert(
+      fc.asyncProperty(name, name, fc.jsonValue(), async (queue, kind, payload) => {
+        const seen: { kind: string; queue: string; payload: unknown }[] = [];
+        const worker = skiplock.worker({
+          queues: [queue],
+          handleSignals: false,
+          pollIntervalMs: 100,
+          handlers: {
+            [kind]: (job: { kind: string; queue: string; payload: unknown }) => {
+              seen.push({ kind: job.kind, queue: job.queue, payload: job.payload });
+            },
+          },
+        });
+        await worker.start();
+        try {
+          const job = await skiplock.enqueue(kind, payload, { queue });
+          await waitFor(async () => (await skiplock.getJob(job.id)) === undefined, 10_000, 'the job to run');
+        } finally {
+          await worker.stop();
+        }
+        expect(seen).toHaveLength(1);
+        expect(seen[0]!.kind).toBe(kind);
+        expect(seen[0]!.queue).toBe(queue);
+        expect(jsonEqual(seen[0]!.payload, payload)).toBe(true);
+      }),
+      { numRuns: Math.ceil(RUNS / 10) },
+    );
+  });
+
+  it('worker options are either taken as given or refused naming the option', async () => {
+    const good = {
+      queues: fc.uniqueArray(
+        anyString.filter((s) => !badName(s)),
+        { minLength: 1, maxLength: 3 },
+      ),
+      concurrency: fc.integer({ min: 1, max: 10_000 }),
+      pollIntervalMs: fc.integer({ min: 10, max: 2_147_483_647 }),
+      sweepIntervalMs: fc.integer({ min: 10, max: 2_147_483_647 }),
+      shutdownTimeoutMs: fc.integer({ min: 0, max: 2_147_483_647 }),
+      onSuccess: fc.constantFrom('delete', 'keep', 'archive'),
+      handleSignals: fc.boolean(),
+    };
+    const bad: Record<string, fc.Arbitrary<unknown>> = {
+      queues: fc.constantFrom<unknown>([], [''], ['a\u0000'], 'default', [1], null, ['\ud800']),
+      concurrency: fc.constantFrom<unknown>(0, -1, 1.5, 10_001, Number.NaN, '4', null),
+      batchSize: fc.constantFrom<unknown>(0, 2.5, '1'),
+      pollIntervalMs: fc.constantFrom<unknown>(
+        0,
+        9,
+        -1,
+        Number.NaN,
+        Number.POSITIVE_INFINITY,
+        2 ** 31,
+        '100',
+      ),
+      visibilityTimeoutMs: fc.constantFrom<unknown>(99, -1, Number.NaN, 2 ** 31),
+      heartbeatIntervalMs: fc.constantFrom<unknown>(9, 300_000, 10 ** 9, Number.NaN),
+      sweepIntervalMs: fc.constantFrom<unknown>(0, Number.NaN, null),
+      jobTimeoutMs: fc.constantFrom<unknown>(0, -5, Number.NaN, 'x'),
+      shutdownTimeoutMs: fc.constantFrom<unknown>(-1, Number.NaN),
+      onSuccess: fc.constantFrom<unknown>('DELETE', 'drop', '', null, 1),
+      handleSignals: fc.constantFrom<unknown>('yes', 1, null),
+      workerId: fc.constantFrom<unknown>('', 'x'.repeat(201), 5),
+      handlers: fc.constantFrom<unknown>(null, [], 'x', { job: 'not a function' }, { '': () => {} }),
+      bogusOption: fc.anything(),
+    };
+    const badEntry = fc.constantFrom(...Object.keys(bad)).chain((k) => bad[k]!.map((v) => [k, v] as const));
+    await fc.assert(
+      fc.property(fc.record(good, { requiredKeys: [] }), fc.option(badEntry), (options, hostile) => {
+        const input: Record<string, unknown> = { handlers: { noop: () => {} }, ...options };
+        if (hostile) input[hostile[0]] = hostile[1];
+        let worker: ReturnType<Skiplock['worker']>;
+        try {
+          worker = skiplock.worker(input as never);
+        } catch (error) {
+          if (!(error instanceof ValidationError)) throw error;
+          expect(hostile).not.toBeNull();
+          const [key] = hostile!;
+          const named = error.field === `worker.${key}` || error.field.startsWith(`worker.${key}`);
+          if (!named) throw new Error(`ValidationError names '${error.field}', expected worker.${key}`);
+          return;
+        }
+        if (hostile) throw new Error(`worker accepted ${hostile[0]} = ${String(hostile[1])}`);
+        if (options.queues) expect(worker.options.queues).toEqual(options.queues);
+        if (options.concurrency) expect(worker.options.concurrency).toBe(options.concurrency);
+        if (options.onSuccess) expect(worker.options.onSuccess).toBe(options.onSuccess);
+      }),
+      { numRuns: RUNS * 2 },
+    );
+  });
+
+  const filterCalls = (value: unknown) => [
+    () => skiplock.getJob(value as string),
+    () => skiplock.listJobs({ ids: [value as string] }),
+    () => skiplock.listJobs({ kind: value as string, queue: value as string }),
+    () => skiplock.requeue({ kind: value as string }),
+    () => skiplock.requeue({ queue: [value as string] }),
+    () => skiplock.requeue({ ids: [value as string] }),
+  ];
+
+  it('getJob, listJobs and requeue treat ids and names as data or refuse them', async () => {
+    const kept = await skiplock.enqueue('keep-me', { n: 1 });
+    await fc.assert(
+      fc.asyncProperty(
+        fc.oneof(anyString, notAString).filter((v) => typeof v !== 'string' || !v.includes('\u0000')),
+        async (value) => {
+          const before = await jobCount();
+          for (const call of filterCalls(value)) {
+            try {
+              await call();
+            } catch (error) {
+              if (!(error instanceof ValidationError)) throw error;
+            }
+          }
+          expect(await jobCount()).toBe(before);
+          expect((await skiplock.getJob(kept.id))?.status).toBe('queued');
+        },
+      ),
+      { numRuns: RUNS },
+    );
+  });
+
+  // ENGINE BUG 3 (reported): a kind or queue filter with a NUL character reaches the
+  // database and fails with DatabaseError 22021 instead of a ValidationError naming
+  // `filter.kind` / `filter.queue`, as names given to enqueue are. Remove `.fails` when fixed.
+  it.fails('a NUL character in a listJobs or requeue filter is refused as a ValidationError', async () => {
+    for (const call of filterCalls('a\u0000b')) {
+      try {
+        await call();
+      } catch (error) {
+        if (!(error instanceof ValidationError)) throw error;
+      }
+    }
+  });
+});
+
+describe('fuzz: schema names', () => {
+  async function schemas(): Promise<string[]> {
+    return (await db.query<{ nspname: string }>('SELECT nspname FROM pg_namespace ORDER BY nspname')).map(
+      (r) => r.nspname,
+    );
+  }
+
+  const hostileSchemas: unknown[] = [
+    'x"; DROP TABLE y; --',
+    'y',
+    "'; DROP SCHEMA public CASCADE; --",
+    'Skiplock',
+    'SKIPLOCK',
+    'with space',
+    'select',
+    '"',
+    '""',
+    'a.b',
+    '$1',
+    '🙂',
+    'é'.repeat(27),
+    'x'.repeat(54),
+    'x'.repeat(55),
+    '',
+    'a\u0000b',
+    '\ud800',
+    'public',
+    'pg_x',
+    'pg_temp',
+    'information_schema',
+  ];
+  const schemaName = fc.oneof(
+    fc.constantFrom(...hostileSchemas),
+    fc.string({ unit: 'grapheme', minLength: 1, maxLength: 20 }),
+    fc.string({ unit: 'binary', maxLength: 12 }),
+    notAString,
+  );
+
+  it('a hostile schema name works in its own quoted schema or is refused as schema', async () => {
+    await db.query('CREATE TABLE IF NOT EXISTS public.y (id int)');
+    await db.query('CREATE TABLE IF NOT EXISTS public.witness (id int)');
+    const pool = db.pool;
+    await fc.assert(
+      fc.asyncProperty(schemaName, async (schema) => {
+        // null and undefined mean the default schema; the test's own schema is not ours to drop.
+        fc.pre(schema !== TEST_SCHEMA && schema !== null && schema !== undefined && schema !== 'skiplock');
+        // Names starting with pg_ are BUG 4 (the it.fails below).
+        fc.pre(typeof schema !== 'string' || !schema.startsWith('pg_'));
+        const before = await schemas();
+        let instance: Skiplock;
+        try {
+          instance = new Skiplock({ pool, schema: schema as string });
+        } catch (error) {
+          if (!(error instanceof ValidationError) || error.field !== 'schema') throw error;
+          expect(await schemas()).toEqual(before);
+          return;
+        }
+        try {
+          await instance.migrate();
+          const job = await instance.enqueue('k', { schema });
+          expect((await instance.getJob(job.id))?.payload).toEqual({ schema });
+          const after = await schemas();
+          // Exactly one schema, named byte for byte as given, was added (or it already existed).
+          const added = after.filter((s) => !before.includes(s));
+          expect(added).toEqual(before.includes(schema as string) ? [] : [schema]);
+          const [where] = await db.query<{ schema: string }>(
+            `SELECT n.nspname AS schema FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE c.relname = 'jobs' AND n.nspname = $1`,
+            [schema],
+          );
+          expect(where?.schema).toBe(schema);
+          // Nothing was executed from the name: the witness tables are still there.
+          expect(
+            await db.query("SELECT relname FROM pg_class WHERE relname IN ('y', 'witness') ORDER BY relname"),
+          ).toEqual([{ relname: 'witness' }, { relname: 'y' }]);
+        } finally {
+          await instance.close();
+          if (!before.includes(schema as string)) {
+            await db.query(`DROP SCHEMA IF EXISTS "${(schema as string).replaceAll('"', '""')}" CASCADE`);
+          } else {
+            const q = `"${(schema as string).replaceAll('"', '""')}"`;
+            await db.query(`DROP TABLE IF EXISTS ${q}.jobs, ${q}.jobs_archive, ${q}.migrations CASCADE`);
+            await db.query(`DROP FUNCTION IF EXISTS ${q}.jobs_notify() CASCADE`);
+          }
+        }
+      }),
+      // numRuns counts the examples too.
+      {
+        numRuns: hostileSchemas.length + Math.ceil(RUNS / 5),
+        examples: hostileSchemas.map((schema) => [schema]),
+      },
+    );
+  });
+
+  // ENGINE BUG 4 (reported): a schema name starting with `pg_` (reserved by PostgreSQL) is
+  // accepted by `new Skiplock({ schema })` and fails later in migrate() with DatabaseError
+  // 42939 instead of ValidationError('schema'). Remove `.fails` when fixed.
+  it.fails('a schema name PostgreSQL reserves (pg_…) is refused as schema', async () => {
+    for (const schema of ['pg_x', 'pg_temp']) {
+      let instance: Skiplock;
+      try {
+        instance = new Skiplock({ pool: db.pool, schema });
+      } catch (error) {
+        if (error instanceof ValidationError && error.field === 'schema') continue;
+        throw error;
+      }
+      try {
+        await instance.migrate();
+      } finally {
+        await instance.close();
+      }
+    }
+  });
+});
