@@ -39,7 +39,12 @@ export function durationMs(min: number) {
     .refine((v) => v <= 2_147_483_647, { error: 'must be ≤ 2147483647 (about 24.8 days)' });
 }
 
-/** A valid Date. */
-export const validDate = z.custom<Date>((v) => v instanceof Date && !Number.isNaN(v.getTime()), {
-  error: 'must be a valid Date',
-});
+const MIN_DATE_MS = -62_135_596_800_000; // 0001-01-01T00:00:00Z (Date.UTC maps years 0–99 to 19xx)
+const MAX_DATE_MS = Date.UTC(9999, 11, 31, 23, 59, 59, 999);
+
+/** A valid Date between the years 1 and 9999 (safely inside PostgreSQL's timestamptz range). */
+export const validDate = z
+  .custom<Date>((v) => v instanceof Date && !Number.isNaN(v.getTime()), { error: 'must be a valid Date' })
+  .refine((d) => d.getTime() >= MIN_DATE_MS && d.getTime() <= MAX_DATE_MS, {
+    error: 'must be between the years 1 and 9999',
+  });

@@ -370,7 +370,7 @@ function toNewJob(
   prefix: string,
 ): NewJob {
   assertName(kind, `${prefix}kind`);
-  const queue = options.queue ?? 'default';
+  const queue = options.queue === undefined ? 'default' : options.queue;
   assertName(queue, `${prefix}queue`);
   if (options.runAt !== undefined && options.delayMs !== undefined) {
     throw new ValidationError(`${prefix}delayMs`, 'give runAt or delayMs, not both');

@@ -1,0 +1,157 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SchemaVersionError, Skiplock, ValidationError } from '../src/index.js';
+import { createTestDatabase, TEST_SCHEMA, type TestDatabase } from './support/database.js';
+
+let db: TestDatabase;
+let skiplock: Skiplock;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  skiplock = db.skiplock();
+});
+afterAll(async () => {
+  await db?.close();
+});
+
+async function insert(kind: string, queue: string, status: string, extra = '') {
+  const [row] = await db.query<{ id: string }>(
+    `INSERT INTO ${db.jobs} (kind, queue, status, attempts, last_error, run_at ${extra ? ', finished_at' : ''})
+     VALUES ($1, $2, $3, 5, 'it broke', now() + interval '1 hour' ${extra ? ', now()' : ''}) RETURNING id`,
+    [kind, queue, status],
+  );
+  return row!.id;
+}
+
+describe('requeue', () => {
+  it('puts dead and failed jobs back as the guide does, by kind, queue, status or ids', async () => {
+    const deadEmail = await insert('send_invoice_email', 'rq', 'dead', 'finished');
+    const deadOther = await insert('resize_image', 'rq', 'dead');
+    const failedEmail = await insert('send_invoice_email', 'rq', 'failed');
+    const queuedEmail = await insert('send_invoice_email', 'rq', 'queued');
+
+    expect(await skiplock.requeue({ status: 'dead', kind: 'send_invoice_email', queue: 'rq' })).toBe(1);
+    const [requeued] = await db.query(
+      `SELECT status, attempts, last_error, finished_at, run_at <= now() AS due FROM ${db.jobs} WHERE id = $1`,
+      [deadEmail],
+    );
+    expect(requeued).toEqual({
+      status: 'queued',
+      attempts: 0,
+      last_error: null,
+      finished_at: null,
+      due: true,
+    });
+
+    expect(await skiplock.requeue({ ids: [failedEmail, queuedEmail] })).toBe(1);
+    expect((await skiplock.getJob(failedEmail))?.status).toBe('queued');
+    // A queued job is never touched by requeue.
+    expect(await skiplock.getJob(queuedEmail)).toMatchObject({ status: 'queued', attempts: 5 });
+
+    expect(await skiplock.requeue({ queue: 'rq' })).toBe(1);
+    expect((await skiplock.getJob(deadOther))?.status).toBe('queued');
+    expect(await skiplock.requeue({ queue: 'rq' })).toBe(0);
+  });
+
+  it('refuses a bad filter with a typed error', async () => {
+    await expect(skiplock.requeue({ status: 'running' as never })).rejects.toMatchObject({
+      field: 'filter.status',
+    });
+    await expect(skiplock.requeue({ ids: ['1; DROP TABLE x'] })).rejects.toMatchObject({
+      field: 'filter.ids.0',
+    });
+    await expect(skiplock.requeue({ kinds: 'x' } as never)).rejects.toBeInstanceOf(ValidationError);
+  });
+});
+
+describe('stats and inspection', () => {
+  it('counts per queue and status, with the oldest due job’s age', async () => {
+    await db.query(`DELETE FROM ${db.jobs}`);
+    await db.query(
+      `INSERT INTO ${db.jobs} (kind, queue, run_at) VALUES
+         ('a', 'stats', now() - interval '10 seconds'), ('a', 'stats', now() - interval '2 seconds'),
+         ('a', 'stats', now() + interval '1 hour'), ('b', 'other', now())`,
+    );
+    await db.query(`INSERT INTO ${db.jobs} (kind, queue, status) VALUES ('a', 'stats', 'dead')`);
+    const stats = await skiplock.stats();
+    expect(stats.map(({ queue, status, count }) => ({ queue, status, count }))).toEqual([
+      { queue: 'other', status: 'queued', count: 1 },
+      { queue: 'stats', status: 'dead', count: 1 },
+      { queue: 'stats', status: 'queued', count: 3 },
+    ]);
+    const queued = stats.find((s) => s.queue === 'stats' && s.status === 'queued')!;
+    expect(queued.oldestQueuedAgeMs).toBeGreaterThanOrEqual(10_000);
+    expect(queued.oldestQueuedAgeMs).toBeLessThan(20_000);
+    expect(stats.find((s) => s.status === 'dead')!.oldestQueuedAgeMs).toBeNull();
+  });
+
+  it('lists jobs by filter and reads one by id', async () => {
+    const listed = await skiplock.listJobs({ queue: 'stats', status: ['queued'], limit: 2 });
+    expect(listed).toHaveLength(2);
+    expect(listed.every((j) => j.queue === 'stats' && j.status === 'queued')).toBe(true);
+    expect(BigInt(listed[0]!.id) < BigInt(listed[1]!.id)).toBe(true);
+    const one = await skiplock.getJob(listed[0]!.id);
+    expect(one).toEqual(listed[0]);
+    expect(await skiplock.getJob('999999999')).toBeUndefined();
+    await expect(skiplock.getJob('abc')).rejects.toBeInstanceOf(ValidationError);
+  });
+});
+
+describe('migrations', () => {
+  it('are idempotent', async () => {
+    expect(await skiplock.migrate()).toEqual({ applied: [], version: 1 });
+  });
+
+  it('refuse a database whose schema is newer than the library', async () => {
+    const fresh = await createTestDatabase();
+    try {
+      const s = fresh.skiplock();
+      await fresh.query(
+        `INSERT INTO "${TEST_SCHEMA.replaceAll('"', '""')}".migrations (version, name) VALUES (99, 'future')`,
+      );
+      const error = await s.migrate().catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(SchemaVersionError);
+      expect((error as Error).message).toContain('version 99');
+    } finally {
+      await fresh.close();
+    }
+  });
+
+  it('work in any schema name, quoted, side by side', async () => {
+    const names = ['Mixed Case', 'we"ird; DROP TABLE jobs; --', 'ユニコード'];
+    for (const schema of names) {
+      const s = new Skiplock({ pool: db.pool, schema });
+      await s.migrate();
+      const job = await s.enqueue('k', { schema });
+      expect((await s.getJob(job.id))?.payload).toEqual({ schema });
+      await s.close();
+    }
+    const [row] = await db.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_namespace WHERE nspname = ANY($1)`,
+      [names],
+    );
+    expect(row!.n).toBe(3);
+  });
+
+  it('refuse a schema name that cannot be a channel or identifier', () => {
+    expect(() => new Skiplock({ pool: db.pool, schema: 'x'.repeat(55) })).toThrow(ValidationError);
+    expect(() => new Skiplock({ pool: db.pool, schema: '' })).toThrow(/schema/);
+    expect(() => new Skiplock({ pool: db.pool, schema: 'a\u0000b' })).toThrow(/schema/);
+  });
+});
+
+describe('configuration', () => {
+  it('rejects unknown options and conflicting connections', () => {
+    expect(() => new Skiplock({ pool: db.pool, shcema: 'x' } as never)).toThrow(/shcema: unknown option/);
+    expect(() => new Skiplock({ pool: db.pool, connectionString: db.url })).toThrow(ValidationError);
+  });
+
+  it('closes the pool it made, not the caller’s', async () => {
+    const own = new Skiplock({ connectionString: db.url, schema: TEST_SCHEMA });
+    await own.stats();
+    await own.close();
+    await expect(own.stats()).rejects.toMatchObject({ code: 'CLOSED' });
+    const shared = new Skiplock({ pool: db.pool, schema: TEST_SCHEMA });
+    await shared.close();
+    expect((await db.pool.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
+  });
+});

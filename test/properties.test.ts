@@ -1,0 +1,152 @@
+import fc from 'fast-check';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { BACKOFF_CAP_MS, backoffDelayMs, type Skiplock, ValidationError } from '../src/index.js';
+import { BACKOFF_MAX_EXPONENT } from '../src/job/backoff.js';
+import { createTestDatabase, type TestDatabase } from './support/database.js';
+
+let db: TestDatabase;
+let skiplock: Skiplock;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  skiplock = db.skiplock();
+});
+afterAll(async () => {
+  await db?.close();
+});
+
+async function countJobs(): Promise<number> {
+  const [row] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${db.jobs}`);
+  return row!.n;
+}
+
+describe('backoff rule', () => {
+  it('is finite, ≥ 500 ms, at most the one-hour cap, and within [0.5, 1] of min(2^attempts s, 1 h)', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 1_000_000 }),
+        fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true }),
+        (attempts, r) => {
+          const delay = backoffDelayMs(attempts, r);
+          const base = Math.min(1000 * 2 ** Math.min(attempts, BACKOFF_MAX_EXPONENT), BACKOFF_CAP_MS);
+          expect(Number.isFinite(delay)).toBe(true);
+          expect(delay).toBeGreaterThanOrEqual(500);
+          // The factor is below 1, but 0.5 + r × 0.5 may round up to 1 in floating point.
+          expect(delay).toBeLessThanOrEqual(BACKOFF_CAP_MS);
+          expect(delay).toBeGreaterThanOrEqual(base * 0.5);
+          expect(delay).toBeLessThanOrEqual(base);
+        },
+      ),
+    );
+  });
+
+  it('the SQL computes the same rule on the database clock, for any attempts count', async () => {
+    const worker = 'property-worker';
+    await fc.assert(
+      fc.asyncProperty(fc.integer({ min: 1, max: 100_000 }), async (attempts) => {
+        const [job] = await db.query<{ id: string }>(
+          `INSERT INTO ${db.jobs} (kind, status, attempts, max_attempts, locked_at, locked_by)
+           VALUES ('backoff', 'running', $1, 2147483647, now(), $2) RETURNING id`,
+          [attempts, worker],
+        );
+        const client = await db.pool.connect();
+        try {
+          // now() is fixed per transaction: the delay is exact.
+          await client.query('BEGIN');
+          const [outcome] = await import('../src/db/queries/jobs.js').then(({ JobQueries }) =>
+            new JobQueries(skiplock.schema).fail(
+              db.pool,
+              [{ id: job!.id, attempts, error: 'x', permanent: false }],
+              worker,
+            ),
+          );
+          await client.query('COMMIT');
+          const base = Math.min(1000 * 2 ** Math.min(attempts, BACKOFF_MAX_EXPONENT), BACKOFF_CAP_MS);
+          expect(outcome?.status).toBe('queued');
+          // The statement's own now() to run_at, within clock resolution.
+          expect(outcome!.retryDelayMs).toBeGreaterThanOrEqual(base * 0.5 - 5);
+          expect(outcome!.retryDelayMs).toBeLessThan(base + 5);
+        } finally {
+          client.release();
+          await db.query(`DELETE FROM ${db.jobs} WHERE id = $1`, [job!.id]);
+        }
+      }),
+      { numRuns: 60 },
+    );
+  });
+});
+
+/** What JSON.parse(JSON.stringify(v)) gives: the value as jsonb should read it back. */
+function jsonNormal(value: unknown): unknown {
+  return JSON.parse(JSON.stringify(value));
+}
+
+describe('payload round-trip', () => {
+  it('any JSON value enqueued reads back equal (handlers see what producers sent)', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.jsonValue({ maxDepth: 4 }), async (payload) => {
+        const storable =
+          !JSON.stringify(payload).includes('\\u0000') && JSON.stringify(payload).isWellFormed();
+        if (!storable) {
+          await expect(skiplock.enqueue('roundtrip', payload)).rejects.toBeInstanceOf(ValidationError);
+          return;
+        }
+        const job = await skiplock.enqueue('roundtrip', payload);
+        const read = await skiplock.getJob(job.id);
+        expect(read?.payload).toEqual(jsonNormal(payload));
+        expect(job.payload).toEqual(jsonNormal(payload));
+      }),
+      { numRuns: 200 },
+    );
+  });
+
+  it('strings of any unicode round-trip byte for byte in payload, kind and queue', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.string({ unit: 'grapheme', minLength: 1, maxLength: 40 }), async (text) => {
+        if (text.includes('\u0000')) return;
+        const job = await skiplock.enqueue(text, { text }, { queue: text });
+        const read = await skiplock.getJob(job.id);
+        expect(Buffer.from(read!.kind)).toEqual(Buffer.from(text));
+        expect(Buffer.from(read!.queue)).toEqual(Buffer.from(text));
+        expect(Buffer.from((read!.payload as { text: string }).text)).toEqual(Buffer.from(text));
+      }),
+      { numRuns: 100 },
+    );
+  });
+});
+
+describe('option validation', () => {
+  const option = fc.constantFrom('priority', 'delayMs', 'maxAttempts', 'runAt', 'queue');
+  it('any value either works or throws a ValidationError naming the option, and inserts nothing when it throws', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        option,
+        fc.anything({ withBigInt: true, withDate: true, withNullPrototype: true }),
+        async (name, value) => {
+          const before = await countJobs();
+          const result = await skiplock.enqueue('opt', {}, { [name]: value } as never).then(
+            (job) => ({ job }),
+            (error: unknown) => ({ error }),
+          );
+          if ('error' in result) {
+            expect(result.error).toBeInstanceOf(ValidationError);
+            expect((result.error as ValidationError).field.endsWith(name)).toBe(true);
+            expect(await countJobs()).toBe(before);
+          } else {
+            expect(await countJobs()).toBe(before + 1);
+            const read = await skiplock.getJob(result.job.id);
+            // An option given as undefined takes its default.
+            const defaults: Record<string, unknown> = { priority: 0, maxAttempts: 20, queue: 'default' };
+            if (value === undefined) value = defaults[name];
+            if (name === 'priority') expect(read?.priority).toBe(value);
+            if (name === 'maxAttempts') expect(read?.maxAttempts).toBe(value);
+            if (name === 'queue') expect(read?.queue).toBe(value);
+            if (name === 'runAt' && value !== undefined)
+              expect(read?.runAt.getTime()).toBe((value as Date).getTime());
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+});
