@@ -113,16 +113,19 @@ export function workerCommand(): Command {
       logEvents(worker, logger);
       const started = worker.start();
       const stopped = new Promise<void>((resolve, reject) => {
-        let stopping = false;
+        let stoppingAt: number | undefined;
         const onSignal = (signal: NodeJS.Signals) => {
-          if (stopping) {
+          // The same signal often arrives twice at once (to the process and to its group): only a
+          // later one, a person insisting, forces the exit.
+          if (stoppingAt !== undefined && Date.now() - stoppingAt < 1000) return;
+          if (stoppingAt !== undefined) {
             logger.warn(
               { signal },
               'second signal: exiting now; running jobs come back after the visibility timeout',
             );
             process.exit(1);
           }
-          stopping = true;
+          stoppingAt = Date.now();
           logger.info(
             { signal, running: worker.activeCount, shutdownTimeoutMs: worker.options.shutdownTimeoutMs },
             'stopping: no new claims; running jobs finish or are released',
