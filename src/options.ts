@@ -15,7 +15,15 @@ export function parseOptions<T>(schema: z.ZodType<T>, value: unknown, prefix: st
   const result = schema.safeParse(value === undefined ? {} : value);
   if (result.success) return result.data;
   const issue = result.error.issues[0]!;
-  const path = [prefix, ...issue.path.map(String)].filter((p) => p !== '').join('.');
+  const path = issue.path.reduce<string>(
+    (acc, segment) =>
+      typeof segment === 'number'
+        ? `${acc}[${segment}]`
+        : acc
+          ? `${acc}.${String(segment)}`
+          : String(segment),
+    prefix,
+  );
   if (issue.code === 'unrecognized_keys') {
     const key = issue.keys[0]!;
     throw new ValidationError(path ? `${path}.${key}` : key, 'unknown option');

@@ -121,7 +121,10 @@ const configSchema = z.strictObject({
   connectionString: z.string({ error: 'must be a string' }).min(1, { error: 'must not be empty' }).optional(),
   schema: z.unknown().optional(),
 });
-const stringList = z.union([z.string(), z.array(z.string())], {
+const storableName = z
+  .string({ error: 'must be a string' })
+  .refine((v) => !v.includes('\u0000') && v.isWellFormed(), { error: 'must be valid text without NUL' });
+const stringList = z.union([storableName, z.array(storableName)], {
   error: 'must be a string or an array of strings',
 });
 const idList = z.array(
@@ -182,7 +185,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    */
   constructor(config: SkiplockConfig = {}) {
     const parsed = parseOptions(configSchema, config, '');
-    const schema = parsed.schema ?? DEFAULT_SCHEMA;
+    const schema = parsed.schema === undefined ? DEFAULT_SCHEMA : parsed.schema;
     assertSchemaName(schema);
     this.schema = schema;
     if (parsed.pool && parsed.connectionString) {

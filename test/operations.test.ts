@@ -57,7 +57,7 @@ describe('requeue', () => {
       field: 'filter.status',
     });
     await expect(skiplock.requeue({ ids: ['1; DROP TABLE x'] })).rejects.toMatchObject({
-      field: 'filter.ids.0',
+      field: 'filter.ids[0]',
     });
     await expect(skiplock.requeue({ kinds: 'x' } as never)).rejects.toBeInstanceOf(ValidationError);
   });

@@ -16,7 +16,7 @@ export const MAX_SCHEMA_BYTES = 54;
 
 /**
  * Checks a schema name. Any characters are allowed (the name is always quoted),
- * except NUL and lone surrogates.
+ * except NUL and lone surrogates; the prefix `pg_` is PostgreSQL's.
  *
  * @throws {ValidationError} (field `schema`) when empty, too long or unstorable.
  */
@@ -28,6 +28,8 @@ export function assertSchemaName(schema: unknown): asserts schema is string {
   if (Buffer.byteLength(schema, 'utf8') > MAX_SCHEMA_BYTES) {
     throw new ValidationError('schema', `must be at most ${MAX_SCHEMA_BYTES} bytes of UTF-8`);
   }
+  if (schema.startsWith('pg_'))
+    throw new ValidationError('schema', 'names starting with pg_ are reserved by PostgreSQL');
 }
 
 /** Quotes an identifier the way PostgreSQL's `quote_ident` does: `"` doubled, always quoted. */
