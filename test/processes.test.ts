@@ -27,19 +27,30 @@ function env(queue: string, options: Record<string, unknown> = {}, delayMs = 0) 
 }
 
 async function remaining(queue: string): Promise<number> {
-  const [row] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${db.jobs} WHERE queue = $1`, [queue]);
+  const [row] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${db.jobs} WHERE queue = $1`, [
+    queue,
+  ]);
   return row!.n;
 }
 
 describe('real processes', () => {
   it('four processes never run the same attempt; every job runs exactly once', async () => {
-    const jobs = await skiplock.enqueueMany(Array.from({ length: 2000 }, (_, i) => ({ kind: 'effect', payload: { i }, queue: 'race' })));
-    const workers = await Promise.all(Array.from({ length: 4 }, () => startWorkerProcess(env('race', { concurrency: 10, batchSize: 5 }))));
+    const jobs = await skiplock.enqueueMany(
+      Array.from({ length: 2000 }, (_, i) => ({ kind: 'effect', payload: { i }, queue: 'race' })),
+    );
+    const workers = await Promise.all(
+      Array.from({ length: 4 }, () => startWorkerProcess(env('race', { concurrency: 10, batchSize: 5 }))),
+    );
     await waitFor(async () => (await remaining('race')) === 0, 60_000, 'the queue to drain');
     for (const w of workers) w.kill('SIGTERM');
     // The worker stops gracefully, then re-raises SIGTERM so the process ends as it would have.
     expect(await Promise.all(workers.map(exited))).toEqual(['SIGTERM', 'SIGTERM', 'SIGTERM', 'SIGTERM']);
-    const [stats] = await db.query<{ runs: number; distinct_jobs: number; max_attempts: number; pids: number }>(
+    const [stats] = await db.query<{
+      runs: number;
+      distinct_jobs: number;
+      max_attempts: number;
+      pids: number;
+    }>(
       `SELECT count(*)::int AS runs, count(DISTINCT job_id)::int AS distinct_jobs, max(attempts) AS max_attempts,
               count(DISTINCT pid)::int AS pids
        FROM effects WHERE job_id = ANY($1::bigint[])`,
@@ -49,12 +60,21 @@ describe('real processes', () => {
   });
 
   it('a worker killed with SIGKILL loses no job: its leases are reclaimed and run elsewhere', async () => {
-    const jobs = await skiplock.enqueueMany(Array.from({ length: 200 }, (_, i) => ({ kind: 'effect', payload: { i }, queue: 'crash' })));
-    const options = { concurrency: 10, visibilityTimeoutMs: 1000, heartbeatIntervalMs: 200, sweepIntervalMs: 200 };
+    const jobs = await skiplock.enqueueMany(
+      Array.from({ length: 200 }, (_, i) => ({ kind: 'effect', payload: { i }, queue: 'crash' })),
+    );
+    const options = {
+      concurrency: 10,
+      visibilityTimeoutMs: 1000,
+      heartbeatIntervalMs: 200,
+      sweepIntervalMs: 200,
+    };
     const victim = await startWorkerProcess(env('crash', options, 30));
     // Kill it while it holds leases.
     await waitFor(async () => {
-      const [r] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${db.jobs} WHERE queue = 'crash' AND status = 'running'`);
+      const [r] = await db.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM ${db.jobs} WHERE queue = 'crash' AND status = 'running'`,
+      );
       return r!.n > 0;
     });
     victim.kill('SIGKILL');
@@ -92,7 +112,9 @@ describe('migrations', () => {
         }),
       );
       expect(await Promise.all(children.map(exited))).toEqual(Array(10).fill(0));
-      const rows = await fresh.query(`SELECT version, name FROM "${TEST_SCHEMA.replaceAll('"', '""')}".migrations`);
+      const rows = await fresh.query(
+        `SELECT version, name FROM "${TEST_SCHEMA.replaceAll('"', '""')}".migrations`,
+      );
       expect(rows).toEqual([{ version: 1, name: 'jobs' }]);
     } finally {
       await fresh.close();

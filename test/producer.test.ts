@@ -211,7 +211,11 @@ describe('plain SQL insert', () => {
       handleSignals: false,
       pollIntervalMs: 600_000,
       queues: ['psql'],
-      handlers: { from_psql: (job) => void (ran = job.payload) },
+      handlers: {
+        from_psql: (job) => {
+          ran = job.payload;
+        },
+      },
     });
     await worker.start();
     await db.query(`INSERT INTO ${db.jobs} (kind, queue, payload) VALUES ('from_psql', 'psql', '{"x": 1}')`);

@@ -80,7 +80,9 @@ describe('server restart mid-run', () => {
     let listens = 0;
     worker.on('listen', () => listens++);
     await worker.start();
-    const before = await skiplock.enqueueMany(Array.from({ length: 20 }, () => ({ kind: 'work', payload: {}, queue: 'restart' })));
+    const before = await skiplock.enqueueMany(
+      Array.from({ length: 20 }, () => ({ kind: 'work', payload: {}, queue: 'restart' })),
+    );
     await waitFor(() => before.every((j) => ran.has(j.id)), 10_000, 'jobs before the restart');
 
     await server.stop();
@@ -97,7 +99,9 @@ describe('server restart mid-run', () => {
     );
     await waitFor(() => listens >= 2, 20_000, 'the LISTEN connection to come back');
     await waitFor(() => after.every((j) => ran.has(j.id)), 20_000, 'jobs after the restart');
-    const [left] = (await pool.query(`SELECT count(*)::int AS n FROM "${TEST_SCHEMA.replaceAll('"', '""')}".jobs`)).rows;
+    const [left] = (
+      await pool.query(`SELECT count(*)::int AS n FROM "${TEST_SCHEMA.replaceAll('"', '""')}".jobs`)
+    ).rows;
     expect(left.n).toBe(0);
     expect(errors.every((e) => e.code === 'DATABASE')).toBe(true);
     await worker.stop();
