@@ -42,7 +42,7 @@ export class DemoProgress {
     );
     this.#orders = this.#bars.create(totalOrders, 0, { name: 'orders  ', detail: 'placed' });
     for (const queue of queues) {
-      this.#queues.set(queue, this.#bars.create(0, 0, { name: queue.padEnd(8), detail: '' }));
+      this.#queues.set(queue, this.#bars.create(1, 0, { name: queue.padEnd(8), detail: '' }));
     }
   }
 
