@@ -72,8 +72,6 @@ async function listeningBackends(pool: pg.Pool, appName: string): Promise<number
   return rows[0]!.n;
 }
 
-// Until BUG 1 (below) is fixed, the two scenarios here fail most runs: a worker whose
-// sweep transaction is open when its connection dies exits with an unhandled 'error' event.
 describe('chaos: database restart', () => {
   it('workers survive a server restart, reconnect, wake on NOTIFY and finish every job', async () => {
     const server: TestServer = await startTestServer();
@@ -203,11 +201,10 @@ describe('chaos: connection loss', () => {
 });
 
 describe('chaos: connection lost inside the sweeper transaction', () => {
-  // ENGINE BUG 1 (reported, src/ is not ours to fix): withTransaction (src/db/executor.ts)
-  // checks a client out with pool.connect() and attaches no 'error' listener; pg emits
-  // 'error' on a client whose connection dies, so the process dies with "Unhandled 'error'
-  // event" instead of retrying (SPEC §5). Remove `.fails` when it is fixed.
-  it.fails('a worker survives losing its connection in the middle of a sweep', async () => {
+  // Regression test of engine bug 1: withTransaction checked a client out with pool.connect()
+  // and attached no 'error' listener; pg emits 'error' on a client whose connection dies, so
+  // the process died with "Unhandled 'error' event" instead of retrying (SPEC §5).
+  it('a worker survives losing its connection in the middle of a sweep', async () => {
     const db = await createTestDatabase();
     cleanups.push(() => db.close());
     await createEffectTables(db.pool);

@@ -22,7 +22,7 @@ afterAll(async () => {
   await db?.close();
 });
 
-const RUNS = Number(process.env.SKIPLOCK_FUZZ_RUNS ?? 150);
+const RUNS = Number(process.env.SKIPLOCK_FUZZ_RUNS ?? 200);
 
 // ---- arbitraries -------------------------------------------------------------------------------
 
@@ -144,9 +144,10 @@ const jsonPayload = fc.oneof(
   ),
 );
 
-/** PostgreSQL's timestamptz range within JavaScript's: 4713-11-24 BC to the largest Date. */
-const PG_MIN_DATE = new Date('-004713-11-24T00:00:00Z');
-const PG_DATE = fc.date({ min: PG_MIN_DATE, max: new Date(8.64e15), noInvalidDate: true });
+/** The runAt range skiplock takes (years 1 to 9999, inside PostgreSQL's timestamptz). */
+const MIN_RUN_AT = new Date('0001-01-01T00:00:00.000Z');
+const MAX_RUN_AT = new Date('9999-12-31T23:59:59.999Z');
+const IN_RANGE_DATE = fc.date({ min: MIN_RUN_AT, max: MAX_RUN_AT, noInvalidDate: true });
 
 /** Option values: valid ones, and hostile ones that must be refused. */
 const goodOptions = {
@@ -333,8 +334,8 @@ function buildCase(job: ValidJob, h: Hostility): Case {
     case 'queue':
       c.options.queue = h.value;
       c.fields = ['queue', 'options.queue'];
-      // null and undefined mean the default queue (see the report: null is accepted as 'not given').
-      c.mustFail = h.value === undefined || h.value === null ? false : badName(h.value);
+      // undefined means the default queue; null is refused like any other non-string.
+      c.mustFail = h.value === undefined ? false : badName(h.value);
       break;
     case 'payload':
       c.payload = h.value;
@@ -419,31 +420,30 @@ describe('fuzz: hostile input', () => {
     );
   });
 
-  it('any runAt PostgreSQL can hold is stored exactly; an invalid Date is refused as runAt', async () => {
+  it('any Date between the years 1 and 9999 is stored exactly as runAt; any other is refused as runAt', async () => {
     await fc.assert(
-      fc.asyncProperty(fc.oneof(PG_DATE, fc.constant(new Date(Number.NaN))), async (runAt) => {
+      fc.asyncProperty(fc.oneof(fc.date(), IN_RANGE_DATE), async (runAt) => {
+        const t = runAt.getTime();
         const result = await refusedOrDone(
           () => skiplock.enqueue('dated', {}, { runAt }),
           ['runAt', 'options.runAt'],
-          Number.isNaN(runAt.getTime()),
+          Number.isNaN(t) || t < MIN_RUN_AT.getTime() || t > MAX_RUN_AT.getTime(),
         );
-        if (result.ok)
-          expect((await skiplock.getJob(result.value.id))!.runAt.getTime()).toBe(runAt.getTime());
+        if (result.ok) expect((await skiplock.getJob(result.value.id))!.runAt.getTime()).toBe(t);
       }),
-      { numRuns: 3 + Math.ceil(RUNS / 3), examples: [[PG_MIN_DATE], [new Date(8.64e15)], [new Date(0)]] },
+      {
+        // numRuns counts the examples too.
+        numRuns: 6 + Math.ceil(RUNS / 3),
+        examples: [
+          [MIN_RUN_AT],
+          [MAX_RUN_AT],
+          [new Date(MIN_RUN_AT.getTime() - 1)],
+          [new Date(MAX_RUN_AT.getTime() + 1)],
+          [new Date(-8.64e15)],
+          [new Date(Number.NaN)],
+        ],
+      },
     );
-  });
-
-  // ENGINE BUG 2 (reported): a valid JavaScript Date before 4714-11-24 BC (PostgreSQL's
-  // timestamptz minimum) passes validation and fails in the database with DatabaseError
-  // 22008 instead of ValidationError('runAt'). Remove `.fails` when fixed.
-  it.fails('a Date before PostgreSQL’s minimum is refused as runAt, not by the database', async () => {
-    const result = await refusedOrDone(
-      () => skiplock.enqueue('dated', {}, { runAt: new Date(-8.64e15) }),
-      ['runAt', 'options.runAt'],
-      true,
-    );
-    expect(result.ok).toBe(false);
   });
 
   it('queue and kind names are routed as given: a worker on a hostile queue runs its hostile kind', async () => {
@@ -551,36 +551,34 @@ describe('fuzz: hostile input', () => {
   it('getJob, listJobs and requeue treat ids and names as data or refuse them', async () => {
     const kept = await skiplock.enqueue('keep-me', { n: 1 });
     await fc.assert(
-      fc.asyncProperty(
-        fc.oneof(anyString, notAString).filter((v) => typeof v !== 'string' || !v.includes('\u0000')),
-        async (value) => {
-          const before = await jobCount();
-          for (const call of filterCalls(value)) {
-            try {
-              await call();
-            } catch (error) {
-              if (!(error instanceof ValidationError)) throw error;
-            }
+      fc.asyncProperty(fc.oneof(anyString, notAString), async (value) => {
+        const before = await jobCount();
+        for (const call of filterCalls(value)) {
+          try {
+            await call();
+          } catch (error) {
+            if (!(error instanceof ValidationError)) throw error;
           }
-          expect(await jobCount()).toBe(before);
-          expect((await skiplock.getJob(kept.id))?.status).toBe('queued');
-        },
-      ),
+        }
+        expect(await jobCount()).toBe(before);
+        expect((await skiplock.getJob(kept.id))?.status).toBe('queued');
+      }),
       { numRuns: RUNS },
     );
   });
 
-  // ENGINE BUG 3 (reported): a kind or queue filter with a NUL character reaches the
-  // database and fails with DatabaseError 22021 instead of a ValidationError naming
-  // `filter.kind` / `filter.queue`, as names given to enqueue are. Remove `.fails` when fixed.
-  it.fails('a NUL character in a listJobs or requeue filter is refused as a ValidationError', async () => {
+  // Regression test of engine bug 3: a NUL in a name filter reached the database (DatabaseError 22021).
+  it('a NUL character in a listJobs or requeue filter is refused as a ValidationError', async () => {
+    const before = await jobCount();
     for (const call of filterCalls('a\u0000b')) {
-      try {
-        await call();
-      } catch (error) {
-        if (!(error instanceof ValidationError)) throw error;
-      }
+      const error = await call().then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(ValidationError);
+      expect((error as ValidationError).field).toMatch(/^(id|filter\.(ids|kind|queue))/);
     }
+    expect(await jobCount()).toBe(before);
   });
 });
 
@@ -630,8 +628,6 @@ describe('fuzz: schema names', () => {
       fc.asyncProperty(schemaName, async (schema) => {
         // null and undefined mean the default schema; the test's own schema is not ours to drop.
         fc.pre(schema !== TEST_SCHEMA && schema !== null && schema !== undefined && schema !== 'skiplock');
-        // Names starting with pg_ are BUG 4 (the it.fails below).
-        fc.pre(typeof schema !== 'string' || !schema.startsWith('pg_'));
         const before = await schemas();
         let instance: Skiplock;
         try {
@@ -678,10 +674,8 @@ describe('fuzz: schema names', () => {
     );
   });
 
-  // ENGINE BUG 4 (reported): a schema name starting with `pg_` (reserved by PostgreSQL) is
-  // accepted by `new Skiplock({ schema })` and fails later in migrate() with DatabaseError
-  // 42939 instead of ValidationError('schema'). Remove `.fails` when fixed.
-  it.fails('a schema name PostgreSQL reserves (pg_…) is refused as schema', async () => {
+  // Regression test of engine bug 4: a pg_ schema name passed validation and failed in migrate() (42939).
+  it('a schema name PostgreSQL reserves (pg_…) is refused as schema', async () => {
     for (const schema of ['pg_x', 'pg_temp']) {
       let instance: Skiplock;
       try {
