@@ -1,7 +1,7 @@
-import { once } from 'node:events';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Job, ShutdownError, type Skiplock } from '../src/index.js';
 import { createTestDatabase, type TestDatabase, waitFor } from './support/database.js';
+import { nextEvent } from './support/events.js';
 
 let db: TestDatabase;
 let skiplock: Skiplock;
@@ -82,15 +82,16 @@ describe('lease', () => {
         },
       },
     });
+    const failed = nextEvent(b, 'job:failure');
     await b.start();
-    const [, , outcome] = await once(b, 'job:failure');
+    const [, , outcome] = await failed;
     expect(outcome.status).toBe('queued');
     const afterB = await row(job.id);
     expect(afterB).toMatchObject({ status: 'queued', attempts: 2, locked_by: null });
     expect(afterB?.last_error).toMatch(/second attempt failed/);
 
     // A wakes up and reports success for attempt 1: fenced out.
-    const stale = once(a, 'job:stale');
+    const stale = nextEvent(a, 'job:stale');
     release.open();
     const [staleJob] = await stale;
     expect(staleJob.id).toBe(job.id);
@@ -111,8 +112,9 @@ describe('lease', () => {
     });
     worker.on('sweep', (s) => sweeps.push(s));
     await worker.start();
+    const succeeded = nextEvent(worker, 'job:success');
     const job = await skiplock.enqueue('long', {}, { queue: 'long' });
-    await once(worker, 'job:success');
+    await succeeded;
     expect(await row(job.id)).toMatchObject({ status: 'succeeded', attempts: 1 });
     expect(sweeps).toEqual([]);
     await worker.stop();
@@ -137,8 +139,8 @@ describe('lease', () => {
     await worker.start();
     const job = await skiplock.enqueue('lost', {}, { queue: 'lost' });
     const signal = await started.opened;
-    const lost = once(worker, 'lease:lost');
-    const stale = once(worker, 'job:stale');
+    const lost = nextEvent(worker, 'lease:lost');
+    const stale = nextEvent(worker, 'job:stale');
     await db.query(`UPDATE ${db.jobs} SET locked_at = now() - interval '1 hour' WHERE id = $1`, [job.id]);
     await sweepNow();
     const [lostJob] = await lost;
@@ -305,8 +307,9 @@ describe('failures', () => {
   it('fails a job of an unknown kind (retryable), naming the kind', async () => {
     const worker = skiplock.worker({ ...base, queues: ['unknown'], handlers: { known: () => {} } });
     await worker.start();
+    const failed = nextEvent(worker, 'job:failure');
     const job = await skiplock.enqueue('mystery', {}, { queue: 'unknown' });
-    const [, error, outcome] = await once(worker, 'job:failure');
+    const [, error, outcome] = await failed;
     expect(outcome.status).toBe('queued');
     expect(error).toContain('no handler for kind "mystery"');
     expect(await row(job.id)).toMatchObject({ status: 'queued', attempts: 1 });
@@ -326,9 +329,10 @@ describe('failures', () => {
       },
     });
     await worker.start();
+    const failed = nextEvent(worker, 'job:failure');
     const hung = await skiplock.enqueue('hang', {}, { queue: 'timeout', priority: 10 });
     await skiplock.enqueue('quick', {}, { queue: 'timeout' });
-    const [, error, outcome] = await once(worker, 'job:failure');
+    const [, error, outcome] = await failed;
     expect(error).toMatch(/^JobTimeoutError: job timed out after 100 ms/);
     expect(outcome.status).toBe('queued');
     await waitFor(() => ran.length === 1, 5000, 'the quick job after the timeout');
@@ -342,8 +346,9 @@ describe('success policies', () => {
     const queue = `policy-${onSuccess}`;
     const worker = skiplock.worker({ ...base, queues: [queue], onSuccess, handlers: { p: () => {} } });
     await worker.start();
+    const succeeded = nextEvent(worker, 'job:success');
     const job = await skiplock.enqueue('p', { v: onSuccess }, { queue });
-    await once(worker, 'job:success');
+    await succeeded;
     const hot = await row(job.id);
     const [archived] = await db.query(
       `SELECT status, attempts, payload, finished_at IS NOT NULL AS finished FROM ${db.jobs.replace(/jobs$/, 'jobs_archive')} WHERE id = $1`,

@@ -1,7 +1,7 @@
-import { once } from 'node:events';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PermanentError, type Skiplock } from '../src/index.js';
 import { createTestDatabase, type TestDatabase, waitFor } from './support/database.js';
+import { nextEvent } from './support/events.js';
 
 let db: TestDatabase;
 let skiplock: Skiplock;
@@ -29,12 +29,13 @@ describe('worker', () => {
       },
     });
     await worker.start();
+    const succeeded = nextEvent(worker, 'job:success');
     const job = await skiplock.enqueue(
       'greet',
       { name: 'Ada', n: [1, 2, { x: null }] },
       { queue: 'q-delete' },
     );
-    const [done] = await once(worker, 'job:success');
+    const [done] = await succeeded;
     expect(done.id).toBe(job.id);
     expect(seen).toEqual([
       { payload: { name: 'Ada', n: [1, 2, { x: null }] }, attempts: 1, kind: 'greet', queue: 'q-delete' },
@@ -56,8 +57,9 @@ describe('worker', () => {
       },
     });
     await worker.start();
+    const failed = nextEvent(worker, 'job:failure');
     const job = await skiplock.enqueue('flaky', {}, { queue: 'q-retry', maxAttempts: 2 });
-    const [, , first] = await once(worker, 'job:failure');
+    const [, , first] = await failed;
     expect(first.status).toBe('queued');
     expect(first.retryDelayMs).toBeGreaterThanOrEqual(900);
     expect(first.retryDelayMs).toBeLessThanOrEqual(2000);
@@ -69,9 +71,9 @@ describe('worker', () => {
     expect(row?.attempts).toBe(1);
     expect(row?.last_error).toMatch(/^Error: boom/);
     // Make the retry due now instead of waiting out the backoff.
+    const failedAgain = nextEvent(worker, 'job:failure');
     await db.query(`UPDATE ${db.jobs} SET run_at = now() WHERE id = $1`, [job.id]);
-    worker.emit('listen');
-    const [, , second] = await once(worker, 'job:failure');
+    const [, , second] = await failedAgain;
     expect(second.status).toBe('dead');
     const [dead] = await db.query(
       `SELECT status, attempts, finished_at IS NOT NULL AS finished FROM ${db.jobs} WHERE id = $1`,
@@ -92,8 +94,9 @@ describe('worker', () => {
       },
     });
     await worker.start();
+    const failed = nextEvent(worker, 'job:failure');
     const job = await skiplock.enqueue('nope', {}, { queue: 'q-perm' });
-    const [, , outcome] = await once(worker, 'job:failure');
+    const [, , outcome] = await failed;
     expect(outcome.status).toBe('failed');
     const [row] = await db.query(`SELECT status, attempts, last_error FROM ${db.jobs} WHERE id = $1`, [
       job.id,
