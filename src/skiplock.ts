@@ -17,6 +17,7 @@ import {
   type JobRecord,
   type JobStatus,
   serializePayload,
+  toJob,
 } from './job/job.js';
 import { type SweepResult, sweep as sweepOnce } from './maintenance/sweeper.js';
 import { type MigrateResult, migrate } from './migrations/migrator.js';
@@ -386,20 +387,6 @@ function toNewJob(
     runAt: options.runAt ?? null,
     delayMs: options.delayMs ?? null,
     maxAttempts: options.maxAttempts ?? 20,
-  };
-}
-
-function toJob(record: JobRecord): Job {
-  return {
-    id: record.id,
-    kind: record.kind,
-    queue: record.queue,
-    payload: record.payload,
-    priority: record.priority,
-    runAt: record.runAt,
-    attempts: record.attempts,
-    maxAttempts: record.maxAttempts,
-    createdAt: record.createdAt,
   };
 }
 

@@ -52,6 +52,21 @@ export interface JobRecord<Kind extends string = string, Payload = unknown> exte
   finishedAt: Date | null;
 }
 
+/** The job as handlers and producers see it, without the bookkeeping columns. */
+export function toJob(record: JobRecord): Job {
+  return {
+    id: record.id,
+    kind: record.kind,
+    queue: record.queue,
+    payload: record.payload,
+    priority: record.priority,
+    runAt: record.runAt,
+    attempts: record.attempts,
+    maxAttempts: record.maxAttempts,
+    createdAt: record.createdAt,
+  };
+}
+
 /** Longest queue or kind name, in UTF-8 bytes: it must fit a btree index entry. */
 export const MAX_NAME_BYTES = 1024;
 

@@ -20,7 +20,7 @@ import {
   UnknownKindError,
 } from '../errors.js';
 import { describeFailure } from '../job/failure.js';
-import type { Job, JobRecord } from '../job/job.js';
+import { type Job, type JobRecord, toJob } from '../job/job.js';
 import { sweep } from '../maintenance/sweeper.js';
 import { Completer, type Result } from './completer.js';
 import type { WorkerErrorSource, WorkerEvents } from './events.js';
@@ -194,17 +194,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   #dispatch(jobs: JobRecord[]): void {
     this.emit('claim', jobs.length);
     for (const record of jobs) {
-      const job: Job = {
-        id: record.id,
-        kind: record.kind,
-        queue: record.queue,
-        payload: record.payload,
-        priority: record.priority,
-        runAt: record.runAt,
-        attempts: record.attempts,
-        maxAttempts: record.maxAttempts,
-        createdAt: record.createdAt,
-      };
+      const job = toJob(record);
       const execution: Execution = {
         key: `${job.id}#${job.attempts}`,
         id: job.id,
