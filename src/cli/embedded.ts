@@ -27,6 +27,8 @@ import {
   openSync,
   readdirSync,
   readFileSync,
+  renameSync,
+  rmSync,
   statSync,
   unlinkSync,
   writeFileSync,
@@ -251,18 +253,21 @@ function newState(dir: string): ServerState {
 async function initialise(dir: string, state: ServerState, bin: Binaries, runAs: RunAs | undefined) {
   const data = join(dir, 'data');
   if (runAs) assertReachable(data, runAs);
-  mkdirSync(data, { recursive: true, mode: 0o700 });
+  // Built aside and renamed when complete, so an interrupted first run leaves no half cluster behind.
+  const building = join(dir, `data.init-${process.pid}`);
+  rmSync(building, { recursive: true, force: true });
+  mkdirSync(building, { mode: 0o700 });
   const pwfile = join(dir, `pwfile-${process.pid}`);
   writeFileSync(pwfile, `${state.password}\n`, { mode: 0o600 });
   if (runAs) {
-    chownSync(data, runAs.uid, runAs.gid);
+    chownSync(building, runAs.uid, runAs.gid);
     chownSync(pwfile, runAs.uid, runAs.gid);
   }
   try {
     await run(
       bin.initdb,
       [
-        `--pgdata=${data}`,
+        `--pgdata=${building}`,
         `--username=${state.user}`,
         `--pwfile=${pwfile}`,
         '--auth=scram-sha-256',
@@ -271,15 +276,22 @@ async function initialise(dir: string, state: ServerState, bin: Binaries, runAs:
       ],
       runAs,
     );
+    // Local TCP only: no Unix socket to place, nothing reachable from other hosts.
+    const conf = join(building, 'postgresql.conf');
+    writeFileSync(
+      conf,
+      `${readFileSync(conf, 'utf8')}\n# skiplock embedded server\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = ''\nmax_connections = 200\n`,
+    );
+    rmSync(data, { recursive: true, force: true });
+    renameSync(building, data);
+  } catch (error) {
+    rmSync(building, { recursive: true, force: true });
+    throw new EmbeddedServerError(`could not initialise the embedded PostgreSQL in ${data}`, {
+      cause: error,
+    });
   } finally {
     rmQuiet(pwfile);
   }
-  // Local TCP only: no Unix socket to place, nothing reachable from other hosts.
-  const conf = join(data, 'postgresql.conf');
-  writeFileSync(
-    conf,
-    `${readFileSync(conf, 'utf8')}\n# skiplock embedded server\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = ''\nmax_connections = 200\n`,
-  );
 }
 
 /** Checks that the `postgres` user can reach the data folder (root's home usually is closed). */

@@ -87,6 +87,13 @@ export function demoCommand(): Command {
 }
 
 async function runDemo(flags: DemoFlags): Promise<DemoSummary> {
+  // Ctrl-C (also during start-up): clean up (workers, schema, embedded server) instead of dying with them running.
+  let interrupted: NodeJS.Signals | undefined;
+  const onSignal = (signal: NodeJS.Signals) => {
+    interrupted = signal;
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
   const { url, embedded } = await resolveDatabaseUrl(flags);
   const schema = `skiplock_demo_${Date.now().toString(36)}_${randomBytes(3).toString('hex')}`;
   const pool = new pg.Pool({ connectionString: url, max: 10, application_name: 'skiplock-demo' });
@@ -133,6 +140,7 @@ async function runDemo(flags: DemoFlags): Promise<DemoSummary> {
     const deadline = Date.now() + flags.timeoutMs;
     for (;;) {
       if (producerError) throw producerError;
+      if (interrupted) throw new Error(`interrupted by ${interrupted}; the demo schema is dropped`);
       const queues = await queueProgress(pool, schema);
       progress.update(produced.placed, queues);
       const unfinished = [...queues.values()].reduce((n, q) => n + q.committed - q.finished, 0);
@@ -164,6 +172,8 @@ async function runDemo(flags: DemoFlags): Promise<DemoSummary> {
       visibilityTimeoutMs: flags.visibilityTimeoutMs,
     });
   } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
     progress.stop();
     for (const w of workers)
       if (w.child.exitCode === null && w.child.signalCode === null) w.child.kill('SIGKILL');
