@@ -1,0 +1,34 @@
+-- skiplock: the least privileges of a producer role and a worker role.
+--
+-- Run as the owner of the skiplock schema (the role that ran `skiplock migrate`),
+-- after every migration (GRANT is idempotent), with psql:
+--
+--   psql "$DATABASE_URL" -v ON_ERROR_STOP=1 \
+--        -v schema=skiplock -v producer_role=app_producer -v worker_role=app_worker \
+--        -f sql/grants.sql
+--
+-- The roles must exist (CREATE ROLE app_worker LOGIN PASSWORD '…'). Every name is
+-- an identifier variable (:"name"), so psql quotes it: any schema or role name
+-- works and none is ever executed as SQL. See docs/security.md.
+
+\set ON_ERROR_STOP on
+
+-- Neither role may create, alter or drop anything: no CREATE on the schema,
+-- no ownership. Both may look up objects in it.
+GRANT USAGE ON SCHEMA :"schema" TO :"producer_role", :"worker_role";
+
+-- `migrate()` at start-up only reads the version when the schema is current.
+GRANT SELECT ON TABLE :"schema".migrations TO :"producer_role", :"worker_role";
+
+-- Producer: enqueue (INSERT … RETURNING the job, which needs SELECT on the
+-- returned columns), getJob, listJobs and stats (SELECT). It cannot claim,
+-- complete, fail, requeue, delete or truncate jobs.
+GRANT SELECT, INSERT ON TABLE :"schema".jobs TO :"producer_role";
+
+-- Worker: claim (SELECT … FOR UPDATE SKIP LOCKED, UPDATE), heartbeat, fail,
+-- release, sweep and requeue (UPDATE), complete with onSuccess 'delete'
+-- (DELETE) or 'keep' (UPDATE), enqueue from a handler (INSERT).
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE :"schema".jobs TO :"worker_role";
+
+-- Worker with onSuccess 'archive': the archive insert returns the ids it moved.
+GRANT SELECT, INSERT ON TABLE :"schema".jobs_archive TO :"worker_role";
