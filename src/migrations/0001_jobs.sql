@@ -32,10 +32,12 @@ CREATE INDEX jobs_claim_idx
   ON jobs (queue, priority DESC, run_at)
   WHERE status = 'queued';
 
--- The sweeper scans only running jobs, oldest lease first.
-CREATE INDEX jobs_running_idx
+-- The sweeper scans only leased jobs, oldest lease first. The predicate is on
+-- locked_at, not status, so that result statements (status = 'running' AND
+-- id = ANY(...)) go through the primary key instead of scanning every lease.
+CREATE INDEX jobs_lease_idx
   ON jobs (locked_at)
-  WHERE status = 'running';
+  WHERE locked_at IS NOT NULL;
 
 -- Dead letter and failed jobs, for requeue and inspection by kind.
 CREATE INDEX jobs_finished_idx

@@ -133,7 +133,9 @@ export class JobQueries {
          ORDER BY r.ord
          RETURNING ${JOB_COLUMNS}`,
       ),
-      // The guide's claim: one statement, SKIP LOCKED, priority then age.
+      // The guide's claim: one statement, SKIP LOCKED, priority then age. The
+      // update finds its rows by primary key (= ANY): joining the CTE instead lets
+      // a generic plan, which guesses LIMIT $2 at 10% of the table, hash the whole table.
       claim: statement(
         'claim',
         `WITH picked AS (
@@ -146,7 +148,7 @@ export class JobQueries {
          UPDATE ${t} j
          SET status = 'running', locked_at = now(), attempts = j.attempts + 1,
              locked_by = $3, visibility_timeout_ms = $4
-         FROM picked WHERE j.id = picked.id
+         WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
          RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts, j.created_at`,
       ),
       // Several queues: the same claim over any of them (two shapes, two statements).
@@ -162,14 +164,14 @@ export class JobQueries {
          UPDATE ${t} j
          SET status = 'running', locked_at = now(), attempts = j.attempts + 1,
              locked_by = $3, visibility_timeout_ms = $4
-         FROM picked WHERE j.id = picked.id
+         WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
          RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts, j.created_at`,
       ),
       completeDelete: statement(
         'complete_delete',
         `DELETE FROM ${t} j
          USING unnest($1::bigint[], $2::int[]) AS r(id, attempts)
-         WHERE j.id = r.id AND j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = $3
+         WHERE j.id = ANY($1::bigint[]) AND j.id = r.id AND j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = $3
          RETURNING j.id, j.attempts`,
       ),
       completeKeep: statement(
@@ -177,7 +179,7 @@ export class JobQueries {
         `UPDATE ${t} j
          SET status = 'succeeded', locked_at = NULL, locked_by = NULL, finished_at = now()
          FROM unnest($1::bigint[], $2::int[]) AS r(id, attempts)
-         WHERE j.id = r.id AND j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = $3
+         WHERE j.id = ANY($1::bigint[]) AND j.id = r.id AND j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = $3
          RETURNING j.id, j.attempts`,
       ),
       completeArchive: statement(
@@ -185,7 +187,7 @@ export class JobQueries {
         `WITH done AS (
            DELETE FROM ${t} j
            USING unnest($1::bigint[], $2::int[]) AS r(id, attempts)
-           WHERE j.id = r.id AND j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = $3
+           WHERE j.id = ANY($1::bigint[]) AND j.id = r.id AND j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = $3
            RETURNING j.*
          )
          INSERT INTO ${s}.jobs_archive
@@ -211,7 +213,7 @@ export class JobQueries {
                                               interval '1 hour') * (0.5 + random() * 0.5) END,
              finished_at = CASE WHEN r.permanent OR j.attempts >= j.max_attempts THEN now() END
          FROM unnest($1::bigint[], $2::int[], $3::text[], $4::bool[]) AS r(id, attempts, error, permanent)
-         WHERE j.id = r.id AND j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = $5
+         WHERE j.id = ANY($1::bigint[]) AND j.id = r.id AND j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = $5
          RETURNING j.id, j.attempts, j.status, j.queue,
                    GREATEST(0, EXTRACT(EPOCH FROM j.run_at - now()) * 1000)::float8 AS retry_delay_ms`,
       ),
@@ -219,7 +221,7 @@ export class JobQueries {
         'heartbeat',
         `UPDATE ${t} j SET locked_at = now()
          FROM unnest($1::bigint[], $2::int[]) AS r(id, attempts)
-         WHERE j.id = r.id AND j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = $3
+         WHERE j.id = ANY($1::bigint[]) AND j.id = r.id AND j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = $3
          RETURNING j.id, j.attempts`,
       ),
       // Graceful shutdown gives jobs back without charging the attempt, and
@@ -230,7 +232,7 @@ export class JobQueries {
            UPDATE ${t} j
            SET status = 'queued', locked_at = NULL, locked_by = NULL, attempts = j.attempts - 1, run_at = now()
            FROM unnest($1::bigint[], $2::int[]) AS r(id, attempts)
-           WHERE j.id = r.id AND j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = $3
+           WHERE j.id = ANY($1::bigint[]) AND j.id = r.id AND j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = $3
            RETURNING j.id, j.attempts + 1 AS attempts, j.queue
          ), notified AS (
            SELECT pg_catalog.pg_notify($4, pg_catalog.json_build_object('queue', q.queue, 'delayMs', 0)::text)
@@ -254,7 +256,7 @@ export class JobQueries {
            SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'queued' END,
                locked_at = NULL, locked_by = NULL, last_error = 'reclaimed: visibility timeout',
                finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END
-           FROM expired WHERE j.id = expired.id
+           WHERE j.id = ANY(ARRAY(SELECT id FROM expired))
            RETURNING j.id, j.queue, j.status
          ), notified AS (
            SELECT pg_catalog.pg_notify($3, pg_catalog.json_build_object('queue', q.queue, 'delayMs', 0)::text)
