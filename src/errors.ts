@@ -90,6 +90,20 @@ export class PermanentError extends SkiplockError {
   }
 }
 
+/**
+ * Whether a thrown value is a {@link PermanentError}, also one from another copy
+ * of this module (a handlers file loaded through tsx, a second install), which
+ * `instanceof` does not recognise: by its name and stable code.
+ */
+export function isPermanentError(error: unknown): boolean {
+  if (error instanceof PermanentError) return true;
+  return (
+    error instanceof Error &&
+    error.name === 'PermanentError' &&
+    (error as { code?: unknown }).code === 'PERMANENT'
+  );
+}
+
 /** The reason given to a handler's AbortSignal when its worker shuts down. */
 export class ShutdownError extends SkiplockError {
   constructor() {

@@ -127,3 +127,27 @@ describe('worker', () => {
     await worker.stop();
   });
 });
+
+describe('PermanentError from another copy of the module', () => {
+  it('is recognised by name and code', async () => {
+    class PermanentError extends Error {
+      readonly code = 'PERMANENT';
+      override name = 'PermanentError';
+    }
+    const worker = skiplock.worker({
+      ...fast,
+      queues: ['q-perm-copy'],
+      handlers: {
+        nope: () => {
+          throw new PermanentError('from another module instance');
+        },
+      },
+    });
+    await worker.start();
+    const failed = nextEvent(worker, 'job:failure');
+    await skiplock.enqueue('nope', {}, { queue: 'q-perm-copy' });
+    const [, , outcome] = await failed;
+    expect(outcome.status).toBe('failed');
+    await worker.stop();
+  });
+});

@@ -12,9 +12,9 @@ import type pg from 'pg';
 import { translateError } from '../db/executor.js';
 import type { JobQueries } from '../db/queries/jobs.js';
 import {
+  isPermanentError,
   JobTimeoutError,
   LeaseLostError,
-  PermanentError,
   ShutdownError,
   SkiplockError,
   UnknownKindError,
@@ -360,6 +360,6 @@ function failure(execution: Execution, error: unknown): Result<Execution> {
     job: execution,
     ok: false,
     error: describeFailure(error),
-    permanent: error instanceof PermanentError,
+    permanent: isPermanentError(error),
   };
 }

@@ -4,6 +4,7 @@
  * parameter; every state change of a running job is guarded by its lease
  * (`status = 'running'`, the attempt it claimed, and the worker that claimed it).
  */
+import { createHash } from 'node:crypto';
 import type pg from 'pg';
 import type { JobRecord, JobStatus } from '../../job/job.js';
 import { type Queryable, type QueryResultLike, run, runPrepared, type Statement } from '../executor.js';
@@ -113,7 +114,7 @@ export class JobQueries {
     const t = `${s}.jobs`;
     // Prepared statement names are per connection; the schema makes them unique
     // when several schemas share a pool.
-    const prefix = `skiplock_${Buffer.from(schema).toString('hex').slice(0, 40)}_`;
+    const prefix = `skiplock_${createHash('sha256').update(schema).digest('hex').slice(0, 16)}_`;
     const statement = (name: string, text: string): Statement => ({ name: prefix + name, text });
     this.#statements = {
       insertOne: statement(
