@@ -20,9 +20,15 @@ const s = quoteIdent(schema);
 const pool = new pg.Pool({
   connectionString: process.env.DATABASE_URL,
   max: 20,
+  idleTimeoutMillis: 0,
   application_name: 'skiplock-demo',
 });
 pool.on('error', () => {});
+// Open the connections before the worker starts, so a job's latency is not a connection's set-up.
+const warm = await Promise.all(
+  Array.from({ length: Number(process.env.SKIPLOCK_DEMO_CONCURRENCY ?? 16) }, () => pool.connect()),
+);
+for (const client of warm) client.release();
 
 async function perform(job: Job<string, ShopPayload>, { signal }: HandlerContext): Promise<void> {
   const { orderId, latencyMs, fault } = job.payload;

@@ -59,7 +59,12 @@ export function forkWorker(options: WorkerProcessOptions): WorkerProcess {
     'error',
   ];
   const child = fork(MAIN, args, {
-    env: { ...process.env, DATABASE_URL: options.url, SKIPLOCK_DEMO_SCHEMA: options.schema },
+    env: {
+      ...process.env,
+      DATABASE_URL: options.url,
+      SKIPLOCK_DEMO_SCHEMA: options.schema,
+      SKIPLOCK_DEMO_CONCURRENCY: String(options.concurrency),
+    },
     stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
   });
   const lines: string[] = [];
