@@ -1,0 +1,128 @@
+/**
+ * `npm run bench`: skiplock side by side with graphile-worker, pg-boss and
+ * BullMQ, and the bare-SQL ceiling. See BENCHMARKS.md for what each scenario
+ * measures and how to read the table.
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { Command } from 'commander';
+import { startTestServer, type TestServer } from '../test/support/pg-server.js';
+import { dropLeftovers } from './database.js';
+import { describeMachine } from './machine.js';
+import { type Measurement, renderReport } from './report.js';
+import { ceilingScenario } from './scenarios/ceiling.js';
+import { drainScenario } from './scenarios/drain.js';
+import { enqueueScenario } from './scenarios/enqueue.js';
+import { heldSnapshotScenario } from './scenarios/held-snapshot.js';
+import { latencyScenario } from './scenarios/latency.js';
+import type { BenchContext, Scenario } from './scenarios/scenario.js';
+import { steadyStateScenario } from './scenarios/steady-state.js';
+import { tableSizeScenario } from './scenarios/table-size.js';
+import { SYSTEMS, systemByName } from './systems/index.js';
+
+const SCENARIOS: readonly Scenario[] = [
+  enqueueScenario,
+  drainScenario,
+  latencyScenario,
+  steadyStateScenario,
+  tableSizeScenario,
+  heldSnapshotScenario,
+  ceilingScenario,
+];
+const DEFAULT_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
+const RESULTS = new URL('./results/', import.meta.url);
+
+const program = new Command('bench')
+  .description('skiplock side by side with graphile-worker, pg-boss, BullMQ and bare SQL')
+  .option('--database-url <url>', 'PostgreSQL server to measure on (env BENCH_DATABASE_URL)')
+  .option('--embedded', 'measure on a throwaway embedded PostgreSQL 18 instead')
+  .option('--quick', 'fewer and shorter runs (the whole suite in a few minutes)')
+  .option('--only <ids>', 'comma-separated scenario numbers, e.g. 2,3')
+  .option('--systems <names>', 'comma-separated systems (default: all available)')
+  .option('--runs <n>', 'runs per figure (at least 3)', (v) => Number.parseInt(v, 10))
+  .option('--no-write', 'print only; do not write bench/results/latest.md');
+
+async function main(): Promise<void> {
+  program.parse();
+  const opts = program.opts<{
+    databaseUrl?: string;
+    embedded?: boolean;
+    quick?: boolean;
+    only?: string;
+    systems?: string;
+    runs?: number;
+    write: boolean;
+  }>();
+  const only = opts.only?.split(',').map((s) => Number.parseInt(s.trim(), 10));
+  const scenarios = SCENARIOS.filter((s) => !only || only.includes(s.id));
+  if (scenarios.length === 0)
+    throw new Error(`--only ${opts.only}: no such scenario (1–${SCENARIOS.length})`);
+  const runs = Math.max(3, opts.runs ?? 3);
+
+  let server: TestServer | undefined;
+  let serverUrl = opts.databaseUrl ?? process.env.BENCH_DATABASE_URL ?? DEFAULT_URL;
+  if (opts.embedded) {
+    server = await startTestServer();
+    serverUrl = server.url;
+  }
+  const measurements: Measurement[] = [];
+  const notes: string[] = [];
+  try {
+    await dropLeftovers(serverUrl);
+    const wanted = opts.systems?.split(',').map((s) => systemByName(s.trim())) ?? SYSTEMS;
+    const systems = [];
+    for (const system of wanted) {
+      if (await system.available()) systems.push(system);
+      else notes.push(`${system.name} skipped: not available here`);
+    }
+    const ctx: BenchContext = {
+      serverUrl,
+      quick: opts.quick ?? false,
+      runs,
+      systems,
+      log: (line) => console.log(line),
+      record(m, value) {
+        let found = measurements.find(
+          (x) => x.scenario === m.scenario && x.case === m.case && x.unit === m.unit && x.system === m.system,
+        );
+        if (!found) {
+          found = { ...m, samples: [] };
+          measurements.push(found);
+        }
+        found.samples.push(value);
+      },
+      note: (text) => notes.push(text),
+    };
+    const started = Date.now();
+    for (const scenario of scenarios) {
+      console.log(`scenario ${scenario.id}: ${scenario.title}`);
+      await scenario.run(ctx);
+    }
+    const machine = await describeMachine(serverUrl, [
+      `run: ${process.argv.slice(2).join(' ') || '(defaults)'}; ${runs} runs per figure; ${Math.round((Date.now() - started) / 1000)} s`,
+      ...systems.map((s) => `${s.name}: ${s.settings}`),
+      ...(server ? ['server: embedded PostgreSQL 18 (fsync=off)'] : []),
+    ]);
+    const report = renderReport(
+      measurements,
+      SYSTEMS.map((s) => s.name).concat('raw-pg', 'pgbench'),
+      machine,
+      notes,
+    );
+    console.log(`\n${report}`);
+    if (opts.write) {
+      mkdirSync(RESULTS, { recursive: true });
+      writeFileSync(new URL('latest.md', RESULTS), report);
+      writeFileSync(new URL('latest.json', RESULTS), JSON.stringify({ measurements, notes }, null, 2));
+    }
+  } finally {
+    await server?.destroy();
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (error: unknown) => {
+    console.error(error);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,73 @@
+/**
+ * skiplock with its default worker settings (only `concurrency` varies).
+ * `SKIPLOCK_BENCH_SRC` points the adapter at another copy of the engine's
+ * `src/index.ts`, to compare an engine change against this tree in one run.
+ */
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import type * as SkiplockModule from '../../src/index.js';
+import { createDatabase, dropDatabase, relationStats, withDatabase } from '../database.js';
+import type { BenchPayload, BenchSystem, SystemClient, Target } from './system.js';
+
+type Engine = typeof SkiplockModule;
+
+/** The engine under test: this tree's, or the copy named by `SKIPLOCK_BENCH_SRC`. */
+export async function loadEngine(): Promise<Engine> {
+  const override = process.env.SKIPLOCK_BENCH_SRC;
+  if (override) return (await import(pathToFileURL(resolve(override)).href)) as Engine;
+  return import('../../src/index.js');
+}
+
+type Jobs = { noop: BenchPayload };
+
+export const skiplockSystem: BenchSystem = {
+  name: 'skiplock',
+  postgres: true,
+  settings: 'defaults (batchSize = concurrency, pollIntervalMs 2000, onSuccess delete); pool max 10',
+  available: async () => true,
+
+  async create(serverUrl, namespace) {
+    const databaseUrl = await createDatabase(serverUrl, namespace);
+    const { Skiplock } = await loadEngine();
+    const skiplock = new Skiplock({ connectionString: databaseUrl });
+    await skiplock.migrate();
+    await skiplock.close();
+    return { system: 'skiplock', databaseUrl, namespace };
+  },
+
+  async attach(target: Target): Promise<SystemClient> {
+    const { Skiplock } = await loadEngine();
+    const skiplock = new Skiplock<Jobs>({ connectionString: target.databaseUrl });
+    return {
+      async enqueueOne(payload) {
+        await skiplock.enqueue('noop', payload);
+      },
+      async enqueueMany(payloads) {
+        await skiplock.enqueueMany(payloads.map((payload) => ({ kind: 'noop' as const, payload })));
+      },
+      async startWorker(spec) {
+        const worker = skiplock.worker({
+          concurrency: spec.concurrency,
+          handleSignals: false,
+          handlers: { noop: (job) => spec.handler(job.payload) },
+        });
+        worker.on('error', (error, source) => console.error(`skiplock ${source}: ${error.message}`));
+        await worker.start();
+        return { stop: () => worker.stop() };
+      },
+      async purge() {
+        await skiplock.pool.query('TRUNCATE skiplock.jobs');
+      },
+      async remaining() {
+        const { rows } = await skiplock.pool.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM skiplock.jobs WHERE status IN ('queued', 'running')`,
+        );
+        return rows[0]!.n;
+      },
+      tableStats: () => relationStats(target.databaseUrl, 'skiplock.jobs'),
+      close: () => skiplock.close(),
+    };
+  },
+
+  destroy: (target) => dropDatabase(withDatabase(target.databaseUrl, 'postgres'), target.namespace),
+};
