@@ -80,6 +80,20 @@ function holds(m: Model, worker: string, lease: Lease): boolean {
   return job?.status === 'running' && job.lockedBy === worker && job.attempts === lease.attempts;
 }
 
+/**
+ * The leases of `leases` the database will honour, one per lease key. A worker can hold
+ * the same key twice: requeue resets attempts to 0, so after reclaim, requeue and a new
+ * claim by the same worker, its stale lease has the key of the new one (engine bug 6).
+ */
+function live(m: Model, worker: string, leases: Lease[]): Lease[] {
+  const seen = new Set<string>();
+  return leases.filter((l) => {
+    if (!holds(m, worker, l) || seen.has(leaseKey(l))) return false;
+    seen.add(leaseKey(l));
+    return true;
+  });
+}
+
 function pick<T>(items: T[], mask: number): T[] {
   return items.filter((_, i) => (mask >> i) & 1);
 }
@@ -232,8 +246,8 @@ class Heartbeat implements Cmd {
   check = (m: Readonly<Model>) => (m.leases.get(this.worker) ?? []).length > 0;
   async run(m: Model, r: Real): Promise<void> {
     const leases = m.leases.get(this.worker)!;
-    const predicted = leases.filter((l) => holds(m, this.worker, l));
-    m.staleWrites += leases.length - predicted.length;
+    const predicted = live(m, this.worker, leases);
+    m.staleWrites += leases.filter((l) => !holds(m, this.worker, l)).length;
     const held = await queries.heartbeat(r.pool, leases, this.worker);
     expect([...held].sort()).toEqual(predicted.map(leaseKey).sort());
     for (const l of predicted) m.jobs.get(l.id)!.expired = false;
@@ -274,7 +288,7 @@ class Complete implements Cmd {
   check = (m: Readonly<Model>) => (m.leases.get(this.worker) ?? []).length > 0;
   async run(m: Model, r: Real): Promise<void> {
     const chosen = takeLeases(m, this.worker, this.mask);
-    const predicted = chosen.filter((l) => holds(m, this.worker, l));
+    const predicted = live(m, this.worker, chosen);
     const done = await queries.complete(r.pool, chosen, this.worker, this.policy);
     expect([...done].sort()).toEqual(predicted.map(leaseKey).sort());
     for (const { id } of predicted) {
@@ -301,7 +315,7 @@ class Fail implements Cmd {
   async run(m: Model, r: Real): Promise<void> {
     const chosen = takeLeases(m, this.worker, this.mask);
     const error = `error at step ${m.step}`;
-    const valid = chosen.filter((l) => holds(m, this.worker, l));
+    const valid = live(m, this.worker, chosen);
     const outcomes = await queries.fail(
       r.pool,
       chosen.map((l) => ({ ...l, error, permanent: this.permanent })),
@@ -345,7 +359,7 @@ class Release implements Cmd {
   check = (m: Readonly<Model>) => (m.leases.get(this.worker) ?? []).length > 0;
   async run(m: Model, r: Real): Promise<void> {
     const chosen = takeLeases(m, this.worker, this.mask);
-    const predicted = chosen.filter((l) => holds(m, this.worker, l));
+    const predicted = live(m, this.worker, chosen);
     const released = await queries.release(r.pool, chosen, this.worker);
     expect([...released].sort()).toEqual(predicted.map(leaseKey).sort());
     for (const { id } of predicted) {
@@ -374,6 +388,17 @@ class Expire implements Cmd {
     await checkState(m);
   }
   toString = () => `expire(#${this.index})`;
+}
+
+/** A lease dies and the sweeper takes it back at once: the holder's later writes are stale. */
+class Reclaim implements Cmd {
+  constructor(readonly index: number) {}
+  check = (m: Readonly<Model>) => new Expire(this.index).check(m);
+  async run(m: Model, r: Real): Promise<void> {
+    await new Expire(this.index).run(m);
+    await new Sweep().run(m, r);
+  }
+  toString = () => `reclaim(#${this.index})`;
 }
 
 class Sweep implements Cmd {
@@ -487,10 +512,11 @@ const commands = [
     )
     .map(([by, s, k, q]) => new Requeue(by, s, k, q)),
   fc.nat({ max: 20 }).map((i) => new TimePasses(i)),
+  fc.nat({ max: 20 }).map((i) => new Reclaim(i)),
 ];
 
 /** How often each command above is drawn: claims and lease writes more than the rest. */
-const WEIGHTS = [3, 4, 1, 3, 3, 2, 3, 2, 2, 2];
+const WEIGHTS = [3, 4, 1, 3, 3, 2, 2, 2, 2, 2, 2];
 
 describe('fuzz: state machine', () => {
   it('random interleavings of the job statements keep the model and its invariants', async () => {
@@ -546,10 +572,35 @@ describe('fuzz: state machine', () => {
       'Expire',
       'Fail',
       'Heartbeat',
+      'Reclaim',
       'Release',
       'Requeue',
       'Sweep',
       'TimePasses',
     ]);
+  });
+
+  // ENGINE BUG 6 (reported): the lease fence is (id, attempts, locked_by), but requeue resets
+  // attempts to 0, so the token repeats: a worker whose lease was reclaimed (job → dead),
+  // then requeued and claimed again by the same worker, presents the same token for the old
+  // and the new execution, and the old one's late result lands on the new attempt (SPEC §3).
+  // Remove `.fails` when the fence uses a token that never repeats.
+  it.fails('a stale lease from before a requeue cannot complete the same worker’s new attempt', async () => {
+    await db.query(`TRUNCATE ${db.jobs}, ${archive}`);
+    const [job] = await queries.insertMany(db.pool, [
+      { kind: 'k', queue: 'q', payloadJson: '{}', priority: 0, runAt: null, delayMs: null, maxAttempts: 1 },
+    ]);
+    const [first] = await queries.claim(db.pool, ['q'], 1, 'w1', VISIBILITY_MS);
+    // w1 is cut off; its lease dies and the sweeper moves the job to the dead letter.
+    await db.query(`UPDATE ${db.jobs} SET locked_at = locked_at - interval '1 day' WHERE id = $1`, [job!.id]);
+    expect(await queries.sweep(db.pool, VISIBILITY_MS, 1000)).toEqual({ requeued: 0, dead: 1 });
+    // A person requeues it and w1, back again, claims the new attempt.
+    expect(await queries.requeue(db.pool, { ids: [job!.id] })).toBe(1);
+    const [second] = await queries.claim(db.pool, ['q'], 1, 'w1', VISIBILITY_MS);
+    expect(second!.id).toBe(first!.id);
+    // The first execution finishes late: its result must change nothing.
+    const done = await queries.complete(db.pool, [first!], 'w1', 'keep');
+    expect(done.size).toBe(0);
+    expect((await queries.getById(db.pool, job!.id))?.status).toBe('running');
   });
 });
