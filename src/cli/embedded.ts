@@ -254,8 +254,10 @@ async function initialise(dir: string, state: ServerState, bin: Binaries, runAs:
   const data = join(dir, 'data');
   if (runAs) assertReachable(data, runAs);
   // Built aside and renamed when complete, so an interrupted first run leaves no half cluster behind.
+  for (const name of readdirSync(dir)) {
+    if (name.startsWith('data.init-')) rmSync(join(dir, name), { recursive: true, force: true });
+  }
   const building = join(dir, `data.init-${process.pid}`);
-  rmSync(building, { recursive: true, force: true });
   mkdirSync(building, { mode: 0o700 });
   const pwfile = join(dir, `pwfile-${process.pid}`);
   writeFileSync(pwfile, `${state.password}\n`, { mode: 0o600 });

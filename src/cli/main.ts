@@ -71,7 +71,7 @@ function report(error: unknown): number {
     return 2;
   }
   if (error instanceof ValidationError) {
-    process.stderr.write(`skiplock: ${error.message}\n`);
+    process.stderr.write(`skiplock: invalid ${flagOf(error.field)}: ${error.reason}\n`);
     return 2;
   }
   const message = error instanceof Error ? error.message : String(error);
@@ -81,4 +81,13 @@ function report(error: unknown): number {
     process.stderr.write(`  cause: ${cause.message}\n`);
   if (process.env.SKIPLOCK_DEBUG && error instanceof Error) process.stderr.write(`${error.stack}\n`);
   return 1;
+}
+
+/** The flag or argument a library field came from: `worker.heartbeatIntervalMs` → `--heartbeat-interval-ms`. */
+function flagOf(field: string): string {
+  if (field === 'kind') return 'KIND';
+  if (/^payload($|[.[])/.test(field)) return `PAYLOAD_JSON${field.slice('payload'.length)}`;
+  const name = field.replace(/^worker\./, '').replace(/^queues\[\d+\]$/, 'queue');
+  if (/^[a-z][a-zA-Z]*$/.test(name)) return `--${name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+  return field;
 }

@@ -115,6 +115,20 @@ describe('skiplock CLI commands', () => {
       [['worker', '--handlers', 'x.mjs', '--on-success', 'never', ...conn], /--on-success/],
       [['worker', ...conn], /--handlers/],
       [['jobs', '--status', 'lost', ...conn], /--status/],
+      [
+        [
+          'worker',
+          '--handlers',
+          'test/cli/fixtures/handlers.mjs',
+          '--visibility-timeout-ms',
+          '1000',
+          '--heartbeat-interval-ms',
+          '5000',
+          ...conn,
+        ],
+        /invalid --heartbeat-interval-ms: must be below visibilityTimeoutMs/,
+      ],
+      [['enqueue', '', ...conn], /invalid KIND/],
       [['nosuchcommand'], /unknown command 'nosuchcommand'/],
       [['enqueue', 'k', '--schema', '', ...conn.slice(0, 2)], /schema/],
     ];
