@@ -6,7 +6,6 @@
 import { accessSync, constants, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { PermanentError } from '../errors.js';
 import type { Handler } from '../worker/options.js';
 import { UsageError } from './usage-error.js';
 
@@ -50,34 +49,7 @@ export async function loadHandlersFile(file: string): Promise<LoadedHandlers> {
   for (const [kind, handler] of kinds) {
     if (typeof handler !== 'function') fail(`the handler of kind ${JSON.stringify(kind)} is not a function`);
   }
-  return Object.fromEntries(
-    kinds.map(([kind, handler]) => [kind, recognisePermanentErrors(handler as Handler<string, unknown>)]),
-  );
-}
-
-/**
- * The file may import skiplock as another module instance (a .ts file through
- * tsx, another install of the package), whose PermanentError is another class:
- * rethrow such an error as this skiplock's, so it still ends the job as `failed`.
- */
-function recognisePermanentErrors(handler: Handler<string, unknown>): Handler<string, unknown> {
-  return async (job, context) => {
-    try {
-      return await handler(job, context);
-    } catch (error) {
-      if (
-        !(error instanceof PermanentError) &&
-        error instanceof Error &&
-        error.name === 'PermanentError' &&
-        (error as { code?: unknown }).code === 'PERMANENT'
-      ) {
-        const copy = new PermanentError(error.message, { cause: error.cause });
-        if (error.stack) copy.stack = error.stack;
-        throw copy;
-      }
-      throw error;
-    }
-  };
+  return handlers as LoadedHandlers;
 }
 
 async function importModule(path: string): Promise<{ default?: unknown }> {
