@@ -115,8 +115,8 @@ describe('chaos: database restart', () => {
     const errors = workers.reduce((n, w) => n + w.errors.length, 0);
     figure('database-restart', {
       jobs: t.jobs,
-      restarts: 1,
       kills: 0,
+      restarts: 1,
       effects: t.effects,
       duplicates: t.duplicates,
       lost: t.lost,
@@ -178,11 +178,12 @@ describe('chaos: connection loss', () => {
     const t = await tally(db.pool, db.jobs, ids);
     figure('connection-loss', {
       jobs: t.jobs,
-      terminated,
       kills: 0,
+      restarts: 0,
       effects: t.effects,
       duplicates: t.duplicates,
       lost: t.lost,
+      terminated,
       probeBeforeMs,
       probeMs,
     });

@@ -82,10 +82,11 @@ describe('chaos: frozen worker', () => {
     figure('frozen-worker', {
       jobs: t.jobs,
       kills: 0,
-      stops: 1,
+      restarts: 0,
       effects: t.effects,
       duplicates: t.duplicates,
       lost: t.lost,
+      stops: 1,
       stale: frozen.reported('job:stale').length,
     });
     expect(t).toMatchObject({

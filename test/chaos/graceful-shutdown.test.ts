@@ -13,6 +13,7 @@ import {
   createEffectTables,
   figure,
   startWorker,
+  tally,
   type WorkerProcess,
   waitUntilSettled,
   workerConfig,
@@ -126,14 +127,25 @@ describe('chaos: graceful shutdown', () => {
       expect((await deliveriesBy(worker.pid, ids)).map((d) => d.job_id)).toEqual(started);
       expect(worker.reported('job:start')).toHaveLength(CONCURRENCY);
       await finishElsewhere(queue, ids);
+      const t = await tally(db.pool, db.jobs, ids);
       figure(`graceful-shutdown-${kind}`, {
         jobs: ids.length,
         kills: 0,
+        restarts: 1,
+        effects: t.effects,
+        duplicates: t.duplicates,
+        lost: t.lost,
         released: worker.reported('job:released').length,
         claimedAfterSigterm: worker.reported('job:start').length - CONCURRENCY,
         stranded: 0,
         exitMs: stop.afterMs,
+      });
+      // Each job's effect exists; the released ones ran again (their first run was not charged).
+      expect(t).toMatchObject({
+        effects: JOBS,
+        duplicates: CONCURRENCY,
         lost: 0,
+        byStatus: { succeeded: JOBS },
       });
     });
   }
@@ -174,13 +186,25 @@ describe('chaos: graceful shutdown', () => {
     // The four it held were charged once for the crash and succeeded on their second attempt.
     expect(state.filter((j) => started.includes(j.id)).map((j) => j.attempts)).toEqual(started.map(() => 2));
     expect((await deliveriesBy(worker.pid, ids)).map((d) => d.job_id)).toEqual(started);
+    const t = await tally(db.pool, db.jobs, ids);
     figure('graceful-shutdown-killed', {
       jobs: ids.length,
       kills: 1,
+      restarts: 0,
+      effects: t.effects,
+      duplicates: t.duplicates,
+      lost: t.lost,
       stranded: started.length,
       reclaimedMs,
       claimedAfterSigterm: (await deliveriesBy(worker.pid, ids)).length - CONCURRENCY,
+    });
+    expect(t).toMatchObject({
+      effects: JOBS,
+      duplicates: CONCURRENCY,
       lost: 0,
+      sameAttemptTwice: 0,
+      finalAttemptMissing: 0,
+      byStatus: { succeeded: JOBS },
     });
     // Stranded at most one visibility timeout after its last heartbeat, plus one sweep (and a second of slack).
     expect(reclaimedMs).toBeLessThanOrEqual(VISIBILITY_MS + SWEEP_MS + 1000);

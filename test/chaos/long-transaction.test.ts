@@ -139,13 +139,15 @@ describe('chaos: long transaction', () => {
       const errors = workers.flatMap((w) => w.errors);
       figure('long-transaction', {
         jobs: allIds.length,
+        kills: 0,
+        restarts: 0,
+        effects: effects!.jobs,
+        duplicates: effects!.deliveries - effects!.jobs,
+        lost: allIds.length - effects!.jobs,
         heldMs: held,
         beforePerS: before.perSecond,
         duringPerS: Math.round((during.perSecond + during2.perSecond) / 2),
         afterPerS: after.perSecond,
-        effects: effects!.jobs,
-        duplicates: effects!.deliveries - effects!.jobs,
-        lost: allIds.length - effects!.jobs,
         errors: errors.length,
         idleInTxMaxMs: Math.round(longestMs),
         samples,

@@ -245,8 +245,18 @@ export async function waitUntilSettled(
   );
 }
 
-/** Prints a scenario's one-line figure. */
-export function figure(scenario: string, values: Record<string, number | string>): void {
+/** The figures every scenario reports, first in its line. */
+export interface Figure {
+  jobs: number;
+  kills: number;
+  restarts: number;
+  effects: number;
+  duplicates: number;
+  lost: number;
+}
+
+/** Prints a scenario's one-line figure: the common figures, then the scenario's own. */
+export function figure(scenario: string, values: Figure & Record<string, number | string>): void {
   const text = Object.entries(values)
     .map(([k, v]) => `${k}=${v}`)
     .join(' ');
