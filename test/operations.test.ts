@@ -155,3 +155,14 @@ describe('configuration', () => {
     expect((await db.pool.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
   });
 });
+
+describe('a worker on a schema that was never migrated', () => {
+  it('fails at start with a SchemaVersionError that says what to do', async () => {
+    const s = new Skiplock({ pool: db.pool, schema: 'never_migrated' });
+    const worker = s.worker({ handleSignals: false, handlers: {} });
+    const error = await worker.start().catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(SchemaVersionError);
+    expect((error as Error).message).toMatch(/version 0, this library needs 1: run migrate\(\)/);
+    await s.close();
+  });
+});

@@ -99,6 +99,23 @@ export async function migrate(pool: pg.Pool, schema: string): Promise<MigrateRes
   });
 }
 
+/**
+ * Checks that `schema` is migrated at least to this library's version, so a
+ * worker on a forgotten migration fails at start instead of retrying forever.
+ *
+ * @throws {SchemaVersionError} when the schema is missing or older than the library.
+ * @throws {DatabaseError} (or a pg error) when the database cannot be reached.
+ */
+export async function assertMigrated(pool: pg.Pool, schema: string): Promise<void> {
+  const latest = loadMigrations().at(-1)?.version ?? 0;
+  const version = (await readVersion(pool, `${quoteIdent(schema)}.migrations`)) ?? 0;
+  if (version < latest) {
+    throw new SchemaVersionError(
+      `the skiplock schema ${JSON.stringify(schema)} is at version ${version}, this library needs ${latest}: run migrate() (or \`skiplock migrate\`) first`,
+    );
+  }
+}
+
 async function readVersion(pool: pg.Pool, table: string): Promise<number | undefined> {
   const { rows } = await pool.query<{ exists: boolean }>(
     'SELECT pg_catalog.to_regclass($1) IS NOT NULL AS exists',

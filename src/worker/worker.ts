@@ -15,6 +15,7 @@ import {
   isPermanentError,
   JobTimeoutError,
   LeaseLostError,
+  SchemaVersionError,
   ShutdownError,
   SkiplockError,
   UnknownKindError,
@@ -22,6 +23,7 @@ import {
 import { describeFailure } from '../job/failure.js';
 import { type Job, type JobRecord, toJob } from '../job/job.js';
 import { sweep } from '../maintenance/sweeper.js';
+import { assertMigrated } from '../migrations/migrator.js';
 import { Completer, type Result } from './completer.js';
 import type { WorkerErrorSource, WorkerEvents } from './events.js';
 import { Fetcher } from './fetcher.js';
@@ -160,10 +162,18 @@ export class Worker extends EventEmitter<WorkerEvents> {
    * Starts listening, claiming and sweeping. Resolves once the LISTEN connection
    * was tried (the worker keeps retrying in the background if it failed).
    *
+   * @throws {SchemaVersionError} when the schema was not migrated (run `migrate()` first).
    * @throws {SkiplockError} (code `CLOSED`) when called twice or after stop.
    */
   async start(): Promise<void> {
     if (this.#state !== 'new') throw new SkiplockError('CLOSED', 'a worker starts once; make a new one');
+    try {
+      await assertMigrated(this.#ctx.pool, this.#ctx.schema);
+    } catch (error) {
+      if (error instanceof SchemaVersionError) throw error;
+      // The database is away: start anyway; the loops retry until it is back.
+      this.#reportError(translateError(error), 'claim');
+    }
     this.#state = 'running';
     if (this.#options.handleSignals) this.#installSignalHandlers();
     this.#heartbeat.start();
