@@ -32,72 +32,79 @@ afterAll(async () => {
 });
 
 describe('chaos: frozen worker', () => {
-  it("a continued process's late results do not touch the next attempt", async () => {
-    const queue = 'frozen';
-    const config = () => workerConfig(db.url, { queues: [queue], concurrency: 2, onSuccess: 'keep' });
-    const frozen = await startWorker(config());
-    processes.push(frozen);
-    const x = await skiplock.enqueue('block', {}, { queue });
-    const y = await skiplock.enqueue('block', {}, { queue });
-    const ids = [x.id, y.id];
-    for (const id of ids) await frozen.next('started', (m) => m.id === id && m.attempts === 1);
+  // 'continued': the handlers finish after SIGCONT, so the heartbeat usually sees the lost lease first.
+  // 'frozen': their finish is already waiting when the process continues, so the late results usually
+  // reach the database before the heartbeat answers, and the statements' lease fence must stop them.
+  for (const finish of ['continued', 'frozen'] as const) {
+    it(`a continued process's late results do not touch the next attempt (finished when ${finish})`, async () => {
+      const queue = `frozen-${finish}`;
+      const config = () => workerConfig(db.url, { queues: [queue], concurrency: 2, onSuccess: 'keep' });
+      const frozen = await startWorker(config());
+      processes.push(frozen);
+      const x = await skiplock.enqueue('block', {}, { queue });
+      const y = await skiplock.enqueue('block', {}, { queue });
+      const ids = [x.id, y.id];
+      for (const id of ids) await frozen.next('started', (m) => m.id === id && m.attempts === 1);
 
-    frozen.kill('SIGSTOP');
-    const other = await startWorker(config());
-    processes.push(other);
-    for (const id of ids) await other.next('started', (m) => m.id === id && m.attempts === 2);
-    const state = () =>
-      db.query(
-        `SELECT id, status, attempts, locked_by, last_error, finished_at FROM ${db.jobs}
+      frozen.kill('SIGSTOP');
+      const other = await startWorker(config());
+      processes.push(other);
+      for (const id of ids) await other.next('started', (m) => m.id === id && m.attempts === 2);
+      const state = () =>
+        db.query(
+          `SELECT id, status, attempts, locked_by, last_error, finished_at FROM ${db.jobs}
          WHERE id = ANY($1::bigint[]) ORDER BY id`,
-        [ids],
-      );
-    const second = ids.map((id) => ({
-      id,
-      status: 'running',
-      attempts: 2,
-      locked_by: other.workerId,
-      last_error: 'reclaimed: visibility timeout',
-      finished_at: null,
-    }));
-    expect(await state()).toEqual(second);
+          [ids],
+        );
+      const second = ids.map((id) => ({
+        id,
+        status: 'running',
+        attempts: 2,
+        locked_by: other.workerId,
+        last_error: 'reclaimed: visibility timeout',
+        finished_at: null,
+      }));
+      expect(await state()).toEqual(second);
 
-    frozen.kill('SIGCONT');
-    frozen.send({ type: 'finish', id: x.id, outcome: 'ok' });
-    frozen.send({ type: 'finish', id: y.id, outcome: 'permanent' });
-    for (const id of ids) await frozen.next('job:stale', (m) => m.id === id && m.attempts === 1);
-    // The late success did not end the job and the late failure did not fail it.
-    expect(await state()).toEqual(second);
-    expect(frozen.reported('job:success')).toEqual([]);
-    expect(frozen.reported('job:failure')).toEqual([]);
+      if (finish === 'continued') frozen.kill('SIGCONT');
+      frozen.send({ type: 'finish', id: x.id, outcome: 'ok' });
+      frozen.send({ type: 'finish', id: y.id, outcome: 'permanent' });
+      if (finish === 'frozen') frozen.kill('SIGCONT');
+      for (const id of ids) await frozen.next('job:stale', (m) => m.id === id && m.attempts === 1);
+      // The late success did not end the job and the late failure did not fail it.
+      expect(await state()).toEqual(second);
+      expect(frozen.reported('job:success')).toEqual([]);
+      expect(frozen.reported('job:failure')).toEqual([]);
 
-    for (const id of ids) other.send({ type: 'finish', id, outcome: 'ok' });
-    for (const id of ids) await other.next('job:success', (m) => m.id === id && m.attempts === 2);
-    const final = await state();
-    expect(final.map((r) => ({ status: r.status, attempts: r.attempts, locked_by: r.locked_by }))).toEqual([
-      { status: 'succeeded', attempts: 2, locked_by: null },
-      { status: 'succeeded', attempts: 2, locked_by: null },
-    ]);
-    const t = await tally(db.pool, db.jobs, ids);
-    figure('frozen-worker', {
-      jobs: t.jobs,
-      kills: 0,
-      restarts: 0,
-      effects: t.effects,
-      duplicates: t.duplicates,
-      lost: t.lost,
-      stops: 1,
-      stale: frozen.reported('job:stale').length,
+      for (const id of ids) other.send({ type: 'finish', id, outcome: 'ok' });
+      for (const id of ids) await other.next('job:success', (m) => m.id === id && m.attempts === 2);
+      const final = await state();
+      expect(final.map((r) => ({ status: r.status, attempts: r.attempts, locked_by: r.locked_by }))).toEqual([
+        { status: 'succeeded', attempts: 2, locked_by: null },
+        { status: 'succeeded', attempts: 2, locked_by: null },
+      ]);
+      const t = await tally(db.pool, db.jobs, ids);
+      figure(`frozen-worker-${finish}`, {
+        jobs: t.jobs,
+        kills: 0,
+        restarts: 0,
+        effects: t.effects,
+        duplicates: t.duplicates,
+        lost: t.lost,
+        stops: 1,
+        stale: frozen.reported('job:stale').length,
+        leaseLostByHeartbeat: frozen.reported('lease:lost').length,
+      });
+      expect(t).toMatchObject({
+        effects: 2,
+        duplicates: 2,
+        lost: 0,
+        sameAttemptTwice: 0,
+        finalAttemptMissing: 0,
+      });
+      expect(frozen.reported('job:stale')).toHaveLength(2);
+      await Promise.all([frozen.shutdown(), other.shutdown()]);
+      expect(frozen.exit).toEqual({ code: null, signal: 'SIGTERM' });
     });
-    expect(t).toMatchObject({
-      effects: 2,
-      duplicates: 2,
-      lost: 0,
-      sameAttemptTwice: 0,
-      finalAttemptMissing: 0,
-    });
-    expect(frozen.reported('job:stale')).toHaveLength(2);
-    await Promise.all([frozen.shutdown(), other.shutdown()]);
-    expect(frozen.exit).toEqual({ code: null, signal: 'SIGTERM' });
-  });
+  }
 });
