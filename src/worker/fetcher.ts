@@ -23,6 +23,12 @@ export interface FetcherDeps {
 /** Longest timer the fetcher sets for a future run_at; the poll covers the rest. */
 const MAX_TIMER_MS = 2_147_483_647;
 
+/** Most due times remembered; later ones are left to the poll. */
+const MAX_DUE_TIMES = 1000;
+
+/** Due times closer than this share one wake-up. */
+const DUE_TIME_GRAIN_MS = 5;
+
 export class Fetcher {
   readonly #deps: FetcherDeps;
   readonly #stopped = new AbortController();
@@ -30,7 +36,8 @@ export class Fetcher {
   #waiter: (() => void) | undefined;
   #pollTimer: NodeJS.Timeout | undefined;
   #dueTimer: NodeJS.Timeout | undefined;
-  #dueAt = Number.POSITIVE_INFINITY;
+  /** Known future due times (ms since epoch, this process's clock), ascending. */
+  #dueTimes: number[] = [];
   #loop: Promise<void> | undefined;
 
   constructor(deps: FetcherDeps) {
@@ -49,20 +56,42 @@ export class Fetcher {
     this.#resume();
   }
 
-  /** Something becomes due in `delayMs` (database clock): wake then, unless an earlier timer is set. */
+  /**
+   * Something becomes due in `delayMs` (database clock): wake then. Every due
+   * time is kept (up to {@link MAX_DUE_TIMES}), so a later one is not lost
+   * behind an earlier one; one timer is armed for the earliest.
+   */
   wakeAfter(delayMs: number): void {
     if (delayMs <= 0) {
       this.wake();
       return;
     }
     const at = Date.now() + Math.min(delayMs, MAX_TIMER_MS);
-    if (at >= this.#dueAt) return;
+    const due = this.#dueTimes;
+    // Times within a few milliseconds share one wake-up.
+    if (due.some((t) => Math.abs(t - at) <= DUE_TIME_GRAIN_MS)) return;
+    let index = due.findIndex((t) => t > at);
+    if (index === -1) index = due.length;
+    if (index >= MAX_DUE_TIMES) return; // the poll covers what does not fit
+    due.splice(index, 0, at);
+    if (due.length > MAX_DUE_TIMES) due.pop();
+    if (index === 0) this.#armDueTimer();
+  }
+
+  #armDueTimer(): void {
     clearTimeout(this.#dueTimer);
-    this.#dueAt = at;
-    this.#dueTimer = setTimeout(() => {
-      this.#dueAt = Number.POSITIVE_INFINITY;
-      this.wake();
-    }, at - Date.now());
+    const next = this.#dueTimes[0];
+    if (next === undefined || this.#stopped.signal.aborted) return;
+    this.#dueTimer = setTimeout(
+      () => {
+        const now = Date.now();
+        while (this.#dueTimes.length > 0 && this.#dueTimes[0]! <= now + DUE_TIME_GRAIN_MS)
+          this.#dueTimes.shift();
+        this.wake();
+        this.#armDueTimer();
+      },
+      Math.max(0, next - Date.now()),
+    );
     this.#dueTimer.unref();
   }
 
