@@ -99,6 +99,44 @@ describe('lease', () => {
     await Promise.all([a.stop(), b.stop()]);
   });
 
+  it('a stale lease from before a requeue cannot write over the same worker’s new lease of the same attempt', async () => {
+    const gates = [gate(), gate()];
+    const started: number[] = [];
+    const worker = skiplock.worker({
+      ...base,
+      queues: ['requeued'],
+      concurrency: 2,
+      onSuccess: 'keep',
+      handlers: {
+        once: async () => {
+          const run = started.length;
+          started.push(run);
+          await gates[run]!.opened;
+          if (run === 0) throw new Error('late failure of the first lease');
+        },
+      },
+    });
+    await worker.start();
+    const job = await skiplock.enqueue('once', {}, { queue: 'requeued', maxAttempts: 1 });
+    await waitFor(() => started.length === 1, 5000, 'the first run');
+    await db.query(`UPDATE ${db.jobs} SET locked_at = now() - interval '1 hour' WHERE id = $1`, [job.id]);
+    await sweepNow();
+    expect(await row(job.id)).toMatchObject({ status: 'dead', attempts: 1 });
+    expect(await skiplock.requeue({ ids: [job.id] })).toBe(1);
+    // The same worker claims it again: attempt 1 again, by the same worker id.
+    await waitFor(() => started.length === 2, 5000, 'the run after requeue');
+    expect(await row(job.id)).toMatchObject({ status: 'running', attempts: 1, locked_by: worker.id });
+    const stale = nextEvent(worker, 'job:stale');
+    gates[0]!.open();
+    await stale;
+    expect(await row(job.id)).toMatchObject({ status: 'running', attempts: 1, last_error: null });
+    const succeeded = nextEvent(worker, 'job:success');
+    gates[1]!.open();
+    await succeeded;
+    expect(await row(job.id)).toMatchObject({ status: 'succeeded', attempts: 1 });
+    await worker.stop();
+  });
+
   it('heartbeats keep a long job leased past the visibility timeout', async () => {
     const sweeps: unknown[] = [];
     const worker = skiplock.worker({

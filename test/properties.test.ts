@@ -56,7 +56,7 @@ describe('backoff rule', () => {
           const [outcome] = await import('../src/db/queries/jobs.js').then(({ JobQueries }) =>
             new JobQueries(skiplock.schema).fail(
               db.pool,
-              [{ id: job!.id, attempts, error: 'x', permanent: false }],
+              [{ id: job!.id, attempts, leaseSeq: '0', error: 'x', permanent: false }],
               worker,
             ),
           );

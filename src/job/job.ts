@@ -46,6 +46,8 @@ export interface JobRecord<Kind extends string = string, Payload = unknown> exte
   lockedAt: Date | null;
   /** Id of the worker holding the lease; null unless running. */
   lockedBy: string | null;
+  /** Claims of this job ever (a bigint as a decimal string): +1 per claim, never reset; fences results. */
+  leaseSeq: string;
   /** Readable text of the last failure; null when none. */
   lastError: string | null;
   /** When the job reached succeeded, failed or dead; null otherwise. */

@@ -18,8 +18,11 @@ CREATE TABLE jobs (
   created_at   timestamptz NOT NULL DEFAULT now(),
   CONSTRAINT jobs_status_chk
     CHECK (status IN ('queued','running','succeeded','failed','dead')),
-  -- Added by skiplock: who holds the lease, for how long, and when the job ended.
+  -- Added by skiplock: who holds the lease, for how long, its never-repeating
+  -- number (+1 on every claim; requeue and release do not reset it), and when
+  -- the job ended.
   locked_by             text,
+  lease_seq             bigint      NOT NULL DEFAULT 0,
   visibility_timeout_ms int,
   finished_at           timestamptz,
   CONSTRAINT jobs_attempts_chk CHECK (attempts >= 0),
@@ -68,6 +71,7 @@ CREATE TABLE jobs_archive (
   last_error            text,
   created_at            timestamptz NOT NULL,
   locked_by             text,
+  lease_seq             bigint      NOT NULL DEFAULT 0,
   visibility_timeout_ms int,
   finished_at           timestamptz,
   archived_at           timestamptz NOT NULL DEFAULT now(),

@@ -10,7 +10,7 @@ import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
 import { translateError } from '../db/executor.js';
-import type { JobQueries } from '../db/queries/jobs.js';
+import { type JobQueries, leaseKey } from '../db/queries/jobs.js';
 import {
   isPermanentError,
   JobTimeoutError,
@@ -34,10 +34,11 @@ import type { Handler, ResolvedWorkerOptions } from './options.js';
 
 /** One claimed job being run, with what its lease is fenced by. */
 interface Execution {
-  /** `id#attempts`: the same worker may claim a job again while a reclaimed attempt of it still runs. */
+  /** {@link leaseKey}: the same worker may claim a job again while a reclaimed lease of it still runs. */
   key: string;
   id: string;
   attempts: number;
+  leaseSeq: string;
   job: Job;
   controller: AbortController;
   startedAt: number;
@@ -108,6 +109,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
           results.map((r) => ({
             id: r.job.id,
             attempts: r.job.attempts,
+            leaseSeq: r.job.leaseSeq,
             error: r.error,
             permanent: r.permanent,
           })),
@@ -206,9 +208,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
     for (const record of jobs) {
       const job = toJob(record);
       const execution: Execution = {
-        key: `${job.id}#${job.attempts}`,
+        key: leaseKey(record),
         id: job.id,
         attempts: job.attempts,
+        leaseSeq: record.leaseSeq,
         job,
         controller: new AbortController(),
         startedAt: Date.now(),

@@ -23,13 +23,22 @@ interface JobRow {
   max_attempts: number;
   locked_at: Date | null;
   locked_by: string | null;
+  lease_seq: string;
   last_error: string | null;
   created_at: Date;
   finished_at: Date | null;
 }
 
+/**
+ * The lease fence of every result, heartbeat and release: rows `r` ($1 ids,
+ * $2 attempts, $3 lease numbers) held by worker $4, still running. The
+ * `id = ANY($1)` lets the planner go through the primary key.
+ */
+const LEASE_FENCE = `WHERE j.id = ANY($1::bigint[]) AND j.id = r.id AND j.attempts = r.attempts
+             AND j.lease_seq = r.lease_seq AND j.status = 'running' AND j.locked_by = $4`;
+
 const JOB_COLUMNS =
-  'id, queue, kind, payload, status, priority, run_at, attempts, max_attempts, locked_at, locked_by, last_error, created_at, finished_at';
+  'id, queue, kind, payload, status, priority, run_at, attempts, max_attempts, locked_at, locked_by, lease_seq, last_error, created_at, finished_at';
 
 /** Maps a selected row to the camelCase record; the one place this mapping happens. */
 export function toJobRecord(row: JobRow): JobRecord {
@@ -46,6 +55,7 @@ export function toJobRecord(row: JobRow): JobRecord {
     createdAt: row.created_at,
     lockedAt: row.locked_at,
     lockedBy: row.locked_by,
+    leaseSeq: row.lease_seq,
     lastError: row.last_error,
     finishedAt: row.finished_at,
   };
@@ -62,10 +72,16 @@ export interface NewJob {
   maxAttempts: number;
 }
 
-/** One result to write for a job the caller holds the lease of. */
+/**
+ * A lease: the job, the attempt it claimed, and the claim's never-repeating
+ * number. Every result, heartbeat and release is fenced by all three (and the
+ * worker id), so a lease that was reclaimed — even one whose attempt number
+ * came round again after a requeue — changes nothing.
+ */
 export interface LeasedJob {
   id: string;
   attempts: number;
+  leaseSeq: string;
 }
 
 /** A failure to record: the error text and whether it is permanent (no retry). */
@@ -147,10 +163,10 @@ export class JobQueries {
            FOR UPDATE SKIP LOCKED
          )
          UPDATE ${t} j
-         SET status = 'running', locked_at = now(), attempts = j.attempts + 1,
+         SET status = 'running', locked_at = now(), attempts = j.attempts + 1, lease_seq = j.lease_seq + 1,
              locked_by = $3, visibility_timeout_ms = $4
          WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-         RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts, j.created_at`,
+         RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts, j.lease_seq, j.created_at`,
       ),
       // Several queues: the same claim over any of them (two shapes, two statements).
       claimAny: statement(
@@ -163,41 +179,41 @@ export class JobQueries {
            FOR UPDATE SKIP LOCKED
          )
          UPDATE ${t} j
-         SET status = 'running', locked_at = now(), attempts = j.attempts + 1,
+         SET status = 'running', locked_at = now(), attempts = j.attempts + 1, lease_seq = j.lease_seq + 1,
              locked_by = $3, visibility_timeout_ms = $4
          WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-         RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts, j.created_at`,
+         RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts, j.lease_seq, j.created_at`,
       ),
       completeDelete: statement(
         'complete_delete',
         `DELETE FROM ${t} j
-         USING unnest($1::bigint[], $2::int[]) AS r(id, attempts)
-         WHERE j.id = ANY($1::bigint[]) AND j.id = r.id AND j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = $3
-         RETURNING j.id, j.attempts`,
+         USING unnest($1::bigint[], $2::int[], $3::bigint[]) AS r(id, attempts, lease_seq)
+         ${LEASE_FENCE}
+         RETURNING j.id, j.attempts, j.lease_seq`,
       ),
       completeKeep: statement(
         'complete_keep',
         `UPDATE ${t} j
          SET status = 'succeeded', locked_at = NULL, locked_by = NULL, finished_at = now()
-         FROM unnest($1::bigint[], $2::int[]) AS r(id, attempts)
-         WHERE j.id = ANY($1::bigint[]) AND j.id = r.id AND j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = $3
-         RETURNING j.id, j.attempts`,
+         FROM unnest($1::bigint[], $2::int[], $3::bigint[]) AS r(id, attempts, lease_seq)
+         ${LEASE_FENCE}
+         RETURNING j.id, j.attempts, j.lease_seq`,
       ),
       completeArchive: statement(
         'complete_archive',
         `WITH done AS (
            DELETE FROM ${t} j
-           USING unnest($1::bigint[], $2::int[]) AS r(id, attempts)
-           WHERE j.id = ANY($1::bigint[]) AND j.id = r.id AND j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = $3
+           USING unnest($1::bigint[], $2::int[], $3::bigint[]) AS r(id, attempts, lease_seq)
+           ${LEASE_FENCE}
            RETURNING j.*
          )
          INSERT INTO ${s}.jobs_archive
            (id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
-            locked_at, last_error, created_at, locked_by, visibility_timeout_ms, finished_at)
+            locked_at, last_error, created_at, locked_by, lease_seq, visibility_timeout_ms, finished_at)
          SELECT id, queue, kind, payload, 'succeeded', priority, run_at, attempts, max_attempts,
-                NULL, last_error, created_at, NULL, visibility_timeout_ms, now()
+                NULL, last_error, created_at, NULL, lease_seq, visibility_timeout_ms, now()
          FROM done
-         RETURNING id, attempts`,
+         RETURNING id, attempts, lease_seq`,
       ),
       // The guide's failure rule: backoff with jitter on the database clock, dead
       // letter after max_attempts, 'failed' for a permanent error. The exponent
@@ -213,17 +229,18 @@ export class JobQueries {
                            ELSE now() + least(interval '1 second' * power(2, least(j.attempts, 12)),
                                               interval '1 hour') * (0.5 + random() * 0.5) END,
              finished_at = CASE WHEN r.permanent OR j.attempts >= j.max_attempts THEN now() END
-         FROM unnest($1::bigint[], $2::int[], $3::text[], $4::bool[]) AS r(id, attempts, error, permanent)
-         WHERE j.id = ANY($1::bigint[]) AND j.id = r.id AND j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = $5
-         RETURNING j.id, j.attempts, j.status, j.queue,
+         FROM unnest($1::bigint[], $2::int[], $3::bigint[], $5::text[], $6::bool[])
+              AS r(id, attempts, lease_seq, error, permanent)
+         ${LEASE_FENCE}
+         RETURNING j.id, j.attempts, j.lease_seq, j.status, j.queue,
                    GREATEST(0, EXTRACT(EPOCH FROM j.run_at - now()) * 1000)::float8 AS retry_delay_ms`,
       ),
       heartbeat: statement(
         'heartbeat',
         `UPDATE ${t} j SET locked_at = now()
-         FROM unnest($1::bigint[], $2::int[]) AS r(id, attempts)
-         WHERE j.id = ANY($1::bigint[]) AND j.id = r.id AND j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = $3
-         RETURNING j.id, j.attempts`,
+         FROM unnest($1::bigint[], $2::int[], $3::bigint[]) AS r(id, attempts, lease_seq)
+         ${LEASE_FENCE}
+         RETURNING j.id, j.attempts, j.lease_seq`,
       ),
       // Graceful shutdown gives jobs back without charging the attempt, and
       // wakes other workers for them.
@@ -232,14 +249,14 @@ export class JobQueries {
         `WITH released AS (
            UPDATE ${t} j
            SET status = 'queued', locked_at = NULL, locked_by = NULL, attempts = j.attempts - 1, run_at = now()
-           FROM unnest($1::bigint[], $2::int[]) AS r(id, attempts)
-           WHERE j.id = ANY($1::bigint[]) AND j.id = r.id AND j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = $3
-           RETURNING j.id, j.attempts + 1 AS attempts, j.queue
+           FROM unnest($1::bigint[], $2::int[], $3::bigint[]) AS r(id, attempts, lease_seq)
+           ${LEASE_FENCE}
+           RETURNING j.id, j.attempts + 1 AS attempts, j.lease_seq, j.queue
          ), notified AS (
-           SELECT pg_catalog.pg_notify($4, pg_catalog.json_build_object('queue', q.queue, 'delayMs', 0)::text)
+           SELECT pg_catalog.pg_notify($5, pg_catalog.json_build_object('queue', q.queue, 'delayMs', 0)::text)
            FROM (SELECT DISTINCT queue FROM released WHERE pg_catalog.octet_length(queue) <= 1024) q
          )
-         SELECT r.id, r.attempts, (SELECT count(*) FROM notified) AS notified FROM released r`,
+         SELECT r.id, r.attempts, r.lease_seq, (SELECT count(*) FROM notified) AS notified FROM released r`,
       ),
       // The guide's sweeper, per job's own visibility timeout; a job out of
       // attempts goes to the dead letter instead of looping.
@@ -380,9 +397,10 @@ export class JobQueries {
   ): Promise<Set<string>> {
     const name =
       policy === 'delete' ? 'completeDelete' : policy === 'keep' ? 'completeKeep' : 'completeArchive';
-    const result = await runPrepared<LeasedJob>(pool, this.#get(name), [
+    const result = await runPrepared<{ id: string; lease_seq: string }>(pool, this.#get(name), [
       jobs.map((j) => j.id),
       jobs.map((j) => j.attempts),
+      jobs.map((j) => j.leaseSeq),
       workerId,
     ]);
     return leaseKeys(result);
@@ -393,19 +411,22 @@ export class JobQueries {
     const { rows } = await runPrepared<{
       id: string;
       attempts: number;
+      lease_seq: string;
       status: FailureOutcome['status'];
       queue: string;
       retry_delay_ms: number;
     }>(pool, this.#get('fail'), [
       jobs.map((j) => j.id),
       jobs.map((j) => j.attempts),
+      jobs.map((j) => j.leaseSeq),
+      workerId,
       jobs.map((j) => j.error),
       jobs.map((j) => j.permanent),
-      workerId,
     ]);
     return rows.map((r) => ({
       id: r.id,
       attempts: r.attempts,
+      leaseSeq: r.lease_seq,
       status: r.status,
       queue: r.queue,
       retryDelayMs: r.retry_delay_ms,
@@ -414,9 +435,10 @@ export class JobQueries {
 
   /** Refreshes `locked_at` of leased jobs; returns the lease keys ({@link leaseKey}) still held. */
   async heartbeat(pool: pg.Pool, jobs: readonly LeasedJob[], workerId: string): Promise<Set<string>> {
-    const result = await runPrepared<LeasedJob>(pool, this.#get('heartbeat'), [
+    const result = await runPrepared<{ id: string; lease_seq: string }>(pool, this.#get('heartbeat'), [
       jobs.map((j) => j.id),
       jobs.map((j) => j.attempts),
+      jobs.map((j) => j.leaseSeq),
       workerId,
     ]);
     return leaseKeys(result);
@@ -424,9 +446,10 @@ export class JobQueries {
 
   /** Gives leased jobs back to `queued` without charging the attempt; returns the released lease keys. */
   async release(pool: pg.Pool, jobs: readonly LeasedJob[], workerId: string): Promise<Set<string>> {
-    const result = await runPrepared<LeasedJob>(pool, this.#get('release'), [
+    const result = await runPrepared<{ id: string; lease_seq: string }>(pool, this.#get('release'), [
       jobs.map((j) => j.id),
       jobs.map((j) => j.attempts),
+      jobs.map((j) => j.leaseSeq),
       workerId,
       this.channel,
     ]);
@@ -504,11 +527,11 @@ export class JobQueries {
   }
 }
 
-/** Identifies one attempt of a job: `id#attempts`. */
-export function leaseKey(job: LeasedJob): string {
-  return `${job.id}#${job.attempts}`;
+/** Identifies one lease of a job: `id#leaseSeq` (never repeats). */
+export function leaseKey(job: Pick<LeasedJob, 'id' | 'leaseSeq'>): string {
+  return `${job.id}#${job.leaseSeq}`;
 }
 
-function leaseKeys(result: QueryResultLike<LeasedJob>): Set<string> {
-  return new Set(result.rows.map(leaseKey));
+function leaseKeys(result: QueryResultLike<{ id: string; lease_seq: string }>): Set<string> {
+  return new Set(result.rows.map((r) => leaseKey({ id: r.id, leaseSeq: r.lease_seq })));
 }
