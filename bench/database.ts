@@ -77,9 +77,9 @@ export async function relationStats(
   const rows = await adminQuery<{ bytes: string | null; dead: string | null }>(
     url,
     `SELECT sum(pg_total_relation_size(t.relid))::text AS bytes, sum(s.n_dead_tup)::text AS dead
-     FROM pg_partition_tree(to_regclass($1)) t
-     LEFT JOIN pg_stat_user_tables s ON s.relid = t.relid
-     WHERE t.isleaf`,
+     FROM (SELECT relid FROM pg_partition_tree(to_regclass($1)) WHERE isleaf
+           UNION SELECT to_regclass($1)) t
+     LEFT JOIN pg_stat_user_tables s ON s.relid = t.relid`,
     [table],
   );
   const row = rows[0];

@@ -60,7 +60,10 @@ export function renderTable(measurements: readonly Measurement[], systems: reado
   const header = `| scenario | case | unit | ${present.join(' | ')} |`;
   const rule = `|${' --- |'.repeat(3 + present.length)}`;
   const rows: string[] = [];
-  const keys = [...new Set(measurements.map((m) => `${m.scenario}\u0000${m.case}\u0000${m.unit}`))];
+  const ordered = [...measurements].sort(
+    (a, b) => Number.parseInt(a.scenario, 10) - Number.parseInt(b.scenario, 10),
+  );
+  const keys = [...new Set(ordered.map((m) => `${m.scenario}\u0000${m.case}\u0000${m.unit}`))];
   for (const key of keys) {
     const [scenario, kase, unit] = key.split('\u0000') as [string, string, string];
     const of = (system: string) =>

@@ -3,7 +3,7 @@
  * BullMQ, and the bare-SQL ceiling. See BENCHMARKS.md for what each scenario
  * measures and how to read the table.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { Command } from 'commander';
 import { startTestServer, type TestServer } from '../test/support/pg-server.js';
 import { dropLeftovers } from './database.js';
@@ -39,6 +39,7 @@ const program = new Command('bench')
   .option('--only <ids>', 'comma-separated scenario numbers, e.g. 2,3')
   .option('--systems <names>', 'comma-separated systems (default: all available)')
   .option('--runs <n>', 'runs per figure (at least 3)', (v) => Number.parseInt(v, 10))
+  .option('--merge', "keep latest.json's figures of the scenarios not run now, in the report")
   .option('--no-write', 'print only; do not write bench/results/latest.md');
 
 async function main(): Promise<void> {
@@ -50,6 +51,7 @@ async function main(): Promise<void> {
     only?: string;
     systems?: string;
     runs?: number;
+    merge?: boolean;
     write: boolean;
   }>();
   const only = opts.only?.split(',').map((s) => Number.parseInt(s.trim(), 10));
@@ -66,6 +68,18 @@ async function main(): Promise<void> {
   }
   const measurements: Measurement[] = [];
   const notes: string[] = [];
+  if (opts.merge && existsSync(new URL('latest.json', RESULTS))) {
+    const earlier = JSON.parse(readFileSync(new URL('latest.json', RESULTS), 'utf8')) as {
+      measurements: Measurement[];
+      notes: string[];
+    };
+    const rerun = (scenario: string) => scenarios.some((s) => scenario.startsWith(`${s.id}.`));
+    measurements.push(...earlier.measurements.filter((m) => !rerun(m.scenario)));
+    const stale = (note: string) =>
+      scenarios.some((s) => note.startsWith(`scenario ${s.id} `)) ||
+      (scenarios.some((s) => s.id === 5) && note.startsWith('claim plan'));
+    notes.push(...earlier.notes.filter((n) => !stale(n)));
+  }
   try {
     await dropLeftovers(serverUrl);
     const wanted = opts.systems?.split(',').map((s) => systemByName(s.trim())) ?? SYSTEMS;
@@ -95,10 +109,17 @@ async function main(): Promise<void> {
     const started = Date.now();
     for (const scenario of scenarios) {
       console.log(`scenario ${scenario.id}: ${scenario.title}`);
-      await scenario.run(ctx);
+      try {
+        await scenario.run(ctx);
+      } catch (error) {
+        // One broken scenario must not cost the figures of the others.
+        console.error(error);
+        notes.push(`scenario ${scenario.id} (${scenario.title}) failed: ${String(error).split('\n')[0]}`);
+      }
     }
     const machine = await describeMachine(serverUrl, [
       `run: ${process.argv.slice(2).join(' ') || '(defaults)'}; ${runs} runs per figure; ${Math.round((Date.now() - started) / 1000)} s`,
+      `skiplock engine: ${process.env.SKIPLOCK_BENCH_SRC ?? 'src/ of this tree'}`,
       ...systems.map((s) => `${s.name}: ${s.settings}`),
       ...(server ? ['server: embedded PostgreSQL 18 (fsync=off)'] : []),
     ]);

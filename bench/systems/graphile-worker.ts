@@ -27,6 +27,7 @@ export const graphileWorkerSystem: BenchSystem = {
   async attach(target: Target): Promise<SystemClient> {
     const pool = new pg.Pool({ connectionString: target.databaseUrl, max: 10 });
     pool.on('error', (error) => console.error(`graphile-worker pool: ${error.message}`));
+    pool.on('connect', (client) => client.on('error', () => {}));
     const utils = await makeWorkerUtils({ pgPool: pool, logger: silent });
     return {
       async enqueueOne(payload) {

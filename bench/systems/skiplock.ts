@@ -60,7 +60,8 @@ export const skiplockSystem: BenchSystem = {
       },
       async remaining() {
         const { rows } = await skiplock.pool.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM skiplock.jobs WHERE status IN ('queued', 'running')`,
+          `SELECT count(*)::int AS n FROM skiplock.jobs
+           WHERE status = 'running' OR (status = 'queued' AND run_at <= now())`,
         );
         return rows[0]!.n;
       },

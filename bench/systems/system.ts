@@ -42,7 +42,7 @@ export interface SystemClient {
   startWorker(spec: WorkerSpec): Promise<RunningWorker>;
   /** Removes every job, so that the next run starts from an empty queue. */
   purge(): Promise<void>;
-  /** Jobs not yet finished (queued, running, or due later). */
+  /** Jobs due or running (not those scheduled later). */
   remaining(): Promise<number>;
   /** Size of the storage the jobs live in, and its dead tuples, when the system uses PostgreSQL. */
   tableStats(): Promise<{ bytes: number; deadTuples: number } | undefined>;
