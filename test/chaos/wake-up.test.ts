@@ -20,11 +20,9 @@ afterAll(async () => {
 });
 
 describe('chaos: wake-ups with a 60 s poll', () => {
-  // ENGINE BUG 7 (reported): Fetcher.wakeAfter keeps one timer for the earliest due time
-  // it knows of and drops any later one; when that timer fires, the later job is forgotten
-  // and waits for the safety-net poll (SPEC §5: a worker wakes itself when the earliest
-  // scheduled run_at it knows of comes due — also after the first one). Remove `.fails` when fixed.
-  it.fails('two delayed jobs both run when due, not at the next poll', async () => {
+  // Regression test of engine bug 7: Fetcher.wakeAfter kept one timer for the earliest due time
+  // and dropped later ones, which then waited for the safety-net poll.
+  it('two delayed jobs both run when due, not at the next poll', async () => {
     const ran = new Map<string, number>();
     const worker = skiplock.worker({
       queues: ['wake'],

@@ -51,11 +51,14 @@ interface ModelJob {
   due: boolean;
   lastError: string | null;
   finished: boolean;
+  /** Claims ever: +1 per claim, never reset (the lease number that fences results). */
+  leaseSeq: number;
 }
 
 interface Lease {
   id: string;
   attempts: number;
+  leaseSeq: string;
 }
 
 interface Model {
@@ -77,14 +80,15 @@ interface Real {
 
 function holds(m: Model, worker: string, lease: Lease): boolean {
   const job = m.jobs.get(lease.id);
-  return job?.status === 'running' && job.lockedBy === worker && job.attempts === lease.attempts;
+  return (
+    job?.status === 'running' &&
+    job.lockedBy === worker &&
+    job.attempts === lease.attempts &&
+    String(job.leaseSeq) === lease.leaseSeq
+  );
 }
 
-/**
- * The leases of `leases` the database will honour, one per lease key. A worker can hold
- * the same key twice: requeue resets attempts to 0, so after reclaim, requeue and a new
- * claim by the same worker, its stale lease has the key of the new one (engine bug 6).
- */
+/** The leases of `leases` the database will honour, one per lease key. */
 function live(m: Model, worker: string, leases: Lease[]): Lease[] {
   const seen = new Set<string>();
   return leases.filter((l) => {
@@ -112,12 +116,14 @@ async function checkState(m: Model): Promise<void> {
     status: Status;
     attempts: number;
     locked_by: string | null;
+    lease_seq: string;
     locked: boolean;
     due: boolean;
     last_error: string | null;
     finished: boolean;
   }>(
-    `SELECT id, queue, priority, max_attempts, status, attempts, locked_by, locked_at IS NOT NULL AS locked,
+    `SELECT id, queue, priority, max_attempts, status, attempts, locked_by, lease_seq::text,
+            locked_at IS NOT NULL AS locked,
             run_at <= now() AS due, last_error, finished_at IS NOT NULL AS finished
      FROM ${db.jobs} ORDER BY id`,
   );
@@ -131,6 +137,7 @@ async function checkState(m: Model): Promise<void> {
       status: j.status,
       attempts: j.attempts,
       locked_by: j.lockedBy,
+      lease_seq: String(j.leaseSeq),
       locked: j.status === 'running',
       due: j.due,
       last_error: j.lastError,
@@ -191,6 +198,7 @@ class Enqueue implements Cmd {
         due: !item.delayed,
         lastError: null,
         finished: false,
+        leaseSeq: 0,
       });
     });
     await checkState(m);
@@ -232,8 +240,11 @@ class Claim implements Cmd {
       j.attempts += 1;
       j.lockedBy = this.worker;
       j.expired = false;
+      // The lease number grows by one with every claim and never repeats (requeue and release keep it).
+      j.leaseSeq += 1;
       expect(c.attempts).toBe(j.attempts);
-      leases.push({ id: c.id, attempts: c.attempts });
+      expect(c.leaseSeq).toBe(String(j.leaseSeq));
+      leases.push({ id: c.id, attempts: c.attempts, leaseSeq: c.leaseSeq });
     }
     m.leases.set(this.worker, leases);
     await checkState(m);
@@ -580,12 +591,9 @@ describe('fuzz: state machine', () => {
     ]);
   });
 
-  // ENGINE BUG 6 (reported): the lease fence is (id, attempts, locked_by), but requeue resets
-  // attempts to 0, so the token repeats: a worker whose lease was reclaimed (job → dead),
-  // then requeued and claimed again by the same worker, presents the same token for the old
-  // and the new execution, and the old one's late result lands on the new attempt (SPEC §3).
-  // Remove `.fails` when the fence uses a token that never repeats.
-  it.fails('a stale lease from before a requeue cannot complete the same worker’s new attempt', async () => {
+  // Regression test of engine bug 6: the fence was (id, attempts, worker), and requeue resets
+  // attempts, so a stale lease from before a requeue matched the same worker's new claim.
+  it('a stale lease from before a requeue cannot complete the same worker’s new attempt', async () => {
     await db.query(`TRUNCATE ${db.jobs}, ${archive}`);
     const [job] = await queries.insertMany(db.pool, [
       { kind: 'k', queue: 'q', payloadJson: '{}', priority: 0, runAt: null, delayMs: null, maxAttempts: 1 },
