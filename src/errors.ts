@@ -96,12 +96,17 @@ export class PermanentError extends SkiplockError {
  * `instanceof` does not recognise: by its name and stable code.
  */
 export function isPermanentError(error: unknown): boolean {
-  if (error instanceof PermanentError) return true;
-  return (
-    error instanceof Error &&
-    error.name === 'PermanentError' &&
-    (error as { code?: unknown }).code === 'PERMANENT'
-  );
+  try {
+    if (error instanceof PermanentError) return true;
+    return (
+      error instanceof Error &&
+      error.name === 'PermanentError' &&
+      (error as { code?: unknown }).code === 'PERMANENT'
+    );
+  } catch {
+    // A Proxy whose traps throw is not a PermanentError.
+    return false;
+  }
 }
 
 /** The reason given to a handler's AbortSignal when its worker shuts down. */

@@ -99,6 +99,30 @@ describe('real processes', () => {
   });
 });
 
+describe('signals', () => {
+  it('SIGTERM stops every worker of the process gracefully before the process ends', async () => {
+    const script = fileURLToPath(new URL('./support/two-workers-process.ts', import.meta.url));
+    const child = fork(script, [], {
+      execArgv: ['--import', 'tsx'],
+      env: { ...process.env, SKIPLOCK_URL: db.url, SKIPLOCK_SCHEMA: TEST_SCHEMA, SLOW_MS: '1500' },
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+    const messages: unknown[] = [];
+    child.on('message', (m) => messages.push(m));
+    await waitFor(() => messages.includes('ready'), 30_000, 'the two workers');
+    const slowJob = await skiplock.enqueue('effect', {}, { queue: 'slow' });
+    await waitFor(() => messages.includes('slow-started'), 10_000, 'the slow job to start');
+    child.kill('SIGTERM');
+    expect(await exited(child)).toBe('SIGTERM');
+    // The slow worker finished its job within its shutdown timeout, though the fast one stopped at once.
+    const [row] = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM effects WHERE job_id = $1', [
+      slowJob.id,
+    ]);
+    expect(row!.n).toBe(1);
+    expect(await skiplock.getJob(slowJob.id)).toBeUndefined();
+  });
+});
+
 describe('migrations', () => {
   it('ten processes migrating one fresh database at once all succeed', async () => {
     const fresh = await createTestDatabase(false);

@@ -14,16 +14,41 @@ export const MAX_ERROR_CHARS = 16_384;
  */
 export function describeFailure(thrown: unknown): string {
   let text: string;
-  if (thrown instanceof Error) {
-    text = thrown.stack?.includes(thrown.message) ? thrown.stack : `${thrown.name}: ${thrown.message}`;
-    if (thrown.cause !== undefined) text += `\ncaused by: ${describeFailure(thrown.cause)}`;
-  } else if (typeof thrown === 'string') {
-    text = thrown === '' ? 'handler threw an empty string' : thrown;
-  } else if (thrown === undefined || thrown === null) {
-    text = `handler threw ${String(thrown)} (not an Error)`;
-  } else {
-    text = `handler threw a non-Error value: ${inspect(thrown, { depth: 3, breakLength: Number.POSITIVE_INFINITY })}`;
+  try {
+    text = describe(thrown, 0);
+  } catch (error) {
+    // A value whose getters or traps throw is described by what we can still say.
+    text = `handler threw a value that cannot be described (${safeName(error)})`;
   }
   text = text.replaceAll('\u0000', '\\u0000').toWellFormed();
   return text.length > MAX_ERROR_CHARS ? `${text.slice(0, MAX_ERROR_CHARS)}… [truncated]` : text;
+}
+
+/** Deepest `cause` chain followed; cycles end there too. */
+const MAX_CAUSE_DEPTH = 5;
+
+function describe(thrown: unknown, depth: number): string {
+  if (thrown instanceof Error) {
+    const message = String(thrown.message);
+    const stack = typeof thrown.stack === 'string' ? thrown.stack : undefined;
+    let text = stack?.includes(message) ? stack : `${String(thrown.name)}: ${message}`;
+    if (thrown.cause !== undefined) {
+      text +=
+        depth + 1 >= MAX_CAUSE_DEPTH
+          ? '\ncaused by: … (cause chain cut)'
+          : `\ncaused by: ${describe(thrown.cause, depth + 1)}`;
+    }
+    return text;
+  }
+  if (typeof thrown === 'string') return thrown === '' ? 'handler threw an empty string' : thrown;
+  if (thrown === undefined || thrown === null) return `handler threw ${String(thrown)} (not an Error)`;
+  return `handler threw a non-Error value: ${inspect(thrown, { depth: 3, breakLength: Number.POSITIVE_INFINITY })}`;
+}
+
+function safeName(error: unknown): string {
+  try {
+    return error instanceof Error ? `${error.name}: ${error.message}` : typeof error;
+  } catch {
+    return 'unknown';
+  }
 }

@@ -31,6 +31,7 @@ import { Heartbeat } from './heartbeat.js';
 import { loopBackoffMs } from './loop-backoff.js';
 import { Notifier } from './notifier.js';
 import type { Handler, ResolvedWorkerOptions } from './options.js';
+import { forgetOnSignals, stopOnSignals } from './signals.js';
 
 /** One claimed job being run, with what its lease is fenced by. */
 interface Execution {
@@ -77,9 +78,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #notifier: Notifier;
   #sweepTimer: NodeJS.Timeout | undefined;
   #sweeping: Promise<void> | undefined;
-  #state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
+  #state: 'new' | 'starting' | 'running' | 'stopping' | 'stopped' = 'new';
+  #startPromise: Promise<void> | undefined;
   #stopPromise: Promise<void> | undefined;
-  #signalHandler: ((signal: NodeJS.Signals) => void) | undefined;
   #idleWaiters: (() => void)[] = [];
 
   constructor(
@@ -132,6 +133,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
       leased: () => [...this.#active.values()].filter((e) => !e.released && !e.leaseLost),
       beat: (jobs) => queries.heartbeat(pool, jobs, this.id),
       onLost: (execution) => {
+        // Finished while the heartbeat was in flight: its result, not a reclaim, ended the lease.
+        if (this.#active.get(execution.key) !== execution || execution.released) return;
         execution.leaseLost = true;
         execution.controller.abort(new LeaseLostError(execution.id));
         this.emit('lease:lost', execution.job);
@@ -167,17 +170,29 @@ export class Worker extends EventEmitter<WorkerEvents> {
    * @throws {SchemaVersionError} when the schema was not migrated (run `migrate()` first).
    * @throws {SkiplockError} (code `CLOSED`) when called twice or after stop.
    */
-  async start(): Promise<void> {
-    if (this.#state !== 'new') throw new SkiplockError('CLOSED', 'a worker starts once; make a new one');
+  start(): Promise<void> {
+    if (this.#state !== 'new') {
+      return Promise.reject(new SkiplockError('CLOSED', 'a worker starts once; make a new one'));
+    }
+    this.#state = 'starting';
+    this.#startPromise = this.#start();
+    return this.#startPromise;
+  }
+
+  async #start(): Promise<void> {
     try {
       await assertMigrated(this.#ctx.pool, this.#ctx.schema);
     } catch (error) {
-      if (error instanceof SchemaVersionError) throw error;
+      if (error instanceof SchemaVersionError) {
+        this.#state = 'stopped';
+        this.#ctx.onStop(this);
+        throw error;
+      }
       // The database is away: start anyway; the loops retry until it is back.
       this.#reportError(translateError(error), 'claim');
     }
     this.#state = 'running';
-    if (this.#options.handleSignals) this.#installSignalHandlers();
+    if (this.#options.handleSignals) stopOnSignals(this);
     this.#heartbeat.start();
     await this.#notifier.start();
     this.#fetcher.start();
@@ -238,7 +253,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   /** Runs one handler to a result; never rejects. */
   async #execute(execution: Execution): Promise<Result<Execution>> {
     const { job, controller } = execution;
-    const handler = this.#handlers[job.kind];
+    const handler = Object.hasOwn(this.#handlers, job.kind) ? this.#handlers[job.kind] : undefined;
     if (!handler) return failure(execution, new UnknownKindError(job.kind));
     const timeoutMs = this.#options.jobTimeoutMs;
     let timer: NodeJS.Timeout | undefined;
@@ -294,7 +309,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
    * when results are written and connections closed. Idempotent.
    */
   stop(): Promise<void> {
-    this.#stopPromise ??= this.#stop();
+    // A stop during start waits for the start to finish, then undoes it.
+    this.#stopPromise ??= (this.#startPromise ?? Promise.resolve()).catch(() => {}).then(() => this.#stop());
     return this.#stopPromise;
   }
 
@@ -303,7 +319,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#state = 'stopping';
     if (!wasRunning) {
       this.#state = 'stopped';
-      this.#removeSignalHandlers();
+      forgetOnSignals(this);
       return;
     }
     clearInterval(this.#sweepTimer);
@@ -317,7 +333,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     await this.#sweeping;
     await this.#notifier.stop();
     this.#state = 'stopped';
-    this.#removeSignalHandlers();
+    forgetOnSignals(this);
     this.#ctx.onStop(this);
     this.emit('stop');
   }
@@ -345,26 +361,6 @@ export class Worker extends EventEmitter<WorkerEvents> {
   #reportError(error: SkiplockError, source: WorkerErrorSource): void {
     if (this.listenerCount('error') > 0) this.emit('error', error, source);
     else console.error(`[skiplock] worker ${this.id}: ${source} error: ${error.message}`);
-  }
-
-  #installSignalHandlers(): void {
-    const handler = (signal: NodeJS.Signals) => {
-      this.#removeSignalHandlers();
-      void this.stop().then(() => {
-        // Re-raise so the process ends as it would have, unless someone else handles the signal.
-        if (process.listenerCount(signal) === 0) process.kill(process.pid, signal);
-      });
-    };
-    this.#signalHandler = handler;
-    process.once('SIGTERM', handler);
-    process.once('SIGINT', handler);
-  }
-
-  #removeSignalHandlers(): void {
-    if (!this.#signalHandler) return;
-    process.off('SIGTERM', this.#signalHandler);
-    process.off('SIGINT', this.#signalHandler);
-    this.#signalHandler = undefined;
   }
 }
 

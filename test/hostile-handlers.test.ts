@@ -1,0 +1,134 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Skiplock } from '../src/index.js';
+import { createTestDatabase, type TestDatabase, waitFor } from './support/database.js';
+import { nextEvent } from './support/events.js';
+
+let db: TestDatabase;
+let skiplock: Skiplock;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  skiplock = db.skiplock();
+});
+afterAll(async () => {
+  await db?.close();
+});
+
+const base = { handleSignals: false, pollIntervalMs: 100 } as const;
+
+describe('hostile thrown values', () => {
+  it('a cyclic cause, throwing getters and a hostile Proxy are recorded, and the worker keeps going', async () => {
+    const cyclic = new Error('cyclic');
+    cyclic.cause = cyclic;
+    const getters = new Error('x');
+    Object.defineProperty(getters, 'stack', {
+      get() {
+        throw new Error('no stack for you');
+      },
+    });
+    const proxy = new Proxy(
+      {},
+      {
+        getPrototypeOf() {
+          throw new Error('trap');
+        },
+      },
+    );
+    const thrown: Record<string, unknown> = { cyclic, getters, proxy };
+    const worker = skiplock.worker({
+      ...base,
+      queues: ['hostile'],
+      handlers: {
+        hostile: (job) => {
+          throw thrown[(job.payload as { key: string }).key];
+        },
+      },
+    });
+    await worker.start();
+    const jobs = await skiplock.enqueueMany(
+      Object.keys(thrown).map((key) => ({ kind: 'hostile', payload: { key }, queue: 'hostile' })),
+    );
+    await waitFor(async () => {
+      const rows = await db.query(
+        `SELECT count(*)::int AS n FROM ${db.jobs} WHERE queue = 'hostile' AND last_error IS NOT NULL`,
+      );
+      return rows[0]?.n === 3;
+    });
+    const rows = await db.query<{ key: string; last_error: string; status: string }>(
+      `SELECT payload->>'key' AS key, last_error, status FROM ${db.jobs} WHERE id = ANY($1::bigint[])`,
+      [jobs.map((j) => j.id)],
+    );
+    const byKey = Object.fromEntries(rows.map((r) => [r.key, r]));
+    expect(byKey.cyclic?.last_error).toMatch(/^Error: cyclic[\s\S]*caused by: … \(cause chain cut\)$/);
+    expect(byKey.getters?.last_error).toBe(
+      'handler threw a value that cannot be described (Error: no stack for you)',
+    );
+    expect(byKey.proxy?.last_error).toBe('handler threw a value that cannot be described (Error: trap)');
+    for (const r of rows) expect(r.status).toBe('queued');
+    // Still running: a new job is handled.
+    const ok = nextEvent(worker, 'job:failure');
+    await skiplock.enqueue('hostile', { key: 'none' }, { queue: 'hostile' });
+    expect((await ok)[1]).toBe('handler threw undefined (not an Error)');
+    await worker.stop();
+  });
+
+  it('a kind named like an Object.prototype member is an unknown kind, not a handler', async () => {
+    const worker = skiplock.worker({ ...base, queues: ['proto'], handlers: { real: () => {} } });
+    const failures: string[] = [];
+    worker.on('job:failure', (job, error) => failures.push(`${job.kind}: ${String(error).split('\n')[0]}`));
+    await worker.start();
+    const kinds = ['toString', 'constructor', 'hasOwnProperty', '__proto__'];
+    await skiplock.enqueueMany(kinds.map((kind) => ({ kind, payload: {}, queue: 'proto' })));
+    await waitFor(() => failures.length === kinds.length, 10_000, 'four failures');
+    expect(failures.sort()).toEqual(
+      kinds
+        .map((k) => `${k}: UnknownKindError: no handler for kind ${JSON.stringify(k)} in this worker`)
+        .sort(),
+    );
+    await worker.stop();
+  });
+});
+
+describe('life cycle races', () => {
+  it('stop() during start() leaves nothing running', async () => {
+    let ran = 0;
+    const worker = skiplock.worker({
+      ...base,
+      queues: ['race-stop'],
+      handlers: {
+        x: () => {
+          ran++;
+        },
+      },
+    });
+    const started = worker.start();
+    await worker.stop();
+    await started;
+    const job = await skiplock.enqueue('x', {}, { queue: 'race-stop' });
+    // Another worker proves the job is claimable: the stopped one never took it.
+    const other = skiplock.worker({ ...base, queues: ['race-stop'], handlers: { x: () => {} } });
+    const done = nextEvent(other, 'job:success');
+    await other.start();
+    expect((await done)[0].id).toBe(job.id);
+    expect(ran).toBe(0);
+    await other.stop();
+  });
+
+  it('start() twice at once starts once', async () => {
+    const worker = skiplock.worker({ ...base, queues: ['race-start'], handlers: {} });
+    const results = await Promise.allSettled([worker.start(), worker.start()]);
+    expect(results.map((r) => r.status).sort()).toEqual(['fulfilled', 'rejected']);
+    // One LISTEN connection (a closed one may linger in pg_stat_activity for a moment).
+    await waitFor(
+      async () => {
+        const [row] = await db.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'`,
+        );
+        return row!.n === 1;
+      },
+      5000,
+      'exactly one LISTEN connection',
+    );
+    await worker.stop();
+  });
+});
