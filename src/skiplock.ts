@@ -129,7 +129,12 @@ const stringList = z.union([storableName, z.array(storableName)], {
   error: 'must be a string or an array of strings',
 });
 const idList = z.array(
-  z.string().regex(/^[1-9][0-9]{0,18}$/, { error: 'must be job ids (decimal strings)' }),
+  z
+    .string()
+    .regex(/^[1-9][0-9]{0,18}$/, { error: 'must be job ids (decimal strings)' })
+    .refine((id) => BigInt(id) <= 9_223_372_036_854_775_807n, {
+      error: 'must be a job id within bigint range',
+    }),
   {
     error: 'must be an array of job ids',
   },
@@ -174,10 +179,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   readonly #clientConfig: pg.ClientConfig;
   readonly #queries: JobQueries;
   readonly #workers = new Set<Worker>();
-  readonly #onPoolError = (error: Error) => {
-    // An idle pooled connection died (server restart, terminated backend); the pool replaces it.
-    void error;
-  };
+
   #closed = false;
 
   /**
@@ -205,7 +207,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
       this.#pool = new pg.Pool({ ...this.#clientConfig, max: 10 });
       this.#ownsPool = true;
     }
-    this.#pool.on('error', this.#onPoolError);
+    listenForPoolErrors(this.#pool);
     this.#queries = new JobQueries(schema);
   }
 
@@ -258,7 +260,10 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    * @throws {ValidationError} naming the item and field (`jobs[3].delayMs`); nothing is inserted.
    * @throws {DatabaseError} from the database.
    */
-  async enqueueMany(jobs: EnqueueManyItem<Jobs>[], options: { client?: Queryable } = {}): Promise<Job[]> {
+  async enqueueMany(
+    jobs: EnqueueManyItem<Jobs>[],
+    options: { client?: Queryable } = {},
+  ): Promise<Job<keyof Jobs & string, Jobs[keyof Jobs & string]>[]> {
     this.#assertOpen();
     if (!Array.isArray(jobs)) throw new ValidationError('jobs', 'must be an array');
     const parsed = parseOptions(manyOptionsSchema, options, 'options');
@@ -269,7 +274,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
       return toNewJob(parsedItem.kind, parsedItem.payload, parsedItem, `${field}.`);
     });
     const records = await this.#queries.insertMany(parsed.client ?? this.#pool, rows);
-    return records.map(toJob);
+    return records.map(toJob) as Job<keyof Jobs & string, Jobs[keyof Jobs & string]>[];
   }
 
   /**
@@ -353,7 +358,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
     this.#closed = true;
     await Promise.all([...this.#workers].map((w) => w.stop()));
     if (this.#ownsPool) await this.#pool.end();
-    else this.#pool.off('error', this.#onPoolError);
+    else unlistenForPoolErrors(this.#pool);
   }
 
   #assertOpen(): void {
@@ -407,4 +412,22 @@ function toFilter(parsed: {
   const queue = list(parsed.queue);
   if (queue) filter.queue = queue;
   return filter;
+}
+
+/** Skiplocks sharing a caller's pool, per pool: one `error` listener serves them all. */
+const poolUsers = new WeakMap<pg.Pool, number>();
+
+/** An idle pooled connection that dies (server restart, terminated backend) is replaced by the pool. */
+function ignorePoolError(): void {}
+
+function listenForPoolErrors(pool: pg.Pool): void {
+  const users = poolUsers.get(pool) ?? 0;
+  if (users === 0) pool.on('error', ignorePoolError);
+  poolUsers.set(pool, users + 1);
+}
+
+function unlistenForPoolErrors(pool: pg.Pool): void {
+  const users = (poolUsers.get(pool) ?? 1) - 1;
+  poolUsers.set(pool, users);
+  if (users === 0) pool.off('error', ignorePoolError);
 }

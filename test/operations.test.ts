@@ -93,6 +93,8 @@ describe('stats and inspection', () => {
     expect(one).toEqual(listed[0]);
     expect(await skiplock.getJob('999999999')).toBeUndefined();
     await expect(skiplock.getJob('abc')).rejects.toBeInstanceOf(ValidationError);
+    await expect(skiplock.getJob('9999999999999999999')).rejects.toBeInstanceOf(ValidationError);
+    expect(await skiplock.getJob('9223372036854775807')).toBeUndefined();
   });
 });
 

@@ -88,7 +88,10 @@ export function translateError(error: unknown): SkiplockError {
   if (error instanceof SkiplockError) return error;
   const err = error as { code?: unknown; message?: unknown };
   const sqlState = typeof err?.code === 'string' && /^[0-9A-Z]{5}$/.test(err.code) ? err.code : undefined;
-  const message = typeof err?.message === 'string' ? err.message : String(error);
+  let message = typeof err?.message === 'string' ? err.message : String(error);
+  // undefined_table: almost always a schema nobody migrated.
+  if (sqlState === '42P01')
+    message += '; is the skiplock schema migrated? run migrate() or `skiplock migrate`';
   return new DatabaseError(sqlState ? `${message} (SQLSTATE ${sqlState})` : message, sqlState, {
     cause: error,
   });

@@ -72,6 +72,9 @@ export function toJob(record: JobRecord): Job {
 /** Longest queue or kind name, in UTF-8 bytes: it must fit a btree index entry. */
 export const MAX_NAME_BYTES = 1024;
 
+/** Largest payload JSON text, in UTF-8 bytes: jsonb's 256 MiB. */
+const MAX_PAYLOAD_BYTES = 2 ** 28;
+
 /** Deepest payload nesting accepted. */
 export const MAX_PAYLOAD_DEPTH = 1000;
 
@@ -105,7 +108,12 @@ export function assertName(value: unknown, field: string): asserts value is stri
 export function serializePayload(payload: unknown, field = 'payload'): string {
   if (payload === undefined) return '{}';
   checkJsonValue(payload, field, new Set(), 0);
-  return JSON.stringify(payload);
+  const json = JSON.stringify(payload);
+  // jsonb holds at most 256 MiB; a longer text fails in the server with a less useful error.
+  if (json.length >= MAX_PAYLOAD_BYTES / 4 && Buffer.byteLength(json, 'utf8') >= MAX_PAYLOAD_BYTES) {
+    throw new ValidationError(field, 'larger than PostgreSQL jsonb can hold (256 MiB)');
+  }
+  return json;
 }
 
 function checkJsonValue(value: unknown, path: string, seen: Set<object>, depth: number): void {

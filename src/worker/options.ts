@@ -105,7 +105,11 @@ const schema = z.strictObject({
     .enum(['delete', 'keep', 'archive'], { error: "must be 'delete', 'keep' or 'archive'" })
     .optional(),
   handleSignals: z.boolean({ error: 'must be a boolean' }).optional(),
-  workerId: z.string({ error: 'must be a string' }).min(1).max(200).optional(),
+  workerId: z
+    .string({ error: 'must be a string' })
+    .min(1, { error: 'must not be empty' })
+    .max(200, { error: 'must be at most 200 characters' })
+    .optional(),
 });
 
 /**
