@@ -130,14 +130,11 @@ const stringList = z.union([storableName, z.array(storableName)], {
 });
 const idList = z.array(
   z
-    .string()
-    .regex(/^[1-9][0-9]{0,18}$/, { error: 'must be job ids (decimal strings)' })
-    .refine((id) => BigInt(id) <= 9_223_372_036_854_775_807n, {
-      error: 'must be a job id within bigint range',
+    .string({ error: 'must be job ids (decimal strings)' })
+    .refine((id) => /^[1-9][0-9]{0,18}$/.test(id) && BigInt(id) <= 9_223_372_036_854_775_807n, {
+      error: 'must be job ids (decimal strings within bigint range)',
     }),
-  {
-    error: 'must be an array of job ids',
-  },
+  { error: 'must be an array of job ids' },
 );
 const requeueSchema = z.strictObject({
   ids: idList.optional(),

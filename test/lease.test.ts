@@ -179,7 +179,8 @@ describe('lease', () => {
     const signal = await started.opened;
     const lost = nextEvent(worker, 'lease:lost');
     const stale = nextEvent(worker, 'job:stale');
-    await db.query(`UPDATE ${db.jobs} SET locked_at = now() - interval '1 hour' WHERE id = $1`, [job.id]);
+    // A 1 ms visibility timeout: heartbeats every 50 ms cannot keep this lease alive.
+    await db.query(`UPDATE ${db.jobs} SET visibility_timeout_ms = 1 WHERE id = $1`, [job.id]);
     await sweepNow();
     const [lostJob] = await lost;
     expect(lostJob.id).toBe(job.id);
