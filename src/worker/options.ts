@@ -47,7 +47,12 @@ export interface WorkerOptions<Jobs extends JobMap> {
   heartbeatIntervalMs?: number;
   /** How often this worker tries to sweep dead leases (one sweep at a time across all workers). @default 60_000 */
   sweepIntervalMs?: number;
-  /** Handler run time after which the attempt fails (retryable) and its slot is freed. @default none */
+  /**
+   * Handler run time after which the attempt fails (retryable), its signal is
+   * aborted and its slot is freed. JavaScript cannot kill a handler that ignores
+   * its signal: it keeps running beside the slot's next job, so honour the signal.
+   * @default none
+   */
   jobTimeoutMs?: number;
   /** How long `stop()` lets running handlers finish before aborting them and releasing their jobs. @default 30_000 */
   shutdownTimeoutMs?: number;
