@@ -38,6 +38,8 @@ export function median(values: readonly number[]): number {
 }
 
 function format(value: number): string {
+  // +∞: a latency of a job that never ran within the run.
+  if (value === Number.POSITIVE_INFINITY) return '∞';
   if (!Number.isFinite(value)) return '–';
   if (Math.abs(value) >= 100) return Math.round(value).toLocaleString('en-US');
   if (Math.abs(value) >= 10) return value.toFixed(1);
@@ -77,7 +79,7 @@ export function renderTable(measurements: readonly Measurement[], systems: reado
       const text = cell(m.samples);
       if (system === 'skiplock' || !base || base.samples.length === 0) return text;
       const ratio = median(base.samples) / median(m.samples);
-      return Number.isFinite(ratio) ? `${text} · **${ratio.toFixed(2)}×**` : text;
+      return Number.isFinite(ratio) && ratio > 0 ? `${text} · **${ratio.toFixed(2)}×**` : text;
     });
     rows.push(`| ${scenario} | ${kase} | ${unit} | ${cells.join(' | ')} |`);
   }

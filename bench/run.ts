@@ -120,7 +120,7 @@ async function main(): Promise<void> {
     const machine = await describeMachine(serverUrl, [
       `run: ${process.argv.slice(2).join(' ') || '(defaults)'}; ${runs} runs per figure; ${Math.round((Date.now() - started) / 1000)} s`,
       `skiplock engine: ${process.env.SKIPLOCK_BENCH_SRC ?? 'src/ of this tree'}`,
-      ...systems.map((s) => `${s.name}: ${s.settings}`),
+      ...SYSTEMS.map((s) => `${s.name}: ${s.settings}`),
       ...(server ? ['server: embedded PostgreSQL 18 (fsync=off)'] : []),
     ]);
     const report = renderReport(

@@ -82,7 +82,12 @@ export async function drainOnce(
     const handled = await waitFor(() => counts.reduce((a, b) => a + b, 0) >= jobs, DRAIN_TIMEOUT_MS, 2);
     const empty = handled && (await waitFor(async () => (await client.remaining()) === 0, 30_000, 5));
     const elapsedMs = performance.now() - startedAt;
-    if (!empty) throw new Error(`queue not drained (${counts.join('+')} of ${jobs} handled)`);
+    if (!empty) {
+      const left = await client.remaining();
+      throw new Error(
+        `queue not drained: ${counts.join('+')} of ${jobs} handled, ${left} still due or running`,
+      );
+    }
     return jobs / (elapsedMs / 1000);
   } finally {
     const stopped = waiting('stopped');

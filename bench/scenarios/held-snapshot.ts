@@ -96,9 +96,13 @@ export const heldSnapshotScenario: Scenario = {
             const shape = { processes: 1, concurrency: STEADY_CONCURRENCY };
             const free = await drainOnce(producer, target, drainJobs, shape);
             const held = await holdSnapshot(target);
-            let blocked: number;
+            let blocked = Number.NaN;
             try {
               blocked = await drainOnce(producer, target, drainJobs, shape);
+            } catch (error) {
+              // A drain that never empties is a finding, not a reason to lose the other figures.
+              ctx.note(`held snapshot, run ${run + 1}: ${system.name}: ${String(error)}`);
+              await producer.purge();
             } finally {
               await held.release();
             }
