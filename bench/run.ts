@@ -70,11 +70,16 @@ async function main(): Promise<void> {
   const notes: string[] = [];
   if (opts.merge && existsSync(new URL('latest.json', RESULTS))) {
     const earlier = JSON.parse(readFileSync(new URL('latest.json', RESULTS), 'utf8')) as {
-      measurements: Measurement[];
+      measurements: (Omit<Measurement, 'samples'> & { samples: (number | null)[] })[];
       notes: string[];
     };
     const rerun = (scenario: string) => scenarios.some((s) => scenario.startsWith(`${s.id}.`));
-    measurements.push(...earlier.measurements.filter((m) => !rerun(m.scenario)));
+    // JSON has no +∞ (a latency of a job that never ran): it comes back as null.
+    const revived = earlier.measurements.map((m) => ({
+      ...m,
+      samples: m.samples.map((v) => v ?? Number.POSITIVE_INFINITY),
+    }));
+    measurements.push(...revived.filter((m) => !rerun(m.scenario)));
     const stale = (note: string) =>
       scenarios.some((s) => note.startsWith(`scenario ${s.id} `)) ||
       (scenarios.some((s) => s.id === 5) && note.startsWith('claim plan'));
