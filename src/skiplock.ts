@@ -284,7 +284,6 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
     const resolved = resolveWorkerOptions(options);
     const worker = new Worker(
       {
-        pool: this.#pool,
         clientConfig: this.#clientConfig,
         queries: this.#queries,
         schema: this.schema,

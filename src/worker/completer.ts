@@ -24,6 +24,9 @@ export interface CompleterDeps<T extends LeasedJob> {
   onError(error: SkiplockError): void;
 }
 
+/** Most results written by one statement. */
+const MAX_BATCH = 1000;
+
 /** Non-transient errors after which a batch is given up (its jobs are reclaimed by the sweeper later). */
 const MAX_PERMANENT_ERRORS = 5;
 
@@ -50,9 +53,10 @@ export class Completer<T extends LeasedJob> {
   }
 
   async #flush(): Promise<void> {
+    // Handlers that settle in this turn of the event loop join the first batch.
+    await new Promise((resolve) => setImmediate(resolve));
     while (this.#pending.length > 0) {
-      const batch = this.#pending;
-      this.#pending = [];
+      const batch = this.#pending.splice(0, MAX_BATCH);
       await this.#write(batch);
     }
   }

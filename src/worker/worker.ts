@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type pg from 'pg';
+import pg from 'pg';
 import { translateError } from '../db/executor.js';
 import { type JobQueries, leaseKey } from '../db/queries/jobs.js';
 import {
@@ -51,7 +51,6 @@ interface Execution {
 
 /** What a worker needs from its Skiplock. */
 export interface WorkerContext {
-  pool: pg.Pool;
   clientConfig: pg.ClientConfig;
   queries: JobQueries;
   schema: string;
@@ -76,6 +75,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #completer: Completer<Execution>;
   readonly #heartbeat: Heartbeat<Execution>;
   readonly #notifier: Notifier;
+  /** The worker's own connections (see {@link workerPool}); ended when it stops. */
+  readonly #pool: pg.Pool;
   #sweepTimer: NodeJS.Timeout | undefined;
   #sweeping: Promise<void> | undefined;
   #state: 'new' | 'starting' | 'running' | 'stopping' | 'stopped' = 'new';
@@ -93,7 +94,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#options = options;
     this.#handlers = { ...handlers };
     this.id = options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
-    const { queries, pool } = ctx;
+    const { queries } = ctx;
+    const pool = workerPool(ctx.clientConfig);
+    this.#pool = pool;
     this.#fetcher = new Fetcher({
       batchSize: options.batchSize,
       pollIntervalMs: options.pollIntervalMs,
@@ -181,11 +184,12 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   async #start(): Promise<void> {
     try {
-      await assertMigrated(this.#ctx.pool, this.#ctx.schema);
+      await assertMigrated(this.#pool, this.#ctx.schema);
     } catch (error) {
       if (error instanceof SchemaVersionError) {
         this.#state = 'stopped';
         this.#ctx.onStop(this);
+        await this.#pool.end();
         throw error;
       }
       // The database is away: start anyway; the loops retry until it is back.
@@ -203,7 +207,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   #runSweep(): void {
     this.#sweeping ??= sweep(
-      this.#ctx.pool,
+      this.#pool,
       this.#ctx.queries,
       this.#ctx.schema,
       this.#options.visibilityTimeoutMs,
@@ -285,7 +289,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     for (const e of executions) e.released = true;
     for (let attempt = 0; attempt < 5; attempt++) {
       try {
-        const released = await this.#ctx.queries.release(this.#ctx.pool, executions, this.id);
+        const released = await this.#ctx.queries.release(this.#pool, executions, this.id);
         for (const e of executions) {
           this.#active.delete(e.key);
           if (released.has(e.key)) this.emit('job:released', e.job);
@@ -315,9 +319,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   async #stop(): Promise<void> {
-    const wasRunning = this.#state === 'running';
+    const before = this.#state;
     this.#state = 'stopping';
-    if (!wasRunning) {
+    if (before !== 'running') {
+      // Never started, or its start failed (and ended the pool already).
+      if (before !== 'stopped') await this.#pool.end();
       this.#state = 'stopped';
       forgetOnSignals(this);
       return;
@@ -332,6 +338,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     await this.#heartbeat.stop();
     await this.#sweeping;
     await this.#notifier.stop();
+    await this.#pool.end();
     this.#state = 'stopped';
     forgetOnSignals(this);
     this.#ctx.onStop(this);
@@ -362,6 +369,31 @@ export class Worker extends EventEmitter<WorkerEvents> {
     if (this.listenerCount('error') > 0) this.emit('error', error, source);
     else console.error(`[skiplock] worker ${this.id}: ${source} error: ${error.message}`);
   }
+}
+
+/** Most connections a worker's own pool opens: claim, results, heartbeat, sweep, release. */
+const WORKER_POOL_SIZE = 6;
+
+/**
+ * The worker's own pool. Its sessions commit asynchronously
+ * (`synchronous_commit = off`): a claim, result, heartbeat or release lost in a
+ * server crash leaves the job queued or running-then-reclaimed, so it runs
+ * again — at-least-once holds, and each statement skips a WAL flush. Producers'
+ * inserts never run here. Its sessions also cannot idle in a transaction for
+ * long (`idle_in_transaction_session_timeout`, SPEC §6).
+ */
+function workerPool(config: pg.ClientConfig): pg.Pool {
+  const options = [
+    config.options,
+    '-c synchronous_commit=off',
+    '-c idle_in_transaction_session_timeout=60000',
+  ]
+    .filter(Boolean)
+    .join(' ');
+  const pool = new pg.Pool({ ...config, options, max: WORKER_POOL_SIZE });
+  // An idle connection that dies (server restart, terminated backend) is replaced; the loops report the rest.
+  pool.on('error', () => {});
+  return pool;
 }
 
 function failure(execution: Execution, error: unknown): Result<Execution> {

@@ -118,6 +118,12 @@ export interface QueueStatsRow {
 /**
  * The statements of one schema. Built once per Skiplock; holds no connection.
  */
+/**
+ * Prepared (named) statements are for the claim, which is planned the same way
+ * for any input. The result statements join an `unnest` of the batch: they are
+ * sent unnamed so PostgreSQL plans each with the batch's real size — a generic
+ * plan rescans the unnest per row, quadratic in the batch.
+ */
 export class JobQueries {
   readonly #s: string;
   readonly #statements: Record<string, Statement>;
@@ -397,7 +403,7 @@ export class JobQueries {
   ): Promise<Set<string>> {
     const name =
       policy === 'delete' ? 'completeDelete' : policy === 'keep' ? 'completeKeep' : 'completeArchive';
-    const result = await runPrepared<{ id: string; lease_seq: string }>(pool, this.#get(name), [
+    const result = await run<{ id: string; lease_seq: string }>(pool, this.#get(name), [
       jobs.map((j) => j.id),
       jobs.map((j) => j.attempts),
       jobs.map((j) => j.leaseSeq),
@@ -408,7 +414,7 @@ export class JobQueries {
 
   /** Records failures under the lease; returns what each job became. */
   async fail(pool: pg.Pool, jobs: readonly FailedJob[], workerId: string): Promise<FailureOutcome[]> {
-    const { rows } = await runPrepared<{
+    const { rows } = await run<{
       id: string;
       attempts: number;
       lease_seq: string;
@@ -435,7 +441,7 @@ export class JobQueries {
 
   /** Refreshes `locked_at` of leased jobs; returns the lease keys ({@link leaseKey}) still held. */
   async heartbeat(pool: pg.Pool, jobs: readonly LeasedJob[], workerId: string): Promise<Set<string>> {
-    const result = await runPrepared<{ id: string; lease_seq: string }>(pool, this.#get('heartbeat'), [
+    const result = await run<{ id: string; lease_seq: string }>(pool, this.#get('heartbeat'), [
       jobs.map((j) => j.id),
       jobs.map((j) => j.attempts),
       jobs.map((j) => j.leaseSeq),
@@ -446,7 +452,7 @@ export class JobQueries {
 
   /** Gives leased jobs back to `queued` without charging the attempt; returns the released lease keys. */
   async release(pool: pg.Pool, jobs: readonly LeasedJob[], workerId: string): Promise<Set<string>> {
-    const result = await runPrepared<{ id: string; lease_seq: string }>(pool, this.#get('release'), [
+    const result = await run<{ id: string; lease_seq: string }>(pool, this.#get('release'), [
       jobs.map((j) => j.id),
       jobs.map((j) => j.attempts),
       jobs.map((j) => j.leaseSeq),
