@@ -20,7 +20,11 @@ const worker = skiplock.worker({
   handlers: {
     effect: async (job) => {
       if (delayMs > 0) await sleep(delayMs);
-      await pool.query('INSERT INTO effects (job_id, attempts, pid) VALUES ($1, $2, $3)', [job.id, job.attempts, process.pid]);
+      await pool.query('INSERT INTO effects (job_id, attempts, pid) VALUES ($1, $2, $3)', [
+        job.id,
+        job.attempts,
+        process.pid,
+      ]);
     },
   },
 });
