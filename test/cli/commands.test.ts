@@ -21,7 +21,13 @@ describe('skiplock CLI commands', () => {
     // A URL with a password (the test servers trust local connections, so any password works).
     const withPassword = new URL(db.url);
     withPassword.password = 's3cret-pw';
-    const second = await runCli(['migrate', '--database-url', withPassword.toString(), '--schema', TEST_SCHEMA]);
+    const second = await runCli([
+      'migrate',
+      '--database-url',
+      withPassword.toString(),
+      '--schema',
+      TEST_SCHEMA,
+    ]);
     expect(second.code, second.stderr).toBe(0);
     expect(second.stdout).toMatch(/up to date \(version 1\)/);
     // Which database is used goes to stderr, password masked.
