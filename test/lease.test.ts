@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Job, ShutdownError, type Skiplock } from '../src/index.js';
 import { createTestDatabase, type TestDatabase, waitFor } from './support/database.js';
@@ -13,6 +14,10 @@ beforeAll(async () => {
 afterAll(async () => {
   await db?.close();
 });
+
+/** Run times of simulated jobs: longer than the 400 ms visibility timeout, and a short one. */
+const LONG_JOB_MS = 1500;
+const SHORT_JOB_MS = 200;
 
 const base = { handleSignals: false, pollIntervalMs: 100, sweepIntervalMs: 600_000 } as const;
 
@@ -146,7 +151,8 @@ describe('lease', () => {
       heartbeatIntervalMs: 50,
       sweepIntervalMs: 50,
       onSuccess: 'keep',
-      handlers: { long: () => new Promise((resolve) => setTimeout(resolve, 1500)) },
+      // The job itself takes longer than the visibility timeout (a handler's run time, not a wait in the test).
+      handlers: { long: () => sleep(LONG_JOB_MS) },
     });
     worker.on('sweep', (s) => sweeps.push(s));
     await worker.start();
@@ -249,7 +255,7 @@ describe('graceful stop', () => {
       handlers: {
         finish: async () => {
           started.open();
-          await new Promise((resolve) => setTimeout(resolve, 200));
+          await sleep(SHORT_JOB_MS); // the job's own run time
         },
       },
     });
