@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Skiplock } from '../src/index.js';
 import { createTestDatabase, type TestDatabase, waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
+import { recordThrown } from './support/thrown.js';
 
 let db: TestDatabase;
 let skiplock: Skiplock;
@@ -35,39 +36,16 @@ describe('hostile thrown values', () => {
       },
     );
     const thrown: Record<string, unknown> = { cyclic, getters, proxy };
-    const worker = skiplock.worker({
-      ...base,
-      queues: ['hostile'],
-      handlers: {
-        hostile: (job) => {
-          throw thrown[(job.payload as { key: string }).key];
-        },
-      },
-    });
-    await worker.start();
-    const jobs = await skiplock.enqueueMany(
-      Object.keys(thrown).map((key) => ({ kind: 'hostile', payload: { key }, queue: 'hostile' })),
-    );
-    await waitFor(async () => {
-      const rows = await db.query(
-        `SELECT count(*)::int AS n FROM ${db.jobs} WHERE queue = 'hostile' AND last_error IS NOT NULL`,
-      );
-      return rows[0]?.n === 3;
-    });
-    const rows = await db.query<{ key: string; last_error: string; status: string }>(
-      `SELECT payload->>'key' AS key, last_error, status FROM ${db.jobs} WHERE id = ANY($1::bigint[])`,
-      [jobs.map((j) => j.id)],
-    );
-    const byKey = Object.fromEntries(rows.map((r) => [r.key, r]));
+    const { worker, byKey } = await recordThrown(skiplock, db, 'hostile', thrown);
     expect(byKey.cyclic?.last_error).toMatch(/^Error: cyclic[\s\S]*caused by: … \(cause chain cut\)$/);
     expect(byKey.getters?.last_error).toBe(
       'handler threw a value that cannot be described (Error: no stack for you)',
     );
     expect(byKey.proxy?.last_error).toBe('handler threw a value that cannot be described (Error: trap)');
-    for (const r of rows) expect(r.status).toBe('queued');
+    for (const r of Object.values(byKey)) expect(r).toMatchObject({ status: 'queued', attempts: 1 });
     // Still running: a new job is handled.
     const ok = nextEvent(worker, 'job:failure');
-    await skiplock.enqueue('hostile', { key: 'none' }, { queue: 'hostile' });
+    await skiplock.enqueue('throws', { key: 'none' }, { queue: 'hostile' });
     expect((await ok)[1]).toBe('handler threw undefined (not an Error)');
     await worker.stop();
   });

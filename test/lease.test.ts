@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Job, ShutdownError, type Skiplock } from '../src/index.js';
 import { createTestDatabase, type TestDatabase, waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
+import { recordThrown } from './support/thrown.js';
 
 let db: TestDatabase;
 let skiplock: Skiplock;
@@ -312,40 +313,12 @@ describe('failures', () => {
       obj: { code: 42, detail: 'object' },
       nul: new Error('has \u0000 NUL'),
     };
-    const worker = skiplock.worker({
-      ...base,
-      queues: ['throws'],
-      handlers: {
-        throws: (job) => {
-          throw thrown[(job.payload as { key: string }).key];
-        },
-      },
-    });
-    await worker.start();
-    const jobs = await skiplock.enqueueMany(
-      Object.keys(thrown).map((key) => ({ kind: 'throws', payload: { key }, queue: 'throws' })),
-    );
-    await waitFor(async () => {
-      const rows = await db.query(
-        `SELECT count(*)::int AS n FROM ${db.jobs} WHERE queue = 'throws' AND last_error IS NOT NULL`,
-      );
-      return rows[0]?.n === 4;
-    });
-    const errors = await db.query<{
-      payload: { key: string };
-      last_error: string;
-      status: string;
-      attempts: number;
-    }>(
-      `SELECT payload, last_error, status, attempts FROM ${db.jobs} WHERE id = ANY($1::bigint[]) ORDER BY id`,
-      [jobs.map((j) => j.id)],
-    );
-    const byKey = Object.fromEntries(errors.map((e) => [e.payload.key, e]));
+    const { worker, byKey } = await recordThrown(skiplock, db, 'throws', thrown);
     expect(byKey.str?.last_error).toBe('plain string');
     expect(byKey.undef?.last_error).toBe('handler threw undefined (not an Error)');
     expect(byKey.obj?.last_error).toBe("handler threw a non-Error value: { code: 42, detail: 'object' }");
     expect(byKey.nul?.last_error).toMatch(/^Error: has \\u0000 NUL/);
-    for (const e of errors) expect(e).toMatchObject({ status: 'queued', attempts: 1 });
+    for (const e of Object.values(byKey)) expect(e).toMatchObject({ status: 'queued', attempts: 1 });
     await worker.stop();
   });
 
