@@ -13,7 +13,9 @@ export type SkiplockErrorCode =
   | 'SHUTDOWN'
   | 'LEASE_LOST'
   | 'DATABASE'
-  | 'CLOSED';
+  | 'CLOSED'
+  | 'ALREADY_STARTED'
+  | 'LISTENER';
 
 /** Base class of every skiplock error. `cause` carries the underlying error, when any. */
 export class SkiplockError extends Error {
@@ -59,9 +61,19 @@ export class UnknownKindError extends SkiplockError {
 
 /** The database's skiplock schema is newer than this library (or a migration failed). */
 export class SchemaVersionError extends SkiplockError {
-  constructor(message: string, options?: { cause?: unknown }) {
+  /** The newest schema version in the database (0: not migrated), when known. */
+  readonly databaseVersion: number | undefined;
+  /** The newest schema version this library knows. */
+  readonly libraryVersion: number | undefined;
+
+  constructor(
+    message: string,
+    options?: { cause?: unknown; databaseVersion?: number; libraryVersion?: number },
+  ) {
     super('SCHEMA_VERSION', message, options);
     this.name = 'SchemaVersionError';
+    this.databaseVersion = options?.databaseVersion;
+    this.libraryVersion = options?.libraryVersion;
   }
 }
 
@@ -78,7 +90,7 @@ export class JobTimeoutError extends SkiplockError {
 
 /**
  * Throw from a handler to end the job as `failed` at once, without retry
- * (SPEC §3: "permanent error"). A person can still `requeue` it.
+ * (a permanent error). A person can still `requeue` it.
  *
  * @example
  * if (!order) throw new PermanentError(`order ${job.payload.orderId} does not exist`);
@@ -119,9 +131,13 @@ export class ShutdownError extends SkiplockError {
 
 /** The reason given to a handler's AbortSignal when its lease was reclaimed by the sweeper. */
 export class LeaseLostError extends SkiplockError {
+  /** The job whose lease was lost. */
+  readonly jobId: string;
+
   constructor(jobId: string) {
     super('LEASE_LOST', `lease of job ${jobId} was lost (reclaimed after the visibility timeout)`);
     this.name = 'LeaseLostError';
+    this.jobId = jobId;
   }
 }
 

@@ -13,10 +13,12 @@ export {
   ValidationError,
 } from './errors.js';
 export { BACKOFF_CAP_MS, backoffDelayMs } from './job/backoff.js';
+export { DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, DEFAULT_VISIBILITY_TIMEOUT_MS } from './job/defaults.js';
 export { JOB_STATUSES, type Job, type JobMap, type JobRecord, type JobStatus } from './job/job.js';
 export type { SweepResult } from './maintenance/sweeper.js';
 export type { MigrateResult } from './migrations/migrator.js';
 export {
+  type ClientOption,
   type EnqueueManyItem,
   type EnqueueOptions,
   type JobOptions,
@@ -26,6 +28,6 @@ export {
   Skiplock,
   type SkiplockConfig,
 } from './skiplock.js';
-export type { FailureOutcomeInfo, WorkerErrorSource, WorkerEvents } from './worker/events.js';
+export type { FailureOutcomeInfo, SuccessInfo, WorkerErrorSource, WorkerEvents } from './worker/events.js';
 export type { Handler, HandlerContext, Handlers, SuccessPolicy, WorkerOptions } from './worker/options.js';
 export { Worker } from './worker/worker.js';

@@ -1,29 +1,34 @@
 /**
- * The Skiplock entry (SPEC §7): configuration, migrate, the producer (enqueue,
- * enqueueMany), operations (requeue, stats, getJob, listJobs, sweep) and
- * `worker()`.
+ * The Skiplock entry: configuration, migrate, and a thin front door to the
+ * producer (enqueue, enqueueMany), the operations (requeue, stats, getJob,
+ * listJobs, sweep) and `worker()`.
  */
 import pg from 'pg';
 import { z } from 'zod';
-import { type Queryable, translateError } from './db/executor.js';
-import { type JobFilter, JobQueries, type NewJob, type QueueStatsRow } from './db/queries/jobs.js';
+import { translateError } from './db/executor.js';
+import { JobQueries } from './db/queries/jobs.js';
 import { assertSchemaName, DEFAULT_SCHEMA } from './db/sql.js';
 import { SkiplockError, ValidationError } from './errors.js';
-import {
-  assertName,
-  JOB_STATUSES,
-  type Job,
-  type JobMap,
-  type JobRecord,
-  type JobStatus,
-  serializePayload,
-  toJob,
-} from './job/job.js';
+import { DEFAULT_VISIBILITY_TIMEOUT_MS } from './job/defaults.js';
+import type { Job, JobMap, JobRecord } from './job/job.js';
 import { type SweepResult, sweep as sweepOnce } from './maintenance/sweeper.js';
 import { type MigrateResult, migrate } from './migrations/migrator.js';
-import { int32, parseOptions, validDate } from './options.js';
+import {
+  getJob,
+  type ListJobsFilter,
+  listJobs,
+  type QueueStats,
+  type RequeueFilter,
+  requeue,
+  stats,
+} from './operations/operations.js';
+import { parseOptions } from './options.js';
+import { enqueueMany, enqueueOne } from './producer/enqueue.js';
+import type { ClientOption, EnqueueOptions, JobOptions } from './producer/job-options.js';
 import { resolveWorkerOptions, type WorkerOptions } from './worker/options.js';
 import { Worker } from './worker/worker.js';
+
+export type { ClientOption, EnqueueOptions, JobOptions, ListJobsFilter, QueueStats, RequeueFilter };
 
 /** How to reach the database. Give `pool` or `connectionString` (else `DATABASE_URL` is used). */
 export interface SkiplockConfig {
@@ -35,81 +40,11 @@ export interface SkiplockConfig {
   schema?: string;
 }
 
-/** Options of one enqueued job. Give `runAt` or `delayMs`, not both. */
-export interface JobOptions {
-  /** Queue name (any non-empty string). @default 'default' */
-  queue?: string;
-  /** Larger runs first; a 32-bit integer. @default 0 */
-  priority?: number;
-  /** Earliest time to run. @default now (database clock) */
-  runAt?: Date;
-  /** Milliseconds from now (database clock) before the job may run; ≥ 0. @default 0 */
-  delayMs?: number;
-  /** Attempts before the dead letter; an integer ≥ 1. @default 20 */
-  maxAttempts?: number;
-}
-
-/** Options of `enqueue`: the job's options and the caller's connection. */
-export interface EnqueueOptions extends JobOptions {
-  /**
-   * The caller's connection, inside its BEGIN … COMMIT: the job commits or rolls
-   * back with the caller's transaction, and wakes workers only on commit.
-   * Any object with `query(text, values)`. @default skiplock's pool (autocommit)
-   */
-  client?: Queryable;
-}
-
 /** One job of `enqueueMany`, typed by the kind → payload map. */
 export type EnqueueManyItem<Jobs extends JobMap> = {
   [Kind in keyof Jobs & string]: { kind: Kind; payload: Jobs[Kind] } & JobOptions;
 }[keyof Jobs & string];
 
-/** Which dead/failed jobs to requeue; all given fields must match. */
-export interface RequeueFilter {
-  /** Job ids (decimal strings). */
-  ids?: string[];
-  /** `dead`, `failed`, or both. @default both */
-  status?: 'dead' | 'failed' | ('dead' | 'failed')[];
-  kind?: string | string[];
-  queue?: string | string[];
-}
-
-/** Filter of `listJobs`. */
-export interface ListJobsFilter {
-  ids?: string[];
-  status?: JobStatus | JobStatus[];
-  kind?: string | string[];
-  queue?: string | string[];
-  /** Most jobs returned, oldest id first. @default 100 */
-  limit?: number;
-}
-
-/** Counts per queue and status, and the oldest due queued job's age. */
-export type QueueStats = QueueStatsRow;
-
-const queryable = z.custom<Queryable>((v) => typeof (v as Queryable)?.query === 'function', {
-  error: 'must be a connection with a query(text, values) method',
-});
-const maxAttempts = z
-  .number({ error: 'must be a number' })
-  .int({ error: 'must be an integer' })
-  .min(1, { error: 'must be ≥ 1' })
-  .max(2_147_483_647, { error: 'must fit a 32-bit integer' });
-const delayMs = z
-  .number({ error: 'must be a number of milliseconds' })
-  .refine(Number.isFinite, { error: 'must be finite' })
-  .refine((v) => v >= 0, { error: 'must be ≥ 0' })
-  .refine((v) => v <= 315_360_000_000_000, { error: 'must be at most 10,000 years' });
-const jobOptionShape = {
-  queue: z.unknown().optional(),
-  priority: int32.optional(),
-  runAt: validDate.optional(),
-  delayMs: delayMs.optional(),
-  maxAttempts: maxAttempts.optional(),
-};
-const enqueueOptionsSchema = z.strictObject({ client: queryable.optional(), ...jobOptionShape });
-const manyItemSchema = z.strictObject({ kind: z.unknown(), payload: z.unknown(), ...jobOptionShape });
-const manyOptionsSchema = z.strictObject({ client: queryable.optional() });
 const configSchema = z.strictObject({
   pool: z
     .custom<pg.Pool>(
@@ -121,41 +56,6 @@ const configSchema = z.strictObject({
     .optional(),
   connectionString: z.string({ error: 'must be a string' }).min(1, { error: 'must not be empty' }).optional(),
   schema: z.unknown().optional(),
-});
-const storableName = z
-  .string({ error: 'must be a string' })
-  .refine((v) => !v.includes('\u0000') && v.isWellFormed(), { error: 'must be valid text without NUL' });
-const stringList = z.union([storableName, z.array(storableName)], {
-  error: 'must be a string or an array of strings',
-});
-const idList = z.array(
-  z
-    .string({ error: 'must be job ids (decimal strings)' })
-    .refine((id) => /^[1-9][0-9]{0,18}$/.test(id) && BigInt(id) <= 9_223_372_036_854_775_807n, {
-      error: 'must be job ids (decimal strings within bigint range)',
-    }),
-  { error: 'must be an array of job ids' },
-);
-const requeueSchema = z.strictObject({
-  ids: idList.optional(),
-  status: z
-    .union([z.enum(['dead', 'failed']), z.array(z.enum(['dead', 'failed']))], {
-      error: "must be 'dead' or 'failed'",
-    })
-    .optional(),
-  kind: stringList.optional(),
-  queue: stringList.optional(),
-});
-const listSchema = z.strictObject({
-  ids: idList.optional(),
-  status: z
-    .union([z.enum(JOB_STATUSES), z.array(z.enum(JOB_STATUSES))], {
-      error: `must be one of ${JOB_STATUSES.join(', ')}`,
-    })
-    .optional(),
-  kind: stringList.optional(),
-  queue: stringList.optional(),
-  limit: z.number().int().min(1).max(100_000).optional(),
 });
 
 /**
@@ -230,13 +130,14 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   }
 
   /**
-   * Enqueues one job (SPEC §4). With `options.client`, the insert runs on the
-   * caller's connection and commits or rolls back with its transaction.
+   * Enqueues one job. With `options.client`, the insert runs on the caller's
+   * connection and commits or rolls back with its transaction; workers are
+   * woken on commit.
    *
    * @param kind - the job's kind (non-empty; any text).
    * @param payload - JSON arguments; `undefined` means `{}`.
    * @returns the job as inserted (id, runAt on the database clock, …).
-   * @throws {ValidationError} naming the field (`payload.x`, `maxAttempts`…); nothing is inserted.
+   * @throws {ValidationError} naming the field (`kind`, `payload.x`, `options.maxAttempts`…); nothing is inserted.
    * @throws {DatabaseError} from the database.
    */
   async enqueue<Kind extends keyof Jobs & string>(
@@ -245,37 +146,30 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
     options: EnqueueOptions = {},
   ): Promise<Job<Kind, Jobs[Kind]>> {
     this.#assertOpen();
-    const parsed = parseOptions(enqueueOptionsSchema, options, 'options');
-    const job = toNewJob(kind, payload, parsed, '');
-    const record = await this.#queries.insertOne(parsed.client ?? this.#pool, job);
-    return toJob(record) as Job<Kind, Jobs[Kind]>;
+    return (await enqueueOne(this.#queries, this.#pool, kind, payload, options)) as Job<Kind, Jobs[Kind]>;
   }
 
   /**
-   * Enqueues many jobs in one statement (all or none), in input order.
+   * Enqueues many jobs in one statement (all or none), in input order. Each
+   * returned job carries the payload as given and what the database decided
+   * (id, runAt, createdAt).
    *
    * @throws {ValidationError} naming the item and field (`jobs[3].delayMs`); nothing is inserted.
    * @throws {DatabaseError} from the database.
    */
   async enqueueMany(
     jobs: EnqueueManyItem<Jobs>[],
-    options: { client?: Queryable } = {},
+    options: ClientOption = {},
   ): Promise<Job<keyof Jobs & string, Jobs[keyof Jobs & string]>[]> {
     this.#assertOpen();
-    if (!Array.isArray(jobs)) throw new ValidationError('jobs', 'must be an array');
-    const parsed = parseOptions(manyOptionsSchema, options, 'options');
-    if (jobs.length === 0) return [];
-    const rows = jobs.map((item, i) => {
-      const field = `jobs[${i}]`;
-      const parsedItem = parseOptions(manyItemSchema, item, field);
-      return toNewJob(parsedItem.kind, parsedItem.payload, parsedItem, `${field}.`);
-    });
-    const records = await this.#queries.insertMany(parsed.client ?? this.#pool, rows);
-    return records.map(toJob) as Job<keyof Jobs & string, Jobs[keyof Jobs & string]>[];
+    return (await enqueueMany(this.#queries, this.#pool, jobs, options)) as Job<
+      keyof Jobs & string,
+      Jobs[keyof Jobs & string]
+    >[];
   }
 
   /**
-   * Makes a worker for the given handlers (SPEC §5). Call `start()` on it.
+   * Makes a worker for the given handlers. Call `start()` on it.
    *
    * @throws {ValidationError} naming the option (`worker.concurrency`…).
    */
@@ -298,40 +192,43 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
 
   /**
    * Puts dead and/or failed jobs back to `queued` with attempts 0, run_at now
-   * and last_error cleared (the guide's requeue), and wakes workers.
+   * and last_error cleared, and wakes workers. Give a filter (`ids`, `status`,
+   * `kind`, `queue`), or `all: true` for every dead and failed job.
    *
    * @returns how many jobs were requeued.
-   * @throws {ValidationError} on a bad filter.
+   * @throws {ValidationError} on a bad filter, or none without `all: true`.
    */
-  async requeue(filter: RequeueFilter = {}): Promise<number> {
+  async requeue(filter: RequeueFilter): Promise<number> {
     this.#assertOpen();
-    const parsed = parseOptions(requeueSchema, filter, 'filter');
-    return this.#queries.requeue(this.#pool, toFilter(parsed));
+    return requeue(this.#queries, this.#pool, filter);
   }
 
   /** Per queue and status: counts, and for queued jobs the age of the oldest due one (ms). */
-  async stats(): Promise<QueueStats[]> {
+  async stats(options: ClientOption = {}): Promise<QueueStats[]> {
     this.#assertOpen();
-    return this.#queries.stats(this.#pool);
+    return stats(this.#queries, this.#pool, options);
   }
 
   /**
    * One job by id, with its status and bookkeeping, or undefined when no such
    * job is in the jobs table (deleted on success, or archived).
    *
-   * @throws {ValidationError} when `id` is not a decimal job id.
+   * @throws {ValidationError} (field `id`) when `id` is not a decimal job id.
    */
-  async getJob(id: string): Promise<JobRecord | undefined> {
+  async getJob(id: string, options: ClientOption = {}): Promise<JobRecord | undefined> {
     this.#assertOpen();
-    parseOptions(idList, [id], 'id');
-    return this.#queries.getById(this.#pool, id);
+    return getJob(this.#queries, this.#pool, id, options);
   }
 
-  /** Jobs matching the filter, oldest id first. @throws {ValidationError} on a bad filter. */
+  /**
+   * A page of jobs matching the filter, newest first unless `order: 'oldest'`;
+   * pass the last id as `after` for the next page.
+   *
+   * @throws {ValidationError} on a bad filter.
+   */
   async listJobs(filter: ListJobsFilter = {}): Promise<JobRecord[]> {
     this.#assertOpen();
-    const parsed = parseOptions(listSchema, filter, 'filter');
-    return this.#queries.list(this.#pool, toFilter(parsed), parsed.limit ?? 100);
+    return listJobs(this.#queries, this.#pool, filter);
   }
 
   /**
@@ -340,9 +237,9 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    *
    * @param defaultVisibilityTimeoutMs - for running rows with no timeout of their own. @default 300_000
    */
-  async sweep(defaultVisibilityTimeoutMs = 300_000): Promise<SweepResult> {
+  async sweep(defaultVisibilityTimeoutMs = DEFAULT_VISIBILITY_TIMEOUT_MS): Promise<SweepResult> {
     this.#assertOpen();
-    return sweepOnce(this.#pool, this.#queries, this.schema, defaultVisibilityTimeoutMs);
+    return sweepOnce(this.#pool, this.#queries, defaultVisibilityTimeoutMs);
   }
 
   /**
@@ -360,54 +257,6 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   #assertOpen(): void {
     if (this.#closed) throw new SkiplockError('CLOSED', 'this Skiplock was closed');
   }
-}
-
-function toNewJob(
-  kind: unknown,
-  payload: unknown,
-  options: {
-    queue?: unknown;
-    priority?: number | undefined;
-    runAt?: Date | undefined;
-    delayMs?: number | undefined;
-    maxAttempts?: number | undefined;
-  },
-  prefix: string,
-): NewJob {
-  assertName(kind, `${prefix}kind`);
-  const queue = options.queue === undefined ? 'default' : options.queue;
-  assertName(queue, `${prefix}queue`);
-  if (options.runAt !== undefined && options.delayMs !== undefined) {
-    throw new ValidationError(`${prefix}delayMs`, 'give runAt or delayMs, not both');
-  }
-  return {
-    kind,
-    queue,
-    payloadJson: serializePayload(payload, `${prefix}payload`),
-    priority: options.priority ?? 0,
-    runAt: options.runAt ?? null,
-    delayMs: options.delayMs ?? null,
-    maxAttempts: options.maxAttempts ?? 20,
-  };
-}
-
-function toFilter(parsed: {
-  ids?: string[] | undefined;
-  status?: string | string[] | undefined;
-  kind?: string | string[] | undefined;
-  queue?: string | string[] | undefined;
-}): JobFilter {
-  const list = <T extends string>(v: T | T[] | undefined): T[] | undefined =>
-    v === undefined ? undefined : Array.isArray(v) ? v : [v];
-  const filter: JobFilter = {};
-  if (parsed.ids) filter.ids = parsed.ids;
-  const status = list(parsed.status) as JobStatus[] | undefined;
-  if (status) filter.status = status;
-  const kind = list(parsed.kind);
-  if (kind) filter.kind = kind;
-  const queue = list(parsed.queue);
-  if (queue) filter.queue = queue;
-  return filter;
 }
 
 /** Skiplocks sharing a caller's pool, per pool: one `error` listener serves them all. */

@@ -88,7 +88,18 @@ describe('stats and inspection', () => {
     const listed = await skiplock.listJobs({ queue: 'stats', status: ['queued'], limit: 2 });
     expect(listed).toHaveLength(2);
     expect(listed.every((j) => j.queue === 'stats' && j.status === 'queued')).toBe(true);
-    expect(BigInt(listed[0]!.id) < BigInt(listed[1]!.id)).toBe(true);
+    // Newest first; the next page continues after the last id.
+    expect(BigInt(listed[0]!.id) > BigInt(listed[1]!.id)).toBe(true);
+    const all = await skiplock.listJobs({ queue: 'stats', status: ['queued'], order: 'oldest', limit: 1000 });
+    const next = await skiplock.listJobs({
+      queue: 'stats',
+      status: ['queued'],
+      limit: 2,
+      after: listed[1]!.id,
+    });
+    const newestFirst = all.map((j) => j.id).reverse();
+    expect(next.map((j) => j.id)).toEqual(newestFirst.slice(2, 4));
+    expect(BigInt(all[0]!.id) < BigInt(all[1]!.id)).toBe(true);
     const one = await skiplock.getJob(listed[0]!.id);
     expect(one).toEqual(listed[0]);
     expect(await skiplock.getJob('999999999')).toBeUndefined();
@@ -100,7 +111,7 @@ describe('stats and inspection', () => {
 
 describe('migrations', () => {
   it('are idempotent', async () => {
-    expect(await skiplock.migrate()).toEqual({ applied: [], version: 1 });
+    expect(await skiplock.migrate()).toEqual({ applied: [], version: 2 });
   });
 
   it('refuse a database whose schema is newer than the library', async () => {
@@ -164,7 +175,7 @@ describe('a worker on a schema that was never migrated', () => {
     const worker = s.worker({ handleSignals: false, handlers: {} });
     const error = await worker.start().catch((e: unknown) => e);
     expect(error).toBeInstanceOf(SchemaVersionError);
-    expect((error as Error).message).toMatch(/version 0, this library needs 1: run migrate\(\)/);
+    expect((error as Error).message).toMatch(/version 0, this library needs 2: run migrate\(\)/);
     await s.close();
   });
 });

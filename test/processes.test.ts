@@ -139,7 +139,10 @@ describe('migrations', () => {
       const rows = await fresh.query(
         `SELECT version, name FROM "${TEST_SCHEMA.replaceAll('"', '""')}".migrations`,
       );
-      expect(rows).toEqual([{ version: 1, name: 'jobs' }]);
+      expect(rows).toEqual([
+        { version: 1, name: 'jobs' },
+        { version: 2, name: 'wake_up' },
+      ]);
     } finally {
       await fresh.close();
     }

@@ -55,7 +55,7 @@ describe('enqueue', () => {
       [job.id],
     );
     expect(row).toEqual({ status: 'queued', locked_at: null, last_error: null, due: true });
-    expect(await flushNotifications()).toEqual([{ queue: 'default', delayMs: 0 }]);
+    expect(await flushNotifications()).toEqual([{ type: 'insert', queue: 'default', delayMs: 0 }]);
   });
 
   it("commits with the caller's transaction and wakes on commit only", async () => {
@@ -70,7 +70,7 @@ describe('enqueue', () => {
       expect(await flushNotifications()).toEqual([]);
       await client.query('COMMIT');
       expect((await skiplock.getJob(job.id))?.status).toBe('queued');
-      expect(await flushNotifications()).toEqual([{ queue: 'tx', delayMs: 0 }]);
+      expect(await flushNotifications()).toEqual([{ type: 'insert', queue: 'tx', delayMs: 0 }]);
     } finally {
       client.release();
     }
@@ -183,14 +183,18 @@ describe('bad input (SPEC §9)', () => {
     ['fractional priority', () => skiplock.enqueue('k', {}, { priority: 0.5 }), 'options.priority'],
     ['priority beyond int', () => skiplock.enqueue('k', {}, { priority: 2 ** 31 }), 'options.priority'],
     ['invalid date', () => skiplock.enqueue('k', {}, { runAt: new Date('nope') }), 'options.runAt'],
-    ['runAt and delayMs', () => skiplock.enqueue('k', {}, { runAt: new Date(), delayMs: 5 }), 'delayMs'],
+    [
+      'runAt and delayMs',
+      () => skiplock.enqueue('k', {}, { runAt: new Date(), delayMs: 5 }),
+      'options.delayMs',
+    ],
     ['empty kind', () => skiplock.enqueue('', {}), 'kind'],
     ['NUL in kind', () => skiplock.enqueue('a\u0000', {}), 'kind'],
-    ['empty queue', () => skiplock.enqueue('k', {}, { queue: '' }), 'queue'],
-    ['non-string queue', () => skiplock.enqueue('k', {}, { queue: 5 as never }), 'queue'],
+    ['empty queue', () => skiplock.enqueue('k', {}, { queue: '' }), 'options.queue'],
+    ['non-string queue', () => skiplock.enqueue('k', {}, { queue: 5 as never }), 'options.queue'],
     ['client without query', () => skiplock.enqueue('k', {}, { client: {} as never }), 'options.client'],
   ];
-  it.each(cases)('%s → ValidationError naming %s; nothing inserted', async (_, call, field) => {
+  it.each(cases)('%s → ValidationError naming the field; nothing inserted', async (_, call, field) => {
     const before = await countJobs();
     const error = await call().then(
       () => undefined,

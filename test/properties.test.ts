@@ -54,8 +54,8 @@ describe('backoff rule', () => {
           // now() is fixed per transaction: the delay is exact.
           await client.query('BEGIN');
           const [outcome] = await import('../src/db/queries/jobs.js').then(({ JobQueries }) =>
-            new JobQueries(skiplock.schema).fail(
-              db.pool,
+            new JobQueries(skiplock.schema).results.fail(
+              client,
               [{ id: job!.id, attempts, leaseSeq: '0', error: 'x', permanent: false }],
               worker,
             ),

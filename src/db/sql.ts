@@ -43,6 +43,9 @@ export function channelName(schema: string): string {
 }
 
 /** Key text of the transaction-scoped advisory lock for one task in one schema. */
-export function advisoryLockKey(task: 'migrate' | 'sweep', schema: string): string {
+export function advisoryLockKey(task: 'migrate' | MaintenanceTask, schema: string): string {
   return `skiplock:${task}:${schema}`;
 }
+
+/** Maintenance tasks that run one at a time across all processes, each under its own advisory lock. */
+export type MaintenanceTask = 'sweep';

@@ -1,18 +1,12 @@
 /**
- * The sweeper (SPEC §6): reclaims running jobs whose lease outlived its
+ * The sweeper: reclaims running (and buffered) jobs whose lease outlived its
  * visibility timeout, back to `queued`, or to `dead` when out of attempts so
- * that a job that kills its worker every time does not loop forever.
- *
- * One sweep at a time across all workers: each sweep runs in a transaction that
- * first tries a transaction-scoped advisory lock and skips when another process
- * holds it. The lock ends with the transaction, and the transaction cannot idle
- * (idle_in_transaction_session_timeout), so a frozen or dead process never stops
- * the others from sweeping.
+ * that a job that kills its worker every time does not loop forever. A service
+ * of the maintenance loop: at most one sweep runs at a time across all workers.
  */
 import type pg from 'pg';
-import { withTransaction } from '../db/executor.js';
 import type { JobQueries } from '../db/queries/jobs.js';
-import { advisoryLockKey } from '../db/sql.js';
+import { type MaintenanceService, withMaintenanceLock } from './maintainer.js';
 
 /** Jobs reclaimed per sweep; a larger backlog is taken by the next sweeps. */
 export const SWEEP_BATCH_LIMIT = 1000;
@@ -25,31 +19,35 @@ export interface SweepResult {
 }
 
 /**
- * Runs one sweep.
+ * Runs one sweep now, under the sweeper's lock.
  *
  * @param defaultVisibilityTimeoutMs - applies to running rows without their own
  *   `visibility_timeout_ms` (set running by plain SQL).
  * @throws {DatabaseError} when the database cannot be reached.
  */
-export function sweep(
+export async function sweep(
   pool: pg.Pool,
   queries: JobQueries,
-  schema: string,
   defaultVisibilityTimeoutMs: number,
 ): Promise<SweepResult> {
-  return withTransaction(
-    pool,
-    async (client) => {
-      const { rows } = await client.query<{ locked: boolean }>(
-        'SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended($1, 0)) AS locked',
-        [advisoryLockKey('sweep', schema)],
-      );
-      if (!rows[0]?.locked) return { locked: false, requeued: 0, dead: 0 };
-      return {
-        locked: true,
-        ...(await queries.sweep(client, defaultVisibilityTimeoutMs, SWEEP_BATCH_LIMIT)),
-      };
-    },
-    10_000,
+  const outcome = await withMaintenanceLock(pool, queries.names.schema, 'sweep', (client) =>
+    queries.sweep.sweep(client, defaultVisibilityTimeoutMs, SWEEP_BATCH_LIMIT),
   );
+  return outcome.locked ? { locked: true, ...outcome.result } : { locked: false, requeued: 0, dead: 0 };
+}
+
+/** The sweeper as a maintenance service; `onSwept` hears of every sweep that reclaimed jobs. */
+export function sweeperService(
+  queries: JobQueries,
+  options: { intervalMs: number; defaultVisibilityTimeoutMs: number },
+  onSwept: (result: { requeued: number; dead: number }) => void,
+): MaintenanceService {
+  return {
+    name: 'sweep',
+    intervalMs: options.intervalMs,
+    async run(client) {
+      const result = await queries.sweep.sweep(client, options.defaultVisibilityTimeoutMs, SWEEP_BATCH_LIMIT);
+      if (result.requeued + result.dead > 0) onSwept(result);
+    },
+  };
 }

@@ -1,5 +1,5 @@
 /**
- * Forward-only migrations (SPEC §2): versioned `.sql` files beside this module,
+ * Forward-only migrations: versioned `.sql` files beside this module,
  * applied in one transaction under a transaction-scoped advisory lock, recorded
  * one row per version in `<schema>.migrations`. Safe when many processes
  * migrate at once; refuses a database whose schema is newer than this library.
@@ -112,6 +112,7 @@ export async function assertMigrated(pool: pg.Pool, schema: string): Promise<voi
   if (version < latest) {
     throw new SchemaVersionError(
       `the skiplock schema ${JSON.stringify(schema)} is at version ${version}, this library needs ${latest}: run migrate() (or \`skiplock migrate\`) first`,
+      { databaseVersion: version, libraryVersion: latest },
     );
   }
 }
@@ -130,6 +131,7 @@ function assertNotNewer(version: number, latest: number): void {
   if (version > latest) {
     throw new SchemaVersionError(
       `the database's skiplock schema is at version ${version}, newer than this library's ${latest}; upgrade skiplock`,
+      { databaseVersion: version, libraryVersion: latest },
     );
   }
 }

@@ -3,23 +3,39 @@
  * for the successes and one for the failures of whatever finished while the
  * previous batch was being written. A result whose lease was reclaimed changes
  * nothing and is reported as stale.
+ *
+ * A write whose answer is lost (connection dropped, deadlock, serialization
+ * failure) may or may not have committed. Before sending it again, the
+ * completer reads where each job stands: a result this lease already wrote
+ * counts as written, a lease still held is written again, and only a lease
+ * that is gone is stale.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { isTransient, translateError } from '../db/executor.js';
-import { type FailureOutcome, type LeasedJob, leaseKey } from '../db/queries/jobs.js';
+import { type LeasedJob, leaseKey } from '../db/queries/job-row.js';
+import type { FailureOutcome, LeaseState } from '../db/queries/results.js';
 import type { SkiplockError } from '../errors.js';
 import { loopBackoffMs } from './loop-backoff.js';
 
-/** One finished attempt waiting to be written. */
-export type Result<T extends LeasedJob> =
-  | { job: T; ok: true }
-  | { job: T; ok: false; error: string; permanent: boolean };
+/** A failed attempt to write: the text stored and whether it is permanent. */
+export interface FailureToWrite<T> {
+  job: T;
+  error: string;
+  permanent: boolean;
+}
 
 /** What the completer needs from its worker. */
 export interface CompleterDeps<T extends LeasedJob> {
   complete(jobs: T[]): Promise<Set<string>>;
-  fail(jobs: { job: T; error: string; permanent: boolean }[]): Promise<FailureOutcome[]>;
-  onWritten(result: Result<T>, outcome: FailureOutcome | undefined): void;
+  fail(failures: FailureToWrite<T>[]): Promise<FailureOutcome[]>;
+  /** Where these jobs stand now; read before a write whose answer was lost is sent again. */
+  leaseStates(ids: string[]): Promise<LeaseState[]>;
+  /** The worker id that holds these leases. */
+  workerId: string;
+  /** What a committed success leaves in the table: nothing, or a `succeeded` row. */
+  successLeavesRow: boolean;
+  onSuccess(job: T): void;
+  onFailure(job: T, outcome: FailureOutcome): void;
   onStale(job: T): void;
   onError(error: SkiplockError): void;
 }
@@ -32,7 +48,8 @@ const MAX_PERMANENT_ERRORS = 5;
 
 export class Completer<T extends LeasedJob> {
   readonly #deps: CompleterDeps<T>;
-  #pending: Result<T>[] = [];
+  #successes: T[] = [];
+  #failures: FailureToWrite<T>[] = [];
   #flushing: Promise<void> | undefined;
   #giveUp = false;
 
@@ -42,11 +59,22 @@ export class Completer<T extends LeasedJob> {
 
   /** Number of results not yet written. */
   get backlog(): number {
-    return this.#pending.length;
+    return this.#successes.length + this.#failures.length;
   }
 
-  push(result: Result<T>): void {
-    this.#pending.push(result);
+  /** Queues a success. */
+  succeeded(job: T): void {
+    this.#successes.push(job);
+    this.#schedule();
+  }
+
+  /** Queues a failure. */
+  failed(failure: FailureToWrite<T>): void {
+    this.#failures.push(failure);
+    this.#schedule();
+  }
+
+  #schedule(): void {
     this.#flushing ??= this.#flush().finally(() => {
       this.#flushing = undefined;
     });
@@ -55,33 +83,105 @@ export class Completer<T extends LeasedJob> {
   async #flush(): Promise<void> {
     // Handlers that settle in this turn of the event loop join the first batch.
     await new Promise((resolve) => setImmediate(resolve));
-    while (this.#pending.length > 0) {
-      const batch = this.#pending.splice(0, MAX_BATCH);
-      await this.#write(batch);
+    while (this.backlog > 0) {
+      const successes = this.#successes.splice(0, MAX_BATCH);
+      const failures = this.#failures.splice(0, MAX_BATCH);
+      await Promise.all([
+        successes.length > 0 ? this.#writeSuccesses(successes) : undefined,
+        failures.length > 0 ? this.#writeFailures(failures) : undefined,
+      ]);
     }
   }
 
-  async #write(batch: Result<T>[]): Promise<void> {
-    const successes = batch.filter((r) => r.ok);
-    const failures = batch.filter((r): r is Extract<Result<T>, { ok: false }> => !r.ok);
+  async #writeSuccesses(batch: T[]): Promise<void> {
+    let pending = batch;
+    await this.#retrying(async (retry) => {
+      if (retry) {
+        pending = await this.#unwritten(
+          pending,
+          (state) => this.#deps.successLeavesRow && state.status === 'succeeded',
+          (job) => this.#deps.onSuccess(job),
+        );
+      }
+      if (pending.length === 0) return;
+      const completed = await this.#deps.complete(pending);
+      for (const job of pending) {
+        if (completed.has(leaseKey(job))) this.#deps.onSuccess(job);
+        else this.#deps.onStale(job);
+      }
+    });
+  }
+
+  async #writeFailures(batch: FailureToWrite<T>[]): Promise<void> {
+    let pending = batch;
+    await this.#retrying(async (retry) => {
+      if (retry) {
+        const byId = new Map(pending.map((f) => [f.job.id, f]));
+        const jobs = await this.#unwritten(
+          pending.map((f) => f.job),
+          (state) => state.status !== 'running',
+          (job, state) =>
+            this.#deps.onFailure(job, {
+              id: job.id,
+              attempts: job.attempts,
+              leaseSeq: job.leaseSeq,
+              status: state!.status as FailureOutcome['status'],
+              queue: state!.queue,
+              retryDelayMs: state!.retryDelayMs,
+            }),
+          true,
+        );
+        pending = jobs.map((j) => byId.get(j.id)!);
+      }
+      if (pending.length === 0) return;
+      const outcomes = await this.#deps.fail(pending);
+      const byKey = new Map(outcomes.map((o) => [leaseKey(o), o]));
+      for (const f of pending) {
+        const outcome = byKey.get(leaseKey(f.job));
+        if (outcome) this.#deps.onFailure(f.job, outcome);
+        else this.#deps.onStale(f.job);
+      }
+    });
+  }
+
+  /**
+   * After a lost answer: reports the jobs whose result this lease already wrote
+   * (`written(state)`, or an absent row when `absentIsStale` is false) and the
+   * ones whose lease is gone, and returns those still held, to write again.
+   */
+  async #unwritten(
+    jobs: T[],
+    written: (state: LeaseState) => boolean,
+    onWritten: (job: T, state: LeaseState | undefined) => void,
+    absentIsStale = false,
+  ): Promise<T[]> {
+    const states = new Map((await this.#deps.leaseStates(jobs.map((j) => j.id))).map((s) => [s.id, s]));
+    const held: T[] = [];
+    for (const job of jobs) {
+      const state = states.get(job.id);
+      if (!state) {
+        if (absentIsStale) this.#deps.onStale(job);
+        else onWritten(job, undefined);
+      } else if (state.leaseSeq !== job.leaseSeq) {
+        this.#deps.onStale(job);
+      } else if (state.status === 'running' && state.lockedBy === this.#deps.workerId) {
+        held.push(job);
+      } else if (written(state)) {
+        onWritten(job, state);
+      } else {
+        this.#deps.onStale(job);
+      }
+    }
+    return held;
+  }
+
+  /** Runs `write` until it succeeds; `retry` is true after a failed try. Gives up as described on the class. */
+  async #retrying(write: (retry: boolean) => Promise<void>): Promise<void> {
     let attempt = 0;
     let permanentErrors = 0;
     for (;;) {
       try {
-        const [completed, outcomes] = await Promise.all([
-          successes.length > 0 ? this.#deps.complete(successes.map((r) => r.job)) : new Set<string>(),
-          failures.length > 0 ? this.#deps.fail(failures) : [],
-        ]);
-        const byKey = new Map(outcomes.map((o) => [leaseKey(o), o]));
-        for (const r of successes) {
-          if (completed.has(leaseKey(r.job))) this.#deps.onWritten(r, undefined);
-          else this.#deps.onStale(r.job);
-        }
-        for (const r of failures) {
-          const outcome = byKey.get(leaseKey(r.job));
-          if (outcome) this.#deps.onWritten(r, outcome);
-          else this.#deps.onStale(r.job);
-        }
+        await write(attempt > 0);
         return;
       } catch (error) {
         const translated = translateError(error);
@@ -95,16 +195,21 @@ export class Completer<T extends LeasedJob> {
     }
   }
 
-  /** Resolves when every pushed result is written, or after `timeoutMs` (then stops retrying). */
+  /** Resolves when every queued result is written, or after `timeoutMs` (then stops retrying). */
   async drain(timeoutMs: number): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
+    const deadline = performance.now() + timeoutMs;
     while (this.#flushing) {
-      const remaining = deadline - Date.now();
+      const remaining = deadline - performance.now();
       if (remaining <= 0) {
         this.#giveUp = true;
         return;
       }
-      await Promise.race([this.#flushing, sleep(remaining)]);
+      const timeout = new AbortController();
+      await Promise.race([
+        this.#flushing,
+        sleep(remaining, undefined, { signal: timeout.signal }).catch(() => {}),
+      ]);
+      timeout.abort();
     }
   }
 }

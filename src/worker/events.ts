@@ -1,12 +1,22 @@
 /**
  * The typed events a worker emits. Tests and the CLI wait on these instead of
- * sleeping; background loops report their errors here instead of throwing.
+ * sleeping; background loops report their errors here instead of throwing. A
+ * listener that throws is reported as an `error` from source `listener` and
+ * changes nothing else.
  */
 import type { SkiplockError } from '../errors.js';
 import type { Job } from '../job/job.js';
 
-/** Which loop an `error` event came from. */
-export type WorkerErrorSource = 'claim' | 'complete' | 'heartbeat' | 'sweep' | 'notifier' | 'release';
+/** Which part of the worker an `error` event came from. */
+export type WorkerErrorSource =
+  | 'start'
+  | 'claim'
+  | 'complete'
+  | 'heartbeat'
+  | 'sweep'
+  | 'notifier'
+  | 'release'
+  | 'listener';
 
 /** What a failed attempt led to, as written to the database. */
 export interface FailureOutcomeInfo {
@@ -14,6 +24,19 @@ export interface FailureOutcomeInfo {
   status: 'queued' | 'failed' | 'dead';
   /** Milliseconds until the retry is due (0 unless `queued`). */
   retryDelayMs: number;
+  /** The text stored in `last_error`. */
+  lastError: string;
+}
+
+/** Timings of a succeeded attempt. */
+export interface SuccessInfo {
+  /** Handler run time, in milliseconds. */
+  durationMs: number;
+  /**
+   * Time the job waited to start after it became due (`run_at`), in
+   * milliseconds, by this process's clock against the database's `run_at`.
+   */
+  waitMs: number;
 }
 
 /** Event name → listener arguments. */
@@ -21,23 +44,25 @@ export interface WorkerEvents {
   /** A handler is about to run a claimed job. */
   'job:start': [job: Job];
   /** A job's success was committed (deleted, kept or archived per `onSuccess`). */
-  'job:success': [job: Job, info: { durationMs: number }];
-  /** A job's failure was committed; `outcome` says what it became. */
-  'job:failure': [job: Job, error: unknown, outcome: FailureOutcomeInfo];
+  'job:success': [job: Job, info: SuccessInfo];
+  /** A job's failure was committed: `thrown` is what the handler threw; `outcome` what the job became. */
+  'job:failure': [job: Job, thrown: unknown, outcome: FailureOutcomeInfo];
   /** A result was not written because the lease had been reclaimed: the job's next attempt owns it. */
   'job:stale': [job: Job];
-  /** On shutdown, an unfinished job was given back to `queued` without charging the attempt. */
+  /** An unfinished or buffered job was given back to `queued` without charging the attempt (stop, or too long in the buffer). */
   'job:released': [job: Job];
-  /** A heartbeat found that a running job's lease had been reclaimed; its signal was aborted. */
+  /** A heartbeat found that a held job's lease had been reclaimed; its signal was aborted. */
   'lease:lost': [job: Job];
   /** A claim returned this many jobs (emitted only when > 0). */
-  claim: [count: number];
+  'worker:claim': [count: number];
   /** A sweep ran under the lock and reclaimed jobs (requeued, or dead when out of attempts). */
-  sweep: [result: { requeued: number; dead: number }];
+  'worker:sweep': [result: { requeued: number; dead: number }];
   /** The LISTEN connection is (re)established. */
-  listen: [];
+  'worker:listen': [];
+  /** Something about the database that the operator should fix (for example autovacuum is off). */
+  'worker:warning': [message: string];
+  /** The worker stopped: no handler of it is running and its results are written. */
+  'worker:stop': [];
   /** A background loop hit an error; it retries by itself. */
   error: [error: SkiplockError, source: WorkerErrorSource];
-  /** The worker stopped: no handler of it is running and its results are written. */
-  stop: [];
 }

@@ -6,17 +6,17 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { translateError } from '../db/executor.js';
+import type { ClaimedJob } from '../db/queries/claim.js';
 import type { SkiplockError } from '../errors.js';
-import type { JobRecord } from '../job/job.js';
 import { loopBackoffMs } from './loop-backoff.js';
 
 /** What the fetcher needs from its worker. */
 export interface FetcherDeps {
-  batchSize: number;
   pollIntervalMs: number;
-  freeSlots(): number;
-  claim(limit: number): Promise<JobRecord[]>;
-  dispatch(jobs: JobRecord[]): void;
+  /** How many jobs to claim now (0: wait for a slot or a wake-up). */
+  claimLimit(): number;
+  claim(limit: number): Promise<ClaimedJob[]>;
+  dispatch(jobs: ClaimedJob[]): void;
   onError(error: SkiplockError): void;
 }
 
@@ -29,6 +29,7 @@ const MAX_DUE_TIMES = 1000;
 /** Due times closer than this share one wake-up. */
 const DUE_TIME_GRAIN_MS = 5;
 
+/** The claim loop of one worker. */
 export class Fetcher {
   readonly #deps: FetcherDeps;
   readonly #stopped = new AbortController();
@@ -39,6 +40,7 @@ export class Fetcher {
   /** Known future due times (ms since epoch, this process's clock), ascending. */
   #dueTimes: number[] = [];
   #loop: Promise<void> | undefined;
+  #backlog = false;
 
   constructor(deps: FetcherDeps) {
     this.#deps = deps;
@@ -109,7 +111,8 @@ export class Fetcher {
   async #run(): Promise<void> {
     let failures = 0;
     while (!this.#stopped.signal.aborted) {
-      if (!this.#wanted || this.#deps.freeSlots() === 0) {
+      const limit = this.#wanted ? this.#deps.claimLimit() : 0;
+      if (limit === 0) {
         await new Promise<void>((resolve) => {
           this.#waiter = resolve;
         });
@@ -118,8 +121,7 @@ export class Fetcher {
         continue;
       }
       this.#wanted = false;
-      const limit = Math.min(this.#deps.batchSize, this.#deps.freeSlots());
-      let jobs: JobRecord[];
+      let jobs: ClaimedJob[];
       try {
         jobs = await this.#deps.claim(limit);
         failures = 0;
@@ -130,7 +132,8 @@ export class Fetcher {
         continue;
       }
       // A full batch means more may be waiting: claim again as soon as slots allow.
-      if (jobs.length === limit) this.#wanted = true;
+      this.#backlog = jobs.length === limit;
+      if (this.#backlog) this.#wanted = true;
       if (jobs.length > 0) this.#deps.dispatch(jobs);
     }
   }
@@ -142,5 +145,10 @@ export class Fetcher {
     clearTimeout(this.#dueTimer);
     this.#resume();
     await this.#loop;
+  }
+
+  /** Whether a claim returned as many jobs as asked the last time: more may be waiting. */
+  get backlog(): boolean {
+    return this.#backlog;
   }
 }

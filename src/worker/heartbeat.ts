@@ -5,7 +5,7 @@
  */
 
 import { translateError } from '../db/executor.js';
-import { type LeasedJob, leaseKey } from '../db/queries/jobs.js';
+import { type LeasedJob, leaseKey } from '../db/queries/job-row.js';
 import type { SkiplockError } from '../errors.js';
 
 /** What the heartbeat needs from its worker. */

@@ -1,5 +1,5 @@
 /**
- * The worker's dedicated LISTEN connection (SPEC §5 wake-ups). It reconnects by
+ * The worker's dedicated LISTEN connection for wake-ups. It reconnects by
  * itself with backoff after any error or server restart, and reports each
  * (re)connection so that the worker polls once: notifications sent while it was
  * away are lost, by PostgreSQL's design.
@@ -8,18 +8,14 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { translateError } from '../db/executor.js';
 import { quoteIdent } from '../db/sql.js';
+import { parseWakeUp, type WakeUp } from '../db/wake-up.js';
 import type { SkiplockError } from '../errors.js';
 import { loopBackoffMs } from './loop-backoff.js';
-
-/** A wake-up: jobs of `queue` (null: any queue) are due in `delayMs`. */
-export interface Notification {
-  queue: string | null;
-  delayMs: number;
-}
+import { destroySocket, settlesWithin } from './worker-pool.js';
 
 /** Callbacks of a {@link Notifier}. */
 export interface NotifierCallbacks {
-  onNotification(notification: Notification): void;
+  onWakeUp(message: WakeUp): void;
   onListening(): void;
   onError(error: SkiplockError): void;
 }
@@ -34,7 +30,7 @@ export class Notifier {
   #loop: Promise<void> | undefined;
 
   constructor(config: pg.ClientConfig, channel: string, callbacks: NotifierCallbacks) {
-    this.#config = { ...config, keepAlive: true };
+    this.#config = { connectionTimeoutMillis: 10_000, query_timeout: 10_000, ...config, keepAlive: true };
     this.#channel = channel;
     this.#callbacks = callbacks;
   }
@@ -58,8 +54,7 @@ export class Notifier {
         client.on('end', () => resolve(new Error('LISTEN connection ended')));
       });
       client.on('notification', (message) => {
-        if (message.channel === this.#channel)
-          this.#callbacks.onNotification(parseNotification(message.payload));
+        if (message.channel === this.#channel) this.#callbacks.onWakeUp(parseWakeUp(message.payload));
       });
       try {
         this.#client = client;
@@ -81,11 +76,13 @@ export class Notifier {
     }
   }
 
-  /** Stops listening and closes the connection. */
-  async stop(): Promise<void> {
+  /** Stops listening and closes the connection, destroying it if it does not answer within `timeoutMs`. */
+  async stop(timeoutMs = 2_000): Promise<void> {
     this.#stopped.abort();
-    await this.#loop;
-    await this.#client?.end().catch(() => {});
+    const client = this.#client;
+    if (!(await settlesWithin(this.#loop ?? Promise.resolve(), timeoutMs)) && client) destroySocket(client);
+    if (client && !(await settlesWithin(client.end(), timeoutMs))) destroySocket(client);
+    await settlesWithin(this.#loop ?? Promise.resolve(), 1_000);
   }
 }
 
@@ -94,17 +91,4 @@ function abortPromise(signal: AbortSignal): Promise<void> {
     if (signal.aborted) resolve();
     signal.addEventListener('abort', () => resolve(), { once: true });
   });
-}
-
-/** Reads the trigger's payload; anything unreadable means "some queue, due now". */
-export function parseNotification(payload: string | undefined): Notification {
-  try {
-    const parsed = JSON.parse(payload ?? '') as { queue?: unknown; delayMs?: unknown };
-    return {
-      queue: typeof parsed.queue === 'string' ? parsed.queue : null,
-      delayMs: typeof parsed.delayMs === 'number' && parsed.delayMs > 0 ? parsed.delayMs : 0,
-    };
-  } catch {
-    return { queue: null, delayMs: 0 };
-  }
 }

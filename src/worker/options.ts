@@ -1,8 +1,9 @@
 /**
- * Worker options (SPEC §7), their defaults, and their validation.
+ * Worker options, their defaults, and their validation.
  */
 import { z } from 'zod';
 import { ValidationError } from '../errors.js';
+import { DEFAULT_QUEUE, DEFAULT_VISIBILITY_TIMEOUT_MS } from '../job/defaults.js';
 import type { Job, JobMap } from '../job/job.js';
 import { assertName } from '../job/job.js';
 import { durationMs, parseOptions } from '../options.js';
@@ -26,19 +27,47 @@ export type Handler<Kind extends string, Payload> = (
 /** Handlers by kind, typed by the kind → payload map. */
 export type Handlers<Jobs extends JobMap> = { [Kind in keyof Jobs & string]?: Handler<Kind, Jobs[Kind]> };
 
-/** What happens to a succeeded job's row. */
-export type SuccessPolicy = 'delete' | 'keep' | 'archive';
+import type { SuccessPolicy } from '../db/queries/results.js';
+
+export type { SuccessPolicy };
 
 /** Options of `skiplock.worker()`. Durations are milliseconds. */
 export interface WorkerOptions<Jobs extends JobMap> {
-  /** Handlers by kind. A claimed job of a kind without a handler fails (retryable) with UnknownKindError. */
+  /**
+   * Handlers by kind. The worker claims only jobs of these kinds; a job of
+   * another kind waits for a worker that has its handler.
+   */
   handlers: Handlers<Jobs>;
-  /** Queues to claim from. @default ['default'] */
+  /** Queues to claim from. The worker claims only jobs of kinds in `handlers`. @default ['default'] */
   queues?: string[];
   /** Handlers running at once in this worker. @default 10 */
   concurrency?: number;
-  /** Jobs per claim; never more than the free slots. @default concurrency */
+  /**
+   * Most jobs one claim takes. A worker claims for its free slots, and while a
+   * backlog waits also for its prefetch buffer. @default concurrency + prefetch
+   */
   batchSize?: number;
+  /**
+   * Jobs a worker may hold claimed ahead of its free slots, in a local buffer,
+   * so that one round trip serves many jobs. Buffered jobs hold a lease like
+   * running ones (heartbeats cover them; the sweeper reclaims them if the
+   * process dies) and are given back at once on stop. A worker prefetches only
+   * while its last claim came back full (a backlog waits), so an idle queue's
+   * few jobs go to free slots of any worker. 0 turns prefetch off.
+   * @default 4 × concurrency
+   */
+  prefetch?: number;
+  /**
+   * A buffered job not started within this many milliseconds is given back to
+   * `queued` (attempt not charged) for any worker to take. @default 10_000
+   */
+  prefetchTimeoutMs?: number;
+  /**
+   * Client-side deadline of every statement the worker sends: a claim stuck
+   * behind a lock, or a connection that stopped answering, fails after this long
+   * and is retried on a new connection. @default 30_000
+   */
+  statementTimeoutMs?: number;
   /** Safety-net poll interval, for notifications that never came. @default 2000 */
   pollIntervalMs?: number;
   /** Age of `locked_at` after which the sweeper reclaims a running job. @default 300_000 (5 minutes, as the guide) */
@@ -69,6 +98,9 @@ export interface ResolvedWorkerOptions {
   queues: string[];
   concurrency: number;
   batchSize: number;
+  prefetch: number;
+  prefetchTimeoutMs: number;
+  statementTimeoutMs: number;
   pollIntervalMs: number;
   visibilityTimeoutMs: number;
   heartbeatIntervalMs: number;
@@ -100,6 +132,14 @@ const schema = z.strictObject({
     .optional(),
   concurrency: positiveInt(10_000).optional(),
   batchSize: positiveInt(10_000).optional(),
+  prefetch: z
+    .number({ error: 'must be a number' })
+    .int({ error: 'must be an integer' })
+    .min(0, { error: 'must be ≥ 0' })
+    .max(10_000, { error: 'must be ≤ 10000' })
+    .optional(),
+  prefetchTimeoutMs: durationMs(10).optional(),
+  statementTimeoutMs: durationMs(100).optional(),
   pollIntervalMs: durationMs(10).optional(),
   visibilityTimeoutMs: durationMs(100).optional(),
   heartbeatIntervalMs: durationMs(10).optional(),
@@ -131,12 +171,13 @@ export function resolveWorkerOptions(options: unknown): ResolvedWorkerOptions {
     if (typeof handler !== 'function')
       throw new ValidationError(`worker.handlers.${kind}`, 'must be a function');
   }
-  const queues = (parsed.queues ?? ['default']) as unknown[];
+  const queues = (parsed.queues ?? [DEFAULT_QUEUE]) as unknown[];
   queues.forEach((q, i) => {
     assertName(q, `worker.queues[${i}]`);
   });
   const concurrency = parsed.concurrency ?? 10;
-  const visibilityTimeoutMs = parsed.visibilityTimeoutMs ?? 300_000;
+  const prefetch = parsed.prefetch ?? 4 * concurrency;
+  const visibilityTimeoutMs = parsed.visibilityTimeoutMs ?? DEFAULT_VISIBILITY_TIMEOUT_MS;
   const heartbeatIntervalMs = parsed.heartbeatIntervalMs ?? visibilityTimeoutMs / 5;
   if (heartbeatIntervalMs >= visibilityTimeoutMs) {
     throw new ValidationError(
@@ -147,7 +188,10 @@ export function resolveWorkerOptions(options: unknown): ResolvedWorkerOptions {
   return {
     queues: [...new Set(queues as string[])],
     concurrency,
-    batchSize: Math.min(parsed.batchSize ?? concurrency, concurrency),
+    batchSize: Math.min(parsed.batchSize ?? concurrency + prefetch, concurrency + prefetch),
+    prefetch,
+    prefetchTimeoutMs: parsed.prefetchTimeoutMs ?? 10_000,
+    statementTimeoutMs: parsed.statementTimeoutMs ?? 30_000,
     pollIntervalMs: parsed.pollIntervalMs ?? 2000,
     visibilityTimeoutMs,
     heartbeatIntervalMs,

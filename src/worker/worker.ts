@@ -1,53 +1,32 @@
 /**
- * The worker's life cycle (SPEC §5): start, claim through the fetcher, run
+ * The worker's life cycle: start, claim through the fetcher into a buffer, run
  * handlers in up to `concurrency` slots, write results through the completer,
- * keep leases alive with the heartbeat, sweep dead leases, and stop gracefully.
+ * keep leases alive with the heartbeat, run the maintenance loop, and stop
+ * gracefully within a deadline.
  */
-
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
-import { setTimeout as sleep } from 'node:timers/promises';
-import pg from 'pg';
+import type pg from 'pg';
 import { translateError } from '../db/executor.js';
-import { type JobQueries, leaseKey } from '../db/queries/jobs.js';
-import {
-  isPermanentError,
-  JobTimeoutError,
-  LeaseLostError,
-  SchemaVersionError,
-  ShutdownError,
-  SkiplockError,
-  UnknownKindError,
-} from '../errors.js';
-import { describeFailure } from '../job/failure.js';
-import { type Job, type JobRecord, toJob } from '../job/job.js';
-import { sweep } from '../maintenance/sweeper.js';
+import type { ClaimedJob } from '../db/queries/claim.js';
+import type { JobQueries } from '../db/queries/jobs.js';
+import { LeaseLostError, SchemaVersionError, ShutdownError, SkiplockError } from '../errors.js';
+import { Maintainer } from '../maintenance/maintainer.js';
+import { sweeperService } from '../maintenance/sweeper.js';
 import { assertMigrated } from '../migrations/migrator.js';
-import { Completer, type Result } from './completer.js';
+import { Completer } from './completer.js';
 import type { WorkerErrorSource, WorkerEvents } from './events.js';
+import { bufferedExecution, type Execution, Executions } from './executions.js';
 import { Fetcher } from './fetcher.js';
 import { Heartbeat } from './heartbeat.js';
-import { loopBackoffMs } from './loop-backoff.js';
 import { Notifier } from './notifier.js';
 import type { Handler, ResolvedWorkerOptions } from './options.js';
+import { releaseJobs } from './release.js';
+import { type RunOutcome, runJob } from './run-job.js';
 import { forgetOnSignals, stopOnSignals } from './signals.js';
-
-/** One claimed job being run, with what its lease is fenced by. */
-interface Execution {
-  /** {@link leaseKey}: the same worker may claim a job again while a reclaimed lease of it still runs. */
-  key: string;
-  id: string;
-  attempts: number;
-  leaseSeq: string;
-  job: Job;
-  controller: AbortController;
-  startedAt: number;
-  /** Given back on shutdown: its result must not be written. */
-  released: boolean;
-  /** Reclaimed by the sweeper: its result would be fenced out anyway. */
-  leaseLost: boolean;
-}
+import { settlesWithin, type WorkerPool, workerPool } from './worker-pool.js';
 
 /** What a worker needs from its Skiplock. */
 export interface WorkerContext {
@@ -57,9 +36,15 @@ export interface WorkerContext {
   onStop(worker: Worker): void;
 }
 
+/** Time `stop()` may take beyond `shutdownTimeoutMs` to write results and close connections. */
+const STOP_GRACE_MS = 3_000;
+
+/** The execution whose handler is running in the current async context: `stop()` from a handler must not wait for it. */
+const currentExecution = new AsyncLocalStorage<Execution>();
+
 /**
- * A worker: claims jobs of its queues and runs their handlers. Made by
- * `skiplock.worker(options)`; call {@link Worker.start} to begin.
+ * A worker: claims jobs of its queues and kinds and runs their handlers. Made
+ * by `skiplock.worker(options)`; call {@link Worker.start} to begin.
  *
  * Events (see {@link WorkerEvents}) report every state change; background
  * errors are emitted as `error` and retried, never thrown.
@@ -70,19 +55,21 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #ctx: WorkerContext;
   readonly #options: ResolvedWorkerOptions;
   readonly #handlers: Record<string, Handler<string, unknown>>;
-  readonly #active = new Map<string, Execution>();
+  readonly #executions = new Executions();
   readonly #fetcher: Fetcher;
   readonly #completer: Completer<Execution>;
   readonly #heartbeat: Heartbeat<Execution>;
   readonly #notifier: Notifier;
-  /** The worker's own connections (see {@link workerPool}); ended when it stops. */
-  readonly #pool: pg.Pool;
-  #sweepTimer: NodeJS.Timeout | undefined;
-  #sweeping: Promise<void> | undefined;
+  readonly #maintainer: Maintainer;
+  readonly #pool: WorkerPool;
+  #bufferTimer: NodeJS.Timeout | undefined;
   #state: 'new' | 'starting' | 'running' | 'stopping' | 'stopped' = 'new';
   #startPromise: Promise<void> | undefined;
   #stopPromise: Promise<void> | undefined;
-  #idleWaiters: (() => void)[] = [];
+  /** Resolves when stop no longer waits for handlers (what a handler calling stop() gets). */
+  #handlersDone: Promise<void> | undefined;
+  /** Handlers that called stop(): stop does not wait for them before releasing the others. */
+  readonly #stopCallers = new Set<Execution>();
 
   constructor(
     ctx: WorkerContext,
@@ -92,69 +79,100 @@ export class Worker extends EventEmitter<WorkerEvents> {
     super();
     this.#ctx = ctx;
     this.#options = options;
-    this.#handlers = { ...handlers };
+    this.#handlers = Object.assign(Object.create(null), handlers);
     this.id = options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
     const { queries } = ctx;
-    const pool = workerPool(ctx.clientConfig);
-    this.#pool = pool;
+    const kinds = Object.keys(handlers);
+    this.#pool = workerPool(ctx.clientConfig, options.statementTimeoutMs);
+    const pool = this.#pool.pool;
     this.#fetcher = new Fetcher({
-      batchSize: options.batchSize,
       pollIntervalMs: options.pollIntervalMs,
-      freeSlots: () => (this.#state === 'running' ? options.concurrency - this.#active.size : 0),
-      claim: (limit) => queries.claim(pool, options.queues, limit, this.id, options.visibilityTimeoutMs),
+      claimLimit: () => this.#claimLimit(),
+      claim: (limit) =>
+        queries.claim.claim(pool, {
+          queues: options.queues,
+          kinds,
+          limit,
+          workerId: this.id,
+          visibilityTimeoutMs: options.visibilityTimeoutMs,
+        }),
       dispatch: (jobs) => this.#dispatch(jobs),
       onError: (error) => this.#reportError(error, 'claim'),
     });
     this.#completer = new Completer<Execution>({
-      complete: (jobs) => queries.complete(pool, jobs, this.id, options.onSuccess),
-      fail: (results) =>
-        queries.fail(
+      complete: (jobs) => queries.results.complete(pool, jobs, this.id, options.onSuccess),
+      fail: (failures) =>
+        queries.results.fail(
           pool,
-          results.map((r) => ({
-            id: r.job.id,
-            attempts: r.job.attempts,
-            leaseSeq: r.job.leaseSeq,
-            error: r.error,
-            permanent: r.permanent,
+          failures.map((f) => ({
+            id: f.job.id,
+            attempts: f.job.attempts,
+            leaseSeq: f.job.leaseSeq,
+            error: f.error,
+            permanent: f.permanent,
           })),
           this.id,
         ),
-      onWritten: (result, outcome) => {
-        if (result.ok) {
-          this.emit('job:success', result.job.job, { durationMs: Date.now() - result.job.startedAt });
-        } else {
-          const info = { status: outcome!.status, retryDelayMs: outcome!.retryDelayMs };
-          if (outcome!.status === 'queued') this.#fetcher.wakeAfter(outcome!.retryDelayMs);
-          this.emit('job:failure', result.job.job, result.error, info);
-        }
+      leaseStates: (ids) => queries.results.leaseStates(pool, ids),
+      workerId: this.id,
+      successLeavesRow: options.onSuccess === 'keep',
+      onSuccess: (e) => {
+        if (this.listenerCount('job:success') === 0) return;
+        const startedAt = performance.timeOrigin + e.startedAt;
+        this.#emit('job:success', e.job, {
+          durationMs: performance.now() - e.startedAt,
+          waitMs: Math.max(0, startedAt - e.job.runAt.getTime()),
+        });
       },
-      onStale: (execution) => this.emit('job:stale', execution.job),
+      onFailure: (e, outcome) => {
+        if (outcome.status === 'queued') this.#fetcher.wakeAfter(outcome.retryDelayMs);
+        const thrown = this.#thrown.get(e);
+        this.#thrown.delete(e);
+        this.#emit('job:failure', e.job, thrown?.value, {
+          status: outcome.status,
+          retryDelayMs: outcome.retryDelayMs,
+          lastError: thrown?.text ?? '',
+        });
+      },
+      onStale: (e) => {
+        this.#thrown.delete(e);
+        this.#emit('job:stale', e.job);
+      },
       onError: (error) => this.#reportError(error, 'complete'),
     });
     this.#heartbeat = new Heartbeat<Execution>({
       intervalMs: options.heartbeatIntervalMs,
-      leased: () => [...this.#active.values()].filter((e) => !e.released && !e.leaseLost),
-      beat: (jobs) => queries.heartbeat(pool, jobs, this.id),
-      onLost: (execution) => {
-        // Finished while the heartbeat was in flight: its result, not a reclaim, ended the lease.
-        if (this.#active.get(execution.key) !== execution || execution.released) return;
-        execution.leaseLost = true;
-        execution.controller.abort(new LeaseLostError(execution.id));
-        this.emit('lease:lost', execution.job);
-      },
+      leased: () => this.#executions.leased(),
+      beat: (jobs) => queries.results.heartbeat(pool, jobs, this.id),
+      onLost: (e) => this.#leaseLost(e),
       onError: (error) => this.#reportError(error, 'heartbeat'),
     });
     this.#notifier = new Notifier(ctx.clientConfig, queries.channel, {
-      onNotification: ({ queue, delayMs }) => {
+      onWakeUp: ({ queue, delayMs }) => {
         if (queue === null || options.queues.includes(queue)) this.#fetcher.wakeAfter(delayMs);
       },
       onListening: () => {
-        this.emit('listen');
+        this.#emit('worker:listen');
         this.#fetcher.wake();
       },
       onError: (error) => this.#reportError(error, 'notifier'),
     });
+    this.#maintainer = new Maintainer({
+      pool,
+      schema: ctx.schema,
+      services: [
+        sweeperService(
+          queries,
+          { intervalMs: options.sweepIntervalMs, defaultVisibilityTimeoutMs: options.visibilityTimeoutMs },
+          (result) => this.#emit('worker:sweep', result),
+        ),
+      ],
+      onError: (error) => this.#reportError(error, 'sweep'),
+    });
   }
+
+  /** What handlers threw, kept until their failure is written (for `job:failure`). */
+  readonly #thrown = new WeakMap<Execution, { value: unknown; text: string }>();
 
   /** Resolved options, defaults filled in. */
   get options(): Readonly<ResolvedWorkerOptions> {
@@ -163,19 +181,26 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   /** Number of handlers running now. */
   get activeCount(): number {
-    return this.#active.size;
+    return this.#executions.runningCount;
+  }
+
+  /** Number of jobs claimed ahead and waiting in the buffer. */
+  get bufferedCount(): number {
+    return this.#executions.bufferedCount;
   }
 
   /**
-   * Starts listening, claiming and sweeping. Resolves once the LISTEN connection
-   * was tried (the worker keeps retrying in the background if it failed).
+   * Starts listening, claiming and maintenance. Checks first that the database
+   * answers and its schema is migrated; after a successful start, outages are
+   * retried in the background.
    *
-   * @throws {SchemaVersionError} when the schema was not migrated (run `migrate()` first).
-   * @throws {SkiplockError} (code `CLOSED`) when called twice or after stop.
+   * @throws {DatabaseError} when the database cannot be reached (wrong URL, password, database).
+   * @throws {SchemaVersionError} when the schema was not migrated (run `migrate()` first) or is newer.
+   * @throws {SkiplockError} (code `ALREADY_STARTED`) when called a second time.
    */
   start(): Promise<void> {
     if (this.#state !== 'new') {
-      return Promise.reject(new SkiplockError('CLOSED', 'a worker starts once; make a new one'));
+      return Promise.reject(new SkiplockError('ALREADY_STARTED', 'a worker starts once; make a new one'));
     }
     this.#state = 'starting';
     this.#startPromise = this.#start();
@@ -184,223 +209,254 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   async #start(): Promise<void> {
     try {
-      await assertMigrated(this.#pool, this.#ctx.schema);
+      await assertMigrated(this.#pool.pool, this.#ctx.schema);
     } catch (error) {
-      if (error instanceof SchemaVersionError) {
-        this.#state = 'stopped';
-        this.#ctx.onStop(this);
-        await this.#pool.end();
-        throw error;
-      }
-      // The database is away: start anyway; the loops retry until it is back.
-      this.#reportError(translateError(error), 'claim');
+      this.#state = 'stopped';
+      this.#ctx.onStop(this);
+      await this.#pool.close(1_000);
+      throw error instanceof SchemaVersionError ? error : translateError(error);
     }
     this.#state = 'running';
     if (this.#options.handleSignals) stopOnSignals(this);
     this.#heartbeat.start();
     await this.#notifier.start();
     this.#fetcher.start();
-    this.#runSweep();
-    this.#sweepTimer = setInterval(() => this.#runSweep(), this.#options.sweepIntervalMs);
-    this.#sweepTimer.unref();
+    this.#maintainer.start();
+    this.#bufferTimer = setInterval(
+      () => this.#expireBuffered(),
+      Math.max(10, this.#options.prefetchTimeoutMs / 2),
+    );
+    this.#bufferTimer.unref();
+    void this.#warnAboutServer();
   }
 
-  #runSweep(): void {
-    this.#sweeping ??= sweep(
-      this.#pool,
-      this.#ctx.queries,
-      this.#ctx.schema,
-      this.#options.visibilityTimeoutMs,
-    )
-      .then((result) => {
-        if (result.requeued + result.dead > 0)
-          this.emit('sweep', { requeued: result.requeued, dead: result.dead });
-      })
-      .catch((error) => this.#reportError(translateError(error), 'sweep'))
-      .finally(() => {
-        this.#sweeping = undefined;
-      });
+  /** How many jobs to claim now: free slots, plus the prefetch buffer while a backlog waits. */
+  #claimLimit(): number {
+    if (this.#state !== 'running') return 0;
+    const { concurrency, prefetch, batchSize } = this.#options;
+    const running = this.#executions.runningCount;
+    const buffered = this.#executions.bufferedCount;
+    const room = concurrency + (this.#fetcher.backlog ? prefetch : 0) - running - buffered;
+    if (room <= 0) return 0;
+    // Top the buffer up once it is half empty, so that each claim takes a worthwhile batch.
+    if ((buffered === 0 && running < concurrency) || buffered * 2 <= prefetch)
+      return Math.min(batchSize, room);
+    return 0;
   }
 
-  #dispatch(jobs: JobRecord[]): void {
-    this.emit('claim', jobs.length);
-    for (const record of jobs) {
-      const job = toJob(record);
-      const execution: Execution = {
-        key: leaseKey(record),
-        id: job.id,
-        attempts: job.attempts,
-        leaseSeq: record.leaseSeq,
-        job,
-        controller: new AbortController(),
-        startedAt: Date.now(),
-        released: false,
-        leaseLost: false,
-      };
-      this.#active.set(execution.key, execution);
-      if (this.#state !== 'running') {
-        // Claimed while stopping: give it back before it starts.
-        void this.#release([execution]);
-        continue;
-      }
-      this.emit('job:start', job);
-      void this.#execute(execution).then((result) => {
-        this.#active.delete(execution.key);
-        if (!execution.released && !execution.leaseLost) this.#completer.push(result);
-        else if (execution.leaseLost) this.emit('job:stale', execution.job);
-        this.#fetcher.slotFreed();
-        this.#settled();
-      });
+  #dispatch(jobs: ClaimedJob[]): void {
+    this.#emit('worker:claim', jobs.length);
+    const now = performance.now();
+    const executions = jobs.map((job) => bufferedExecution(job, now));
+    if (this.#state !== 'running') {
+      // Claimed while stopping: give them back before they start.
+      this.#executions.buffer(executions);
+      void this.#release(this.#executions.takeBuffered());
+      return;
+    }
+    this.#executions.buffer(executions);
+    this.#pump();
+  }
+
+  /** Starts buffered jobs while slots are free. */
+  #pump(): void {
+    const { concurrency, jobTimeoutMs } = this.#options;
+    while (this.#state === 'running' && this.#executions.runningCount < concurrency) {
+      const e = this.#executions.start(performance.now());
+      if (!e) break;
+      if (this.listenerCount('job:start') > 0) this.#emit('job:start', e.job);
+      const handler = this.#handlers[e.job.kind];
+      void currentExecution
+        .run(e, () => runJob(handler, e.job, e.controller!, jobTimeoutMs))
+        .then((outcome) => this.#settle(e, outcome));
     }
   }
 
-  /** Runs one handler to a result; never rejects. */
-  async #execute(execution: Execution): Promise<Result<Execution>> {
-    const { job, controller } = execution;
-    const handler = Object.hasOwn(this.#handlers, job.kind) ? this.#handlers[job.kind] : undefined;
-    if (!handler) return failure(execution, new UnknownKindError(job.kind));
-    const timeoutMs = this.#options.jobTimeoutMs;
-    let timer: NodeJS.Timeout | undefined;
-    try {
-      const run = Promise.resolve().then(() => handler(job, { signal: controller.signal }));
-      if (timeoutMs === undefined) {
-        await run;
-      } else {
-        const timedOut = new Promise<never>((_, reject) => {
-          timer = setTimeout(() => {
-            const error = new JobTimeoutError(timeoutMs);
-            controller.abort(error);
-            reject(error);
-          }, timeoutMs);
-        });
-        // A handler that ignores its signal keeps running, but its slot is freed.
-        run.catch(() => {});
-        await Promise.race([run, timedOut]);
+  #settle(e: Execution, outcome: RunOutcome): void {
+    const lost = e.state === 'lost';
+    const released = e.state === 'released';
+    this.#executions.finish(e);
+    if (lost) this.#emit('job:stale', e.job);
+    else if (!released) {
+      if (outcome.ok) this.#completer.succeeded(e);
+      else {
+        this.#thrown.set(e, { value: outcome.thrown, text: outcome.error });
+        this.#completer.failed({ job: e, error: outcome.error, permanent: outcome.permanent });
       }
-      return { job: execution, ok: true };
-    } catch (error) {
-      return failure(execution, error);
-    } finally {
-      clearTimeout(timer);
     }
+    this.#pump();
+    this.#fetcher.slotFreed();
   }
 
-  async #release(executions: Execution[]): Promise<void> {
-    for (const e of executions) e.released = true;
-    for (let attempt = 0; attempt < 5; attempt++) {
-      try {
-        const released = await this.#ctx.queries.release(this.#pool, executions, this.id);
-        for (const e of executions) {
-          this.#active.delete(e.key);
-          if (released.has(e.key)) this.emit('job:released', e.job);
-        }
-        this.#settled();
-        return;
-      } catch (error) {
-        this.#reportError(translateError(error), 'release');
-        await sleep(loopBackoffMs(attempt));
-      }
-    }
-    // Could not reach the database: the sweeper gives these jobs back after the visibility timeout.
-    for (const e of executions) this.#active.delete(e.key);
-    this.#settled();
+  #leaseLost(e: Execution): void {
+    // Finished while the heartbeat was in flight: its result, not a reclaim, ended the lease.
+    if (e.state !== 'running' && e.state !== 'buffered') return;
+    const wasRunning = e.state === 'running';
+    e.state = 'lost';
+    if (wasRunning) e.controller?.abort(new LeaseLostError(e.id));
+    this.#emit('lease:lost', e.job);
+  }
+
+  /** Gives back buffered jobs that waited longer than `prefetchTimeoutMs`. */
+  #expireBuffered(): void {
+    if (this.#state !== 'running' || this.#executions.bufferedCount === 0) return;
+    const expired = this.#executions.takeBuffered(performance.now() - this.#options.prefetchTimeoutMs);
+    if (expired.length > 0) void this.#release(expired);
+  }
+
+  async #release(executions: Execution[], deadlineMs = 10_000): Promise<void> {
+    const held = executions.filter((e) => e.state === 'buffered' || e.state === 'running');
+    for (const e of held) e.state = 'released';
+    if (held.length === 0) return;
+    await releaseJobs({
+      release: () => this.#ctx.queries.results.release(this.#pool.pool, held, this.id),
+      jobs: held,
+      deadlineMs,
+      onReleased: (e) => this.#emit('job:released', e.job),
+      onError: (error) => this.#reportError(error, 'release'),
+    });
   }
 
   /**
-   * Stops gracefully (SPEC §5): stops claiming, lets running handlers finish for
-   * up to `shutdownTimeoutMs`, then aborts the rest through their signal and
-   * gives their jobs back to `queued` without charging the attempt. Resolves
-   * when results are written and connections closed. Idempotent.
+   * Stops gracefully: stops claiming, gives buffered jobs back at once, lets
+   * running handlers finish for up to `shutdownTimeoutMs`, then aborts the rest
+   * through their signal and gives their jobs back to `queued` without charging
+   * the attempt. Resolves when results are written and connections closed, and
+   * never later than about `shutdownTimeoutMs` + 3 s: statements that do not
+   * answer by then are abandoned (their leases expire and the sweeper reclaims
+   * the jobs). Idempotent.
+   *
+   * Called from inside a handler, it does not wait for that handler: it
+   * resolves once the other handlers are done, and the calling job ends by its
+   * handler's result.
    */
   stop(): Promise<void> {
+    const caller = currentExecution.getStore();
+    const fromHandler = caller !== undefined && caller.state === 'running' && this.#isMine(caller);
+    if (fromHandler) this.#stopCallers.add(caller);
     // A stop during start waits for the start to finish, then undoes it.
     this.#stopPromise ??= (this.#startPromise ?? Promise.resolve()).catch(() => {}).then(() => this.#stop());
+    if (fromHandler) return this.#handlersDone ?? this.#stopPromise.then(() => {});
     return this.#stopPromise;
+  }
+
+  #isMine(e: Execution): boolean {
+    return this.#executions.running().includes(e);
   }
 
   async #stop(): Promise<void> {
     const before = this.#state;
     this.#state = 'stopping';
     if (before !== 'running') {
-      // Never started, or its start failed (and ended the pool already).
-      if (before !== 'stopped') await this.#pool.end();
+      // Never started, or its start failed (and closed the pool already).
+      if (before !== 'stopped') await this.#pool.close(1_000);
       this.#state = 'stopped';
       forgetOnSignals(this);
       return;
     }
-    clearInterval(this.#sweepTimer);
-    await this.#fetcher.stop();
-    await this.#whenIdle(this.#options.shutdownTimeoutMs);
-    const unfinished = [...this.#active.values()].filter((e) => !e.released);
-    for (const e of unfinished) e.controller.abort(new ShutdownError());
-    if (unfinished.length > 0) await this.#release(unfinished);
-    await this.#completer.drain(Math.max(this.#options.shutdownTimeoutMs, 5_000));
-    await this.#heartbeat.stop();
-    await this.#sweeping;
-    await this.#notifier.stop();
-    await this.#pool.end();
+    const startedAt = performance.now();
+    const deadline = startedAt + this.#options.shutdownTimeoutMs;
+    const remaining = () => Math.max(0, deadline - performance.now());
+    const graceLeft = () =>
+      remaining() + Math.max(0, STOP_GRACE_MS - Math.max(0, performance.now() - deadline));
+    let handlersDone!: () => void;
+    this.#handlersDone = new Promise<void>((resolve) => {
+      handlersDone = resolve;
+    });
+    clearInterval(this.#bufferTimer);
+    const fetcherStopped = this.#fetcher.stop();
+    const buffered = this.#executions.takeBuffered();
+    const releasingBuffered = this.#release(buffered, graceLeft());
+    await this.#waitForHandlers(remaining());
+    const unfinished = this.#executions
+      .running()
+      .filter((e) => e.state === 'running' && !this.#stopCallers.has(e));
+    for (const e of unfinished) e.controller?.abort(new ShutdownError());
+    await Promise.all([releasingBuffered, this.#release(unfinished, graceLeft())]);
+    handlersDone();
+    // Handlers that called stop() end by their own result, within the deadline.
+    if (this.#stopCallers.size > 0) await this.#executions.whenIdle(graceLeft());
+    await settlesWithin(fetcherStopped, graceLeft());
+    await this.#completer.drain(graceLeft());
+    await settlesWithin(Promise.all([this.#heartbeat.stop(), this.#maintainer.stop()]), graceLeft());
+    await this.#notifier.stop(Math.max(100, graceLeft()));
+    await this.#pool.close(Math.max(100, graceLeft()));
     this.#state = 'stopped';
     forgetOnSignals(this);
     this.#ctx.onStop(this);
-    this.emit('stop');
+    this.#emit('worker:stop');
   }
 
-  /** Resolves when no handler runs, or after `timeoutMs`. */
-  async #whenIdle(timeoutMs: number): Promise<void> {
-    if (this.#active.size === 0) return;
-    const timeout = new AbortController();
-    await Promise.race([
-      new Promise<void>((resolve) => {
-        this.#idleWaiters.push(resolve);
-      }),
-      sleep(timeoutMs, undefined, { signal: timeout.signal }).catch(() => {}),
-    ]);
-    timeout.abort();
+  /** Resolves when no handler runs (those that called stop() aside), or after `timeoutMs`. */
+  async #waitForHandlers(timeoutMs: number): Promise<void> {
+    const deadline = performance.now() + timeoutMs;
+    for (;;) {
+      const others = this.#executions.running().filter((e) => !this.#stopCallers.has(e));
+      if (others.length === 0) return;
+      const left = deadline - performance.now();
+      if (left <= 0) return;
+      await this.#executions.whenIdle(Math.min(left, 50), undefined);
+    }
   }
 
-  #settled(): void {
-    if (this.#active.size > 0) return;
-    const waiters = this.#idleWaiters;
-    this.#idleWaiters = [];
-    for (const resolve of waiters) resolve();
+  /** Warns once about server settings that defeat the jobs table's design. */
+  async #warnAboutServer(): Promise<void> {
+    try {
+      const { rows } = await this.#pool.pool.query<{ autovacuum: string }>(
+        "SELECT pg_catalog.current_setting('autovacuum') AS autovacuum",
+      );
+      if (rows[0]?.autovacuum === 'off') {
+        this.#warn(
+          'the server runs with autovacuum = off: the jobs table’s autovacuum settings do nothing, and dead rows of finished jobs pile up; turn autovacuum on',
+        );
+      }
+    } catch {
+      // Only a warning: the loops report real database errors.
+    }
+  }
+
+  #warn(message: string): void {
+    if (this.listenerCount('worker:warning') > 0) this.#emit('worker:warning', message);
+    else console.warn(`[skiplock] worker ${this.id}: warning: ${message}`);
+  }
+
+  /** Emits to listeners; a listener that throws is reported once and changes nothing else. */
+  #emit<K extends keyof WorkerEvents>(event: K, ...args: WorkerEvents[K]): void {
+    try {
+      (this.emit as (event: K, ...args: WorkerEvents[K]) => boolean)(event, ...args);
+    } catch (error) {
+      this.#reportError(
+        new SkiplockError(
+          'LISTENER',
+          `a '${String(event)}' listener threw: ${describeListenerError(error)}`,
+          {
+            cause: error,
+          },
+        ),
+        'listener',
+      );
+    }
   }
 
   #reportError(error: SkiplockError, source: WorkerErrorSource): void {
-    if (this.listenerCount('error') > 0) this.emit('error', error, source);
-    else console.error(`[skiplock] worker ${this.id}: ${source} error: ${error.message}`);
+    if (this.listenerCount('error') > 0) {
+      try {
+        this.emit('error', error, source);
+        return;
+      } catch (listenerError) {
+        console.error(
+          `[skiplock] worker ${this.id}: an 'error' listener threw: ${describeListenerError(listenerError)}`,
+        );
+      }
+    }
+    console.error(`[skiplock] worker ${this.id}: ${source} error: ${error.message}`);
   }
 }
 
-/** Most connections a worker's own pool opens: claim, results, heartbeat, sweep, release. */
-const WORKER_POOL_SIZE = 6;
-
-/**
- * The worker's own pool. Its sessions commit asynchronously
- * (`synchronous_commit = off`): a claim, result, heartbeat or release lost in a
- * server crash leaves the job queued or running-then-reclaimed, so it runs
- * again — at-least-once holds, and each statement skips a WAL flush. Producers'
- * inserts never run here. Its sessions also cannot idle in a transaction for
- * long (`idle_in_transaction_session_timeout`, SPEC §6).
- */
-function workerPool(config: pg.ClientConfig): pg.Pool {
-  const options = [
-    config.options,
-    '-c synchronous_commit=off',
-    '-c idle_in_transaction_session_timeout=60000',
-  ]
-    .filter(Boolean)
-    .join(' ');
-  const pool = new pg.Pool({ ...config, options, max: WORKER_POOL_SIZE });
-  // An idle connection that dies (server restart, terminated backend) is replaced; the loops report the rest.
-  pool.on('error', () => {});
-  return pool;
-}
-
-function failure(execution: Execution, error: unknown): Result<Execution> {
-  return {
-    job: execution,
-    ok: false,
-    error: describeFailure(error),
-    permanent: isPermanentError(error),
-  };
+function describeListenerError(error: unknown): string {
+  try {
+    return error instanceof Error ? error.message : String(error);
+  } catch {
+    return 'a value that cannot be described';
+  }
 }

@@ -13,7 +13,9 @@
  */
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { JobQueries, leaseKey, type NewJob } from '../../src/db/queries/jobs.js';
+import type { NewJob } from '../../src/db/queries/insert.js';
+import { leaseKey } from '../../src/db/queries/job-row.js';
+import { JobQueries } from '../../src/db/queries/jobs.js';
 import { createTestDatabase, TEST_SCHEMA, type TestDatabase } from '../support/database.js';
 
 let db: TestDatabase;
@@ -33,6 +35,8 @@ const RUNS = Number(process.env.SKIPLOCK_FUZZ_RUNS ?? 200);
 const WORKERS = ['w1', 'w2', 'w3'] as const;
 const QUEUES = ['a', 'b', "c'; --"] as const;
 const VISIBILITY_MS = 60_000;
+/** Every job of this model has kind 'k'. */
+const ALL_KINDS = ['k'];
 const RECLAIMED = 'reclaimed: visibility timeout';
 
 type Status = 'queued' | 'running' | 'succeeded' | 'failed' | 'dead';
@@ -180,12 +184,12 @@ class Enqueue implements Cmd {
     }));
     const records =
       jobs.length === 1
-        ? [await queries.insertOne(r.pool, jobs[0]!)]
-        : await queries.insertMany(r.pool, jobs);
+        ? [await queries.insert.one(r.pool, jobs[0]!)]
+        : await queries.insert.many(r.pool, jobs);
     expect(records).toHaveLength(jobs.length);
     records.forEach((rec, i) => {
       const item = this.items[i]!;
-      expect(rec.queue).toBe(item.queue);
+      if ('queue' in rec) expect(rec.queue).toBe(item.queue);
       m.jobs.set(rec.id, {
         id: rec.id,
         queue: item.queue,
@@ -223,7 +227,13 @@ class Claim implements Cmd {
       (j) => j.status === 'queued' && j.due && this.queues.includes(j.queue),
     );
     expect(sorted(eligible.map((e) => e.id))).toEqual(sorted(modelEligible.map((j) => j.id)));
-    const claimed = await queries.claim(r.pool, this.queues, this.limit, this.worker, VISIBILITY_MS);
+    const claimed = await queries.claim.claim(r.pool, {
+      queues: this.queues,
+      kinds: ALL_KINDS,
+      limit: this.limit,
+      workerId: this.worker,
+      visibilityTimeoutMs: VISIBILITY_MS,
+    });
     expect(claimed).toHaveLength(Math.min(this.limit, eligible.length));
     const taken = new Set(claimed.map((c) => c.id));
     // The claim takes the best jobs: higher priority first, then older run_at.
@@ -259,7 +269,7 @@ class Heartbeat implements Cmd {
     const leases = m.leases.get(this.worker)!;
     const predicted = live(m, this.worker, leases);
     m.staleWrites += leases.filter((l) => !holds(m, this.worker, l)).length;
-    const held = await queries.heartbeat(r.pool, leases, this.worker);
+    const held = await queries.results.heartbeat(r.pool, leases, this.worker);
     expect([...held].sort()).toEqual(predicted.map(leaseKey).sort());
     for (const l of predicted) m.jobs.get(l.id)!.expired = false;
     // Like the worker: a lease the heartbeat no longer holds is dropped (its handler is aborted).
@@ -300,7 +310,7 @@ class Complete implements Cmd {
   async run(m: Model, r: Real): Promise<void> {
     const chosen = takeLeases(m, this.worker, this.mask);
     const predicted = live(m, this.worker, chosen);
-    const done = await queries.complete(r.pool, chosen, this.worker, this.policy);
+    const done = await queries.results.complete(r.pool, chosen, this.worker, this.policy);
     expect([...done].sort()).toEqual(predicted.map(leaseKey).sort());
     for (const { id } of predicted) {
       const j = m.jobs.get(id)!;
@@ -327,7 +337,7 @@ class Fail implements Cmd {
     const chosen = takeLeases(m, this.worker, this.mask);
     const error = `error at step ${m.step}`;
     const valid = live(m, this.worker, chosen);
-    const outcomes = await queries.fail(
+    const outcomes = await queries.results.fail(
       r.pool,
       chosen.map((l) => ({ ...l, error, permanent: this.permanent })),
       this.worker,
@@ -371,7 +381,7 @@ class Release implements Cmd {
   async run(m: Model, r: Real): Promise<void> {
     const chosen = takeLeases(m, this.worker, this.mask);
     const predicted = live(m, this.worker, chosen);
-    const released = await queries.release(r.pool, chosen, this.worker);
+    const released = await queries.results.release(r.pool, chosen, this.worker);
     expect([...released].sort()).toEqual(predicted.map(leaseKey).sort());
     for (const { id } of predicted) {
       const j = m.jobs.get(id)!;
@@ -417,7 +427,7 @@ class Sweep implements Cmd {
   async run(m: Model, r: Real): Promise<void> {
     const expired = [...m.jobs.values()].filter((j) => j.status === 'running' && j.expired);
     const dead = expired.filter((j) => j.attempts >= j.maxAttempts);
-    const result = await queries.sweep(r.pool, VISIBILITY_MS, 1000);
+    const result = await queries.sweep.sweep(r.pool, VISIBILITY_MS, 1000);
     expect(result).toEqual({ requeued: expired.length - dead.length, dead: dead.length });
     for (const j of expired) {
       const out = j.attempts >= j.maxAttempts;
@@ -448,14 +458,14 @@ class Requeue implements Cmd {
     let count: number;
     if (this.by === 'status') {
       matching = finished.filter((j) => this.status.includes(j.status as 'dead' | 'failed'));
-      count = await queries.requeue(r.pool, { status: this.status });
+      count = await queries.requeue.requeue(r.pool, { status: this.status });
     } else if (this.by === 'ids') {
       const ids = pick(sorted(m.jobs.keys()), this.mask);
       matching = finished.filter((j) => ids.includes(j.id));
-      count = await queries.requeue(r.pool, { ids });
+      count = await queries.requeue.requeue(r.pool, { ids });
     } else {
       matching = finished.filter((j) => j.queue === this.queue);
-      count = await queries.requeue(r.pool, { queue: [this.queue] });
+      count = await queries.requeue.requeue(r.pool, { queue: [this.queue] });
     }
     expect(count).toBe(matching.length);
     for (const j of matching) {
@@ -595,20 +605,32 @@ describe('fuzz: state machine', () => {
   // attempts, so a stale lease from before a requeue matched the same worker's new claim.
   it('a stale lease from before a requeue cannot complete the same worker’s new attempt', async () => {
     await db.query(`TRUNCATE ${db.jobs}, ${archive}`);
-    const [job] = await queries.insertMany(db.pool, [
+    const [job] = await queries.insert.many(db.pool, [
       { kind: 'k', queue: 'q', payloadJson: '{}', priority: 0, runAt: null, delayMs: null, maxAttempts: 1 },
     ]);
-    const [first] = await queries.claim(db.pool, ['q'], 1, 'w1', VISIBILITY_MS);
+    const [first] = await queries.claim.claim(db.pool, {
+      queues: ['q'],
+      kinds: ALL_KINDS,
+      limit: 1,
+      workerId: 'w1',
+      visibilityTimeoutMs: VISIBILITY_MS,
+    });
     // w1 is cut off; its lease dies and the sweeper moves the job to the dead letter.
     await db.query(`UPDATE ${db.jobs} SET locked_at = locked_at - interval '1 day' WHERE id = $1`, [job!.id]);
-    expect(await queries.sweep(db.pool, VISIBILITY_MS, 1000)).toEqual({ requeued: 0, dead: 1 });
+    expect(await queries.sweep.sweep(db.pool, VISIBILITY_MS, 1000)).toEqual({ requeued: 0, dead: 1 });
     // A person requeues it and w1, back again, claims the new attempt.
-    expect(await queries.requeue(db.pool, { ids: [job!.id] })).toBe(1);
-    const [second] = await queries.claim(db.pool, ['q'], 1, 'w1', VISIBILITY_MS);
+    expect(await queries.requeue.requeue(db.pool, { ids: [job!.id] })).toBe(1);
+    const [second] = await queries.claim.claim(db.pool, {
+      queues: ['q'],
+      kinds: ALL_KINDS,
+      limit: 1,
+      workerId: 'w1',
+      visibilityTimeoutMs: VISIBILITY_MS,
+    });
     expect(second!.id).toBe(first!.id);
     // The first execution finishes late: its result must change nothing.
-    const done = await queries.complete(db.pool, [first!], 'w1', 'keep');
+    const done = await queries.results.complete(db.pool, [first!], 'w1', 'keep');
     expect(done.size).toBe(0);
-    expect((await queries.getById(db.pool, job!.id))?.status).toBe('running');
+    expect((await queries.inspect.getById(db.pool, job!.id))?.status).toBe('running');
   });
 });

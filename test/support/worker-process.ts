@@ -29,7 +29,7 @@ const worker = skiplock.worker({
   },
 });
 worker.on('error', () => {});
-worker.on('stop', () => {
+worker.on('worker:stop', () => {
   void pool.end();
 });
 await worker.start();

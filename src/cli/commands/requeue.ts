@@ -60,7 +60,7 @@ export function requeueCommand(): Command {
         );
       }
       await withDatabase(flags, async ({ skiplock }) => {
-        const requeued = await skiplock.requeue(filter);
+        const requeued = await skiplock.requeue(Object.keys(filter).length === 0 ? { all: true } : filter);
         if (flags.json) printJson({ requeued });
         else printText(`requeued ${requeued} job${requeued === 1 ? '' : 's'}`);
       });

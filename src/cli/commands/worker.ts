@@ -207,7 +207,7 @@ function logEvents(worker: Worker, logger: Logger): void {
   worker.on('lease:lost', (job) =>
     logger.info(describe(job), 'lease lost: the job was reclaimed; handler aborted'),
   );
-  worker.on('sweep', (result) => logger.info(result, 'sweep reclaimed jobs with dead leases'));
-  worker.on('listen', () => logger.debug('listening for new jobs'));
+  worker.on('worker:sweep', (result) => logger.info(result, 'sweep reclaimed jobs with dead leases'));
+  worker.on('worker:listen', () => logger.debug('listening for new jobs'));
   worker.on('error', (error, source) => logger.error({ source, err: error }, `${source} error (retrying)`));
 }

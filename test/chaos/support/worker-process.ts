@@ -93,7 +93,7 @@ const worker = skiplock.worker({
   },
 });
 
-worker.on('listen', () => send({ type: 'listen' }));
+worker.on('worker:listen', () => send({ type: 'listen' }));
 worker.on('job:start', (job) => send({ type: 'job:start', id: job.id, attempts: job.attempts }));
 worker.on('job:success', (job) => send({ type: 'job:success', id: job.id, attempts: job.attempts }));
 worker.on('job:failure', (job, _error, outcome) =>
@@ -102,11 +102,11 @@ worker.on('job:failure', (job, _error, outcome) =>
 worker.on('job:stale', (job) => send({ type: 'job:stale', id: job.id, attempts: job.attempts }));
 worker.on('job:released', (job) => send({ type: 'job:released', id: job.id, attempts: job.attempts }));
 worker.on('lease:lost', (job) => send({ type: 'lease:lost', id: job.id, attempts: job.attempts }));
-worker.on('sweep', (result) => send({ type: 'sweep', requeued: result.requeued, dead: result.dead }));
+worker.on('worker:sweep', (result) => send({ type: 'sweep', requeued: result.requeued, dead: result.dead }));
 worker.on('error', (error, source) =>
   send({ type: 'error', source, code: error.code, message: error.message }),
 );
-worker.on('stop', () => send({ type: 'stop' }));
+worker.on('worker:stop', () => send({ type: 'stop' }));
 
 await worker.start();
 send({ type: 'ready', workerId: worker.id, pid: process.pid });

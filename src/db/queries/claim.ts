@@ -1,0 +1,103 @@
+/**
+ * The claim: `queued → running` for a batch of due jobs, in one statement with
+ * `FOR UPDATE SKIP LOCKED`, so any number of workers claim side by side without
+ * blocking each other and no job is claimed twice.
+ */
+import type pg from 'pg';
+import type { Job } from '../../job/job.js';
+import { runPrepared, type Statement } from '../executor.js';
+import type { SchemaNames } from './schema-names.js';
+
+/** A claimed job as its handler sees it, plus the lease number its result is fenced by. */
+export interface ClaimedJob extends Job {
+  leaseSeq: string;
+}
+
+/** What to claim, and for whom. */
+export interface ClaimRequest {
+  /** Queues to claim from (at least one). */
+  queues: readonly string[];
+  /** Only jobs of these kinds (the worker's handlers). */
+  kinds: readonly string[];
+  /** Most jobs to claim. */
+  limit: number;
+  /** Recorded in `locked_by`. */
+  workerId: string;
+  /** Recorded on the row: the sweeper reclaims the lease once `locked_at` is this old. */
+  visibilityTimeoutMs: number;
+}
+
+interface ClaimRow {
+  id: string;
+  queue: string;
+  kind: string;
+  payload: unknown;
+  priority: number;
+  run_at: Date;
+  attempts: number;
+  max_attempts: number;
+  lease_seq: string;
+  created_at: Date;
+}
+
+/** The claim statements: one queue, or any of several (two shapes, two statements). */
+export class ClaimQueries {
+  readonly #one: Statement;
+  readonly #any: Statement;
+
+  constructor(names: SchemaNames) {
+    // Priority then age; only kinds the worker handles, so workers of different
+    // versions share a queue without burning each other's attempts. The update
+    // finds its rows by primary key (= ANY): joining the CTE instead lets a
+    // generic plan, which guesses LIMIT at 10% of the table, hash the whole table.
+    const claim = (queueFilter: string) => `WITH picked AS (
+         SELECT id FROM ${names.jobs}
+         WHERE status = 'queued' AND ${queueFilter} AND run_at <= now() AND kind = ANY($5::text[])
+         ORDER BY priority DESC, run_at
+         LIMIT $2
+         FOR UPDATE SKIP LOCKED
+       )
+       UPDATE ${names.jobs} j
+       SET status = 'running', locked_at = now(), attempts = j.attempts + 1, lease_seq = j.lease_seq + 1,
+           locked_by = $3, visibility_timeout_ms = $4
+       WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+       RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
+                 j.lease_seq, j.created_at`;
+    this.#one = names.statement('claim', claim('queue = $1'));
+    this.#any = names.statement('claim_any', claim('queue = ANY($1::text[])'));
+  }
+
+  /**
+   * Claims up to `limit` due jobs: attempts + 1, lease stamped. Sent as a named
+   * prepared statement: it is planned the same way for any input.
+   *
+   * @throws {DatabaseError} from the database.
+   */
+  async claim(pool: Pick<pg.Pool, 'query'>, request: ClaimRequest): Promise<ClaimedJob[]> {
+    const single = request.queues.length === 1;
+    const { rows } = await runPrepared<ClaimRow>(pool, single ? this.#one : this.#any, [
+      single ? request.queues[0] : request.queues,
+      request.limit,
+      request.workerId,
+      Math.round(request.visibilityTimeoutMs),
+      request.kinds,
+    ]);
+    const jobs = new Array<ClaimedJob>(rows.length);
+    for (let i = 0; i < rows.length; i++) {
+      const r = rows[i]!;
+      jobs[i] = {
+        id: r.id,
+        kind: r.kind,
+        queue: r.queue,
+        payload: r.payload,
+        priority: r.priority,
+        runAt: r.run_at,
+        attempts: r.attempts,
+        maxAttempts: r.max_attempts,
+        createdAt: r.created_at,
+        leaseSeq: r.lease_seq,
+      };
+    }
+    return jobs;
+  }
+}

@@ -1,0 +1,105 @@
+/**
+ * Reading jobs for people: one by id, a filtered page, and counts per queue
+ * and status. Nothing here changes a row.
+ */
+import type { JobRecord, JobStatus } from '../../job/job.js';
+import { type Queryable, run, type Statement } from '../executor.js';
+import { JOB_COLUMNS, type JobRow, toJobRecord } from './job-row.js';
+import type { SchemaNames } from './schema-names.js';
+
+/** Filter of `requeue` and `list`; every field optional, all given fields must match. */
+export interface JobFilter {
+  ids?: string[];
+  status?: JobStatus[];
+  kind?: string[];
+  queue?: string[];
+}
+
+/** Order of a listing: newest id first (the default for people) or oldest first. */
+export type ListOrder = 'newest' | 'oldest';
+
+/** One page of a listing. */
+export interface ListPage {
+  limit: number;
+  order: ListOrder;
+  /** Continue after this job id, in the listing's order (the last id of the previous page). */
+  after: string | undefined;
+}
+
+/** Per queue and status: counts and the age of the oldest due job. */
+export interface QueueStatsRow {
+  queue: string;
+  status: JobStatus;
+  count: number;
+  /** Milliseconds since the oldest due queued job's run_at; null for other statuses or when none is due. */
+  oldestQueuedAgeMs: number | null;
+}
+
+/** The read-only statements. */
+export class InspectQueries {
+  readonly #byId: Statement;
+  readonly #list: Record<ListOrder, Statement>;
+  readonly #stats: Statement;
+
+  constructor(names: SchemaNames) {
+    const { jobs, statement } = names;
+    this.#byId = statement('get_by_id', `SELECT ${JOB_COLUMNS} FROM ${jobs} WHERE id = $1`);
+    const list = (cursor: string, order: string) =>
+      `SELECT ${JOB_COLUMNS} FROM ${jobs}
+       WHERE ($1::bigint[] IS NULL OR id = ANY($1::bigint[]))
+         AND ($2::text[] IS NULL OR status = ANY($2::text[]))
+         AND ($3::text[] IS NULL OR kind = ANY($3::text[]))
+         AND ($4::text[] IS NULL OR queue = ANY($4::text[]))
+         AND ($6::bigint IS NULL OR ${cursor})
+       ORDER BY ${order}
+       LIMIT $5`;
+    this.#list = {
+      newest: statement('list_newest', list('id < $6', 'id DESC')),
+      oldest: statement('list_oldest', list('id > $6', 'id')),
+    };
+    this.#stats = statement(
+      'stats',
+      `SELECT queue, status, count(*)::int AS count,
+              (EXTRACT(EPOCH FROM now() - min(run_at) FILTER (WHERE status = 'queued' AND run_at <= now())) * 1000)::float8
+                AS oldest_queued_age_ms
+       FROM ${jobs}
+       GROUP BY queue, status
+       ORDER BY queue, status`,
+    );
+  }
+
+  /** One job by id, or undefined. */
+  async getById(db: Queryable, id: string): Promise<JobRecord | undefined> {
+    const { rows } = await run<JobRow>(db, this.#byId, [id]);
+    return rows[0] ? toJobRecord(rows[0]) : undefined;
+  }
+
+  /** One page of the jobs matching the filter. */
+  async list(db: Queryable, filter: JobFilter, page: ListPage): Promise<JobRecord[]> {
+    const { rows } = await run<JobRow>(db, this.#list[page.order], [
+      filter.ids ?? null,
+      filter.status ?? null,
+      filter.kind ?? null,
+      filter.queue ?? null,
+      page.limit,
+      page.after ?? null,
+    ]);
+    return rows.map(toJobRecord);
+  }
+
+  /** Counts per queue and status, and the oldest due queued job's age. */
+  async stats(db: Queryable): Promise<QueueStatsRow[]> {
+    const { rows } = await run<{
+      queue: string;
+      status: JobStatus;
+      count: number;
+      oldest_queued_age_ms: number | null;
+    }>(db, this.#stats, []);
+    return rows.map((r) => ({
+      queue: r.queue,
+      status: r.status,
+      count: r.count,
+      oldestQueuedAgeMs: r.oldest_queued_age_ms,
+    }));
+  }
+}

@@ -1,0 +1,95 @@
+/**
+ * The jobs table as rows: the columns selected, the one mapping from snake_case
+ * rows to records, and the lease a result is fenced by.
+ */
+import type { JobRecord, JobStatus } from '../../job/job.js';
+
+/** A job row as selected (snake_case, as PostgreSQL returns it). */
+export interface JobRow {
+  id: string;
+  queue: string;
+  kind: string;
+  payload: unknown;
+  status: JobStatus;
+  priority: number;
+  run_at: Date;
+  attempts: number;
+  max_attempts: number;
+  locked_at: Date | null;
+  locked_by: string | null;
+  lease_seq: string;
+  last_error: string | null;
+  created_at: Date;
+  finished_at: Date | null;
+}
+
+/** Every column of {@link JobRow}, in one select list. */
+export const JOB_COLUMNS =
+  'id, queue, kind, payload, status, priority, run_at, attempts, max_attempts, locked_at, locked_by, lease_seq, last_error, created_at, finished_at';
+
+/** Maps a selected row to the camelCase record; the one place this mapping happens. */
+export function toJobRecord(row: JobRow): JobRecord {
+  return {
+    id: row.id,
+    queue: row.queue,
+    kind: row.kind,
+    payload: row.payload,
+    status: row.status,
+    priority: row.priority,
+    runAt: row.run_at,
+    attempts: row.attempts,
+    maxAttempts: row.max_attempts,
+    createdAt: row.created_at,
+    lockedAt: row.locked_at,
+    lockedBy: row.locked_by,
+    leaseSeq: row.lease_seq,
+    lastError: row.last_error,
+    finishedAt: row.finished_at,
+  };
+}
+
+/**
+ * A lease: the job, the attempt it claimed, and the claim's never-repeating
+ * number. Every result, heartbeat and release is fenced by all three (and the
+ * worker id), so a lease that was reclaimed — even one whose attempt number
+ * came round again after a requeue — changes nothing.
+ */
+export interface LeasedJob {
+  id: string;
+  attempts: number;
+  leaseSeq: string;
+}
+
+/**
+ * The lease fence of every result, heartbeat and release: rows `r` ($1 ids,
+ * $2 attempts, $3 lease numbers) held by worker $4, still running. The
+ * `id = ANY($1)` lets the planner go through the primary key.
+ */
+export const LEASE_FENCE = `WHERE j.id = ANY($1::bigint[]) AND j.id = r.id AND j.attempts = r.attempts
+             AND j.lease_seq = r.lease_seq AND j.status = 'running' AND j.locked_by = $4`;
+
+/** The first four parameters of every fenced statement: ids, attempts, lease numbers, worker id. */
+export function leaseParams(jobs: readonly LeasedJob[], workerId: string): unknown[] {
+  const ids = new Array<string>(jobs.length);
+  const attempts = new Array<number>(jobs.length);
+  const leaseSeqs = new Array<string>(jobs.length);
+  for (let i = 0; i < jobs.length; i++) {
+    const job = jobs[i]!;
+    ids[i] = job.id;
+    attempts[i] = job.attempts;
+    leaseSeqs[i] = job.leaseSeq;
+  }
+  return [ids, attempts, leaseSeqs, workerId];
+}
+
+/** Identifies one lease of a job: `id#leaseSeq` (never repeats). */
+export function leaseKey(job: Pick<LeasedJob, 'id' | 'leaseSeq'>): string {
+  return `${job.id}#${job.leaseSeq}`;
+}
+
+/** The lease keys of rows a fenced statement returned. */
+export function leaseKeys(rows: readonly { id: string; lease_seq: string }[]): Set<string> {
+  const keys = new Set<string>();
+  for (const r of rows) keys.add(`${r.id}#${r.lease_seq}`);
+  return keys;
+}

@@ -1,0 +1,222 @@
+/**
+ * What a worker writes about jobs it holds: successes, failures, heartbeats and
+ * releases. Each statement takes a batch and is fenced by the lease (job id,
+ * attempt, lease number, worker id, `status = 'running'`): a lease that was
+ * reclaimed changes nothing, and the rows not returned say which.
+ *
+ * These statements join an `unnest` of the batch; they are sent unnamed so that
+ * PostgreSQL plans each with the batch's real size (a generic plan rescans the
+ * unnest per row, quadratic in the batch).
+ */
+import type pg from 'pg';
+import type { JobStatus } from '../../job/job.js';
+import { run, type Statement } from '../executor.js';
+import { wakeUpQueuesSql } from '../wake-up.js';
+import { LEASE_FENCE, type LeasedJob, leaseKeys, leaseParams } from './job-row.js';
+import type { SchemaNames } from './schema-names.js';
+
+/** What happens to a succeeded job's row. */
+export type SuccessPolicy = 'delete' | 'keep' | 'archive';
+
+/** A failure to record: the error text and whether it is permanent (no retry). */
+export interface FailedJob extends LeasedJob {
+  error: string;
+  permanent: boolean;
+}
+
+/** What `fail` wrote for one job. */
+export interface FailureOutcome extends LeasedJob {
+  status: 'queued' | 'failed' | 'dead';
+  queue: string;
+  /** Milliseconds until the retry is due (0 unless requeued with backoff). */
+  retryDelayMs: number;
+}
+
+/** Where a job of a lease stands now, read after a write whose answer was lost. */
+export interface LeaseState {
+  id: string;
+  leaseSeq: string;
+  status: JobStatus;
+  lockedBy: string | null;
+  queue: string;
+  retryDelayMs: number;
+}
+
+type Pool = Pick<pg.Pool, 'query'>;
+
+/** The statements a worker writes results with. */
+export class ResultQueries {
+  readonly #complete: Record<SuccessPolicy, Statement>;
+  readonly #fail: Statement;
+  readonly #heartbeat: Statement;
+  readonly #release: Statement;
+  readonly #leaseStates: Statement;
+  readonly #channel: string;
+
+  constructor(names: SchemaNames) {
+    const { jobs, statement } = names;
+    this.#channel = names.channel;
+    const leased = `unnest($1::bigint[], $2::int[], $3::bigint[]) AS r(id, attempts, lease_seq)`;
+    this.#complete = {
+      delete: statement(
+        'complete_delete',
+        `DELETE FROM ${jobs} j USING ${leased}
+         ${LEASE_FENCE}
+         RETURNING j.id, j.lease_seq`,
+      ),
+      keep: statement(
+        'complete_keep',
+        `UPDATE ${jobs} j
+         SET status = 'succeeded', locked_at = NULL, locked_by = NULL, finished_at = now()
+         FROM ${leased}
+         ${LEASE_FENCE}
+         RETURNING j.id, j.lease_seq`,
+      ),
+      archive: statement(
+        'complete_archive',
+        `WITH done AS (
+           DELETE FROM ${jobs} j USING ${leased}
+           ${LEASE_FENCE}
+           RETURNING j.*
+         )
+         INSERT INTO ${names.archive}
+           (id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
+            locked_at, last_error, created_at, locked_by, lease_seq, visibility_timeout_ms, finished_at)
+         SELECT id, queue, kind, payload, 'succeeded', priority, run_at, attempts, max_attempts,
+                NULL, last_error, created_at, NULL, lease_seq, visibility_timeout_ms, now()
+         FROM done
+         RETURNING id, lease_seq`,
+      ),
+    };
+    // Backoff with jitter on the database clock, dead letter after max_attempts,
+    // 'failed' for a permanent error. The exponent is clamped at
+    // BACKOFF_MAX_EXPONENT (job/backoff.ts) so power() stays finite.
+    this.#fail = statement(
+      'fail',
+      `UPDATE ${jobs} j
+       SET status = CASE WHEN r.permanent THEN 'failed'
+                         WHEN j.attempts >= j.max_attempts THEN 'dead'
+                         ELSE 'queued' END,
+           locked_at = NULL, locked_by = NULL, last_error = r.error,
+           run_at = CASE WHEN r.permanent OR j.attempts >= j.max_attempts THEN j.run_at
+                         ELSE now() + least(interval '1 second' * power(2, least(j.attempts, 12)),
+                                            interval '1 hour') * (0.5 + random() * 0.5) END,
+           finished_at = CASE WHEN r.permanent OR j.attempts >= j.max_attempts THEN now() END
+       FROM unnest($1::bigint[], $2::int[], $3::bigint[], $5::text[], $6::bool[])
+            AS r(id, attempts, lease_seq, error, permanent)
+       ${LEASE_FENCE}
+       RETURNING j.id, j.attempts, j.lease_seq, j.status, j.queue,
+                 GREATEST(0, EXTRACT(EPOCH FROM j.run_at - now()) * 1000)::float8 AS retry_delay_ms`,
+    );
+    this.#heartbeat = statement(
+      'heartbeat',
+      `UPDATE ${jobs} j SET locked_at = now()
+       FROM ${leased}
+       ${LEASE_FENCE}
+       RETURNING j.id, j.lease_seq`,
+    );
+    // Gives jobs back without charging the attempt, and wakes other workers for them.
+    this.#release = statement(
+      'release',
+      `WITH released AS (
+         UPDATE ${jobs} j
+         SET status = 'queued', locked_at = NULL, locked_by = NULL, attempts = j.attempts - 1, run_at = now()
+         FROM ${leased}
+         ${LEASE_FENCE}
+         RETURNING j.id, j.lease_seq, j.queue
+       ), woken AS (${wakeUpQueuesSql(names.wakeUp, '$5', 'release', 'released')})
+       SELECT r.id, r.lease_seq, (SELECT count(*) FROM woken) AS woken FROM released r`,
+    );
+    this.#leaseStates = statement(
+      'lease_states',
+      `SELECT id, lease_seq, status, locked_by, queue,
+              GREATEST(0, EXTRACT(EPOCH FROM run_at - now()) * 1000)::float8 AS retry_delay_ms
+       FROM ${jobs} WHERE id = ANY($1::bigint[])`,
+    );
+  }
+
+  /**
+   * Ends succeeded jobs by the success policy (deleted, kept as `succeeded`, or
+   * moved to the archive); returns the lease keys whose lease still held.
+   */
+  async complete(
+    pool: Pool,
+    jobs: readonly LeasedJob[],
+    workerId: string,
+    policy: SuccessPolicy,
+  ): Promise<Set<string>> {
+    const { rows } = await run<{ id: string; lease_seq: string }>(
+      pool,
+      this.#complete[policy],
+      leaseParams(jobs, workerId),
+    );
+    return leaseKeys(rows);
+  }
+
+  /** Records failures under the lease (retry with backoff, dead letter, or failed); returns what each became. */
+  async fail(pool: Pool, jobs: readonly FailedJob[], workerId: string): Promise<FailureOutcome[]> {
+    const { rows } = await run<{
+      id: string;
+      attempts: number;
+      lease_seq: string;
+      status: FailureOutcome['status'];
+      queue: string;
+      retry_delay_ms: number;
+    }>(pool, this.#fail, [
+      ...leaseParams(jobs, workerId),
+      jobs.map((j) => j.error),
+      jobs.map((j) => j.permanent),
+    ]);
+    return rows.map((r) => ({
+      id: r.id,
+      attempts: r.attempts,
+      leaseSeq: r.lease_seq,
+      status: r.status,
+      queue: r.queue,
+      retryDelayMs: r.retry_delay_ms,
+    }));
+  }
+
+  /** Refreshes `locked_at` of leased jobs; returns the lease keys still held. */
+  async heartbeat(pool: Pool, jobs: readonly LeasedJob[], workerId: string): Promise<Set<string>> {
+    const { rows } = await run<{ id: string; lease_seq: string }>(
+      pool,
+      this.#heartbeat,
+      leaseParams(jobs, workerId),
+    );
+    return leaseKeys(rows);
+  }
+
+  /** Gives leased jobs back to `queued` without charging the attempt; returns the released lease keys. */
+  async release(pool: Pool, jobs: readonly LeasedJob[], workerId: string): Promise<Set<string>> {
+    const { rows } = await run<{ id: string; lease_seq: string }>(pool, this.#release, [
+      ...leaseParams(jobs, workerId),
+      this.#channel,
+    ]);
+    return leaseKeys(rows);
+  }
+
+  /**
+   * Where the given jobs stand now (absent ones are left out). Read after a
+   * result write whose answer was lost, to tell a write that committed from a
+   * lease that was reclaimed.
+   */
+  async leaseStates(pool: Pool, ids: readonly string[]): Promise<LeaseState[]> {
+    const { rows } = await run<{
+      id: string;
+      lease_seq: string;
+      status: JobStatus;
+      locked_by: string | null;
+      queue: string;
+      retry_delay_ms: number;
+    }>(pool, this.#leaseStates, [ids]);
+    return rows.map((r) => ({
+      id: r.id,
+      leaseSeq: r.lease_seq,
+      status: r.status,
+      lockedBy: r.locked_by,
+      queue: r.queue,
+      retryDelayMs: r.retry_delay_ms,
+    }));
+  }
+}

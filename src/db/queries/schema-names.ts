@@ -1,0 +1,43 @@
+/**
+ * The names one schema's statements are built from: the quoted schema and its
+ * tables, the wake-up channel, and a prefix that keeps prepared-statement names
+ * apart when several schemas share a pool. Built once per Skiplock.
+ */
+import { createHash } from 'node:crypto';
+import type { Statement } from '../executor.js';
+import { channelName, quoteIdent } from '../sql.js';
+
+/** Quoted identifiers and per-schema names of one skiplock schema. */
+export interface SchemaNames {
+  /** The schema, unquoted. */
+  schema: string;
+  /** The schema, quoted. */
+  quoted: string;
+  /** `"schema".jobs` */
+  jobs: string;
+  /** `"schema".jobs_archive` */
+  archive: string;
+  /** `"schema".wake_up`: the one function that sends a wake-up message. */
+  wakeUp: string;
+  /** The LISTEN/NOTIFY channel. */
+  channel: string;
+  /** Makes a named statement whose name is unique to this schema. */
+  statement(name: string, text: string): Statement;
+}
+
+/** Builds the names of `schema` (validated by the caller). */
+export function schemaNames(schema: string): SchemaNames {
+  const quoted = quoteIdent(schema);
+  // Prepared statement names are per connection; the schema makes them unique
+  // when several schemas share a pool.
+  const prefix = `skiplock_${createHash('sha256').update(schema).digest('hex').slice(0, 16)}_`;
+  return {
+    schema,
+    quoted,
+    jobs: `${quoted}.jobs`,
+    archive: `${quoted}.jobs_archive`,
+    wakeUp: `${quoted}.wake_up`,
+    channel: channelName(schema),
+    statement: (name, text) => ({ name: prefix + name, text }),
+  };
+}

@@ -1,0 +1,56 @@
+/**
+ * The sweeper's statement: running jobs whose lease outlived their visibility
+ * timeout go back to `queued`, or to `dead` when out of attempts, so a job
+ * that kills its worker every time does not loop forever.
+ */
+import { type Queryable, run, type Statement } from '../executor.js';
+import { wakeUpQueuesSql } from '../wake-up.js';
+import type { SchemaNames } from './schema-names.js';
+
+/** The sweep statement. */
+export class SweepQueries {
+  readonly #sweep: Statement;
+  readonly #channel: string;
+
+  constructor(names: SchemaNames) {
+    this.#channel = names.channel;
+    this.#sweep = names.statement(
+      'sweep',
+      `WITH expired AS (
+         SELECT id FROM ${names.jobs}
+         WHERE status = 'running'
+           AND locked_at < now() - COALESCE(visibility_timeout_ms, $1) * interval '1 millisecond'
+         ORDER BY locked_at
+         LIMIT $2
+         FOR UPDATE SKIP LOCKED
+       ), swept AS (
+         UPDATE ${names.jobs} j
+         SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'queued' END,
+             locked_at = NULL, locked_by = NULL, last_error = 'reclaimed: visibility timeout',
+             finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END
+         WHERE j.id = ANY(ARRAY(SELECT id FROM expired))
+         RETURNING j.id, j.queue, j.status
+       ), woken AS (${wakeUpQueuesSql(names.wakeUp, '$3', 'sweep', "swept WHERE status = 'queued'")})
+       SELECT s.id, s.status, (SELECT count(*) FROM woken) AS woken FROM swept s`,
+    );
+  }
+
+  /**
+   * Reclaims up to `limit` jobs whose lease is older than their visibility
+   * timeout (`defaultVisibilityTimeoutMs` for rows set running by plain SQL).
+   * Run inside the sweeper's transaction, after it took the advisory lock.
+   */
+  async sweep(
+    db: Queryable,
+    defaultVisibilityTimeoutMs: number,
+    limit: number,
+  ): Promise<{ requeued: number; dead: number }> {
+    const { rows } = await run<{ id: string; status: string }>(db, this.#sweep, [
+      Math.round(defaultVisibilityTimeoutMs),
+      limit,
+      this.#channel,
+    ]);
+    const dead = rows.filter((r) => r.status === 'dead').length;
+    return { requeued: rows.length - dead, dead };
+  }
+}

@@ -1,0 +1,46 @@
+-- skiplock migration 2: one wake-up message format, sent by one function.
+-- Runs with search_path set to the target schema (the migrator does this; with
+-- psql: SET search_path TO skiplock; \i 0002_wake_up.sql).
+
+-- Every NOTIFY of skiplock goes through here, so the message has one shape:
+-- {"type": ..., "queue": ..., "delayMs": ...}. A queue name too long for a
+-- NOTIFY payload is sent as null ("any queue"). search_path is pinned so a
+-- caller's search_path cannot redirect what it calls.
+CREATE FUNCTION wake_up(p_channel text, p_type text, p_queue text, p_delay_ms bigint)
+RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT pg_catalog.pg_notify(
+    p_channel,
+    pg_catalog.json_build_object(
+      'type', p_type,
+      'queue', CASE WHEN pg_catalog.octet_length(p_queue) <= 1024 THEN p_queue END,
+      'delayMs', GREATEST(p_delay_ms, 0)
+    )::text)
+$$;
+
+-- The insert trigger now sends the same message. One wake-up per queue per
+-- statement, with the delay until its earliest job is due (database clock).
+CREATE OR REPLACE FUNCTION jobs_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM wake_up('skiplock:' || TG_TABLE_SCHEMA, 'insert', q.queue, q.delay_ms)
+  FROM (
+    SELECT n.queue,
+           GREATEST(0, CEIL(EXTRACT(EPOCH FROM MIN(n.run_at) - now()) * 1000))::bigint AS delay_ms
+    FROM new_jobs n
+    WHERE n.status = 'queued'
+    GROUP BY n.queue, n.run_at <= now()
+  ) q;
+  RETURN NULL;
+END
+$$;
+
+-- The trigger runs with the inserting session's search_path; pin it to this
+-- schema so that wake_up is this schema's.
+DO $$
+BEGIN
+  EXECUTE pg_catalog.format(
+    'ALTER FUNCTION jobs_notify() SET search_path = %I, pg_catalog, pg_temp', pg_catalog.current_schema());
+END
+$$;

@@ -1,0 +1,165 @@
+/**
+ * What an operator does with jobs: requeue dead and failed ones, look at one
+ * or a page of them, count them per queue and status, sweep now. Each accepts
+ * the caller's connection (`client`) like the producer does.
+ */
+import type pg from 'pg';
+import { z } from 'zod';
+import type { JobFilter, QueueStatsRow } from '../db/queries/inspect.js';
+import type { JobQueries } from '../db/queries/jobs.js';
+import { ValidationError } from '../errors.js';
+import { isJobId } from '../job/defaults.js';
+import { JOB_STATUSES, type JobRecord, type JobStatus } from '../job/job.js';
+import { parseOptions } from '../options.js';
+import { type ClientOption, clientOptionsSchema, queryable } from '../producer/job-options.js';
+
+/** Which dead/failed jobs to requeue; all given fields must match. Give a filter, or `all: true`. */
+export interface RequeueFilter extends ClientOption {
+  /** Job ids (decimal strings). */
+  ids?: string[];
+  /** `dead`, `failed`, or both. @default both */
+  status?: 'dead' | 'failed' | ('dead' | 'failed')[];
+  kind?: string | string[];
+  queue?: string | string[];
+  /** Requeue every dead and failed job; required when no other filter is given. */
+  all?: boolean;
+}
+
+/** Filter and page of `listJobs`. */
+export interface ListJobsFilter extends ClientOption {
+  ids?: string[];
+  status?: JobStatus | JobStatus[];
+  kind?: string | string[];
+  queue?: string | string[];
+  /** Most jobs returned. @default 100 */
+  limit?: number;
+  /** `newest` (highest id first, what an operator looks at first) or `oldest`. @default 'newest' */
+  order?: 'newest' | 'oldest';
+  /** Continue after this job id, in the listing's order: pass the last id of the previous page. */
+  after?: string;
+}
+
+/** Counts per queue and status, and the oldest due queued job's age. */
+export type QueueStats = QueueStatsRow;
+
+const storableName = z
+  .string({ error: 'must be a string' })
+  .refine((v) => !v.includes('\u0000') && v.isWellFormed(), { error: 'must be valid text without NUL' });
+const stringList = z.union([storableName, z.array(storableName)], {
+  error: 'must be a string or an array of strings',
+});
+const jobId = z.string({ error: 'must be a job id (a decimal string)' }).refine(isJobId, {
+  error: 'must be a job id (a decimal string within bigint range)',
+});
+const idList = z.array(jobId, { error: 'must be an array of job ids' });
+
+const requeueSchema = z.strictObject({
+  client: queryable.optional(),
+  ids: idList.optional(),
+  status: z
+    .union([z.enum(['dead', 'failed']), z.array(z.enum(['dead', 'failed']))], {
+      error: "must be 'dead' or 'failed'",
+    })
+    .optional(),
+  kind: stringList.optional(),
+  queue: stringList.optional(),
+  all: z.boolean({ error: 'must be a boolean' }).optional(),
+});
+
+const listSchema = z.strictObject({
+  client: queryable.optional(),
+  ids: idList.optional(),
+  status: z
+    .union([z.enum(JOB_STATUSES), z.array(z.enum(JOB_STATUSES))], {
+      error: `must be one of ${JOB_STATUSES.join(', ')}`,
+    })
+    .optional(),
+  kind: stringList.optional(),
+  queue: stringList.optional(),
+  limit: z
+    .number({ error: 'must be a number' })
+    .int({ error: 'must be an integer' })
+    .min(1, { error: 'must be ≥ 1' })
+    .max(100_000, { error: 'must be ≤ 100000' })
+    .optional(),
+  order: z.enum(['newest', 'oldest'], { error: "must be 'newest' or 'oldest'" }).optional(),
+  after: jobId.optional(),
+});
+
+/**
+ * Requeues dead and/or failed jobs: attempts 0, run_at now, last_error cleared;
+ * wakes workers.
+ *
+ * @returns how many jobs were requeued.
+ * @throws {ValidationError} on a bad filter, or no filter without `all: true`.
+ */
+export async function requeue(queries: JobQueries, pool: pg.Pool, filter: unknown): Promise<number> {
+  const parsed = parseOptions(requeueSchema, filter, 'filter');
+  const narrowed =
+    parsed.ids !== undefined ||
+    parsed.status !== undefined ||
+    parsed.kind !== undefined ||
+    parsed.queue !== undefined;
+  if (!narrowed && parsed.all !== true) {
+    throw new ValidationError(
+      'filter',
+      'give ids, status, kind or queue, or all: true to requeue every dead and failed job',
+    );
+  }
+  if (narrowed && parsed.all === true) {
+    throw new ValidationError('filter.all', 'all: true cannot be combined with other filters');
+  }
+  return queries.requeue.requeue(parsed.client ?? pool, toFilter(parsed));
+}
+
+/**
+ * One job by id, or undefined when no such job is in the jobs table.
+ *
+ * @throws {ValidationError} (field `id`) when `id` is not a decimal job id.
+ */
+export async function getJob(
+  queries: JobQueries,
+  pool: pg.Pool,
+  id: unknown,
+  options: unknown,
+): Promise<JobRecord | undefined> {
+  if (!isJobId(id))
+    throw new ValidationError('id', 'must be a job id (a decimal string within bigint range)');
+  const parsed = parseOptions(clientOptionsSchema, options, 'options');
+  return queries.inspect.getById(parsed.client ?? pool, id);
+}
+
+/** A page of jobs matching the filter. @throws {ValidationError} on a bad filter. */
+export async function listJobs(queries: JobQueries, pool: pg.Pool, filter: unknown): Promise<JobRecord[]> {
+  const parsed = parseOptions(listSchema, filter, 'filter');
+  return queries.inspect.list(parsed.client ?? pool, toFilter(parsed), {
+    limit: parsed.limit ?? 100,
+    order: parsed.order ?? 'newest',
+    after: parsed.after,
+  });
+}
+
+/** Counts per queue and status. @throws {ValidationError} on an unknown option. */
+export async function stats(queries: JobQueries, pool: pg.Pool, options: unknown): Promise<QueueStats[]> {
+  const parsed = parseOptions(clientOptionsSchema, options, 'options');
+  return queries.inspect.stats(parsed.client ?? pool);
+}
+
+function toFilter(parsed: {
+  ids?: string[] | undefined;
+  status?: string | string[] | undefined;
+  kind?: string | string[] | undefined;
+  queue?: string | string[] | undefined;
+}): JobFilter {
+  const list = <T extends string>(v: T | T[] | undefined): T[] | undefined =>
+    v === undefined ? undefined : Array.isArray(v) ? v : [v];
+  const filter: JobFilter = {};
+  if (parsed.ids) filter.ids = parsed.ids;
+  const status = list(parsed.status) as JobStatus[] | undefined;
+  if (status) filter.status = status;
+  const kind = list(parsed.kind);
+  if (kind) filter.kind = kind;
+  const queue = list(parsed.queue);
+  if (queue) filter.queue = queue;
+  return filter;
+}

@@ -1,0 +1,151 @@
+/**
+ * What a producer may say about a job, its validation, and the mapping to the
+ * row to insert. Pure: no I/O. Every bad value becomes a ValidationError whose
+ * field has the caller's shape: `options.delayMs` for `enqueue`,
+ * `jobs[3].delayMs` for `enqueueMany`, `payload.items[2]` inside a payload.
+ */
+import { z } from 'zod';
+import type { Queryable } from '../db/executor.js';
+import type { NewJob } from '../db/queries/insert.js';
+import { ValidationError } from '../errors.js';
+import { DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE } from '../job/defaults.js';
+import { assertName, serializePayload } from '../job/job.js';
+import { int32, parseOptions, validDate } from '../options.js';
+
+/** Options of one enqueued job. Give `runAt` or `delayMs`, not both. */
+export interface JobOptions {
+  /** Queue name (any non-empty string). @default 'default' */
+  queue?: string;
+  /** Larger runs first; a 32-bit integer. @default 0 */
+  priority?: number;
+  /** Earliest time to run. @default now (database clock) */
+  runAt?: Date;
+  /** Milliseconds from now (database clock) before the job may run; ≥ 0. @default 0 */
+  delayMs?: number;
+  /** Attempts before the dead letter; an integer ≥ 1. @default 20 */
+  maxAttempts?: number;
+}
+
+/** The caller's connection, accepted by every call that touches the database. */
+export interface ClientOption {
+  /**
+   * The caller's connection, inside its BEGIN … COMMIT: the statement commits or
+   * rolls back with the caller's transaction (and wakes workers only on commit).
+   * Any object with `query(text, values)`. @default skiplock's pool (autocommit)
+   */
+  client?: Queryable;
+}
+
+/** Options of `enqueue`: the job's options and the caller's connection. */
+export interface EnqueueOptions extends JobOptions, ClientOption {}
+
+/** The `client` option: anything with a `query` method. */
+export const queryable = z.custom<Queryable>((v) => typeof (v as Queryable)?.query === 'function', {
+  error: 'must be a connection with a query(text, values) method',
+});
+
+const maxAttempts = z
+  .number({ error: 'must be a number' })
+  .int({ error: 'must be an integer' })
+  .min(1, { error: 'must be ≥ 1' })
+  .max(2_147_483_647, { error: 'must fit a 32-bit integer' });
+
+/** Longest delay accepted, in milliseconds: 10,000 years. */
+const MAX_DELAY_MS = 315_360_000_000_000;
+
+const delayMs = z
+  .number({ error: 'must be a number of milliseconds' })
+  .refine(Number.isFinite, { error: 'must be finite' })
+  .refine((v) => v >= 0, { error: 'must be ≥ 0' })
+  .refine((v) => v <= MAX_DELAY_MS, { error: 'must be at most 10,000 years' });
+
+const jobOptionShape = {
+  queue: z.unknown().optional(),
+  priority: int32.optional(),
+  runAt: validDate.optional(),
+  delayMs: delayMs.optional(),
+  maxAttempts: maxAttempts.optional(),
+};
+
+/** `enqueue`'s options. */
+export const enqueueOptionsSchema = z.strictObject({ client: queryable.optional(), ...jobOptionShape });
+/** One item of `enqueueMany`. */
+export const manyItemSchema = z.strictObject({ kind: z.unknown(), payload: z.unknown(), ...jobOptionShape });
+/** The options of calls that take only a connection. */
+export const clientOptionsSchema = z.strictObject({ client: queryable.optional() });
+
+/** Job options as parsed. */
+interface ParsedJobOptions {
+  queue?: unknown;
+  priority?: number | undefined;
+  runAt?: Date | undefined;
+  delayMs?: number | undefined;
+  maxAttempts?: number | undefined;
+}
+
+/**
+ * The row to insert for one job.
+ *
+ * @param fields - field names for errors: `kind`, `payload`, and the prefix of option fields.
+ * @throws {ValidationError} naming the field.
+ */
+export function toNewJob(
+  kind: unknown,
+  payload: unknown,
+  options: ParsedJobOptions,
+  fields: { kind: string; payload: string; options: string },
+): NewJob {
+  assertName(kind, fields.kind);
+  const queue = options.queue === undefined ? DEFAULT_QUEUE : options.queue;
+  assertName(queue, `${fields.options}queue`);
+  if (options.runAt !== undefined && options.delayMs !== undefined) {
+    throw new ValidationError(`${fields.options}delayMs`, 'give runAt or delayMs, not both');
+  }
+  return {
+    kind,
+    queue,
+    payloadJson: serializePayload(payload, fields.payload),
+    priority: options.priority ?? 0,
+    runAt: options.runAt ?? null,
+    delayMs: options.delayMs ?? null,
+    maxAttempts: options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
+  };
+}
+
+/** Fields of an `enqueueMany` item that the fast check knows. */
+const ITEM_KEYS = new Set(['kind', 'payload', 'queue', 'priority', 'runAt', 'delayMs', 'maxAttempts']);
+
+/**
+ * The row for item `index` of `enqueueMany`. Items of the usual shape are
+ * checked directly; anything unusual goes through the full schema, which also
+ * words the error.
+ *
+ * @throws {ValidationError} naming `jobs[index].field`.
+ */
+export function toNewJobOfMany(item: unknown, index: number): NewJob {
+  const prefix = `jobs[${index}]`;
+  const fields = { kind: `${prefix}.kind`, payload: `${prefix}.payload`, options: `${prefix}.` };
+  if (isUsualItem(item)) return toNewJob(item.kind, item.payload, item, fields);
+  const parsed = parseOptions(manyItemSchema, item, prefix);
+  return toNewJob(parsed.kind, parsed.payload, parsed, fields);
+}
+
+function isUsualItem(item: unknown): item is ParsedJobOptions & { kind: unknown; payload: unknown } {
+  if (typeof item !== 'object' || item === null || Object.getPrototypeOf(item) !== Object.prototype)
+    return false;
+  for (const key in item) if (!ITEM_KEYS.has(key)) return false;
+  const o = item as Record<string, unknown>;
+  return (
+    (o.priority === undefined ||
+      (Number.isInteger(o.priority) &&
+        (o.priority as number) >= -2_147_483_648 &&
+        (o.priority as number) <= 2_147_483_647)) &&
+    (o.maxAttempts === undefined ||
+      (Number.isInteger(o.maxAttempts) &&
+        (o.maxAttempts as number) >= 1 &&
+        (o.maxAttempts as number) <= 2_147_483_647)) &&
+    (o.delayMs === undefined ||
+      (typeof o.delayMs === 'number' && o.delayMs >= 0 && o.delayMs <= MAX_DELAY_MS)) &&
+    o.runAt === undefined
+  );
+}

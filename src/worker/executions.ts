@@ -1,0 +1,137 @@
+/**
+ * The jobs a worker holds: claimed ahead into a local buffer (prefetch), and
+ * running in a slot. Every held job has a lease that the heartbeat keeps alive
+ * and that stop gives back; this set is what they read.
+ */
+import type { ClaimedJob } from '../db/queries/claim.js';
+import type { Job } from '../job/job.js';
+
+/** One claimed job from buffer to result, with what its lease is fenced by. */
+export interface Execution {
+  id: string;
+  attempts: number;
+  leaseSeq: string;
+  job: Job;
+  /** `performance.now()` when claimed; a buffered job given back after too long a wait is judged by it. */
+  claimedAt: number;
+  /** `performance.now()` when its handler started (0 while buffered). */
+  startedAt: number;
+  /** Created when the handler starts. */
+  controller: AbortController | undefined;
+  /** `buffered` → `running` → `done`; or `released` (given back), or `lost` (reclaimed by the sweeper). */
+  state: 'buffered' | 'running' | 'done' | 'released' | 'lost';
+}
+
+/** Makes the execution of a claimed job, buffered. */
+export function bufferedExecution(claimed: ClaimedJob, now: number): Execution {
+  const { leaseSeq, ...job } = claimed;
+  return {
+    id: claimed.id,
+    attempts: claimed.attempts,
+    leaseSeq,
+    job,
+    claimedAt: now,
+    startedAt: 0,
+    controller: undefined,
+    state: 'buffered',
+  };
+}
+
+/** Buffered (FIFO) and running executions of one worker. */
+export class Executions {
+  #buffer: Execution[] = [];
+  #head = 0;
+  readonly #running = new Set<Execution>();
+  #idleWaiters: (() => void)[] = [];
+
+  /** Jobs claimed and not yet started. */
+  get bufferedCount(): number {
+    return this.#buffer.length - this.#head;
+  }
+
+  /** Jobs whose handler runs now. */
+  get runningCount(): number {
+    return this.#running.size;
+  }
+
+  /** Adds claimed jobs to the end of the buffer. */
+  buffer(executions: readonly Execution[]): void {
+    for (const e of executions) this.#buffer.push(e);
+  }
+
+  /** Takes the oldest buffered job and marks it running; undefined when the buffer is empty. */
+  start(now: number): Execution | undefined {
+    if (this.#head >= this.#buffer.length) return undefined;
+    const e = this.#buffer[this.#head]!;
+    this.#buffer[this.#head++] = undefined as unknown as Execution;
+    if (this.#head > 1024 && this.#head * 2 > this.#buffer.length) {
+      this.#buffer = this.#buffer.slice(this.#head);
+      this.#head = 0;
+    }
+    e.state = 'running';
+    e.startedAt = now;
+    e.controller = new AbortController();
+    this.#running.add(e);
+    return e;
+  }
+
+  /** A running job's handler settled (or its lease is gone): it no longer holds a slot. */
+  finish(e: Execution): void {
+    this.#running.delete(e);
+    if (e.state === 'running') e.state = 'done';
+    this.#notifyIdle();
+  }
+
+  /** Empties the buffer: buffered jobs claimed before `claimedBefore` (all when omitted), oldest first. */
+  takeBuffered(claimedBefore = Number.POSITIVE_INFINITY): Execution[] {
+    const taken: Execution[] = [];
+    while (this.#head < this.#buffer.length && this.#buffer[this.#head]!.claimedAt < claimedBefore) {
+      taken.push(this.#buffer[this.#head]!);
+      this.#buffer[this.#head++] = undefined as unknown as Execution;
+    }
+    if (this.#head === this.#buffer.length) {
+      this.#buffer = [];
+      this.#head = 0;
+    }
+    return taken;
+  }
+
+  /** Running executions, and buffered ones: every lease this worker holds. */
+  leased(): Execution[] {
+    const held: Execution[] = [];
+    for (const e of this.#running) if (e.state === 'running') held.push(e);
+    for (let i = this.#head; i < this.#buffer.length; i++) held.push(this.#buffer[i]!);
+    return held;
+  }
+
+  /** Running executions. */
+  running(): Execution[] {
+    return [...this.#running];
+  }
+
+  /** Resolves when no handler runs except those in `except`, or after `timeoutMs`. */
+  async whenIdle(timeoutMs: number, except?: Execution): Promise<void> {
+    const busy = () => this.#running.size - (except && this.#running.has(except) ? 1 : 0) > 0;
+    if (!busy()) return;
+    let timer: NodeJS.Timeout | undefined;
+    await new Promise<void>((resolve) => {
+      const check = () => {
+        if (busy()) {
+          this.#idleWaiters.push(check);
+          return;
+        }
+        resolve();
+      };
+      this.#idleWaiters.push(check);
+      timer = setTimeout(resolve, timeoutMs);
+    });
+    clearTimeout(timer);
+  }
+
+  #notifyIdle(): void {
+    if (this.#idleWaiters.length === 0) return;
+    const waiters = this.#idleWaiters;
+    this.#idleWaiters = [];
+    for (const check of waiters) check();
+  }
+}

@@ -1,0 +1,39 @@
+/**
+ * Giving jobs back: held jobs (buffered, or running on stop) return to `queued`
+ * without charging the attempt. Retried with backoff until a deadline; past it
+ * the sweeper gives them back after the visibility timeout.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import { translateError } from '../db/executor.js';
+import { leaseKey } from '../db/queries/job-row.js';
+import type { SkiplockError } from '../errors.js';
+import type { Execution } from './executions.js';
+import { loopBackoffMs } from './loop-backoff.js';
+
+/** What releasing needs. */
+export interface ReleaseRequest {
+  jobs: Execution[];
+  /** Sends the release statement; returns the lease keys it released. */
+  release(): Promise<Set<string>>;
+  /** Give up after this many milliseconds. */
+  deadlineMs: number;
+  onReleased(e: Execution): void;
+  onError(error: SkiplockError): void;
+}
+
+/** Releases the jobs, retrying until the deadline. Never rejects. */
+export async function releaseJobs(request: ReleaseRequest): Promise<void> {
+  const deadline = performance.now() + request.deadlineMs;
+  for (let attempt = 0; ; attempt++) {
+    try {
+      const released = await request.release();
+      for (const e of request.jobs) if (released.has(leaseKey(e))) request.onReleased(e);
+      return;
+    } catch (error) {
+      request.onError(translateError(error));
+      const pause = loopBackoffMs(attempt);
+      if (performance.now() + pause >= deadline) return;
+      await sleep(pause);
+    }
+  }
+}

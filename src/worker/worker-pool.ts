@@ -1,0 +1,83 @@
+/**
+ * The worker's own connections. Its sessions commit asynchronously
+ * (`synchronous_commit = off`): a claim, result, heartbeat or release lost in a
+ * server crash leaves the job queued or running-then-reclaimed, so it runs
+ * again — at-least-once holds, and each statement skips a WAL flush. Producers'
+ * inserts never run here. Its sessions cannot idle in a transaction for long
+ * (`idle_in_transaction_session_timeout`), every statement has a client-side
+ * deadline, and closing the pool never waits past its own deadline: connections
+ * that do not answer are destroyed (their leases expire and the sweeper
+ * reclaims the jobs).
+ */
+import pg from 'pg';
+
+/** Most connections a worker's own pool opens: claim, results, heartbeat, maintenance, release. */
+const WORKER_POOL_SIZE = 6;
+
+/** A worker's pool and how to close it within a deadline. */
+export interface WorkerPool {
+  pool: pg.Pool;
+  /** Ends the pool; after `timeoutMs`, destroys the connections still busy. Never rejects. */
+  close(timeoutMs: number): Promise<void>;
+}
+
+/**
+ * Opens the worker's pool.
+ *
+ * @param statementTimeoutMs - client-side deadline of every statement: past it
+ *   the statement fails and its connection is discarded.
+ */
+export function workerPool(config: pg.ClientConfig, statementTimeoutMs: number): WorkerPool {
+  const options = [
+    config.options,
+    '-c synchronous_commit=off',
+    '-c idle_in_transaction_session_timeout=60000',
+  ]
+    .filter(Boolean)
+    .join(' ');
+  const pool = new pg.Pool({
+    ...config,
+    options,
+    max: WORKER_POOL_SIZE,
+    query_timeout: statementTimeoutMs,
+    connectionTimeoutMillis: statementTimeoutMs,
+  });
+  const clients = new Set<pg.Client>();
+  pool.on('connect', (client) => clients.add(client));
+  pool.on('remove', (client) => clients.delete(client));
+  // An idle connection that dies (server restart, terminated backend) is replaced; the loops report the rest.
+  pool.on('error', () => {});
+  let ended: Promise<void> | undefined;
+  return {
+    pool,
+    async close(timeoutMs) {
+      ended ??= pool.end().catch(() => {});
+      if (await settlesWithin(ended, timeoutMs)) return;
+      // A statement stuck behind a lock or a dead network: drop its socket.
+      for (const client of clients) destroySocket(client);
+      await settlesWithin(ended, 1_000);
+    },
+  };
+}
+
+/** Whether `promise` settled within `ms`; the timer never outlives the answer. */
+export async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const settled = await Promise.race([
+    promise.then(
+      () => true,
+      () => true,
+    ),
+    new Promise<false>((resolve) => {
+      timer = setTimeout(() => resolve(false), Math.max(0, ms));
+    }),
+  ]);
+  clearTimeout(timer);
+  return settled;
+}
+
+/** Destroys a pg client's socket: its pending statement fails at once and the pool lets it go. */
+export function destroySocket(client: pg.Client): void {
+  // pg exposes no public way to abandon a connection mid-statement; its stream is the socket.
+  (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
+}
