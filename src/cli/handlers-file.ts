@@ -1,12 +1,13 @@
 /**
  * Loads the module given to `skiplock worker --handlers FILE`: an ES module
- * (`.js`, `.mjs`) or TypeScript (`.ts`, `.mts`), whose default export maps
- * kinds to handler functions.
+ * (`.js`, `.mjs`) or TypeScript (`.ts`, `.mts`, through the optional package
+ * `tsx`), whose default export maps kinds to handler functions.
  */
 import { accessSync, constants, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { Handler } from '../worker/options.js';
+import { importOptional } from './optional-dependency.js';
 import { UsageError } from './usage-error.js';
 
 /** Handlers by kind, as loaded from a file. */
@@ -60,7 +61,11 @@ async function importModule(path: string): Promise<{ default?: unknown }> {
     // Plain Node cannot load TypeScript: go through tsx. Under tsx already, the first import worked,
     // and the handlers share this process's module instances (PermanentError stays one class).
     if ((error as NodeJS.ErrnoException).code !== 'ERR_UNKNOWN_FILE_EXTENSION') throw error;
-    const { tsImport } = await import('tsx/esm/api');
+    const { tsImport } = await importOptional<typeof import('tsx/esm/api')>('tsx/esm/api', {
+      packageName: 'tsx',
+      neededFor: 'a TypeScript handlers file',
+      alternative: 'compile it to JavaScript',
+    });
     return (await tsImport(url, import.meta.url)) as { default?: unknown };
   }
 }

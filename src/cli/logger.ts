@@ -1,7 +1,7 @@
 /**
  * The worker's log: pino, one JSON line per state change on stdout.
  */
-import { pino } from 'pino';
+import { type DestinationStream, pino } from 'pino';
 
 /** Log levels accepted by `--log-level`. */
 export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
@@ -9,9 +9,15 @@ export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', '
 /** A log level. */
 export type LogLevel = (typeof LOG_LEVELS)[number];
 
-/** A pino logger at `level`, named `skiplock`. */
-export function createLogger(level: LogLevel) {
-  return pino({ name: 'skiplock', level });
+/**
+ * A pino logger at `level`, named `skiplock`, writing to `destination` (stdout
+ * by default). An error's `message` is its own: its cause is logged as `cause`,
+ * not appended to the message (skiplock's `DatabaseError` already carries the
+ * driver's message).
+ */
+export function createLogger(level: LogLevel, destination?: DestinationStream) {
+  const options = { name: 'skiplock', level, serializers: { err: pino.stdSerializers.errWithCause } };
+  return destination ? pino(options, destination) : pino(options);
 }
 
 /** The logger type. */

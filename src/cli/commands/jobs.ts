@@ -14,7 +14,7 @@ import {
   integer,
   repeatableChoice,
 } from '../flags.js';
-import { printJson, printText } from '../output.js';
+import { printError, printJson, printText } from '../output.js';
 import { renderTable } from '../table.js';
 import { UsageError } from '../usage-error.js';
 
@@ -92,9 +92,7 @@ export function jobsCommand(): Command {
       await withDatabase(flags, async ({ skiplock }) => {
         const job = await skiplock.getJob(id);
         if (!job) {
-          process.stderr.write(
-            `skiplock: no job ${id} in the jobs table (deleted on success, archived, or never enqueued)\n`,
-          );
+          printError(`no job ${id} in the jobs table (deleted on success, archived, or never enqueued)`);
           process.exitCode = 1;
           return;
         }

@@ -3,10 +3,14 @@
  * stops it gracefully and exits 0.
  */
 import { Command } from 'commander';
+import pg from 'pg';
 import type { Job } from '../../job/job.js';
+import { assertMigrated } from '../../migrations/migrator.js';
 import type { WorkerOptions } from '../../worker/options.js';
 import type { Worker } from '../../worker/worker.js';
-import { openDatabase } from '../database.js';
+import { type CliDatabase, openDatabase } from '../database.js';
+import { maskUrl } from '../embedded.js';
+import { errorMessage } from '../error-report.js';
 import {
   addConnectionFlags,
   type ConnectionFlags,
@@ -35,7 +39,10 @@ interface WorkerFlags extends ConnectionFlags {
   logLevel: LogLevel;
 }
 
-/** The `worker` command: every worker option (SPEC §7) is a flag of the same name in kebab case. */
+/**
+ * The `worker` command: every worker option is a flag of the same name in kebab
+ * case. It exits 1 with one line at start when the database cannot be used.
+ */
 export function workerCommand(): Command {
   const command = new Command('worker')
     .summary('run a worker')
@@ -105,6 +112,7 @@ export function workerCommand(): Command {
       const db = await openDatabase(flags);
       let worker: Worker;
       try {
+        await assertDatabaseUsable(db);
         worker = db.skiplock.worker({ ...workerOptions(flags), handlers, handleSignals: false });
       } catch (error) {
         await db.close();
@@ -152,6 +160,28 @@ export function workerCommand(): Command {
       // The handlers module may hold open handles (its own pool, timers): do not wait for them.
       process.exit(0);
     });
+}
+
+/** How long the start-up check waits for a connection. */
+const CONNECT_TIMEOUT_MS = 10_000;
+
+/**
+ * Fails fast, before the worker starts, when it could never work: the database
+ * cannot be reached (refused, unknown host, no such database, wrong password)
+ * or its schema is not migrated. Once started, outages are retried instead.
+ */
+async function assertDatabaseUsable(db: CliDatabase): Promise<void> {
+  const client = new pg.Client({ connectionString: db.url, connectionTimeoutMillis: CONNECT_TIMEOUT_MS });
+  client.on('error', () => {});
+  try {
+    await client.connect();
+    await client.query('SELECT 1');
+  } catch (error) {
+    throw new Error(`cannot connect to ${maskUrl(db.url)}: ${errorMessage(error)}`, { cause: error });
+  } finally {
+    await client.end().catch(() => {});
+  }
+  await assertMigrated(db.skiplock.pool, db.skiplock.schema);
 }
 
 function workerOptions(flags: WorkerFlags): Omit<WorkerOptions<Record<string, unknown>>, 'handlers'> {
