@@ -52,8 +52,10 @@ export interface WorkerOptions<Jobs extends JobMap> {
    * so that one round trip serves many jobs. Buffered jobs hold a lease like
    * running ones (heartbeats cover them; the sweeper reclaims them if the
    * process dies) and are given back at once on stop. A worker prefetches only
-   * while its last claim came back full (a backlog waits), so an idle queue's
-   * few jobs go to free slots of any worker. 0 turns prefetch off.
+   * while its last claim came back full (a backlog waits), and no more jobs
+   * than its handlers should start within about 100 ms by their recent run
+   * times: an idle queue's few jobs, and slow jobs, go to free slots of any
+   * worker. 0 turns prefetch off.
    * @default 4 × concurrency
    */
   prefetch?: number;

@@ -39,6 +39,13 @@ export interface WorkerContext {
 /** Time `stop()` may take beyond `shutdownTimeoutMs` to write results and close connections. */
 const STOP_GRACE_MS = 3_000;
 
+/**
+ * A worker buffers no more jobs than its handlers are expected to start within
+ * this many milliseconds (judged by their recent run times), so slow jobs are
+ * never held back from idle workers.
+ */
+const PREFETCH_HORIZON_MS = 100;
+
 /** The execution whose handler is running in the current async context: `stop()` from a handler must not wait for it. */
 const currentExecution = new AsyncLocalStorage<Execution>();
 
@@ -63,6 +70,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #maintainer: Maintainer;
   readonly #pool: WorkerPool;
   #bufferTimer: NodeJS.Timeout | undefined;
+  /** Moving average of handler run times (ms); infinite until one finished. */
+  #averageRunMs = Number.POSITIVE_INFINITY;
   #state: 'new' | 'starting' | 'running' | 'stopping' | 'stopped' = 'new';
   #startPromise: Promise<void> | undefined;
   #stopPromise: Promise<void> | undefined;
@@ -236,10 +245,17 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const { concurrency, prefetch, batchSize } = this.#options;
     const running = this.#executions.runningCount;
     const buffered = this.#executions.bufferedCount;
-    const room = concurrency + (this.#fetcher.backlog ? prefetch : 0) - running - buffered;
+    // Prefetch while a backlog waits, as many jobs as the slots should start soon.
+    const ahead = this.#fetcher.backlog
+      ? Math.min(
+          prefetch,
+          Math.floor((concurrency * PREFETCH_HORIZON_MS) / Math.max(this.#averageRunMs, 0.001)),
+        )
+      : 0;
+    const room = concurrency + ahead - running - buffered;
     if (room <= 0) return 0;
     // Top the buffer up once it is half empty, so that each claim takes a worthwhile batch.
-    if ((buffered === 0 && running < concurrency) || buffered * 2 <= prefetch)
+    if ((buffered === 0 && running < concurrency) || (ahead > 0 && buffered * 2 <= ahead))
       return Math.min(batchSize, room);
     return 0;
   }
@@ -273,6 +289,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   #settle(e: Execution, outcome: RunOutcome): void {
+    const runMs = performance.now() - e.startedAt;
+    this.#averageRunMs =
+      this.#averageRunMs === Number.POSITIVE_INFINITY ? runMs : this.#averageRunMs * 0.9 + runMs * 0.1;
     const lost = e.state === 'lost';
     const released = e.state === 'released';
     this.#executions.finish(e);

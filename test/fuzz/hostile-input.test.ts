@@ -405,7 +405,11 @@ describe('fuzz: hostile input', () => {
           );
           if (!result.ok) return;
           expect(result.value).toHaveLength(items.length);
-          const stored = await skiplock.listJobs({ ids: result.value.map((j) => j.id), limit: 100 });
+          const stored = await skiplock.listJobs({
+            ids: result.value.map((j) => j.id),
+            order: 'oldest',
+            limit: 100,
+          });
           expect(stored.map((j) => j.id)).toEqual(result.value.map((j) => j.id));
           stored.forEach((record, i) => {
             const c = cases[i]!;
@@ -664,6 +668,7 @@ describe('fuzz: schema names', () => {
             const q = `"${(schema as string).replaceAll('"', '""')}"`;
             await db.query(`DROP TABLE IF EXISTS ${q}.jobs, ${q}.jobs_archive, ${q}.migrations CASCADE`);
             await db.query(`DROP FUNCTION IF EXISTS ${q}.jobs_notify() CASCADE`);
+            await db.query(`DROP FUNCTION IF EXISTS ${q}.wake_up(text, text, text, bigint) CASCADE`);
           }
         }
       }),
