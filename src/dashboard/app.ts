@@ -35,7 +35,8 @@ export function createDashboard(skiplock: Skiplock, options: DashboardOptions = 
     pool: skiplock.pool,
     queries: new DashboardQueries(skiplock.schema),
     options: resolved,
-    link: (path) => (path === '/' ? `${base}/` : `${base}${path}`),
+    // The home page is the base path itself (no trailing slash), which strict routers of a host app match.
+    link: (path) => (path === '/' ? base || '/' : `${base}${path}`),
   };
   const root = new Hono<DashboardEnv>({ strict: false });
   const app = base ? root.basePath(base) : root;
@@ -86,7 +87,9 @@ function metricsHandler(skiplock: Skiplock, given: true | SkiplockMetrics) {
  *   const handle = toNodeHandler(createDashboard(skiplock, { basePath: '/admin/jobs' }));
  *   scope.removeAllContentTypeParsers();
  *   scope.addContentTypeParser('*', (_request, _payload, done) => done(null));
- *   scope.all('/admin/jobs/*', (request, reply) => { reply.hijack(); handle(request.raw, reply.raw); });
+ *   const route = (request, reply) => { reply.hijack(); handle(request.raw, reply.raw); };
+ *   scope.all('/admin/jobs', route);
+ *   scope.all('/admin/jobs/*', route);
  * });
  */
 export function toNodeHandler(dashboard: {

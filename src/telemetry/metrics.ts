@@ -185,18 +185,24 @@ export async function createMetrics(
   };
 }
 
-/** One `stats()` query serves every gauge of a scrape: calls within 250 ms share it. */
+/**
+ * One `stats()` query serves every gauge of a scrape: the registry collects the
+ * gauges one after the other in the microtasks that follow the query's result,
+ * so the result is shared until the next turn of the event loop, never longer.
+ */
 function sharedStats(skiplock: Skiplock): () => Promise<QueueStats[]> {
-  let last: { at: number; stats: Promise<QueueStats[]> } | undefined;
+  let current: Promise<QueueStats[]> | undefined;
   return () => {
-    if (!last || Date.now() - last.at > 250) {
+    if (!current) {
       const stats = skiplock.stats();
-      stats.catch(() => {
-        last = undefined;
-      });
-      last = { at: Date.now(), stats };
+      current = stats;
+      const forget = () =>
+        setImmediate(() => {
+          if (current === stats) current = undefined;
+        });
+      stats.then(forget, forget);
     }
-    return last.stats;
+    return current;
   };
 }
 
