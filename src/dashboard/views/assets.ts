@@ -27,6 +27,7 @@ th { background:#f9fafb; font-weight:600; color:#475467; font-size:12px; text-tr
 tr:last-child td { border-bottom:0; }
 td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; }
 td.zero { color:#c0c5cf; }
+td.nowrap { white-space:nowrap; }
 tr.total td { font-weight:600; background:#f9fafb; }
 a { color:var(--accent); }
 .status { display:inline-block; padding:1px 8px; border-radius:10px; font-size:12px; font-weight:600; color:#fff; }

@@ -72,10 +72,10 @@ export function jobsPage(
 <td class="mono"><a href="${d.link(`/jobs/${job.id}`)}">${job.id}</a></td>
 <td>${job.kind}</td><td>${job.queue}</td><td>${statusPill(job.status)}</td>
 <td class="num">${job.attempts}/${job.maxAttempts}</td>
-<td title="${formatTime(job.runAt)}">${formatAge(job.runAt, now)}</td>
-<td title="${formatTime(job.createdAt)}">${formatAge(job.createdAt, now)}</td>
+<td class="nowrap" title="${formatTime(job.runAt)}">${formatAge(job.runAt, now)}</td>
+<td class="nowrap" title="${formatTime(job.createdAt)}">${formatAge(job.createdAt, now)}</td>
 <td class="mono">${truncate(job.lastError ?? '', 120)}</td>
-${d.options.readOnly ? '' : html`<td>${jobActions(d, csrfToken, job, back)}</td>`}</tr>`,
+${d.options.readOnly ? '' : html`<td class="nowrap">${jobActions(d, csrfToken, job, back)}</td>`}</tr>`,
   );
   const last = jobs.at(-1);
   const params = (extra: Record<string, string>) => {

@@ -42,7 +42,7 @@ export function queuesPage(
 <td><a href="${d.link(`/jobs?${new URLSearchParams({ queue })}`)}">${queue}</a></td>
 ${JOB_STATUSES.map((status) => cell(queue, status, count(queue, status)))}
 <td class="num" data-queue="${queue}" data-oldest-due>${oldest === null ? '—' : formatDuration(oldest)}</td>
-${d.options.readOnly ? '' : html`<td>${requeue}</td>`}</tr>`;
+${d.options.readOnly ? '' : html`<td class="nowrap">${requeue}</td>`}</tr>`;
   });
   const totals = JOB_STATUSES.map((status) =>
     cell(
