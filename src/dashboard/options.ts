@@ -76,7 +76,11 @@ const schema = z.strictObject({
     .optional(),
 });
 
-/** @throws {ValidationError} naming the field (`options.basePath`…). */
+/**
+ * Checks the options and applies their defaults.
+ *
+ * @throws {ValidationError} naming the field (`options.basePath`…).
+ */
 export function resolveDashboardOptions(options: DashboardOptions): ResolvedDashboardOptions {
   const parsed = parseOptions(schema, options, 'options');
   return {

@@ -11,8 +11,9 @@ import { csrf } from 'hono/csrf';
 import type { DashboardEnv } from './context.js';
 import type { ResolvedDashboardOptions } from './options.js';
 
-/** Name of the cookie holding the CSRF token, and of the form field that must repeat it. */
+/** Name of the cookie holding the CSRF token (HttpOnly, SameSite=Strict, path = the base path). */
 export const CSRF_COOKIE = 'skiplock_csrf';
+/** Name of the form field that must repeat the cookie's token in every POST. */
 export const CSRF_FIELD = '_csrf';
 
 const TOKEN_FORMAT = /^[A-Za-z0-9_-]{43}$/;

@@ -171,4 +171,34 @@ describe('dashboard in Chromium', () => {
       await page.close();
     }
   });
+  it('refreshes the counts in place, without reloading the page', async () => {
+    const live = await serveDashboard(db.skiplock(), { port: 0, refreshIntervalMs: 500 });
+    const page = await browser.newPage();
+    try {
+      await page.goto(live.url);
+      // Marks this document: a reload would lose the mark. (Strings are not evaluated: the CSP forbids eval.)
+      await page.evaluate(() => {
+        (globalThis as unknown as { marker: string }).marker = 'same document';
+      });
+      const cell = 'td[data-queue="live-refresh"][data-status="queued"]';
+      await expect(page.locator(cell).count()).resolves.toBe(0);
+      await db.skiplock().enqueueMany([
+        { kind: 'k', payload: {}, queue: 'live-refresh' },
+        { kind: 'k', payload: {}, queue: 'live-refresh' },
+      ]);
+      await waitFor(
+        async () =>
+          (await page.locator(cell).count()) === 1 && (await page.locator(cell).textContent()) === '2',
+        10_000,
+        'the refreshed count',
+      );
+      await expect(page.evaluate(() => (globalThis as unknown as { marker: string }).marker)).resolves.toBe(
+        'same document',
+      );
+      await expect(page.locator('#updated').textContent()).resolves.toMatch(/^updated /);
+    } finally {
+      await page.close();
+      await live.close();
+    }
+  });
 });
