@@ -6,6 +6,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
+import { dashboardCommand } from './commands/dashboard.js';
 import { demoCommand } from './commands/demo.js';
 import { devCommand } from './commands/dev.js';
 import { enqueueCommand } from './commands/enqueue.js';
@@ -36,7 +37,8 @@ Examples:
   $ skiplock migrate
   $ skiplock enqueue send_invoice_email '{"orderId": 42}'
   $ skiplock worker --handlers ./handlers.js --concurrency 20
-  $ skiplock stats`,
+  $ skiplock stats
+  $ skiplock dashboard`,
   );
 for (const command of [
   migrateCommand(),
@@ -45,6 +47,7 @@ for (const command of [
   statsCommand(),
   jobsCommand(),
   requeueCommand(),
+  dashboardCommand(),
   demoCommand(),
   devCommand(),
 ]) {

@@ -6,6 +6,7 @@ import { Command } from 'commander';
 import pg from 'pg';
 import type { Job } from '../../job/job.js';
 import { assertMigrated } from '../../migrations/migrator.js';
+import { type MetricsServer, serveWorkerMetrics } from '../../telemetry/metrics.js';
 import type { WorkerOptions } from '../../worker/options.js';
 import type { Worker } from '../../worker/worker.js';
 import { type CliDatabase, openDatabase } from '../database.js';
@@ -37,6 +38,8 @@ interface WorkerFlags extends ConnectionFlags {
   onSuccess?: 'delete' | 'keep' | 'archive';
   workerId?: string;
   logLevel: LogLevel;
+  metricsPort?: number;
+  metricsHost: string;
 }
 
 /**
@@ -94,6 +97,12 @@ export function workerCommand(): Command {
       ]),
     )
     .option('--worker-id <id>', 'id recorded in locked_by (default: host:pid:random)')
+    .option(
+      '--metrics-port <n>',
+      'serve Prometheus metrics at /metrics on this port (needs prom-client)',
+      integer(0, 65_535),
+    )
+    .option('--metrics-host <address>', 'address of the metrics server', '127.0.0.1')
     .addOption(choice('--log-level <level>', 'log level', LOG_LEVELS).default('info'));
   addConnectionFlags(command);
   return command
@@ -111,9 +120,15 @@ export function workerCommand(): Command {
       const logger = createLogger(flags.logLevel);
       const db = await openDatabase(flags);
       let worker: Worker;
+      let metrics: MetricsServer | undefined;
       try {
         await assertDatabaseUsable(db);
         worker = db.skiplock.worker({ ...workerOptions(flags), handlers, handleSignals: false });
+        if (flags.metricsPort !== undefined)
+          metrics = await serveWorkerMetrics(db.skiplock, worker, {
+            port: flags.metricsPort,
+            host: flags.metricsHost,
+          });
       } catch (error) {
         await db.close();
         throw error;
@@ -154,7 +169,9 @@ export function workerCommand(): Command {
       );
       // A parent that forked this process (skiplock demo) waits for this before producing.
       process.send?.({ event: 'worker:started', workerId: worker.id });
+      if (metrics) logger.info({ url: metrics.url }, `metrics at ${metrics.url}`);
       await stopped;
+      await metrics?.close();
       await db.close();
       logger.info({ workerId: worker.id }, 'worker stopped');
       // The handlers module may hold open handles (its own pool, timers): do not wait for them.

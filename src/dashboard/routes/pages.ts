@@ -1,0 +1,84 @@
+/**
+ * The pages: queues (`/`), jobs (`/jobs`) and one job (`/jobs/:id`). Query
+ * parameters are checked here and reach SQL only as bind parameters.
+ */
+import type { Hono } from 'hono';
+import { JOB_STATUSES, type JobStatus } from '../../job/job.js';
+import type { Dashboard, DashboardEnv } from '../context.js';
+import { jobPage } from '../views/job.js';
+import { type JobsQuery, jobsPage } from '../views/jobs.js';
+import { queuesPage } from '../views/queues.js';
+import { errorPage, render } from './render.js';
+
+const MAX_BIGINT = 9_223_372_036_854_775_807n;
+
+/** Whether `text` is a job id: a positive decimal bigint. */
+export function isJobId(text: string | undefined): text is string {
+  return text !== undefined && /^[1-9][0-9]{0,18}$/.test(text) && BigInt(text) <= MAX_BIGINT;
+}
+
+/** A queue or kind filter PostgreSQL can compare: non-empty text without NUL, at most 1024 characters. */
+function isName(text: string): boolean {
+  return text.length > 0 && text.length <= 1024 && !text.includes('\u0000') && text.isWellFormed();
+}
+
+/** Registers the page routes on `app`. */
+export function registerPages(app: Hono<DashboardEnv>, d: Dashboard): void {
+  app.get('/', async (c) => {
+    const [stats, buckets] = await Promise.all([d.skiplock.stats(), d.queries.throughput(d.pool)]);
+    return render(c, d, queuesPage(d, c.get('csrfToken'), stats, buckets));
+  });
+
+  app.get('/jobs', async (c) => {
+    const id = c.req.query('id')?.trim();
+    if (id !== undefined && id !== '') {
+      if (!isJobId(id)) return errorPage(c, d, 400, 'A job id is a positive whole number.');
+      return c.redirect(d.link(`/jobs/${id}`), 303);
+    }
+    const query: JobsQuery = {};
+    const status = c.req.query('status') || undefined;
+    if (status !== undefined && !(JOB_STATUSES as readonly string[]).includes(status)) {
+      return errorPage(c, d, 400, `Unknown status; one of ${JOB_STATUSES.join(', ')}.`);
+    }
+    query.status = status as JobStatus | undefined;
+    for (const key of ['kind', 'queue'] as const) {
+      const value = c.req.query(key) || undefined;
+      if (value !== undefined && !isName(value)) return errorPage(c, d, 400, `Unusable ${key} filter.`);
+      query[key] = value;
+    }
+    const before = c.req.query('before') || undefined;
+    if (before !== undefined && !isJobId(before)) return errorPage(c, d, 400, 'Bad page cursor.');
+    query.before = before;
+    const [jobs, stats] = await Promise.all([
+      d.queries.listNewestFirst(d.pool, {
+        status: query.status,
+        kind: query.kind,
+        queue: query.queue,
+        beforeId: before,
+        limit: d.options.pageSize,
+      }),
+      d.skiplock.stats(),
+    ]);
+    const queues = [...new Set(stats.map((s) => s.queue))].sort();
+    const url = new URL(c.req.url);
+    url.searchParams.delete('partial');
+    const back = `/jobs${url.search}`;
+    return render(c, d, jobsPage(d, c.get('csrfToken'), query, queues, jobs, back));
+  });
+
+  app.get('/jobs/:id', async (c) => {
+    const id = c.req.param('id');
+    if (!isJobId(id)) return errorPage(c, d, 404, 'No such job: a job id is a positive whole number.');
+    const job = await d.skiplock.getJob(id);
+    const archived = job ? undefined : await d.queries.getArchived(d.pool, id);
+    if (!job && !archived) {
+      return errorPage(
+        c,
+        d,
+        404,
+        `Job ${id} is not in the jobs table or the archive: it never existed, succeeded and was deleted (the default), or was deleted.`,
+      );
+    }
+    return render(c, d, jobPage(d, c.get('csrfToken'), (job ?? archived)!, !job));
+  });
+}

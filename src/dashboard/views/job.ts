@@ -1,0 +1,42 @@
+/**
+ * One job: its fields, lease holder, last error and pretty-printed payload,
+ * and the actions its state allows.
+ */
+import type { JobRecord } from '../../job/job.js';
+import type { Dashboard } from '../context.js';
+import { formatAge, formatPayload, formatTime } from './format.js';
+import { html } from './html.js';
+import { jobActions } from './jobs.js';
+import { type Page, statusPill } from './layout.js';
+
+/** The job page; `archived` when the row was found in `jobs_archive`. */
+export function jobPage(d: Dashboard, csrfToken: string, job: JobRecord, archived: boolean): Page {
+  const now = Date.now();
+  const time = (at: Date | null) =>
+    at ? html`${formatTime(at)} <span class="muted">(${formatAge(at, now)})</span>` : html`—`;
+  const fields = html`<dl class="fields">
+<dt>status</dt><dd>${statusPill(job.status)}${archived ? html` ${statusPill('archived')}` : ''}</dd>
+<dt>kind</dt><dd class="mono" data-field="kind">${job.kind}</dd>
+<dt>queue</dt><dd class="mono" data-field="queue">${job.queue}</dd>
+<dt>priority</dt><dd>${job.priority}</dd>
+<dt>attempts</dt><dd data-field="attempts">${job.attempts} of ${job.maxAttempts}</dd>
+<dt>run at</dt><dd>${time(job.runAt)}</dd>
+<dt>created at</dt><dd>${time(job.createdAt)}</dd>
+<dt>finished at</dt><dd>${time(job.finishedAt)}</dd>
+<dt>locked at</dt><dd>${time(job.lockedAt)}</dd>
+<dt>lease holder</dt><dd class="mono">${job.lockedBy ?? '—'}</dd>
+<dt>claims ever</dt><dd>${job.leaseSeq}</dd>
+</dl>`;
+  const back = `/jobs/${job.id}`;
+  return {
+    title: `Job ${job.id}`,
+    nav: 'jobs',
+    top: html`<h1>Job <span class="mono">${job.id}</span></h1>`,
+    live: html`<div class="card">${fields}
+${archived || d.options.readOnly ? '' : html`<div class="actions">${jobActions(d, csrfToken, job, back)}</div>`}</div>
+<h2>Last error</h2>
+${job.lastError === null ? html`<p class="muted">none</p>` : html`<pre class="error" data-field="last-error">${job.lastError}</pre>`}
+<h2>Payload</h2>
+<pre data-field="payload">${formatPayload(job.payload)}</pre>`,
+  };
+}

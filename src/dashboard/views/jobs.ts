@@ -1,0 +1,102 @@
+/**
+ * The jobs page: filters (status, kind, queue), a search by id, the jobs newest
+ * first, and a cursor to older pages.
+ */
+import { JOB_STATUSES, type JobRecord } from '../../job/job.js';
+import type { Dashboard } from '../context.js';
+import { formatAge, formatTime } from './format.js';
+import { type Html, html } from './html.js';
+import { actionButton, type Page, statusPill } from './layout.js';
+
+/** The filters as read from the query string. */
+export interface JobsQuery {
+  status?: string | undefined;
+  kind?: string | undefined;
+  queue?: string | undefined;
+  before?: string | undefined;
+}
+
+/** Buttons a job's state allows: requeue (dead, failed) and delete (anything not running). */
+export function jobActions(d: Dashboard, csrfToken: string, job: JobRecord, back: string): Html {
+  const fields = { back };
+  return html`${
+    job.status === 'dead' || job.status === 'failed'
+      ? actionButton(d, csrfToken, {
+          path: `/jobs/${job.id}/requeue`,
+          label: 'Requeue',
+          confirm: `Requeue job ${job.id} (${job.kind})? It runs again from attempt 1.`,
+          fields,
+        })
+      : ''
+  }${
+    job.status !== 'running'
+      ? actionButton(d, csrfToken, {
+          path: `/jobs/${job.id}/delete`,
+          label: 'Delete',
+          confirm: `Delete job ${job.id} (${job.kind})? This cannot be undone.`,
+          danger: true,
+          fields,
+        })
+      : ''
+  }`;
+}
+
+/** The jobs page. `back` is this page's own path and query, where actions return to. */
+export function jobsPage(
+  d: Dashboard,
+  csrfToken: string,
+  query: JobsQuery,
+  queues: string[],
+  jobs: JobRecord[],
+  back: string,
+): Page {
+  const now = Date.now();
+  const option = (value: string, label: string, selected: boolean) =>
+    html`<option value="${value}"${selected ? html` selected` : ''}>${label}</option>`;
+  const filters = html`<h1>Jobs</h1>
+<div class="toolbar">
+<form class="filters" method="get" action="${d.link('/jobs')}">
+<label>status<select name="status">${option('', 'any', !query.status)}${JOB_STATUSES.map((s) => option(s, s, query.status === s))}</select></label>
+<label>queue<input name="queue" list="queue-names" value="${query.queue ?? ''}" placeholder="any"></label>
+<datalist id="queue-names">${queues.map((q) => html`<option value="${q}"></option>`)}</datalist>
+<label>kind<input name="kind" value="${query.kind ?? ''}" placeholder="any"></label>
+<button type="submit">Filter</button>
+<a href="${d.link('/jobs')}">clear</a>
+</form>
+<form class="filters" method="get" action="${d.link('/jobs')}">
+<label>job id<input name="id" inputmode="numeric" placeholder="e.g. 42"></label><button type="submit">Open</button>
+</form>
+</div>`;
+  const rows = jobs.map(
+    (job) => html`<tr data-job-id="${job.id}" data-status="${job.status}">
+<td class="mono"><a href="${d.link(`/jobs/${job.id}`)}">${job.id}</a></td>
+<td>${job.kind}</td><td>${job.queue}</td><td>${statusPill(job.status)}</td>
+<td class="num">${job.attempts}/${job.maxAttempts}</td>
+<td class="nowrap" title="${formatTime(job.runAt)}">${formatAge(job.runAt, now)}</td>
+<td class="nowrap" title="${formatTime(job.createdAt)}">${formatAge(job.createdAt, now)}</td>
+<td class="mono">${truncate(job.lastError ?? '', 120)}</td>
+${d.options.readOnly ? '' : html`<td class="nowrap">${jobActions(d, csrfToken, job, back)}</td>`}</tr>`,
+  );
+  const last = jobs.at(-1);
+  const params = (extra: Record<string, string>) => {
+    const p = new URLSearchParams();
+    for (const key of ['status', 'queue', 'kind'] as const) if (query[key]) p.set(key, query[key]);
+    for (const [k, v] of Object.entries(extra)) p.set(k, v);
+    const text = p.toString();
+    return d.link(`/jobs${text ? `?${text}` : ''}`);
+  };
+  const pager = html`<div class="pager">
+${query.before ? html`<a href="${params({})}">← newest</a>` : ''}
+${last && jobs.length >= d.options.pageSize ? html`<a href="${params({ before: last.id })}" rel="next">older →</a>` : ''}
+<span class="muted">${jobs.length} shown, newest first${query.before ? html`, ids below ${query.before}` : ''}</span></div>`;
+  const table =
+    jobs.length === 0
+      ? html`<div class="card muted">No jobs match.</div>`
+      : html`<table class="jobs"><thead><tr><th>id</th><th>kind</th><th>queue</th><th>status</th><th class="num">attempts</th><th>run at</th><th>created</th><th>last error</th>${d.options.readOnly ? '' : html`<th></th>`}</tr></thead>
+<tbody>${rows}</tbody></table>`;
+  return { title: 'Jobs', nav: 'jobs', top: filters, live: html`${table}${pager}` };
+}
+
+function truncate(text: string, max: number): string {
+  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
+}

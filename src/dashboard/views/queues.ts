@@ -1,0 +1,69 @@
+/**
+ * The queues page: jobs per queue and status, the oldest due job's age, and
+ * finished jobs per minute over the last hour.
+ */
+
+import { JOB_STATUSES } from '../../job/job.js';
+import type { QueueStats } from '../../skiplock.js';
+import type { Dashboard } from '../context.js';
+import type { ThroughputBucket } from '../queries.js';
+import { throughputChart } from './chart.js';
+import { formatDuration } from './format.js';
+import { type Html, html } from './html.js';
+import { actionButton, type Page } from './layout.js';
+
+/** The queues page from `stats()` and the chart's buckets. */
+export function queuesPage(
+  d: Dashboard,
+  csrfToken: string,
+  stats: QueueStats[],
+  buckets: ThroughputBucket[],
+): Page {
+  const queues = [...new Set(stats.map((s) => s.queue))].sort();
+  const count = (queue: string, status: string) =>
+    stats.find((s) => s.queue === queue && s.status === status)?.count ?? 0;
+  const cell = (queue: string | undefined, status: string, n: number) => {
+    const query = new URLSearchParams({ status, ...(queue === undefined ? {} : { queue }) });
+    return html`<td class="num${n === 0 ? ' zero' : ''}" data-queue="${queue ?? '*'}" data-status="${status}">${n === 0 ? '0' : html`<a href="${d.link(`/jobs?${query}`)}">${n}</a>`}</td>`;
+  };
+  const rows = queues.map((queue) => {
+    const oldest = stats.find((s) => s.queue === queue && s.status === 'queued')?.oldestQueuedAgeMs ?? null;
+    const stuck = count(queue, 'dead') + count(queue, 'failed');
+    const requeue =
+      stuck > 0
+        ? actionButton(d, csrfToken, {
+            path: '/queues/requeue',
+            label: `Requeue ${stuck} dead/failed`,
+            confirm: `Requeue all ${stuck} dead and failed jobs of queue "${queue}"?`,
+            fields: { queue },
+          })
+        : '';
+    return html`<tr data-queue-row="${queue}">
+<td><a href="${d.link(`/jobs?${new URLSearchParams({ queue })}`)}">${queue}</a></td>
+${JOB_STATUSES.map((status) => cell(queue, status, count(queue, status)))}
+<td class="num" data-queue="${queue}" data-oldest-due>${oldest === null ? '—' : formatDuration(oldest)}</td>
+${d.options.readOnly ? '' : html`<td class="nowrap">${requeue}</td>`}</tr>`;
+  });
+  const totals = JOB_STATUSES.map((status) =>
+    cell(
+      undefined,
+      status,
+      stats.filter((s) => s.status === status).reduce((n, s) => n + s.count, 0),
+    ),
+  );
+  const table: Html =
+    queues.length === 0
+      ? html`<div class="card muted">No jobs in the table.</div>`
+      : html`<table class="queues">
+<thead><tr><th>queue</th>${JOB_STATUSES.map((s) => html`<th class="num">${s}</th>`)}<th class="num">oldest due</th>${d.options.readOnly ? '' : html`<th></th>`}</tr></thead>
+<tbody>${rows}<tr class="total"><td>all queues</td>${totals}<td></td>${d.options.readOnly ? '' : html`<td></td>`}</tr></tbody>
+</table>`;
+  return {
+    title: 'Queues',
+    nav: 'queues',
+    top: html`<h1>Queues</h1>`,
+    live: html`${table}
+<h2>Finished jobs per minute, last hour</h2>
+<div class="card">${throughputChart(buckets)}</div>`,
+  };
+}
