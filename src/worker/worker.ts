@@ -70,13 +70,18 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #maintainer: Maintainer;
   readonly #pool: WorkerPool;
   #bufferTimer: NodeJS.Timeout | undefined;
+  /** Past the stop deadline: connections are being dropped on purpose, so their errors are expected. */
+  #abandoning = false;
   /** Moving average of handler run times (ms); infinite until one finished. */
   #averageRunMs = Number.POSITIVE_INFINITY;
+  /** `performance.now()` when a handler last started: a buffer that does not move is not topped up. */
+  #lastStartAt = 0;
   #state: 'new' | 'starting' | 'running' | 'stopping' | 'stopped' = 'new';
   #startPromise: Promise<void> | undefined;
   #stopPromise: Promise<void> | undefined;
   /** Resolves when stop no longer waits for handlers (what a handler calling stop() gets). */
-  #handlersDone: Promise<void> | undefined;
+  readonly #handlersDone: Promise<void>;
+  #resolveHandlersDone!: () => void;
   /** Handlers that called stop(): stop does not wait for them before releasing the others. */
   readonly #stopCallers = new Set<Execution>();
 
@@ -88,6 +93,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
     super();
     this.#ctx = ctx;
     this.#options = options;
+    this.#handlersDone = new Promise<void>((resolve) => {
+      this.#resolveHandlersDone = resolve;
+    });
     this.#handlers = Object.assign(Object.create(null), handlers);
     this.id = options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
     const { queries } = ctx;
@@ -254,6 +262,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
       : 0;
     const room = concurrency + ahead - running - buffered;
     if (room <= 0) return 0;
+    // Every slot busy and nothing started lately: handlers are slow now; leave the jobs to others.
+    if (running >= concurrency && performance.now() - this.#lastStartAt > PREFETCH_HORIZON_MS) return 0;
     // Top the buffer up once it is half empty, so that each claim takes a worthwhile batch.
     if ((buffered === 0 && running < concurrency) || (ahead > 0 && buffered * 2 <= ahead))
       return Math.min(batchSize, room);
@@ -280,6 +290,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     while (this.#state === 'running' && this.#executions.runningCount < concurrency) {
       const e = this.#executions.start(performance.now());
       if (!e) break;
+      this.#lastStartAt = e.startedAt;
       if (this.listenerCount('job:start') > 0) this.#emit('job:start', e.job);
       const handler = this.#handlers[e.job.kind];
       void currentExecution
@@ -355,8 +366,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     if (fromHandler) this.#stopCallers.add(caller);
     // A stop during start waits for the start to finish, then undoes it.
     this.#stopPromise ??= (this.#startPromise ?? Promise.resolve()).catch(() => {}).then(() => this.#stop());
-    if (fromHandler) return this.#handlersDone ?? this.#stopPromise.then(() => {});
-    return this.#stopPromise;
+    return fromHandler ? this.#handlersDone : this.#stopPromise;
   }
 
   #isMine(e: Execution): boolean {
@@ -367,6 +377,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const before = this.#state;
     this.#state = 'stopping';
     if (before !== 'running') {
+      this.#resolveHandlersDone();
       // Never started, or its start failed (and closed the pool already).
       if (before !== 'stopped') await this.#pool.close(1_000);
       this.#state = 'stopped';
@@ -378,10 +389,6 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const remaining = () => Math.max(0, deadline - performance.now());
     const graceLeft = () =>
       remaining() + Math.max(0, STOP_GRACE_MS - Math.max(0, performance.now() - deadline));
-    let handlersDone!: () => void;
-    this.#handlersDone = new Promise<void>((resolve) => {
-      handlersDone = resolve;
-    });
     clearInterval(this.#bufferTimer);
     const fetcherStopped = this.#fetcher.stop();
     const buffered = this.#executions.takeBuffered();
@@ -392,13 +399,15 @@ export class Worker extends EventEmitter<WorkerEvents> {
       .filter((e) => e.state === 'running' && !this.#stopCallers.has(e));
     for (const e of unfinished) e.controller?.abort(new ShutdownError());
     await Promise.all([releasingBuffered, this.#release(unfinished, graceLeft())]);
-    handlersDone();
+    this.#resolveHandlersDone();
     // Handlers that called stop() end by their own result, within the deadline.
     if (this.#stopCallers.size > 0) await this.#executions.whenIdle(graceLeft());
     await settlesWithin(fetcherStopped, graceLeft());
     await this.#completer.drain(graceLeft());
     await settlesWithin(Promise.all([this.#heartbeat.stop(), this.#maintainer.stop()]), graceLeft());
+    this.#abandoning = remaining() === 0;
     await this.#notifier.stop(Math.max(100, graceLeft()));
+    this.#abandoning = true;
     await this.#pool.close(Math.max(100, graceLeft()));
     this.#state = 'stopped';
     forgetOnSignals(this);
@@ -458,6 +467,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   #reportError(error: SkiplockError, source: WorkerErrorSource): void {
+    if (this.#abandoning && this.#state === 'stopping') return;
     if (this.listenerCount('error') > 0) {
       try {
         this.emit('error', error, source);

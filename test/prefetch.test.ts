@@ -1,0 +1,248 @@
+/**
+ * Prefetch: a worker claims ahead of its free slots into a buffer while a
+ * backlog waits. Buffered jobs hold leases like running ones: stop gives them
+ * back at once without charging the attempt, a SIGKILLed worker's buffered jobs
+ * come back after the visibility timeout, and two workers on one queue both
+ * get work.
+ */
+import type { ChildProcess } from 'node:child_process';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { Skiplock, Worker } from '../src/index.js';
+import { createTestDatabase, TEST_SCHEMA, type TestDatabase, waitFor } from './support/database.js';
+import { nextEvent } from './support/events.js';
+import { exited, startWorkerProcess } from './support/processes.js';
+
+let db: TestDatabase;
+let skiplock: Skiplock;
+const workers: Worker[] = [];
+const children: ChildProcess[] = [];
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  skiplock = db.skiplock();
+  await db.query(
+    'CREATE TABLE effects (job_id bigint NOT NULL, attempts int NOT NULL, pid int NOT NULL, at timestamptz DEFAULT now())',
+  );
+});
+afterEach(async () => {
+  await Promise.all(workers.splice(0).map((w) => w.stop()));
+  for (const child of children.splice(0)) child.kill('SIGKILL');
+});
+afterAll(async () => {
+  await db?.close();
+});
+
+const base = { handleSignals: false, pollIntervalMs: 200 } as const;
+
+function track(worker: Worker): Worker {
+  workers.push(worker);
+  return worker;
+}
+
+async function jobRows(queue: string) {
+  return db.query<{ id: string; status: string; attempts: number; locked_by: string | null }>(
+    `SELECT id, status, attempts, locked_by FROM ${db.jobs} WHERE queue = $1 ORDER BY id`,
+    [queue],
+  );
+}
+
+describe('prefetch', () => {
+  it('stop() gives buffered jobs back at once, without charging their attempt', async () => {
+    const queue = 'pf-stop';
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let blockedId: string | undefined;
+    const worker = track(
+      skiplock.worker({
+        ...base,
+        queues: [queue],
+        concurrency: 1,
+        prefetch: 10,
+        onSuccess: 'keep',
+        handlers: {
+          fast: async (job) => {
+            // The first job that starts while others wait in the buffer holds its slot.
+            if (blockedId === undefined && worker.bufferedCount > 0) {
+              blockedId = job.id;
+              await gate;
+            }
+          },
+        },
+      }),
+    );
+    await skiplock.enqueueMany(
+      Array.from({ length: 40 }, (_, i) => ({ kind: 'fast', payload: { i }, queue })),
+    );
+    await worker.start();
+    await waitFor(() => blockedId, 20_000, 'a job to start while others are buffered');
+    const buffered = worker.bufferedCount;
+    expect(buffered).toBeGreaterThan(0);
+    const released: string[] = [];
+    worker.on('job:released', (job) => released.push(job.id));
+    const stopping = worker.stop();
+    // While the blocked handler still runs, the buffered jobs are already queued, uncharged.
+    await waitFor(() => released.length === buffered, 10_000, `${buffered} buffered jobs released`);
+    const rows = await jobRows(queue);
+    const byId = new Map(rows.map((r) => [r.id, r]));
+    for (const id of released)
+      expect(byId.get(id)).toMatchObject({ status: 'queued', attempts: 0, locked_by: null });
+    expect(byId.get(blockedId!)).toMatchObject({ status: 'running', attempts: 1 });
+    release();
+    await stopping;
+    // The blocked job ended by its own result; nothing is left running.
+    expect((await jobRows(queue)).find((r) => r.id === blockedId)).toMatchObject({ status: 'succeeded' });
+    expect((await jobRows(queue)).filter((r) => r.status === 'running')).toEqual([]);
+  });
+
+  it('a SIGKILLed worker’s buffered jobs come back after the visibility timeout and run once more', async () => {
+    const queue = 'pf-kill';
+    const workerId = 'pf-kill-victim';
+    const ids = (
+      await skiplock.enqueueMany(
+        Array.from({ length: 200 }, (_, i) => ({ kind: 'effect', payload: { i }, queue })),
+      )
+    ).map((j) => j.id);
+    const victim = await startWorkerProcess({
+      SKIPLOCK_URL: db.url,
+      SKIPLOCK_SCHEMA: TEST_SCHEMA,
+      HANDLER_DELAY_MS: '100',
+      WORKER_OPTIONS: JSON.stringify({
+        queues: [queue],
+        concurrency: 4,
+        prefetch: 20,
+        workerId,
+        visibilityTimeoutMs: 1500,
+        heartbeatIntervalMs: 300,
+        onSuccess: 'keep',
+      }),
+    });
+    children.push(victim);
+    // Held beyond its 4 slots: some jobs wait in its buffer.
+    const held = async () =>
+      (await jobRows(queue)).filter((r) => r.status === 'running' && r.locked_by === workerId).length;
+    await waitFor(async () => (await held()) > 4, 30_000, 'the victim to hold buffered jobs');
+    victim.kill('SIGKILL');
+    expect(await exited(victim)).toBe('SIGKILL');
+    const stranded = (await jobRows(queue)).filter((r) => r.status === 'running' && r.locked_by === workerId);
+    const ranInVictim = new Set(
+      (
+        await db.query<{ job_id: string }>('SELECT job_id::text FROM effects WHERE pid = $1', [victim.pid])
+      ).map((r) => r.job_id),
+    );
+    const neverStarted = stranded.filter((r) => !ranInVictim.has(r.id));
+    expect(neverStarted.length).toBeGreaterThan(0);
+
+    const survivor = track(
+      skiplock.worker({
+        ...base,
+        queues: [queue],
+        concurrency: 20,
+        sweepIntervalMs: 200,
+        visibilityTimeoutMs: 1500,
+        onSuccess: 'keep',
+        handlers: {
+          effect: async (job) => {
+            await db.query('INSERT INTO effects (job_id, attempts, pid) VALUES ($1, $2, $3)', [
+              job.id,
+              job.attempts,
+              -1,
+            ]);
+          },
+        },
+      }),
+    );
+    await survivor.start();
+    await waitFor(
+      async () => (await jobRows(queue)).every((r) => r.status === 'succeeded'),
+      30_000,
+      'every job to succeed',
+    );
+    // Nothing lost; every buffered job that never started in the victim ran once, on its second claim.
+    const effects = await db.query<{ job_id: string; attempts: number; pid: number }>(
+      'SELECT job_id::text, attempts, pid FROM effects WHERE job_id = ANY($1::bigint[]) ORDER BY job_id, at',
+      [ids],
+    );
+    expect(new Set(effects.map((e) => e.job_id))).toEqual(new Set(ids));
+    for (const job of neverStarted) {
+      expect(effects.filter((e) => e.job_id === job.id)).toEqual([{ job_id: job.id, attempts: 2, pid: -1 }]);
+    }
+  });
+
+  it('two workers on one queue with prefetch both get work', async () => {
+    const queue = 'pf-share';
+    const ranBy = new Map<string, number>();
+    const make = (name: string) =>
+      track(
+        skiplock.worker({
+          ...base,
+          queues: [queue],
+          concurrency: 2,
+          prefetch: 50,
+          handlers: {
+            quick: async () => {
+              ranBy.set(name, (ranBy.get(name) ?? 0) + 1);
+              await new Promise((resolve) => setTimeout(resolve, 2));
+            },
+          },
+        }),
+      );
+    const a = make('a');
+    const b = make('b');
+    await Promise.all([a.start(), b.start()]);
+    const jobs = 400;
+    let done = 0;
+    const all = new Promise<void>((resolve) => {
+      for (const w of [a, b])
+        w.on('job:success', () => {
+          if (++done === jobs) resolve();
+        });
+    });
+    await skiplock.enqueueMany(
+      Array.from({ length: jobs }, (_, i) => ({ kind: 'quick', payload: { i }, queue })),
+    );
+    await all;
+    expect((ranBy.get('a') ?? 0) + (ranBy.get('b') ?? 0)).toBe(jobs);
+    expect(ranBy.get('a')).toBeGreaterThan(0);
+    expect(ranBy.get('b')).toBeGreaterThan(0);
+  });
+
+  it('a buffered job not started within prefetchTimeoutMs is given back for any worker', async () => {
+    const queue = 'pf-timeout';
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let blocked = false;
+    const worker = track(
+      skiplock.worker({
+        ...base,
+        queues: [queue],
+        concurrency: 1,
+        prefetch: 10,
+        prefetchTimeoutMs: 300,
+        handlers: {
+          fast: async () => {
+            if (!blocked && worker.bufferedCount > 0) {
+              blocked = true;
+              await gate;
+            }
+          },
+        },
+      }),
+    );
+    await skiplock.enqueueMany(
+      Array.from({ length: 40 }, (_, i) => ({ kind: 'fast', payload: { i }, queue })),
+    );
+    const releasedEvent = nextEvent(worker, 'job:released', 20_000);
+    await worker.start();
+    await waitFor(() => blocked, 20_000, 'a job to block while others are buffered');
+    await releasedEvent;
+    await waitFor(() => worker.bufferedCount === 0, 10_000, 'the buffer to be given back');
+    const rows = await jobRows(queue);
+    expect(rows.filter((r) => r.status === 'running')).toHaveLength(1);
+    expect(rows.filter((r) => r.status === 'queued').every((r) => r.attempts === 0)).toBe(true);
+    release();
+  });
+});
