@@ -15,7 +15,7 @@ export interface QueryResultLike<Row = Record<string, unknown>> {
 /**
  * Anything that runs a parameterised query: a `pg.Pool`, `pg.Client`,
  * `pg.PoolClient`, or any object with this method. Producers accept one so that
- * a job commits or rolls back with the caller's transaction (SPEC §4).
+ * a job commits or rolls back with the caller's transaction.
  */
 export interface Queryable {
   // biome-ignore lint/suspicious/noExplicitAny: callers' wrappers type rows loosely; we only read what we select.
@@ -101,7 +101,7 @@ export function translateError(error: unknown): SkiplockError {
  * Runs `fn` inside BEGIN … COMMIT on one pooled connection; rolls back on error
  * and discards a connection that broke. The transaction sets
  * `idle_in_transaction_session_timeout` so a frozen process cannot hold locks
- * or a snapshot for long (the guide's advice on long transactions).
+ * or a snapshot for long: a long transaction stalls VACUUM for every table.
  */
 export async function withTransaction<T>(
   pool: pg.Pool,

@@ -5,7 +5,7 @@
  */
 import { ValidationError } from '../errors.js';
 
-/** The default schema (SPEC §2). */
+/** The default schema. */
 export const DEFAULT_SCHEMA = 'skiplock';
 
 /**

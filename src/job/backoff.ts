@@ -1,5 +1,5 @@
 /**
- * The retry delay rule of SPEC §3 (the guide's formula): `2^attempts` seconds,
+ * The retry delay rule: `2^attempts` seconds,
  * capped at one hour, times a random factor in [0.5, 1.0).
  *
  * The database computes the real delay on its own clock (see `fail` in

@@ -15,7 +15,7 @@ export const MAX_ERROR_CHARS = 16_384;
 export function describeFailure(thrown: unknown): string {
   let text: string;
   try {
-    text = describe(thrown, 0);
+    text = describeThrown(thrown, 0);
   } catch (error) {
     // A value whose getters or traps throw is described by what we can still say.
     text = `handler threw a value that cannot be described (${safeName(error)})`;
@@ -27,7 +27,7 @@ export function describeFailure(thrown: unknown): string {
 /** Deepest `cause` chain followed; cycles end there too. */
 const MAX_CAUSE_DEPTH = 5;
 
-function describe(thrown: unknown, depth: number): string {
+function describeThrown(thrown: unknown, depth: number): string {
   if (thrown instanceof Error) {
     const message = String(thrown.message);
     const stack = typeof thrown.stack === 'string' ? thrown.stack : undefined;
@@ -36,7 +36,7 @@ function describe(thrown: unknown, depth: number): string {
       text +=
         depth + 1 >= MAX_CAUSE_DEPTH
           ? '\ncaused by: … (cause chain cut)'
-          : `\ncaused by: ${describe(thrown.cause, depth + 1)}`;
+          : `\ncaused by: ${describeThrown(thrown.cause, depth + 1)}`;
     }
     return text;
   }

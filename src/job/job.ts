@@ -4,7 +4,7 @@
  */
 import { ValidationError } from '../errors.js';
 
-/** Every status a job can have (SPEC §2, the guide's CHECK constraint). */
+/** Every status a job can have (the jobs table's CHECK constraint). */
 export const JOB_STATUSES = ['queued', 'running', 'succeeded', 'failed', 'dead'] as const;
 
 /** A job's status. See docs/state-machine.md for the transitions. */
@@ -14,7 +14,7 @@ export type JobStatus = (typeof JOB_STATUSES)[number];
 export type JobMap = Record<string, unknown>;
 
 /**
- * A job as handlers and producers see it (SPEC §7).
+ * A job as handlers and producers see it.
  *
  * `id` is the bigint primary key as a decimal string; times are the database's.
  */
@@ -86,7 +86,7 @@ export const MAX_PAYLOAD_DEPTH = 1000;
  *   surrogate, or longer than {@link MAX_NAME_BYTES} bytes.
  */
 export function assertName(value: unknown, field: string): asserts value is string {
-  if (typeof value !== 'string') throw new ValidationError(field, `must be a string, got ${describe(value)}`);
+  if (typeof value !== 'string') throw new ValidationError(field, `must be a string, got ${typeName(value)}`);
   if (value.length === 0) throw new ValidationError(field, 'must not be empty');
   assertStorableString(value, field);
   if (Buffer.byteLength(value, 'utf8') > MAX_NAME_BYTES) {
@@ -129,7 +129,7 @@ function checkJsonValue(value: unknown, path: string, seen: Set<object>, depth: 
     case 'object':
       break;
     default:
-      throw new ValidationError(path, `${describe(value)} is not JSON`);
+      throw new ValidationError(path, `${typeName(value)} is not JSON`);
   }
   if (value === null) return;
   if (depth >= MAX_PAYLOAD_DEPTH)
@@ -147,7 +147,7 @@ function checkJsonValue(value: unknown, path: string, seen: Set<object>, depth: 
     if (proto !== Object.prototype && proto !== null) {
       throw new ValidationError(
         path,
-        `${describe(value)} is not a plain JSON object (convert it first, e.g. date.toISOString())`,
+        `${typeName(value)} is not a plain JSON object (convert it first, e.g. date.toISOString())`,
       );
     }
     for (const key of Object.keys(value)) {
@@ -168,7 +168,7 @@ function assertStorableString(value: string, field: string): void {
 }
 
 /** A short description of a value's type for error messages. */
-export function describe(value: unknown): string {
+export function typeName(value: unknown): string {
   if (value === null) return 'null';
   if (Array.isArray(value)) return 'an array';
   if (typeof value === 'object') {

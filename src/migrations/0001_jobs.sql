@@ -1,8 +1,8 @@
--- skiplock migration 1: the jobs table of the guide, and what the engine needs.
+-- skiplock migration 1: the jobs table, and what the engine needs.
 -- Runs with search_path set to the target schema (the migrator does this; with
 -- psql: SET search_path TO skiplock; \i 0001_jobs.sql).
 
--- The guide's table, columns, defaults and CHECK, verbatim.
+-- The jobs table: columns, defaults and the status CHECK.
 CREATE TABLE jobs (
   id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
   queue        text        NOT NULL DEFAULT 'default',
@@ -30,7 +30,7 @@ CREATE TABLE jobs (
   CONSTRAINT jobs_visibility_timeout_chk CHECK (visibility_timeout_ms > 0)
 );
 
--- The guide's partial claim index: only queued jobs are indexed.
+-- The partial claim index: only queued jobs are indexed.
 CREATE INDEX jobs_claim_idx
   ON jobs (queue, priority DESC, run_at)
   WHERE status = 'queued';
@@ -47,7 +47,7 @@ CREATE INDEX jobs_finished_idx
   ON jobs (status, kind)
   WHERE status IN ('failed', 'dead');
 
--- The guide's advice: a high-churn queue table gets aggressive autovacuum.
+-- A high-churn queue table gets aggressive autovacuum.
 ALTER TABLE jobs SET (
   autovacuum_vacuum_scale_factor = 0.01,
   autovacuum_vacuum_threshold = 1000,
@@ -56,7 +56,7 @@ ALTER TABLE jobs SET (
   autovacuum_vacuum_cost_delay = 0
 );
 
--- Succeeded jobs moved out of the hot table by onSuccess: 'archive' (the guide's FAQ).
+-- Succeeded jobs moved out of the hot table by onSuccess: 'archive' .
 CREATE TABLE jobs_archive (
   id                    bigint      PRIMARY KEY,
   queue                 text        NOT NULL,

@@ -13,13 +13,14 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { isTransient, translateError } from '../db/executor.js';
 import { type LeasedJob, leaseKey } from '../db/queries/job-row.js';
-import type { FailureOutcome, LeaseState } from '../db/queries/results.js';
+import type { FailedJob, FailureOutcome, LeaseState } from '../db/queries/results.js';
 import type { SkiplockError } from '../errors.js';
 import { loopBackoffMs } from './loop-backoff.js';
 
-/** A failed attempt to write: the text stored and whether it is permanent. */
+/** A failed attempt to write: what the handler threw, the text stored, and whether it is permanent. */
 export interface FailureToWrite<T> {
   job: T;
+  thrown: unknown;
   error: string;
   permanent: boolean;
 }
@@ -27,7 +28,7 @@ export interface FailureToWrite<T> {
 /** What the completer needs from its worker. */
 export interface CompleterDeps<T extends LeasedJob> {
   complete(jobs: T[]): Promise<Set<string>>;
-  fail(failures: FailureToWrite<T>[]): Promise<FailureOutcome[]>;
+  fail(failures: FailedJob[]): Promise<FailureOutcome[]>;
   /** Where these jobs stand now; read before a write whose answer was lost is sent again. */
   leaseStates(ids: string[]): Promise<LeaseState[]>;
   /** The worker id that holds these leases. */
@@ -35,7 +36,7 @@ export interface CompleterDeps<T extends LeasedJob> {
   /** What a committed success leaves in the table: nothing, or a `succeeded` row. */
   successLeavesRow: boolean;
   onSuccess(job: T): void;
-  onFailure(job: T, outcome: FailureOutcome): void;
+  onFailure(failure: FailureToWrite<T>, outcome: FailureOutcome): void;
   onStale(job: T): void;
   onError(error: SkiplockError): void;
 }
@@ -121,7 +122,7 @@ export class Completer<T extends LeasedJob> {
           pending.map((f) => f.job),
           (state) => state.status !== 'running',
           (job, state) =>
-            this.#deps.onFailure(job, {
+            this.#deps.onFailure(byId.get(job.id)!, {
               id: job.id,
               attempts: job.attempts,
               leaseSeq: job.leaseSeq,
@@ -134,11 +135,19 @@ export class Completer<T extends LeasedJob> {
         pending = jobs.map((j) => byId.get(j.id)!);
       }
       if (pending.length === 0) return;
-      const outcomes = await this.#deps.fail(pending);
+      const outcomes = await this.#deps.fail(
+        pending.map((f) => ({
+          id: f.job.id,
+          attempts: f.job.attempts,
+          leaseSeq: f.job.leaseSeq,
+          error: f.error,
+          permanent: f.permanent,
+        })),
+      );
       const byKey = new Map(outcomes.map((o) => [leaseKey(o), o]));
       for (const f of pending) {
         const outcome = byKey.get(leaseKey(f.job));
-        if (outcome) this.#deps.onFailure(f.job, outcome);
+        if (outcome) this.#deps.onFailure(f, outcome);
         else this.#deps.onStale(f.job);
       }
     });

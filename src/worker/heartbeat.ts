@@ -1,6 +1,6 @@
 /**
  * Refreshes `locked_at` of the worker's running jobs so that long handlers keep
- * their lease (SPEC §5). A job the heartbeat no longer holds was reclaimed: the
+ * their lease. A job the heartbeat no longer holds was reclaimed: the
  * worker aborts its handler's signal, and its late result will be fenced out.
  */
 

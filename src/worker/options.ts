@@ -7,6 +7,12 @@ import { DEFAULT_QUEUE, DEFAULT_VISIBILITY_TIMEOUT_MS } from '../job/defaults.js
 import type { Job, JobMap } from '../job/job.js';
 import { assertName } from '../job/job.js';
 import { durationMs, parseOptions } from '../options.js';
+import {
+  type NumberOptionSpec,
+  WORKER_CHOICE_OPTIONS,
+  WORKER_NUMBER_OPTIONS,
+  WORKER_TEXT_OPTIONS,
+} from './option-specs.js';
 
 /** What a handler gets besides the job. */
 export interface HandlerContext {
@@ -72,7 +78,7 @@ export interface WorkerOptions<Jobs extends JobMap> {
   statementTimeoutMs?: number;
   /** Safety-net poll interval, for notifications that never came. @default 2000 */
   pollIntervalMs?: number;
-  /** Age of `locked_at` after which the sweeper reclaims a running job. @default 300_000 (5 minutes, as the guide) */
+  /** Age of `locked_at` after which the sweeper reclaims a running job. @default 300_000 (5 minutes) */
   visibilityTimeoutMs?: number;
   /** How often running jobs' `locked_at` is refreshed; must be below the visibility timeout. @default visibilityTimeoutMs / 5 */
   heartbeatIntervalMs?: number;
@@ -114,12 +120,17 @@ export interface ResolvedWorkerOptions {
   workerId: string | undefined;
 }
 
-const positiveInt = (max: number) =>
-  z
+/** The zod rule of a numeric option, from its spec. */
+function numberOption(spec: NumberOptionSpec) {
+  if (spec.unit === 'milliseconds') return durationMs(spec.min);
+  return z
     .number({ error: 'must be a number' })
     .int({ error: 'must be an integer' })
-    .min(1, { error: 'must be ≥ 1' })
-    .max(max, { error: `must be ≤ ${max}` });
+    .min(spec.min, { error: `must be ≥ ${spec.min}` })
+    .max(spec.max, { error: `must be ≤ ${spec.max}` });
+}
+
+const N = WORKER_NUMBER_OPTIONS;
 
 const schema = z.strictObject({
   handlers: z.custom<Record<string, unknown>>(
@@ -132,30 +143,25 @@ const schema = z.strictObject({
     .array(z.unknown(), { error: 'must be an array of queue names' })
     .min(1, { error: 'must name at least one queue' })
     .optional(),
-  concurrency: positiveInt(10_000).optional(),
-  batchSize: positiveInt(10_000).optional(),
-  prefetch: z
-    .number({ error: 'must be a number' })
-    .int({ error: 'must be an integer' })
-    .min(0, { error: 'must be ≥ 0' })
-    .max(10_000, { error: 'must be ≤ 10000' })
-    .optional(),
-  prefetchTimeoutMs: durationMs(10).optional(),
-  statementTimeoutMs: durationMs(100).optional(),
-  pollIntervalMs: durationMs(10).optional(),
-  visibilityTimeoutMs: durationMs(100).optional(),
-  heartbeatIntervalMs: durationMs(10).optional(),
-  sweepIntervalMs: durationMs(10).optional(),
-  jobTimeoutMs: durationMs(1).optional(),
-  shutdownTimeoutMs: durationMs(0).optional(),
+  concurrency: numberOption(N.concurrency).optional(),
+  batchSize: numberOption(N.batchSize).optional(),
+  prefetch: numberOption(N.prefetch).optional(),
+  prefetchTimeoutMs: numberOption(N.prefetchTimeoutMs).optional(),
+  statementTimeoutMs: numberOption(N.statementTimeoutMs).optional(),
+  pollIntervalMs: numberOption(N.pollIntervalMs).optional(),
+  visibilityTimeoutMs: numberOption(N.visibilityTimeoutMs).optional(),
+  heartbeatIntervalMs: numberOption(N.heartbeatIntervalMs).optional(),
+  sweepIntervalMs: numberOption(N.sweepIntervalMs).optional(),
+  jobTimeoutMs: numberOption(N.jobTimeoutMs).optional(),
+  shutdownTimeoutMs: numberOption(N.shutdownTimeoutMs).optional(),
   onSuccess: z
-    .enum(['delete', 'keep', 'archive'], { error: "must be 'delete', 'keep' or 'archive'" })
+    .enum(WORKER_CHOICE_OPTIONS.onSuccess.choices, { error: "must be 'delete', 'keep' or 'archive'" })
     .optional(),
   handleSignals: z.boolean({ error: 'must be a boolean' }).optional(),
   workerId: z
     .string({ error: 'must be a string' })
     .min(1, { error: 'must not be empty' })
-    .max(200, { error: 'must be at most 200 characters' })
+    .max(WORKER_TEXT_OPTIONS.workerId.maxLength, { error: 'must be at most 200 characters' })
     .optional(),
 });
 

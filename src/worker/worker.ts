@@ -17,14 +17,17 @@ import { Maintainer } from '../maintenance/maintainer.js';
 import { sweeperService } from '../maintenance/sweeper.js';
 import { assertMigrated } from '../migrations/migrator.js';
 import { Completer } from './completer.js';
-import type { WorkerErrorSource, WorkerEvents } from './events.js';
+import { EventReporter } from './event-reporter.js';
+import type { WorkerEvents } from './events.js';
 import { bufferedExecution, type Execution, Executions } from './executions.js';
 import { Fetcher } from './fetcher.js';
 import { Heartbeat } from './heartbeat.js';
 import { Notifier } from './notifier.js';
 import type { Handler, ResolvedWorkerOptions } from './options.js';
+import { PrefetchPolicy } from './prefetch.js';
 import { releaseJobs } from './release.js';
 import { type RunOutcome, runJob } from './run-job.js';
+import { serverWarnings } from './server-check.js';
 import { forgetOnSignals, stopOnSignals } from './signals.js';
 import { settlesWithin, type WorkerPool, workerPool } from './worker-pool.js';
 
@@ -38,13 +41,6 @@ export interface WorkerContext {
 
 /** Time `stop()` may take beyond `shutdownTimeoutMs` to write results and close connections. */
 const STOP_GRACE_MS = 3_000;
-
-/**
- * A worker buffers no more jobs than its handlers are expected to start within
- * this many milliseconds (judged by their recent run times), so slow jobs are
- * never held back from idle workers.
- */
-const PREFETCH_HORIZON_MS = 100;
 
 /** The execution whose handler is running in the current async context: `stop()` from a handler must not wait for it. */
 const currentExecution = new AsyncLocalStorage<Execution>();
@@ -70,12 +66,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #maintainer: Maintainer;
   readonly #pool: WorkerPool;
   #bufferTimer: NodeJS.Timeout | undefined;
-  /** Past the stop deadline: connections are being dropped on purpose, so their errors are expected. */
-  #abandoning = false;
-  /** Moving average of handler run times (ms); infinite until one finished. */
-  #averageRunMs = Number.POSITIVE_INFINITY;
-  /** `performance.now()` when a handler last started: a buffer that does not move is not topped up. */
-  #lastStartAt = 0;
+  readonly #events: EventReporter;
+  readonly #prefetch: PrefetchPolicy;
   #state: 'new' | 'starting' | 'running' | 'stopping' | 'stopped' = 'new';
   #startPromise: Promise<void> | undefined;
   #stopPromise: Promise<void> | undefined;
@@ -98,9 +90,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
     });
     this.#handlers = Object.assign(Object.create(null), handlers);
     this.id = options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
+    this.#events = new EventReporter(this, this.id);
     const { queries } = ctx;
     const kinds = Object.keys(handlers);
     this.#pool = workerPool(ctx.clientConfig, options.statementTimeoutMs);
+    this.#prefetch = new PrefetchPolicy(options);
     const pool = this.#pool.pool;
     this.#fetcher = new Fetcher({
       pollIntervalMs: options.pollIntervalMs,
@@ -114,65 +108,49 @@ export class Worker extends EventEmitter<WorkerEvents> {
           visibilityTimeoutMs: options.visibilityTimeoutMs,
         }),
       dispatch: (jobs) => this.#dispatch(jobs),
-      onError: (error) => this.#reportError(error, 'claim'),
+      onError: (error) => this.#events.error(error, 'claim'),
     });
     this.#completer = new Completer<Execution>({
       complete: (jobs) => queries.results.complete(pool, jobs, this.id, options.onSuccess),
-      fail: (failures) =>
-        queries.results.fail(
-          pool,
-          failures.map((f) => ({
-            id: f.job.id,
-            attempts: f.job.attempts,
-            leaseSeq: f.job.leaseSeq,
-            error: f.error,
-            permanent: f.permanent,
-          })),
-          this.id,
-        ),
+      fail: (failures) => queries.results.fail(pool, failures, this.id),
       leaseStates: (ids) => queries.results.leaseStates(pool, ids),
       workerId: this.id,
       successLeavesRow: options.onSuccess === 'keep',
       onSuccess: (e) => {
-        if (this.listenerCount('job:success') === 0) return;
+        if (!this.#events.heard('job:success')) return;
         const startedAt = performance.timeOrigin + e.startedAt;
-        this.#emit('job:success', e.job, {
+        this.#events.emit('job:success', e.job, {
           durationMs: performance.now() - e.startedAt,
           waitMs: Math.max(0, startedAt - e.job.runAt.getTime()),
         });
       },
-      onFailure: (e, outcome) => {
+      onFailure: (failure, outcome) => {
         if (outcome.status === 'queued') this.#fetcher.wakeAfter(outcome.retryDelayMs);
-        const thrown = this.#thrown.get(e);
-        this.#thrown.delete(e);
-        this.#emit('job:failure', e.job, thrown?.value, {
+        this.#events.emit('job:failure', failure.job.job, failure.thrown, {
           status: outcome.status,
           retryDelayMs: outcome.retryDelayMs,
-          lastError: thrown?.text ?? '',
+          lastError: failure.error,
         });
       },
-      onStale: (e) => {
-        this.#thrown.delete(e);
-        this.#emit('job:stale', e.job);
-      },
-      onError: (error) => this.#reportError(error, 'complete'),
+      onStale: (e) => this.#events.emit('job:stale', e.job),
+      onError: (error) => this.#events.error(error, 'complete'),
     });
     this.#heartbeat = new Heartbeat<Execution>({
       intervalMs: options.heartbeatIntervalMs,
       leased: () => this.#executions.leased(),
       beat: (jobs) => queries.results.heartbeat(pool, jobs, this.id),
       onLost: (e) => this.#leaseLost(e),
-      onError: (error) => this.#reportError(error, 'heartbeat'),
+      onError: (error) => this.#events.error(error, 'heartbeat'),
     });
     this.#notifier = new Notifier(ctx.clientConfig, queries.channel, {
       onWakeUp: ({ queue, delayMs }) => {
         if (queue === null || options.queues.includes(queue)) this.#fetcher.wakeAfter(delayMs);
       },
       onListening: () => {
-        this.#emit('worker:listen');
+        this.#events.emit('worker:listen');
         this.#fetcher.wake();
       },
-      onError: (error) => this.#reportError(error, 'notifier'),
+      onError: (error) => this.#events.error(error, 'notifier'),
     });
     this.#maintainer = new Maintainer({
       pool,
@@ -181,15 +159,12 @@ export class Worker extends EventEmitter<WorkerEvents> {
         sweeperService(
           queries,
           { intervalMs: options.sweepIntervalMs, defaultVisibilityTimeoutMs: options.visibilityTimeoutMs },
-          (result) => this.#emit('worker:sweep', result),
+          (result) => this.#events.emit('worker:sweep', result),
         ),
       ],
-      onError: (error) => this.#reportError(error, 'sweep'),
+      onError: (error) => this.#events.error(error, 'sweep'),
     });
   }
-
-  /** What handlers threw, kept until their failure is written (for `job:failure`). */
-  readonly #thrown = new WeakMap<Execution, { value: unknown; text: string }>();
 
   /** Resolved options, defaults filled in. */
   get options(): Readonly<ResolvedWorkerOptions> {
@@ -250,28 +225,16 @@ export class Worker extends EventEmitter<WorkerEvents> {
   /** How many jobs to claim now: free slots, plus the prefetch buffer while a backlog waits. */
   #claimLimit(): number {
     if (this.#state !== 'running') return 0;
-    const { concurrency, prefetch, batchSize } = this.#options;
-    const running = this.#executions.runningCount;
-    const buffered = this.#executions.bufferedCount;
-    // Prefetch while a backlog waits, as many jobs as the slots should start soon.
-    const ahead = this.#fetcher.backlog
-      ? Math.min(
-          prefetch,
-          Math.floor((concurrency * PREFETCH_HORIZON_MS) / Math.max(this.#averageRunMs, 0.001)),
-        )
-      : 0;
-    const room = concurrency + ahead - running - buffered;
-    if (room <= 0) return 0;
-    // Every slot busy and nothing started lately: handlers are slow now; leave the jobs to others.
-    if (running >= concurrency && performance.now() - this.#lastStartAt > PREFETCH_HORIZON_MS) return 0;
-    // Top the buffer up once it is half empty, so that each claim takes a worthwhile batch.
-    if ((buffered === 0 && running < concurrency) || (ahead > 0 && buffered * 2 <= ahead))
-      return Math.min(batchSize, room);
-    return 0;
+    const held = {
+      running: this.#executions.runningCount,
+      buffered: this.#executions.bufferedCount,
+      backlog: this.#fetcher.backlog,
+    };
+    return this.#prefetch.claimLimit(held, performance.now());
   }
 
   #dispatch(jobs: ClaimedJob[]): void {
-    this.#emit('worker:claim', jobs.length);
+    this.#events.emit('worker:claim', jobs.length);
     const now = performance.now();
     const executions = jobs.map((job) => bufferedExecution(job, now));
     if (this.#state !== 'running') {
@@ -290,8 +253,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
     while (this.#state === 'running' && this.#executions.runningCount < concurrency) {
       const e = this.#executions.start(performance.now());
       if (!e) break;
-      this.#lastStartAt = e.startedAt;
-      if (this.listenerCount('job:start') > 0) this.#emit('job:start', e.job);
+      this.#prefetch.started(e.startedAt);
+      if (this.#events.heard('job:start')) this.#events.emit('job:start', e.job);
       const handler = this.#handlers[e.job.kind];
       void currentExecution
         .run(e, () => runJob(handler, e.job, e.controller!, jobTimeoutMs))
@@ -300,19 +263,20 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   #settle(e: Execution, outcome: RunOutcome): void {
-    const runMs = performance.now() - e.startedAt;
-    this.#averageRunMs =
-      this.#averageRunMs === Number.POSITIVE_INFINITY ? runMs : this.#averageRunMs * 0.9 + runMs * 0.1;
+    this.#prefetch.finished(performance.now() - e.startedAt);
     const lost = e.state === 'lost';
     const released = e.state === 'released';
     this.#executions.finish(e);
-    if (lost) this.#emit('job:stale', e.job);
+    if (lost) this.#events.emit('job:stale', e.job);
     else if (!released) {
       if (outcome.ok) this.#completer.succeeded(e);
-      else {
-        this.#thrown.set(e, { value: outcome.thrown, text: outcome.error });
-        this.#completer.failed({ job: e, error: outcome.error, permanent: outcome.permanent });
-      }
+      else
+        this.#completer.failed({
+          job: e,
+          thrown: outcome.thrown,
+          error: outcome.error,
+          permanent: outcome.permanent,
+        });
     }
     this.#pump();
     this.#fetcher.slotFreed();
@@ -324,7 +288,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const wasRunning = e.state === 'running';
     e.state = 'lost';
     if (wasRunning) e.controller?.abort(new LeaseLostError(e.id));
-    this.#emit('lease:lost', e.job);
+    this.#events.emit('lease:lost', e.job);
   }
 
   /** Gives back buffered jobs that waited longer than `prefetchTimeoutMs`. */
@@ -342,8 +306,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
       release: () => this.#ctx.queries.results.release(this.#pool.pool, held, this.id),
       jobs: held,
       deadlineMs,
-      onReleased: (e) => this.#emit('job:released', e.job),
-      onError: (error) => this.#reportError(error, 'release'),
+      onReleased: (e) => this.#events.emit('job:released', e.job),
+      onError: (error) => this.#events.error(error, 'release'),
     });
   }
 
@@ -405,14 +369,14 @@ export class Worker extends EventEmitter<WorkerEvents> {
     await settlesWithin(fetcherStopped, graceLeft());
     await this.#completer.drain(graceLeft());
     await settlesWithin(Promise.all([this.#heartbeat.stop(), this.#maintainer.stop()]), graceLeft());
-    this.#abandoning = remaining() === 0;
+    this.#events.quiet = remaining() === 0;
     await this.#notifier.stop(Math.max(100, graceLeft()));
-    this.#abandoning = true;
+    this.#events.quiet = true;
     await this.#pool.close(Math.max(100, graceLeft()));
     this.#state = 'stopped';
     forgetOnSignals(this);
     this.#ctx.onStop(this);
-    this.#emit('worker:stop');
+    this.#events.emit('worker:stop');
   }
 
   /** Resolves when no handler runs (those that called stop() aside), or after `timeoutMs`. */
@@ -429,63 +393,6 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   /** Warns once about server settings that defeat the jobs table's design. */
   async #warnAboutServer(): Promise<void> {
-    try {
-      const { rows } = await this.#pool.pool.query<{ autovacuum: string }>(
-        "SELECT pg_catalog.current_setting('autovacuum') AS autovacuum",
-      );
-      if (rows[0]?.autovacuum === 'off') {
-        this.#warn(
-          'the server runs with autovacuum = off: the jobs table’s autovacuum settings do nothing, and dead rows of finished jobs pile up; turn autovacuum on',
-        );
-      }
-    } catch {
-      // Only a warning: the loops report real database errors.
-    }
-  }
-
-  #warn(message: string): void {
-    if (this.listenerCount('worker:warning') > 0) this.#emit('worker:warning', message);
-    else console.warn(`[skiplock] worker ${this.id}: warning: ${message}`);
-  }
-
-  /** Emits to listeners; a listener that throws is reported once and changes nothing else. */
-  #emit<K extends keyof WorkerEvents>(event: K, ...args: WorkerEvents[K]): void {
-    try {
-      (this.emit as (event: K, ...args: WorkerEvents[K]) => boolean)(event, ...args);
-    } catch (error) {
-      this.#reportError(
-        new SkiplockError(
-          'LISTENER',
-          `a '${String(event)}' listener threw: ${describeListenerError(error)}`,
-          {
-            cause: error,
-          },
-        ),
-        'listener',
-      );
-    }
-  }
-
-  #reportError(error: SkiplockError, source: WorkerErrorSource): void {
-    if (this.#abandoning && this.#state === 'stopping') return;
-    if (this.listenerCount('error') > 0) {
-      try {
-        this.emit('error', error, source);
-        return;
-      } catch (listenerError) {
-        console.error(
-          `[skiplock] worker ${this.id}: an 'error' listener threw: ${describeListenerError(listenerError)}`,
-        );
-      }
-    }
-    console.error(`[skiplock] worker ${this.id}: ${source} error: ${error.message}`);
-  }
-}
-
-function describeListenerError(error: unknown): string {
-  try {
-    return error instanceof Error ? error.message : String(error);
-  } catch {
-    return 'a value that cannot be described';
+    for (const warning of await serverWarnings(this.#pool.pool)) this.#events.warn(warning);
   }
 }

@@ -81,7 +81,7 @@ export function demoCommand(): Command {
     .action(async (flags: DemoFlags) => {
       const summary = await runDemo(flags);
       if (flags.json) printJson(summary);
-      else printText(describe(summary));
+      else printText(summaryText(summary));
       process.exitCode = summary.proof.holds ? 0 : 1;
     });
 }
@@ -268,7 +268,7 @@ async function stopWorkers(workers: WorkerProcess[]): Promise<void> {
   });
 }
 
-function describe(s: DemoSummary): string {
+function summaryText(s: DemoSummary): string {
   const mark = (ok: boolean) => (ok ? '✔' : '✘');
   const lines = [
     '',

@@ -1,7 +1,7 @@
 /**
  * `skiplock jobs [list]` and `skiplock jobs show ID`: inspect jobs.
  */
-import { Command } from 'commander';
+import { Command, InvalidArgumentError } from 'commander';
 import { JOB_STATUSES, type JobRecord, type JobStatus } from '../../job/job.js';
 import type { ListJobsFilter } from '../../skiplock.js';
 import { withDatabase } from '../database.js';
@@ -23,6 +23,8 @@ interface ListFlags extends ConnectionFlags {
   kind?: string[];
   status?: JobStatus[];
   limit: number;
+  oldestFirst?: boolean;
+  after?: string;
   json?: boolean;
 }
 
@@ -31,12 +33,14 @@ export function jobsCommand(): Command {
   const list = new Command('list')
     .summary('list jobs (the default)')
     .description(
-      'Lists jobs, oldest id first. Filters of one kind are OR-ed; filters of different kinds AND-ed.',
+      'Lists jobs, newest first (--oldest-first for the other way); --after ID continues after the last id of a page. Filters of one kind are OR-ed; filters of different kinds AND-ed.',
     )
     .option('--queue <name>', 'only this queue (repeatable)', collect)
     .option('--kind <kind>', 'only this kind (repeatable)', collect)
     .addOption(repeatableChoice('--status <status>', 'only this status', JOB_STATUSES))
-    .option('--limit <n>', 'most jobs shown', integer(1, 100_000), 100);
+    .option('--limit <n>', 'most jobs shown', integer(1, 100_000), 100)
+    .option('--oldest-first', 'oldest id first instead of newest')
+    .option('--after <id>', 'continue after this job id (the last id of the previous page)', jobId);
   addConnectionFlags(list);
   addJsonFlag(list);
   list
@@ -49,7 +53,8 @@ export function jobsCommand(): Command {
       ),
     )
     .action(async (flags: ListFlags) => {
-      const filter: ListJobsFilter = { limit: flags.limit };
+      const filter: ListJobsFilter = { limit: flags.limit, order: flags.oldestFirst ? 'oldest' : 'newest' };
+      if (flags.after) filter.after = flags.after;
       if (flags.queue) filter.queue = flags.queue;
       if (flags.kind) filter.kind = flags.kind;
       if (flags.status) filter.status = flags.status;
@@ -132,4 +137,11 @@ function describeJob(job: JobRecord): string {
     `payload       ${JSON.stringify(job.payload)}`,
     `last_error    ${job.lastError ?? '-'}`,
   ].join('\n');
+}
+
+/** Parser of a job id flag. @throws {InvalidArgumentError} (exit 2) for anything but a positive integer. */
+function jobId(value: string): string {
+  if (!/^[1-9][0-9]{0,18}$/.test(value))
+    throw new InvalidArgumentError('must be a job id (a positive integer).');
+  return value;
 }

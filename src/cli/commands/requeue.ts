@@ -2,7 +2,7 @@
  * `skiplock requeue [ID...]`: puts dead/failed jobs back to `queued`.
  */
 import { Command } from 'commander';
-import type { RequeueFilter } from '../../skiplock.js';
+import type { RequeueFilter, Skiplock } from '../../skiplock.js';
 import { withDatabase } from '../database.js';
 import {
   addConnectionFlags,
@@ -61,8 +61,37 @@ export function requeueCommand(): Command {
       }
       await withDatabase(flags, async ({ skiplock }) => {
         const requeued = await skiplock.requeue(Object.keys(filter).length === 0 ? { all: true } : filter);
-        if (flags.json) printJson({ requeued });
-        else printText(`requeued ${requeued} job${requeued === 1 ? '' : 's'}`);
+        const reasons = requeued === 0 ? await whyNothingMatched(skiplock, filter) : [];
+        if (flags.json) printJson(reasons.length > 0 ? { requeued, reasons } : { requeued });
+        else printText([`requeued ${requeued} job${requeued === 1 ? '' : 's'}`, ...reasons].join('\n'));
       });
     });
+}
+
+/** Most job ids looked up to explain an empty requeue. */
+const MAX_EXPLAINED_IDS = 20;
+
+/**
+ * Why a requeue matched nothing, in words: each given id's status (only dead
+ * and failed jobs can be requeued), or that no dead or failed job matches the filters.
+ */
+async function whyNothingMatched(skiplock: Skiplock, filter: RequeueFilter): Promise<string[]> {
+  if (filter.ids === undefined) {
+    const what = [
+      filter.status && `status ${[filter.status].flat().join('/')}`,
+      filter.kind && `kind ${[filter.kind].flat().join(', ')}`,
+      filter.queue && `queue ${[filter.queue].flat().join(', ')}`,
+    ].filter(Boolean);
+    return [`no dead or failed job${what.length > 0 ? ` with ${what.join(' and ')}` : ''}`];
+  }
+  const reasons: string[] = [];
+  for (const id of filter.ids.slice(0, MAX_EXPLAINED_IDS)) {
+    const job = await skiplock.getJob(id);
+    if (!job)
+      reasons.push(`job ${id}: not in the jobs table (deleted on success, archived, or never existed)`);
+    else if (job.status !== 'dead' && job.status !== 'failed')
+      reasons.push(`job ${id}: is ${job.status}; only dead and failed jobs can be requeued`);
+    else reasons.push(`job ${id}: is ${job.status} but does not match --status, --kind or --queue`);
+  }
+  return reasons;
 }

@@ -7,36 +7,32 @@ import pg from 'pg';
 import type { Job } from '../../job/job.js';
 import { assertMigrated } from '../../migrations/migrator.js';
 import { type MetricsServer, serveWorkerMetrics } from '../../telemetry/metrics.js';
+import {
+  kebabCase,
+  WORKER_CHOICE_OPTIONS,
+  WORKER_NUMBER_OPTIONS,
+  WORKER_TEXT_OPTIONS,
+} from '../../worker/option-specs.js';
 import type { WorkerOptions } from '../../worker/options.js';
 import type { Worker } from '../../worker/worker.js';
 import { type CliDatabase, openDatabase } from '../database.js';
 import { maskUrl } from '../embedded.js';
 import { errorMessage } from '../error-report.js';
-import {
-  addConnectionFlags,
-  type ConnectionFlags,
-  choice,
-  collect,
-  examples,
-  integer,
-  milliseconds,
-} from '../flags.js';
+import { addConnectionFlags, type ConnectionFlags, choice, collect, examples, integer } from '../flags.js';
 import { loadHandlersFile } from '../handlers-file.js';
 import { createLogger, LOG_LEVELS, type Logger, type LogLevel } from '../logger.js';
 
-interface WorkerFlags extends ConnectionFlags {
+type WorkerOptionFlags = {
+  [Name in keyof typeof WORKER_NUMBER_OPTIONS]?: number;
+} & {
+  [Name in keyof typeof WORKER_CHOICE_OPTIONS]?: (typeof WORKER_CHOICE_OPTIONS)[Name]['choices'][number];
+} & {
+  [Name in keyof typeof WORKER_TEXT_OPTIONS]?: string;
+};
+
+interface WorkerFlags extends ConnectionFlags, WorkerOptionFlags {
   handlers: string;
   queue?: string[];
-  concurrency?: number;
-  batchSize?: number;
-  pollIntervalMs?: number;
-  visibilityTimeoutMs?: number;
-  heartbeatIntervalMs?: number;
-  sweepIntervalMs?: number;
-  jobTimeoutMs?: number;
-  shutdownTimeoutMs?: number;
-  onSuccess?: 'delete' | 'keep' | 'archive';
-  workerId?: string;
   logLevel: LogLevel;
   metricsPort?: number;
   metricsHost: string;
@@ -56,47 +52,9 @@ export function workerCommand(): Command {
       '--handlers <file>',
       'module whose default export maps kinds to handlers (.js, .mjs, .ts)',
     )
-    .option('--queue <name>', 'queue to claim from, repeatable (default: default)', collect)
-    .option('--concurrency <n>', 'handlers running at once (default 10)', integer(1, 10_000))
-    .option(
-      '--batch-size <n>',
-      'jobs per claim, at most the free slots (default: concurrency)',
-      integer(1, 10_000),
-    )
-    .option('--poll-interval-ms <ms>', 'safety-net poll interval (default 2000)', milliseconds(10))
-    .option(
-      '--visibility-timeout-ms <ms>',
-      'age of a lease after which the sweeper reclaims the job (default 300000)',
-      milliseconds(100),
-    )
-    .option(
-      '--heartbeat-interval-ms <ms>',
-      'how often running jobs’ leases are refreshed (default: visibility timeout / 5)',
-      milliseconds(10),
-    )
-    .option(
-      '--sweep-interval-ms <ms>',
-      'how often to try reclaiming dead leases (default 60000)',
-      milliseconds(10),
-    )
-    .option(
-      '--job-timeout-ms <ms>',
-      'handler run time after which the attempt fails (default: none)',
-      milliseconds(1),
-    )
-    .option(
-      '--shutdown-timeout-ms <ms>',
-      'on stop, how long running handlers may finish before they are aborted and released (default 30000)',
-      milliseconds(0),
-    )
-    .addOption(
-      choice('--on-success <policy>', 'what happens to a succeeded job (default delete)', [
-        'delete',
-        'keep',
-        'archive',
-      ]),
-    )
-    .option('--worker-id <id>', 'id recorded in locked_by (default: host:pid:random)')
+    .option('--queue <name>', 'queue to claim from, repeatable (default: default)', collect);
+  addWorkerOptionFlags(command);
+  command
     .option(
       '--metrics-port <n>',
       'serve Prometheus metrics at /metrics on this port (needs prom-client)',
@@ -201,23 +159,33 @@ async function assertDatabaseUsable(db: CliDatabase): Promise<void> {
   await assertMigrated(db.skiplock.pool, db.skiplock.schema);
 }
 
-function workerOptions(flags: WorkerFlags): Omit<WorkerOptions<Record<string, unknown>>, 'handlers'> {
-  const options: Omit<WorkerOptions<Record<string, unknown>>, 'handlers'> = {};
-  if (flags.queue) options.queues = flags.queue;
-  if (flags.concurrency !== undefined) options.concurrency = flags.concurrency;
-  if (flags.batchSize !== undefined) options.batchSize = flags.batchSize;
-  if (flags.pollIntervalMs !== undefined) options.pollIntervalMs = flags.pollIntervalMs;
-  if (flags.visibilityTimeoutMs !== undefined) options.visibilityTimeoutMs = flags.visibilityTimeoutMs;
-  if (flags.heartbeatIntervalMs !== undefined) options.heartbeatIntervalMs = flags.heartbeatIntervalMs;
-  if (flags.sweepIntervalMs !== undefined) options.sweepIntervalMs = flags.sweepIntervalMs;
-  if (flags.jobTimeoutMs !== undefined) options.jobTimeoutMs = flags.jobTimeoutMs;
-  if (flags.shutdownTimeoutMs !== undefined) options.shutdownTimeoutMs = flags.shutdownTimeoutMs;
-  if (flags.onSuccess !== undefined) options.onSuccess = flags.onSuccess;
-  if (flags.workerId !== undefined) options.workerId = flags.workerId;
-  return options;
+/** One flag per worker option, built from the option definitions (`batchSize` → `--batch-size <n>`). */
+function addWorkerOptionFlags(command: Command): void {
+  for (const [name, spec] of Object.entries(WORKER_NUMBER_OPTIONS)) {
+    const value = spec.unit === 'milliseconds' ? '<ms>' : '<n>';
+    command.option(`--${kebabCase(name)} ${value}`, spec.help, integer(spec.min, spec.max));
+  }
+  for (const [name, spec] of Object.entries(WORKER_CHOICE_OPTIONS))
+    command.addOption(choice(`--${kebabCase(name)} <value>`, spec.help, spec.choices));
+  for (const [name, spec] of Object.entries(WORKER_TEXT_OPTIONS))
+    command.option(`--${kebabCase(name)} <text>`, spec.help);
 }
 
-function describe(job: Job) {
+/** The worker options given as flags (the others keep the library's defaults). */
+function workerOptions(flags: WorkerFlags): Omit<WorkerOptions<Record<string, unknown>>, 'handlers'> {
+  const options: Record<string, unknown> = {};
+  if (flags.queue) options.queues = flags.queue;
+  for (const name of [
+    ...Object.keys(WORKER_NUMBER_OPTIONS),
+    ...Object.keys(WORKER_CHOICE_OPTIONS),
+    ...Object.keys(WORKER_TEXT_OPTIONS),
+  ] as (keyof WorkerOptionFlags)[]) {
+    if (flags[name] !== undefined) options[name] = flags[name];
+  }
+  return options as Omit<WorkerOptions<Record<string, unknown>>, 'handlers'>;
+}
+
+function jobLogFields(job: Job) {
   return {
     jobId: job.id,
     kind: job.kind,
@@ -234,25 +202,28 @@ function errorText(error: unknown): string {
 
 /** One log line per state change; successes at debug so high rates stay quiet. */
 function logEvents(worker: Worker, logger: Logger): void {
-  worker.on('job:start', (job) => logger.info(describe(job), 'job started'));
+  worker.on('job:start', (job) => logger.info(jobLogFields(job), 'job started'));
   worker.on('job:success', (job, { durationMs }) =>
-    logger.debug({ ...describe(job), durationMs }, 'job succeeded'),
+    logger.debug({ ...jobLogFields(job), durationMs }, 'job succeeded'),
   );
-  worker.on('job:failure', (job, error, outcome) => {
-    const fields = { ...describe(job), error: errorText(error), status: outcome.status };
+  worker.on('job:failure', (job, _thrown, outcome) => {
+    const fields = { ...jobLogFields(job), error: errorText(outcome.lastError), status: outcome.status };
     if (outcome.status === 'queued')
       logger.info({ ...fields, retryDelayMs: outcome.retryDelayMs }, 'job failed; retry after backoff');
     else if (outcome.status === 'failed') logger.warn(fields, 'job failed permanently');
     else logger.warn(fields, 'job dead: out of attempts, in the dead letter');
   });
   worker.on('job:released', (job) =>
-    logger.info(describe(job), 'job released on shutdown (attempt not charged)'),
+    logger.info(jobLogFields(job), 'job released on shutdown (attempt not charged)'),
   );
   worker.on('job:stale', (job) =>
-    logger.info(describe(job), 'result not written: the lease was reclaimed, the next attempt owns the job'),
+    logger.info(
+      jobLogFields(job),
+      'result not written: the lease was reclaimed, the next attempt owns the job',
+    ),
   );
   worker.on('lease:lost', (job) =>
-    logger.info(describe(job), 'lease lost: the job was reclaimed; handler aborted'),
+    logger.info(jobLogFields(job), 'lease lost: the job was reclaimed; handler aborted'),
   );
   worker.on('worker:sweep', (result) => logger.info(result, 'sweep reclaimed jobs with dead leases'));
   worker.on('worker:listen', () => logger.debug('listening for new jobs'));
