@@ -145,7 +145,7 @@ describe('where it listens', () => {
     const conn = ['--database-url', db.url, '--schema', TEST_SCHEMA];
     const refused = spawnCli(['dashboard', '--host', '0.0.0.0', '--port', '0', ...conn]);
     await expect(refused.exited).resolves.toBe(2);
-    expect(refused.stderr()).toContain('skiplock: invalid --host: 0.0.0.0 is not a loopback address');
+    expect(refused.stderr()).toContain('skiplock: error: invalid --host: 0.0.0.0 is not a loopback address');
 
     const running = spawnCli(['dashboard', '--port', '0', '--read-only', ...conn]);
     try {
