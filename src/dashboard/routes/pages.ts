@@ -50,11 +50,12 @@ export function registerPages(app: Hono<DashboardEnv>, d: Dashboard): void {
     if (before !== undefined && !isJobId(before)) return errorPage(c, d, 400, 'Bad page cursor.');
     query.before = before;
     const [jobs, stats] = await Promise.all([
-      d.queries.listNewestFirst(d.pool, {
-        status: query.status,
-        kind: query.kind,
-        queue: query.queue,
-        beforeId: before,
+      d.skiplock.listJobs({
+        ...(query.status && { status: query.status as JobStatus }),
+        ...(query.kind && { kind: query.kind }),
+        ...(query.queue && { queue: query.queue }),
+        ...(before && { after: before }),
+        order: 'newest',
         limit: d.options.pageSize,
       }),
       d.skiplock.stats(),
