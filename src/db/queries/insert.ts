@@ -38,17 +38,26 @@ export class InsertQueries {
                COALESCE($5::timestamptz, now() + COALESCE($6::float8, 0) * interval '1 millisecond'), $7)
        RETURNING ${JOB_COLUMNS}`,
     );
-    // Returns only what the database decided (id, run_at, created_at): the rest
-    // the caller already has, and sending payloads back costs as much as inserting them.
+    // Returns only what the database decided, as one row of arrays: the ids in
+    // input order, and run_at only where it is not the insert time (a delay or a
+    // runAt). Sending payloads back, or a row and two timestamps per job, costs as
+    // much as inserting them. Payloads arrive as one JSON array (no per-element
+    // array escaping; `json`, whose text may exceed jsonb's 256 MiB as a whole);
+    // ROWS FROM zips it with the other columns by position.
     this.#many = names.statement(
       'insert_many',
-      `INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts)
-       SELECT r.kind, r.queue, r.payload, r.priority,
-              COALESCE(r.run_at, now() + COALESCE(r.delay_ms, 0) * interval '1 millisecond'), r.max_attempts
-       FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::int[], $5::timestamptz[], $6::float8[], $7::int[])
-            WITH ORDINALITY AS r(kind, queue, payload, priority, run_at, delay_ms, max_attempts, ord)
-       ORDER BY r.ord
-       RETURNING id, run_at, created_at`,
+      `WITH inserted AS (
+         INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts)
+         SELECT r.kind, r.queue, r.payload::jsonb, r.priority,
+                COALESCE(r.run_at, now() + COALESCE(r.delay_ms, 0) * interval '1 millisecond'), r.max_attempts
+         FROM ROWS FROM (unnest($1::text[]), unnest($2::text[]), json_array_elements($3::json), unnest($4::int[]),
+                         unnest($5::timestamptz[]), unnest($6::float8[]), unnest($7::int[]))
+              WITH ORDINALITY AS r(kind, queue, payload, priority, run_at, delay_ms, max_attempts, ord)
+         ORDER BY r.ord
+         RETURNING id, NULLIF(run_at, created_at) AS run_at
+       )
+       SELECT array_agg(id ORDER BY id) AS ids, array_agg(run_at ORDER BY id) AS run_ats, now() AS created_at
+       FROM inserted`,
     );
   }
 
@@ -86,18 +95,13 @@ export class InsertQueries {
       delays[i] = j.delayMs;
       maxAttempts[i] = j.maxAttempts;
     }
-    const { rows } = await run<{ id: string; run_at: Date; created_at: Date }>(db, this.#many, [
-      kinds,
-      queues,
-      payloads,
-      priorities,
-      runAts,
-      delays,
-      maxAttempts,
-    ]);
+    const { rows } = await run<{ ids: string[]; run_ats: (Date | null)[]; created_at: Date }>(
+      db,
+      this.#many,
+      [kinds, queues, `[${payloads.join(',')}]`, priorities, runAts, delays, maxAttempts],
+    );
     // Identity values follow the insert's ORDER BY, so id order is input order.
-    // Ids are decimal strings of one sign: shorter is smaller, then compare as text.
-    rows.sort((a, b) => a.id.length - b.id.length || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-    return rows.map((r) => ({ id: r.id, runAt: r.run_at, createdAt: r.created_at }));
+    const { ids, run_ats: runAtsBack, created_at: createdAt } = rows[0]!;
+    return ids.map((id, i) => ({ id, runAt: runAtsBack[i] ?? createdAt, createdAt }));
   }
 }
