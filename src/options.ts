@@ -31,6 +31,15 @@ export function parseOptions<T>(schema: z.ZodType<T>, value: unknown, prefix: st
   throw new ValidationError(path || 'options', issue.message);
 }
 
+/** An integer within [min, max]. */
+export function integerInRange(min: number, max: number) {
+  return z
+    .number({ error: 'must be a number' })
+    .int({ error: 'must be an integer' })
+    .min(min, { error: `must be ≥ ${min}` })
+    .max(max, { error: `must be ≤ ${max}` });
+}
+
 /** A 32-bit signed integer, as PostgreSQL's `int`. */
 export const int32 = z
   .number({ error: 'must be a number' })

@@ -3,7 +3,7 @@
  * naming the field.
  */
 import { z } from 'zod';
-import { parseOptions } from '../options.js';
+import { integerInRange, parseOptions } from '../options.js';
 import type { SkiplockMetrics } from '../telemetry/metrics.js';
 
 /** Options of `createDashboard`. */
@@ -68,12 +68,7 @@ const schema = z.strictObject({
     .int({ error: 'must be an integer' })
     .refine((v) => v === 0 || (v >= 500 && v <= 3_600_000), { error: 'must be 0 or 500–3600000' })
     .optional(),
-  pageSize: z
-    .number({ error: 'must be a number' })
-    .int({ error: 'must be an integer' })
-    .min(1, { error: 'must be ≥ 1' })
-    .max(500, { error: 'must be ≤ 500' })
-    .optional(),
+  pageSize: integerInRange(1, 500).optional(),
 });
 
 /**

@@ -10,7 +10,7 @@ import type { JobQueries } from '../db/queries/jobs.js';
 import { ValidationError } from '../errors.js';
 import { isJobId } from '../job/defaults.js';
 import { JOB_STATUSES, type JobRecord, type JobStatus } from '../job/job.js';
-import { parseOptions } from '../options.js';
+import { integerInRange, parseOptions } from '../options.js';
 import { type ClientOption, clientOptionsSchema, queryable } from '../producer/job-options.js';
 
 /** Which dead/failed jobs to requeue; all given fields must match. Give a filter, or `all: true`. */
@@ -76,12 +76,7 @@ const listSchema = z.strictObject({
     .optional(),
   kind: stringList.optional(),
   queue: stringList.optional(),
-  limit: z
-    .number({ error: 'must be a number' })
-    .int({ error: 'must be an integer' })
-    .min(1, { error: 'must be ≥ 1' })
-    .max(100_000, { error: 'must be ≤ 100000' })
-    .optional(),
+  limit: integerInRange(1, 100_000).optional(),
   order: z.enum(['newest', 'oldest'], { error: "must be 'newest' or 'oldest'" }).optional(),
   after: jobId.optional(),
 });

@@ -6,7 +6,7 @@ import { ValidationError } from '../errors.js';
 import { DEFAULT_QUEUE, DEFAULT_VISIBILITY_TIMEOUT_MS } from '../job/defaults.js';
 import type { Job, JobMap } from '../job/job.js';
 import { assertName } from '../job/job.js';
-import { durationMs, parseOptions } from '../options.js';
+import { durationMs, integerInRange, parseOptions } from '../options.js';
 import {
   type NumberOptionSpec,
   WORKER_CHOICE_OPTIONS,
@@ -122,12 +122,7 @@ export interface ResolvedWorkerOptions {
 
 /** The zod rule of a numeric option, from its spec. */
 function numberOption(spec: NumberOptionSpec) {
-  if (spec.unit === 'milliseconds') return durationMs(spec.min);
-  return z
-    .number({ error: 'must be a number' })
-    .int({ error: 'must be an integer' })
-    .min(spec.min, { error: `must be ≥ ${spec.min}` })
-    .max(spec.max, { error: `must be ≤ ${spec.max}` });
+  return spec.unit === 'milliseconds' ? durationMs(spec.min) : integerInRange(spec.min, spec.max);
 }
 
 const N = WORKER_NUMBER_OPTIONS;
