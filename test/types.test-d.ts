@@ -58,4 +58,29 @@ describe('the kind → payload map', () => {
       },
     });
   });
+
+  it('types the worker events and the new options', () => {
+    const worker = skiplock.worker({
+      handlers: {},
+      prefetch: 0,
+      prefetchTimeoutMs: 1000,
+      statementTimeoutMs: 5000,
+    });
+    worker.on('job:failure', (job, thrown, outcome) => {
+      expectTypeOf(job.id).toEqualTypeOf<string>();
+      expectTypeOf(thrown).toEqualTypeOf<unknown>();
+      expectTypeOf(outcome.status).toEqualTypeOf<'queued' | 'failed' | 'dead'>();
+      expectTypeOf(outcome.lastError).toEqualTypeOf<string>();
+    });
+    worker.on('job:success', (_job, info) => {
+      expectTypeOf(info.waitMs).toEqualTypeOf<number>();
+      expectTypeOf(info.durationMs).toEqualTypeOf<number>();
+    });
+    worker.on('worker:claim', (count) => expectTypeOf(count).toEqualTypeOf<number>());
+    // @ts-expect-error: events are namespaced
+    worker.on('claim', () => {});
+    // @ts-expect-error: requeue needs a filter or all: true
+    void skiplock.requeue();
+    void skiplock.requeue({ all: true });
+  });
 });

@@ -1,0 +1,231 @@
+/**
+ * The worker's loops in isolation, with their dependencies injected and the
+ * clock faked: when the fetcher claims, how the completer batches and leaves no
+ * timer behind, and what the heartbeat reports. No database: these test the
+ * loops' timing rules; the statements they call are tested on PostgreSQL.
+ */
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import type { ClaimedJob } from '../../src/db/queries/claim.js';
+import type { LeasedJob } from '../../src/db/queries/job-row.js';
+import { Completer } from '../../src/worker/completer.js';
+import { Fetcher } from '../../src/worker/fetcher.js';
+import { Heartbeat } from '../../src/worker/heartbeat.js';
+
+function job(id: number): ClaimedJob {
+  return {
+    id: String(id),
+    kind: 'k',
+    queue: 'q',
+    payload: {},
+    priority: 0,
+    runAt: new Date(0),
+    attempts: 1,
+    maxAttempts: 3,
+    createdAt: new Date(0),
+    leaseSeq: '1',
+  };
+}
+
+/** Lets pending promise callbacks and immediates run (immediates stay real). */
+async function settle(): Promise<void> {
+  for (let i = 0; i < 5; i++) {
+    await vi.advanceTimersByTimeAsync(0);
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+}
+
+beforeEach(() => {
+  vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'setInterval', 'clearInterval', 'Date'] });
+});
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe('Fetcher', () => {
+  /** A fetcher over a fake table; its worker holds at most 10 jobs, freed by `free(n)`. */
+  function fetcher(available: number[]) {
+    const claims: number[] = [];
+    const dispatched: string[][] = [];
+    let queue = [...available];
+    let held = 0;
+    const f = new Fetcher({
+      pollIntervalMs: 1000,
+      claimLimit: () => 10 - held,
+      claim: async (n) => {
+        claims.push(n);
+        const taken = queue.slice(0, n);
+        queue = queue.slice(n);
+        return taken.map(job);
+      },
+      dispatch: (jobs) => {
+        held += jobs.length;
+        dispatched.push(jobs.map((j) => j.id));
+      },
+      onError: () => {},
+    });
+    return {
+      f,
+      claims,
+      dispatched,
+      add: (...ids: number[]) => {
+        queue.push(...ids);
+      },
+      free: (n: number) => {
+        held -= n;
+        f.slotFreed();
+      },
+    };
+  }
+
+  it('claims once at start, then not again until woken, polled or due', async () => {
+    const { f, claims, add } = fetcher([1, 2]);
+    f.start();
+    await settle();
+    expect(claims).toEqual([10]);
+    add(3);
+    await vi.advanceTimersByTimeAsync(990);
+    await settle();
+    expect(claims).toEqual([10]);
+    await vi.advanceTimersByTimeAsync(10);
+    await settle();
+    expect(claims).toEqual([10, 8]);
+    await f.stop();
+  });
+
+  it('a full batch claims again as soon as a slot frees; a partial one waits', async () => {
+    const { f, claims, dispatched, free } = fetcher(Array.from({ length: 25 }, (_, i) => i + 1));
+    f.start();
+    await settle();
+    expect(claims).toEqual([10]);
+    expect(f.backlog).toBe(true);
+    free(4);
+    await settle();
+    expect(claims).toEqual([10, 4]);
+    free(10);
+    await settle();
+    expect(claims).toEqual([10, 4, 10]);
+    expect(dispatched.map((d) => d.length)).toEqual([10, 4, 10]);
+    free(10);
+    await settle();
+    expect(dispatched.map((d) => d.length)).toEqual([10, 4, 10, 1]);
+    expect(f.backlog).toBe(false);
+    free(1);
+    await settle();
+    expect(claims).toHaveLength(4);
+    await f.stop();
+  });
+
+  it('wakeAfter arms a timer for each due time, earliest first', async () => {
+    const { f, claims } = fetcher([]);
+    f.start();
+    await settle();
+    expect(claims).toHaveLength(1);
+    f.wakeAfter(500);
+    f.wakeAfter(200);
+    await vi.advanceTimersByTimeAsync(199);
+    expect(claims).toHaveLength(1);
+    await vi.advanceTimersByTimeAsync(1);
+    await settle();
+    expect(claims).toHaveLength(2);
+    await vi.advanceTimersByTimeAsync(300);
+    await settle();
+    expect(claims).toHaveLength(3);
+    await f.stop();
+  });
+
+  it('does not claim while the limit is 0, and claims when a slot frees', async () => {
+    let limit = 0;
+    const claims: number[] = [];
+    const f = new Fetcher({
+      pollIntervalMs: 1000,
+      claimLimit: () => limit,
+      claim: async (n) => {
+        claims.push(n);
+        return [];
+      },
+      dispatch: () => {},
+      onError: () => {},
+    });
+    f.start();
+    await settle();
+    expect(claims).toEqual([]);
+    limit = 3;
+    f.slotFreed();
+    await settle();
+    expect(claims).toEqual([3]);
+    await f.stop();
+  });
+});
+
+describe('Completer', () => {
+  function completer() {
+    const completeCalls: string[][] = [];
+    const succeeded: string[] = [];
+    const c = new Completer<LeasedJob>({
+      complete: async (jobs) => {
+        completeCalls.push(jobs.map((j) => j.id));
+        return new Set(jobs.map((j) => `${j.id}#${j.leaseSeq}`));
+      },
+      fail: async () => [],
+      leaseStates: async () => [],
+      workerId: 'w',
+      successLeavesRow: false,
+      onSuccess: (j) => succeeded.push(j.id),
+      onFailure: () => {},
+      onStale: () => {},
+      onError: () => {},
+    });
+    return { c, completeCalls, succeeded };
+  }
+
+  it('writes the successes of one turn in one statement', async () => {
+    const { c, completeCalls, succeeded } = completer();
+    for (let i = 1; i <= 5; i++) c.succeeded({ id: String(i), attempts: 1, leaseSeq: '1' });
+    await settle();
+    expect(completeCalls).toEqual([['1', '2', '3', '4', '5']]);
+    expect(succeeded).toEqual(['1', '2', '3', '4', '5']);
+  });
+
+  it('leaves no timer running after a drain', async () => {
+    const { c } = completer();
+    c.succeeded({ id: '1', attempts: 1, leaseSeq: '1' });
+    const drained = c.drain(30_000);
+    await settle();
+    await drained;
+    expect(vi.getTimerCount()).toBe(0);
+  });
+});
+
+describe('Heartbeat', () => {
+  it('beats every interval with the held jobs and reports the leases it no longer holds', async () => {
+    const held: LeasedJob[] = [
+      { id: '1', attempts: 1, leaseSeq: '1' },
+      { id: '2', attempts: 1, leaseSeq: '1' },
+    ];
+    const beats: string[][] = [];
+    const lost: string[] = [];
+    const h = new Heartbeat<LeasedJob>({
+      intervalMs: 100,
+      leased: () => held,
+      beat: async (jobs) => {
+        beats.push(jobs.map((j) => j.id));
+        return new Set(['1#1']);
+      },
+      onLost: (j) => lost.push(j.id),
+      onError: () => {},
+    });
+    h.start();
+    await vi.advanceTimersByTimeAsync(99);
+    expect(beats).toEqual([]);
+    await vi.advanceTimersByTimeAsync(1);
+    await settle();
+    expect(beats).toEqual([['1', '2']]);
+    expect(lost).toEqual(['2']);
+    await vi.advanceTimersByTimeAsync(100);
+    await settle();
+    expect(beats).toHaveLength(2);
+    await h.stop();
+    await vi.advanceTimersByTimeAsync(500);
+    expect(beats).toHaveLength(2);
+  });
+});
