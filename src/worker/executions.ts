@@ -44,7 +44,7 @@ export class Executions {
   readonly #running = new Set<Execution>();
   #idleWaiters: (() => void)[] = [];
 
-  /** Jobs claimed and not yet started. */
+  /** Jobs claimed and not yet started (a few whose lease was lost may still be counted until skipped). */
   get bufferedCount(): number {
     return this.#buffer.length - this.#head;
   }
@@ -59,15 +59,22 @@ export class Executions {
     for (const e of executions) this.#buffer.push(e);
   }
 
-  /** Takes the oldest buffered job and marks it running; undefined when the buffer is empty. */
+  /**
+   * Takes the oldest buffered job and marks it running; undefined when the
+   * buffer is empty. A buffered job whose lease was lost meanwhile is dropped.
+   */
   start(now: number): Execution | undefined {
-    if (this.#head >= this.#buffer.length) return undefined;
-    const e = this.#buffer[this.#head]!;
-    this.#buffer[this.#head++] = undefined as unknown as Execution;
+    let e: Execution | undefined;
+    while (this.#head < this.#buffer.length && e === undefined) {
+      const next = this.#buffer[this.#head]!;
+      this.#buffer[this.#head++] = undefined as unknown as Execution;
+      if (next.state === 'buffered') e = next;
+    }
     if (this.#head > 1024 && this.#head * 2 > this.#buffer.length) {
       this.#buffer = this.#buffer.slice(this.#head);
       this.#head = 0;
     }
+    if (e === undefined) return undefined;
     e.state = 'running';
     e.startedAt = now;
     e.controller = new AbortController();
@@ -86,7 +93,8 @@ export class Executions {
   takeBuffered(claimedBefore = Number.POSITIVE_INFINITY): Execution[] {
     const taken: Execution[] = [];
     while (this.#head < this.#buffer.length && this.#buffer[this.#head]!.claimedAt < claimedBefore) {
-      taken.push(this.#buffer[this.#head]!);
+      const e = this.#buffer[this.#head]!;
+      if (e.state === 'buffered') taken.push(e);
       this.#buffer[this.#head++] = undefined as unknown as Execution;
     }
     if (this.#head === this.#buffer.length) {
@@ -100,7 +108,10 @@ export class Executions {
   leased(): Execution[] {
     const held: Execution[] = [];
     for (const e of this.#running) if (e.state === 'running') held.push(e);
-    for (let i = this.#head; i < this.#buffer.length; i++) held.push(this.#buffer[i]!);
+    for (let i = this.#head; i < this.#buffer.length; i++) {
+      const e = this.#buffer[i]!;
+      if (e.state === 'buffered') held.push(e);
+    }
     return held;
   }
 
