@@ -38,6 +38,8 @@ export interface CompleterDeps<T extends LeasedJob> {
   onSuccess(job: T): void;
   onFailure(failure: FailureToWrite<T>, outcome: FailureOutcome): void;
   onStale(job: T): void;
+  /** A batch was written (or given up): the worker may claim again. */
+  onBatchWritten?(): void;
   onError(error: SkiplockError): void;
 }
 
@@ -91,6 +93,7 @@ export class Completer<T extends LeasedJob> {
         successes.length > 0 ? this.#writeSuccesses(successes) : undefined,
         failures.length > 0 ? this.#writeFailures(failures) : undefined,
       ]);
+      this.#deps.onBatchWritten?.();
     }
   }
 

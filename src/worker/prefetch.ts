@@ -22,6 +22,8 @@ export interface HeldJobs {
   buffered: number;
   /** The last claim came back full: more jobs may be waiting. */
   backlog: boolean;
+  /** Finished jobs whose results are not written yet (still running in the table). */
+  unwritten: number;
 }
 
 /** Tracks handler run times and turns them into claim sizes. */
@@ -58,6 +60,8 @@ export class PrefetchPolicy {
       : 0;
     const room = concurrency + ahead - held.running - held.buffered;
     if (room <= 0) return 0;
+    // Results lag behind (a slow database): claim no more until they catch up.
+    if (held.unwritten > 2 * (concurrency + prefetch)) return 0;
     // Every slot busy and nothing started lately: handlers are slow now; leave the jobs to others.
     if (held.running >= concurrency && now - this.#lastStartAt > PREFETCH_HORIZON_MS) return 0;
     // Top the buffer up once it is half empty, so that each claim takes a worthwhile batch.

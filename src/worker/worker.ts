@@ -133,6 +133,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
         });
       },
       onStale: (e) => this.#events.emit('job:stale', e.job),
+      onBatchWritten: () => this.#fetcher.slotFreed(),
       onError: (error) => this.#events.error(error, 'complete'),
     });
     this.#heartbeat = new Heartbeat<Execution>({
@@ -229,6 +230,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       running: this.#executions.runningCount,
       buffered: this.#executions.bufferedCount,
       backlog: this.#fetcher.backlog,
+      unwritten: this.#completer.backlog,
     };
     return this.#prefetch.claimLimit(held, performance.now());
   }

@@ -61,12 +61,37 @@ export interface LeasedJob {
 }
 
 /**
- * The lease fence of every result, heartbeat and release: rows `r` ($1 ids,
- * $2 attempts, $3 lease numbers) held by worker $4, still running. The
- * `id = ANY($1)` lets the planner go through the primary key.
+ * Where a row's job stands in the batch arrays ($1 ids, $2 attempts, $3 lease
+ * numbers, and any further per-job array): `($n::type[])[AT]`. A batch holds
+ * each job id once: see {@link newestLeasePerJob}.
  */
-export const LEASE_FENCE = `WHERE j.id = ANY($1::bigint[]) AND j.id = r.id AND j.attempts = r.attempts
-             AND j.lease_seq = r.lease_seq AND j.status = 'running' AND j.locked_by = $4`;
+export const AT = 'array_position($1::bigint[], j.id)';
+
+/**
+ * The lease fence of every result, heartbeat and release: rows of the batch's
+ * jobs ($1 ids) whose attempt ($2) and lease number ($3) are the ones in the
+ * batch, held by worker $4, still running. The batch is read by position, not
+ * joined: a join of the batch with the table lets a plan built on stale
+ * statistics rescan the batch for every row (quadratic in the batch), while
+ * this finds the rows through the primary key and checks each in the arrays.
+ */
+export const LEASE_FENCE = `WHERE j.id = ANY($1::bigint[]) AND j.status = 'running' AND j.locked_by = $4
+             AND j.lease_seq = ($3::bigint[])[${AT}] AND j.attempts = ($2::int[])[${AT}]`;
+
+/**
+ * The batch with one lease per job: where a worker holds two leases of a job
+ * (a reclaimed one still finishing, and the job's next claim), the older one
+ * cannot be the job's current lease, so it is left out (the fence would refuse
+ * it anyway); the statements read their batch by job id.
+ */
+export function newestLeasePerJob<T extends LeasedJob>(jobs: readonly T[]): readonly T[] {
+  const byId = new Map<string, T>();
+  for (const job of jobs) {
+    const other = byId.get(job.id);
+    if (!other || BigInt(job.leaseSeq) > BigInt(other.leaseSeq)) byId.set(job.id, job);
+  }
+  return byId.size === jobs.length ? jobs : [...byId.values()];
+}
 
 /** The first four parameters of every fenced statement: ids, attempts, lease numbers, worker id. */
 export function leaseParams(jobs: readonly LeasedJob[], workerId: string): unknown[] {

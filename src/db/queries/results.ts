@@ -4,15 +4,18 @@
  * attempt, lease number, worker id, `status = 'running'`): a lease that was
  * reclaimed changes nothing, and the rows not returned say which.
  *
- * These statements join an `unnest` of the batch; they are sent unnamed so that
- * PostgreSQL plans each with the batch's real size (a generic plan rescans the
- * unnest per row, quadratic in the batch).
+ * These statements read the batch from arrays by position (see LEASE_FENCE);
+ * they are sent unnamed so that PostgreSQL plans each with the batch's ids.
  */
 import type pg from 'pg';
 import type { JobStatus } from '../../job/job.js';
 import { run, type Statement } from '../executor.js';
 import { wakeUpQueuesSql } from '../wake-up.js';
-import { LEASE_FENCE, type LeasedJob, leaseKeys, leaseParams } from './job-row.js';
+import { AT, LEASE_FENCE, type LeasedJob, leaseKeys, leaseParams, newestLeasePerJob } from './job-row.js';
+
+/** Whether the batch marks this row's failure permanent. */
+const PERMANENT = `($6::bool[])[${AT}]`;
+
 import type { SchemaNames } from './schema-names.js';
 
 /** What happens to a succeeded job's row. */
@@ -56,11 +59,10 @@ export class ResultQueries {
   constructor(names: SchemaNames) {
     const { jobs, statement } = names;
     this.#channel = names.channel;
-    const leased = `unnest($1::bigint[], $2::int[], $3::bigint[]) AS r(id, attempts, lease_seq)`;
     this.#complete = {
       delete: statement(
         'complete_delete',
-        `DELETE FROM ${jobs} j USING ${leased}
+        `DELETE FROM ${jobs} j
          ${LEASE_FENCE}
          RETURNING j.id, j.lease_seq`,
       ),
@@ -68,14 +70,13 @@ export class ResultQueries {
         'complete_keep',
         `UPDATE ${jobs} j
          SET status = 'succeeded', locked_at = NULL, locked_by = NULL, finished_at = now()
-         FROM ${leased}
          ${LEASE_FENCE}
          RETURNING j.id, j.lease_seq`,
       ),
       archive: statement(
         'complete_archive',
         `WITH done AS (
-           DELETE FROM ${jobs} j USING ${leased}
+           DELETE FROM ${jobs} j
            ${LEASE_FENCE}
            RETURNING j.*
          )
@@ -94,16 +95,14 @@ export class ResultQueries {
     this.#fail = statement(
       'fail',
       `UPDATE ${jobs} j
-       SET status = CASE WHEN r.permanent THEN 'failed'
+       SET status = CASE WHEN ${PERMANENT} THEN 'failed'
                          WHEN j.attempts >= j.max_attempts THEN 'dead'
                          ELSE 'queued' END,
-           locked_at = NULL, locked_by = NULL, last_error = r.error,
-           run_at = CASE WHEN r.permanent OR j.attempts >= j.max_attempts THEN j.run_at
+           locked_at = NULL, locked_by = NULL, last_error = ($5::text[])[${AT}],
+           run_at = CASE WHEN ${PERMANENT} OR j.attempts >= j.max_attempts THEN j.run_at
                          ELSE now() + least(interval '1 second' * power(2, least(j.attempts, 12)),
                                             interval '1 hour') * (0.5 + random() * 0.5) END,
-           finished_at = CASE WHEN r.permanent OR j.attempts >= j.max_attempts THEN now() END
-       FROM unnest($1::bigint[], $2::int[], $3::bigint[], $5::text[], $6::bool[])
-            AS r(id, attempts, lease_seq, error, permanent)
+           finished_at = CASE WHEN ${PERMANENT} OR j.attempts >= j.max_attempts THEN now() END
        ${LEASE_FENCE}
        RETURNING j.id, j.attempts, j.lease_seq, j.status, j.queue,
                  GREATEST(0, EXTRACT(EPOCH FROM j.run_at - now()) * 1000)::float8 AS retry_delay_ms`,
@@ -111,7 +110,6 @@ export class ResultQueries {
     this.#heartbeat = statement(
       'heartbeat',
       `UPDATE ${jobs} j SET locked_at = now()
-       FROM ${leased}
        ${LEASE_FENCE}
        RETURNING j.id, j.lease_seq`,
     );
@@ -121,7 +119,6 @@ export class ResultQueries {
       `WITH released AS (
          UPDATE ${jobs} j
          SET status = 'queued', locked_at = NULL, locked_by = NULL, attempts = j.attempts - 1, run_at = now()
-         FROM ${leased}
          ${LEASE_FENCE}
          RETURNING j.id, j.lease_seq, j.queue
        ), woken AS (${wakeUpQueuesSql(names.wakeUp, '$5', 'release', 'released')})
@@ -148,13 +145,14 @@ export class ResultQueries {
     const { rows } = await run<{ id: string; lease_seq: string }>(
       pool,
       this.#complete[policy],
-      leaseParams(jobs, workerId),
+      leaseParams(newestLeasePerJob(jobs), workerId),
     );
     return leaseKeys(rows);
   }
 
   /** Records failures under the lease (retry with backoff, dead letter, or failed); returns what each became. */
   async fail(pool: Pool, jobs: readonly FailedJob[], workerId: string): Promise<FailureOutcome[]> {
+    const batch = newestLeasePerJob(jobs);
     const { rows } = await run<{
       id: string;
       attempts: number;
@@ -163,9 +161,9 @@ export class ResultQueries {
       queue: string;
       retry_delay_ms: number;
     }>(pool, this.#fail, [
-      ...leaseParams(jobs, workerId),
-      jobs.map((j) => j.error),
-      jobs.map((j) => j.permanent),
+      ...leaseParams(batch, workerId),
+      batch.map((j) => j.error),
+      batch.map((j) => j.permanent),
     ]);
     return rows.map((r) => ({
       id: r.id,
@@ -182,7 +180,7 @@ export class ResultQueries {
     const { rows } = await run<{ id: string; lease_seq: string }>(
       pool,
       this.#heartbeat,
-      leaseParams(jobs, workerId),
+      leaseParams(newestLeasePerJob(jobs), workerId),
     );
     return leaseKeys(rows);
   }
@@ -190,7 +188,7 @@ export class ResultQueries {
   /** Gives leased jobs back to `queued` without charging the attempt; returns the released lease keys. */
   async release(pool: Pool, jobs: readonly LeasedJob[], workerId: string): Promise<Set<string>> {
     const { rows } = await run<{ id: string; lease_seq: string }>(pool, this.#release, [
-      ...leaseParams(jobs, workerId),
+      ...leaseParams(newestLeasePerJob(jobs), workerId),
       this.#channel,
     ]);
     return leaseKeys(rows);
