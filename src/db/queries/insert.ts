@@ -31,10 +31,12 @@ export class InsertQueries {
   readonly #many: Statement;
 
   constructor(names: SchemaNames) {
+    // The payload arrives as JSON text, cast through text: a driver that
+    // serialises jsonb parameters itself (postgres.js) would encode it twice.
     this.#one = names.statement(
       'insert_one',
       `INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts)
-       VALUES ($1, $2, $3::jsonb, $4,
+       VALUES ($1, $2, $3::text::jsonb, $4,
                COALESCE($5::timestamptz, now() + COALESCE($6::float8, 0) * interval '1 millisecond'), $7)
        RETURNING ${JOB_COLUMNS}`,
     );
@@ -45,7 +47,7 @@ export class InsertQueries {
       `INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts)
        SELECT r.kind, r.queue, r.payload, r.priority,
               COALESCE(r.run_at, now() + COALESCE(r.delay_ms, 0) * interval '1 millisecond'), r.max_attempts
-       FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::int[], $5::timestamptz[], $6::float8[], $7::int[])
+       FROM unnest($1::text[], $2::text[], $3::text[]::jsonb[], $4::int[], $5::timestamptz[], $6::float8[], $7::int[])
             WITH ORDINALITY AS r(kind, queue, payload, priority, run_at, delay_ms, max_attempts, ord)
        ORDER BY r.ord
        RETURNING id, run_at, created_at`,
