@@ -21,7 +21,7 @@ import type { WorkerErrorSource, WorkerEvents } from './events.js';
 import { bufferedExecution, type Execution, Executions } from './executions.js';
 import { Fetcher } from './fetcher.js';
 import { Heartbeat } from './heartbeat.js';
-import { Notifier } from './notifier.js';
+import { listenClientConfig, Notifier } from './notifier.js';
 import type { Handler, ResolvedWorkerOptions } from './options.js';
 import { releaseJobs } from './release.js';
 import { type RunOutcome, runJob } from './run-job.js';
@@ -59,7 +59,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #fetcher: Fetcher;
   readonly #completer: Completer<Execution>;
   readonly #heartbeat: Heartbeat<Execution>;
-  readonly #notifier: Notifier;
+  readonly #notifier: Notifier | undefined;
+  /** The LISTEN connection missed a probe and no probe has come back since (warned once). */
+  #deaf = false;
   readonly #maintainer: Maintainer;
   readonly #pool: WorkerPool;
   #bufferTimer: NodeJS.Timeout | undefined;
@@ -83,19 +85,23 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.id = options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
     const { queries } = ctx;
     const kinds = Object.keys(handlers);
-    this.#pool = workerPool(ctx.clientConfig, options.statementTimeoutMs);
+    this.#pool = workerPool(ctx.clientConfig, options.statementTimeoutMs, options.sessionSettings);
     const pool = this.#pool.pool;
     this.#fetcher = new Fetcher({
       pollIntervalMs: options.pollIntervalMs,
       claimLimit: () => this.#claimLimit(),
       claim: (limit) =>
-        queries.claim.claim(pool, {
-          queues: options.queues,
-          kinds,
-          limit,
-          workerId: this.id,
-          visibilityTimeoutMs: options.visibilityTimeoutMs,
-        }),
+        queries.claim.claim(
+          pool,
+          {
+            queues: options.queues,
+            kinds,
+            limit,
+            workerId: this.id,
+            visibilityTimeoutMs: options.visibilityTimeoutMs,
+          },
+          options.preparedStatements,
+        ),
       dispatch: (jobs) => this.#dispatch(jobs),
       onError: (error) => this.#reportError(error, 'claim'),
     });
@@ -147,16 +153,27 @@ export class Worker extends EventEmitter<WorkerEvents> {
       onLost: (e) => this.#leaseLost(e),
       onError: (error) => this.#reportError(error, 'heartbeat'),
     });
-    this.#notifier = new Notifier(ctx.clientConfig, queries.channel, {
-      onWakeUp: ({ queue, delayMs }) => {
-        if (queue === null || options.queues.includes(queue)) this.#fetcher.wakeAfter(delayMs);
-      },
-      onListening: () => {
-        this.#emit('worker:listen');
-        this.#fetcher.wake();
-      },
-      onError: (error) => this.#reportError(error, 'notifier'),
-    });
+    this.#notifier = !options.listen
+      ? undefined
+      : new Notifier(
+          listenClientConfig(ctx.clientConfig, options.listenConnectionString),
+          queries.channel,
+          {
+            onWakeUp: ({ queue, delayMs }) => {
+              if (queue === null || options.queues.includes(queue)) this.#fetcher.wakeAfter(delayMs);
+            },
+            onListening: () => {
+              this.#emit('worker:listen');
+              this.#fetcher.wake();
+            },
+            onError: (error) => this.#reportError(error, 'notifier'),
+            onHeard: () => {
+              this.#deaf = false;
+            },
+            onDeaf: (timeoutMs) => this.#onDeaf(timeoutMs),
+          },
+          { send: (token) => queries.probe.send(pool, token), intervalMs: options.listenProbeIntervalMs },
+        );
     this.#maintainer = new Maintainer({
       pool,
       schema: ctx.schema,
@@ -219,7 +236,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#state = 'running';
     if (this.#options.handleSignals) stopOnSignals(this);
     this.#heartbeat.start();
-    await this.#notifier.start();
+    await this.#notifier?.start();
     this.#fetcher.start();
     this.#maintainer.start();
     this.#bufferTimer = setInterval(
@@ -379,7 +396,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     await settlesWithin(fetcherStopped, graceLeft());
     await this.#completer.drain(graceLeft());
     await settlesWithin(Promise.all([this.#heartbeat.stop(), this.#maintainer.stop()]), graceLeft());
-    await this.#notifier.stop(Math.max(100, graceLeft()));
+    await this.#notifier?.stop(Math.max(100, graceLeft()));
     await this.#pool.close(Math.max(100, graceLeft()));
     this.#state = 'stopped';
     forgetOnSignals(this);
@@ -413,6 +430,15 @@ export class Worker extends EventEmitter<WorkerEvents> {
     } catch {
       // Only a warning: the loops report real database errors.
     }
+  }
+
+  /** Warns once per deaf spell of the LISTEN connection; the poll finds jobs meanwhile. */
+  #onDeaf(timeoutMs: number): void {
+    if (this.#deaf) return;
+    this.#deaf = true;
+    this.#warn(
+      `the LISTEN connection did not hear its own probe within ${timeoutMs} ms, so wake-ups are not arriving (a half-open connection, or LISTEN through a transaction pooler such as PgBouncer: give listenConnectionString a direct URL, or set listen: false); replacing it, and polling every ${this.#options.pollIntervalMs} ms meanwhile`,
+    );
   }
 
   #warn(message: string): void {

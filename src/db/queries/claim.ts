@@ -5,7 +5,7 @@
  */
 import type pg from 'pg';
 import type { Job } from '../../job/job.js';
-import { runPrepared, type Statement } from '../executor.js';
+import { run, runPrepared, type Statement } from '../executor.js';
 import type { SchemaNames } from './schema-names.js';
 
 /** A claimed job as its handler sees it, plus the lease number its result is fenced by. */
@@ -69,13 +69,15 @@ export class ClaimQueries {
 
   /**
    * Claims up to `limit` due jobs: attempts + 1, lease stamped. Sent as a named
-   * prepared statement: it is planned the same way for any input.
+   * prepared statement (it is planned the same way for any input), or unnamed
+   * when `prepared` is false, for poolers that do not carry prepared statements.
    *
    * @throws {DatabaseError} from the database.
    */
-  async claim(pool: Pick<pg.Pool, 'query'>, request: ClaimRequest): Promise<ClaimedJob[]> {
+  async claim(pool: Pick<pg.Pool, 'query'>, request: ClaimRequest, prepared = true): Promise<ClaimedJob[]> {
     const single = request.queues.length === 1;
-    const { rows } = await runPrepared<ClaimRow>(pool, single ? this.#one : this.#any, [
+    const send = prepared ? runPrepared : run;
+    const { rows } = await send<ClaimRow>(pool, single ? this.#one : this.#any, [
       single ? request.queues[0] : request.queues,
       request.limit,
       request.workerId,
