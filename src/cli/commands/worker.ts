@@ -7,6 +7,7 @@ import type { Job } from '../../job/job.js';
 import type { WorkerOptions } from '../../worker/options.js';
 import type { Worker } from '../../worker/worker.js';
 import { openDatabase } from '../database.js';
+import { maskUrl } from '../embedded.js';
 import {
   addConnectionFlags,
   type ConnectionFlags,
@@ -32,6 +33,11 @@ interface WorkerFlags extends ConnectionFlags {
   shutdownTimeoutMs?: number;
   onSuccess?: 'delete' | 'keep' | 'archive';
   workerId?: string;
+  listen?: boolean;
+  listenConnectionString?: string;
+  listenProbeIntervalMs?: number;
+  preparedStatements?: boolean;
+  sessionSettings?: boolean;
   logLevel: LogLevel;
 }
 
@@ -87,6 +93,18 @@ export function workerCommand(): Command {
       ]),
     )
     .option('--worker-id <id>', 'id recorded in locked_by (default: host:pid:random)')
+    .option('--no-listen', 'open no LISTEN connection: find jobs by polling only')
+    .option(
+      '--listen-connection-string <url>',
+      'a direct URL for the LISTEN connection (behind PgBouncer in transaction mode)',
+    )
+    .option(
+      '--listen-probe-interval-ms <ms>',
+      'how often the LISTEN connection checks that it hears (default 30000)',
+      milliseconds(100),
+    )
+    .option('--no-prepared-statements', 'send the claim unnamed (PgBouncer in transaction mode)')
+    .option('--no-session-settings', 'no startup options on the worker’s connections (PgBouncer)')
     .addOption(choice('--log-level <level>', 'log level', LOG_LEVELS).default('info'));
   addConnectionFlags(command);
   return command
@@ -96,6 +114,7 @@ export function workerCommand(): Command {
         'skiplock worker --handlers ./handlers.js',
         'skiplock worker --handlers src/handlers.ts --queue emails --queue media --concurrency 20',
         'skiplock worker --handlers ./handlers.js --visibility-timeout-ms 60000 --job-timeout-ms 30000 --on-success keep',
+        'skiplock worker --handlers ./handlers.js --database-url $PGBOUNCER_URL --no-prepared-statements --no-session-settings --listen-connection-string $DIRECT_URL',
       ) +
         `\nThe handlers file:\n  export default {\n    send_invoice_email: async (job, { signal }) => { /* job.payload */ },\n  };\n`,
     )
@@ -141,7 +160,13 @@ export function workerCommand(): Command {
       });
       await started;
       logger.info(
-        { schema: db.skiplock.schema, ...worker.options, workerId: worker.id },
+        {
+          schema: db.skiplock.schema,
+          ...worker.options,
+          listenConnectionString:
+            worker.options.listenConnectionString && maskUrl(worker.options.listenConnectionString),
+          workerId: worker.id,
+        },
         `worker started on queues ${worker.options.queues.join(', ')}`,
       );
       // A parent that forked this process (skiplock demo) waits for this before producing.
@@ -167,6 +192,12 @@ function workerOptions(flags: WorkerFlags): Omit<WorkerOptions<Record<string, un
   if (flags.shutdownTimeoutMs !== undefined) options.shutdownTimeoutMs = flags.shutdownTimeoutMs;
   if (flags.onSuccess !== undefined) options.onSuccess = flags.onSuccess;
   if (flags.workerId !== undefined) options.workerId = flags.workerId;
+  if (flags.listen === false) options.listen = false;
+  if (flags.listenConnectionString !== undefined)
+    options.listenConnectionString = flags.listenConnectionString;
+  if (flags.listenProbeIntervalMs !== undefined) options.listenProbeIntervalMs = flags.listenProbeIntervalMs;
+  if (flags.preparedStatements === false) options.preparedStatements = false;
+  if (flags.sessionSettings === false) options.sessionSettings = false;
   return options;
 }
 
@@ -209,5 +240,6 @@ function logEvents(worker: Worker, logger: Logger): void {
   );
   worker.on('worker:sweep', (result) => logger.info(result, 'sweep reclaimed jobs with dead leases'));
   worker.on('worker:listen', () => logger.debug('listening for new jobs'));
+  worker.on('worker:warning', (message) => logger.warn(message));
   worker.on('error', (error, source) => logger.error({ source, err: error }, `${source} error (retrying)`));
 }
