@@ -91,17 +91,14 @@ export async function drain<Jobs extends JobMap>(
     const claimed: ClaimedJob[] =
       queues.length === 0
         ? []
-        : await queries.claim.claim(
-            pool,
-            {
-              queues,
-              kinds,
-              limit: DRAIN_BATCH,
-              workerId,
-              visibilityTimeoutMs: DEFAULT_VISIBILITY_TIMEOUT_MS,
-            },
-            false,
-          );
+        : await queries.claim.claim(pool, {
+            queues,
+            kinds,
+            limit: DRAIN_BATCH,
+            workerId,
+            visibilityTimeoutMs: DEFAULT_VISIBILITY_TIMEOUT_MS,
+            prepared: false,
+          });
     if (claimed.length === 0) return result;
     for (const claim of claimed) {
       if (result.jobs.length >= maxJobs) {

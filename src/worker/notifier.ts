@@ -20,25 +20,24 @@ import type { SkiplockError } from '../errors.js';
 import { loopBackoffMs } from './loop-backoff.js';
 import { destroySocket, settlesWithin } from './worker-pool.js';
 
-/** Callbacks of a {@link Notifier}. */
-export interface NotifierCallbacks {
+/** What a {@link Notifier} reports to, and how it probes. */
+export interface NotifierDeps {
   onWakeUp(message: WakeUp): void;
   onListening(): void;
   onError(error: SkiplockError): void;
+  /**
+   * Sends a probe wake-up carrying `token`, on a connection other than the
+   * listener's. Without it, the notifier does not probe.
+   */
+  sendProbe?(token: string): Promise<void>;
+  /** Time between probes, in milliseconds. @default 30_000 */
+  probeIntervalMs?: number;
+  /** How long a sent probe may take to come back, in milliseconds. @default 2000 */
+  probeTimeoutMs?: number;
   /** A probe came back: the connection hears. */
   onHeard?(): void;
   /** A probe did not come back within the deadline; the connection is being replaced. */
   onDeaf?(probeTimeoutMs: number): void;
-}
-
-/** How a {@link Notifier} checks that it hears. */
-export interface NotifierProbe {
-  /** Sends a probe wake-up carrying `token`, on a connection other than the listener's. */
-  send(token: string): Promise<void>;
-  /** Time between probes, in milliseconds. */
-  intervalMs: number;
-  /** How long a sent probe may take to come back, in milliseconds. @default 2000 */
-  timeoutMs?: number;
 }
 
 /** How long a sent probe may take to come back by default. */
@@ -48,19 +47,17 @@ export const PROBE_TIMEOUT_MS = 2_000;
 export class Notifier {
   readonly #config: pg.ClientConfig;
   readonly #channel: string;
-  readonly #callbacks: NotifierCallbacks;
-  readonly #probe: NotifierProbe | undefined;
+  readonly #callbacks: NotifierDeps;
   readonly #stopped = new AbortController();
   #client: pg.Client | undefined;
   #loop: Promise<void> | undefined;
   /** The token of the probe in flight, and what to call when it comes back. */
   #awaited: { token: string; heard: () => void } | undefined;
 
-  constructor(config: pg.ClientConfig, channel: string, callbacks: NotifierCallbacks, probe?: NotifierProbe) {
+  constructor(config: pg.ClientConfig, channel: string, callbacks: NotifierDeps) {
     this.#config = { connectionTimeoutMillis: 10_000, query_timeout: 10_000, ...config, keepAlive: true };
     this.#channel = channel;
     this.#callbacks = callbacks;
-    this.#probe = probe;
   }
 
   /** Starts listening; resolves after the first attempt, whether it connected or not (it keeps trying). */
@@ -92,7 +89,7 @@ export class Notifier {
         this.#client = client;
         await client.connect();
         await client.query(`LISTEN ${quoteIdent(this.#channel)}`);
-        if (!this.#probe) failures = 0;
+        if (!this.#callbacks.sendProbe) failures = 0;
         firstAttempt();
         this.#callbacks.onListening();
         const reason = await Promise.race([
@@ -124,9 +121,12 @@ export class Notifier {
    * without a probe.
    */
   async #watch(signal: AbortSignal, onHeard: () => void): Promise<DeafError> {
-    const probe = this.#probe;
-    if (!probe) return new Promise<never>(() => {});
-    const timeoutMs = probe.timeoutMs ?? PROBE_TIMEOUT_MS;
+    const {
+      sendProbe,
+      probeIntervalMs = 30_000,
+      probeTimeoutMs: timeoutMs = PROBE_TIMEOUT_MS,
+    } = this.#callbacks;
+    if (!sendProbe) return new Promise<never>(() => {});
     while (!signal.aborted) {
       const token = `probe:${randomBytes(8).toString('hex')}`;
       const heard = new Promise<true>((resolve) => {
@@ -134,7 +134,7 @@ export class Notifier {
       });
       let sent = true;
       try {
-        await probe.send(token);
+        await sendProbe(token);
       } catch {
         // The other connection's trouble, not the listener's: its own loop reports it.
         sent = false;
@@ -150,7 +150,7 @@ export class Notifier {
         onHeard();
         this.#callbacks.onHeard?.();
       }
-      await sleep(probe.intervalMs, undefined, { signal }).catch(() => {});
+      await sleep(probeIntervalMs, undefined, { signal }).catch(() => {});
     }
     return new Promise<never>(() => {});
   }

@@ -59,7 +59,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #fetcher: Fetcher;
   readonly #completer: Completer<Execution>;
   readonly #heartbeat: Heartbeat<Execution>;
-  readonly #notifier: Notifier | undefined;
+  readonly #notifier: Notifier;
   /** The LISTEN connection missed a probe and no probe has come back since (warned once). */
   #deaf = false;
   readonly #maintainer: Maintainer;
@@ -91,17 +91,14 @@ export class Worker extends EventEmitter<WorkerEvents> {
       pollIntervalMs: options.pollIntervalMs,
       claimLimit: () => this.#claimLimit(),
       claim: (limit) =>
-        queries.claim.claim(
-          pool,
-          {
-            queues: options.queues,
-            kinds,
-            limit,
-            workerId: this.id,
-            visibilityTimeoutMs: options.visibilityTimeoutMs,
-          },
-          options.preparedStatements,
-        ),
+        queries.claim.claim(pool, {
+          queues: options.queues,
+          kinds,
+          limit,
+          workerId: this.id,
+          visibilityTimeoutMs: options.visibilityTimeoutMs,
+          prepared: options.preparedStatements,
+        }),
       dispatch: (jobs) => this.#dispatch(jobs),
       onError: (error) => this.#reportError(error, 'claim'),
     });
@@ -153,27 +150,23 @@ export class Worker extends EventEmitter<WorkerEvents> {
       onLost: (e) => this.#leaseLost(e),
       onError: (error) => this.#reportError(error, 'heartbeat'),
     });
-    this.#notifier = !options.listen
-      ? undefined
-      : new Notifier(
-          listenClientConfig(ctx.clientConfig, options.listenConnectionString),
-          queries.channel,
-          {
-            onWakeUp: ({ queue, delayMs }) => {
-              if (queue === null || options.queues.includes(queue)) this.#fetcher.wakeAfter(delayMs);
-            },
-            onListening: () => {
-              this.#emit('worker:listen');
-              this.#fetcher.wake();
-            },
-            onError: (error) => this.#reportError(error, 'notifier'),
-            onHeard: () => {
-              this.#deaf = false;
-            },
-            onDeaf: (timeoutMs) => this.#onDeaf(timeoutMs),
-          },
-          { send: (token) => queries.probe.send(pool, token), intervalMs: options.listenProbeIntervalMs },
-        );
+    const listenConfig = listenClientConfig(ctx.clientConfig, options.listenConnectionString);
+    this.#notifier = new Notifier(listenConfig, queries.channel, {
+      onWakeUp: ({ queue, delayMs }) => {
+        if (queue === null || options.queues.includes(queue)) this.#fetcher.wakeAfter(delayMs);
+      },
+      onListening: () => {
+        this.#emit('worker:listen');
+        this.#fetcher.wake();
+      },
+      onError: (error) => this.#reportError(error, 'notifier'),
+      sendProbe: (token) => queries.probe.send(pool, token),
+      probeIntervalMs: options.listenProbeIntervalMs,
+      onHeard: () => {
+        this.#deaf = false;
+      },
+      onDeaf: (timeoutMs) => this.#onDeaf(timeoutMs),
+    });
     this.#maintainer = new Maintainer({
       pool,
       schema: ctx.schema,
@@ -236,7 +229,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#state = 'running';
     if (this.#options.handleSignals) stopOnSignals(this);
     this.#heartbeat.start();
-    await this.#notifier?.start();
+    if (this.#options.listen) await this.#notifier.start();
     this.#fetcher.start();
     this.#maintainer.start();
     this.#bufferTimer = setInterval(
@@ -396,7 +389,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     await settlesWithin(fetcherStopped, graceLeft());
     await this.#completer.drain(graceLeft());
     await settlesWithin(Promise.all([this.#heartbeat.stop(), this.#maintainer.stop()]), graceLeft());
-    await this.#notifier?.stop(Math.max(100, graceLeft()));
+    await this.#notifier.stop(Math.max(100, graceLeft()));
     await this.#pool.close(Math.max(100, graceLeft()));
     this.#state = 'stopped';
     forgetOnSignals(this);

@@ -25,6 +25,12 @@ export interface ClaimRequest {
   workerId: string;
   /** Recorded on the row: the sweeper reclaims the lease once `locked_at` is this old. */
   visibilityTimeoutMs: number;
+  /**
+   * Send the claim as a named prepared statement (planned the same way for any
+   * input); false sends it unnamed, for poolers that do not carry prepared
+   * statements. @default true
+   */
+  prepared?: boolean;
 }
 
 interface ClaimRow {
@@ -69,14 +75,13 @@ export class ClaimQueries {
 
   /**
    * Claims up to `limit` due jobs: attempts + 1, lease stamped. Sent as a named
-   * prepared statement (it is planned the same way for any input), or unnamed
-   * when `prepared` is false, for poolers that do not carry prepared statements.
+   * prepared statement unless `request.prepared` is false.
    *
    * @throws {DatabaseError} from the database.
    */
-  async claim(pool: Pick<pg.Pool, 'query'>, request: ClaimRequest, prepared = true): Promise<ClaimedJob[]> {
+  async claim(pool: Pick<pg.Pool, 'query'>, request: ClaimRequest): Promise<ClaimedJob[]> {
     const single = request.queues.length === 1;
-    const send = prepared ? runPrepared : run;
+    const send = request.prepared === false ? run : runPrepared;
     const { rows } = await send<ClaimRow>(pool, single ? this.#one : this.#any, [
       single ? request.queues[0] : request.queues,
       request.limit,
