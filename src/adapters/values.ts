@@ -59,17 +59,14 @@ export function toRows(rows: readonly unknown[], columns?: readonly ColumnLike[]
     }
     for (const name of timestamps) {
       const value = out[name];
-      if (typeof value === 'string') out[name] = parseTimestamp(value);
+      if (typeof value === 'string') out[name] = parseTimestamptz(value);
     }
     return out;
   });
 }
 
+/** pg's own parser of timestamp text (it reads both types: without a zone, as local time, as pg does). */
 const parseTimestamptz = pg.types.getTypeParser(1184, 'text') as (text: string) => Date;
-
-function parseTimestamp(text: string): Date {
-  return parseTimestamptz(text);
-}
 
 /** A result with `rowCount` from what a driver reported, or the number of rows. */
 export function toResult(
