@@ -47,17 +47,17 @@ export const PROBE_TIMEOUT_MS = 2_000;
 export class Notifier {
   readonly #config: pg.ClientConfig;
   readonly #channel: string;
-  readonly #callbacks: NotifierDeps;
+  readonly #deps: NotifierDeps;
   readonly #stopped = new AbortController();
   #client: pg.Client | undefined;
   #loop: Promise<void> | undefined;
   /** The token of the probe in flight, and what to call when it comes back. */
   #awaited: { token: string; heard: () => void } | undefined;
 
-  constructor(config: pg.ClientConfig, channel: string, callbacks: NotifierDeps) {
+  constructor(config: pg.ClientConfig, channel: string, deps: NotifierDeps) {
     this.#config = { connectionTimeoutMillis: 10_000, query_timeout: 10_000, ...config, keepAlive: true };
     this.#channel = channel;
-    this.#callbacks = callbacks;
+    this.#deps = deps;
   }
 
   /** Starts listening; resolves after the first attempt, whether it connected or not (it keeps trying). */
@@ -81,7 +81,7 @@ export class Notifier {
       client.on('notification', (message) => {
         if (message.channel !== this.#channel) return;
         const wakeUp = parseWakeUp(message.payload);
-        if (wakeUp.type !== 'probe') this.#callbacks.onWakeUp(wakeUp);
+        if (wakeUp.type !== 'probe') this.#deps.onWakeUp(wakeUp);
         else if (wakeUp.queue !== null && wakeUp.queue === this.#awaited?.token) this.#awaited.heard();
       });
       const watching = new AbortController();
@@ -89,9 +89,9 @@ export class Notifier {
         this.#client = client;
         await client.connect();
         await client.query(`LISTEN ${quoteIdent(this.#channel)}`);
-        if (!this.#callbacks.sendProbe) failures = 0;
+        if (!this.#deps.sendProbe) failures = 0;
         firstAttempt();
-        this.#callbacks.onListening();
+        this.#deps.onListening();
         const reason = await Promise.race([
           ended,
           abortPromise(this.#stopped.signal),
@@ -103,10 +103,12 @@ export class Notifier {
         throw reason;
       } catch (error) {
         firstAttempt();
+        // A deaf connection may be half-open: a polite end could wait on it forever.
+        if (error instanceof DeafError) destroySocket(client);
         client.end().catch(() => {});
         if (this.#stopped.signal.aborted) break;
-        if (error instanceof DeafError) this.#callbacks.onDeaf?.(error.timeoutMs);
-        else this.#callbacks.onError(translateError(error));
+        if (error instanceof DeafError) this.#deps.onDeaf?.(error.timeoutMs);
+        else this.#deps.onError(translateError(error));
         await sleep(loopBackoffMs(failures++), undefined, { signal: this.#stopped.signal }).catch(() => {});
       } finally {
         watching.abort();
@@ -121,11 +123,7 @@ export class Notifier {
    * without a probe.
    */
   async #watch(signal: AbortSignal, onHeard: () => void): Promise<DeafError> {
-    const {
-      sendProbe,
-      probeIntervalMs = 30_000,
-      probeTimeoutMs: timeoutMs = PROBE_TIMEOUT_MS,
-    } = this.#callbacks;
+    const { sendProbe, probeIntervalMs = 30_000, probeTimeoutMs: timeoutMs = PROBE_TIMEOUT_MS } = this.#deps;
     if (!sendProbe) return new Promise<never>(() => {});
     while (!signal.aborted) {
       const token = `probe:${randomBytes(8).toString('hex')}`;
@@ -148,7 +146,7 @@ export class Notifier {
         }
         this.#awaited = undefined;
         onHeard();
-        this.#callbacks.onHeard?.();
+        this.#deps.onHeard?.();
       }
       await sleep(probeIntervalMs, undefined, { signal }).catch(() => {});
     }
