@@ -7,6 +7,7 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Skiplock, type Worker } from '../src/index.js';
+import { loadMigrations } from '../src/migrations/migrator.js';
 import { createTestDatabase, TEST_SCHEMA, type TestDatabase, waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
 import { findPgBouncer, type PgBouncer, startPgBouncer } from './support/pgbouncer.js';
@@ -40,8 +41,9 @@ describe.skipIf(!program)('behind PgBouncer in transaction mode', () => {
     const fresh = await createTestDatabase(false);
     const s = new Skiplock({ connectionString: bouncer.urlFor(fresh.name), schema: TEST_SCHEMA });
     try {
-      expect(await s.migrate()).toEqual({ applied: [1, 2, 5], version: 5 });
-      expect(await s.migrate()).toEqual({ applied: [], version: 5 });
+      const versions = loadMigrations().map((m) => m.version);
+      expect(await s.migrate()).toEqual({ applied: versions, version: versions.at(-1) });
+      expect(await s.migrate()).toEqual({ applied: [], version: versions.at(-1) });
     } finally {
       await s.close();
       await fresh.close();
