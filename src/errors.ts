@@ -15,7 +15,8 @@ export type SkiplockErrorCode =
   | 'DATABASE'
   | 'CLOSED'
   | 'ALREADY_STARTED'
-  | 'LISTENER';
+  | 'LISTENER'
+  | 'DRAIN_LIMIT';
 
 /** Base class of every skiplock error. `cause` carries the underlying error, when any. */
 export class SkiplockError extends Error {

@@ -2,6 +2,7 @@ import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Skiplock } from '../src/index.js';
+import { loadMigrations } from '../src/migrations/migrator.js';
 import { createTestDatabase, TEST_SCHEMA, type TestDatabase, waitFor } from './support/database.js';
 import { exited, startWorkerProcess } from './support/processes.js';
 
@@ -139,10 +140,7 @@ describe('migrations', () => {
       const rows = await fresh.query(
         `SELECT version, name FROM "${TEST_SCHEMA.replaceAll('"', '""')}".migrations`,
       );
-      expect(rows).toEqual([
-        { version: 1, name: 'jobs' },
-        { version: 2, name: 'wake_up' },
-      ]);
+      expect(rows).toEqual(loadMigrations().map(({ version, name }) => ({ version, name })));
     } finally {
       await fresh.close();
     }

@@ -6,8 +6,13 @@
  * `{"type": "insert", "queue": "default", "delayMs": 0}`.
  */
 
-/** Why a wake-up was sent. Readers treat a type they do not know as a plain wake-up. */
-export const WAKE_UP_TYPES = ['insert', 'release', 'requeue', 'sweep'] as const;
+/**
+ * Why a wake-up was sent. Readers treat a type they do not know as a plain
+ * wake-up. A `probe` is a listener checking that it hears: it wakes nobody,
+ * and carries its sender's token where the queue goes, so that readers that
+ * do not know the type take it for a queue nobody has.
+ */
+export const WAKE_UP_TYPES = ['insert', 'release', 'requeue', 'sweep', 'probe'] as const;
 
 /** One of {@link WAKE_UP_TYPES}, or `'unknown'` for a message from a newer version. */
 export type WakeUpType = (typeof WAKE_UP_TYPES)[number] | 'unknown';

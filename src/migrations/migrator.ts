@@ -3,6 +3,9 @@
  * applied in one transaction under a transaction-scoped advisory lock, recorded
  * one row per version in `<schema>.migrations`. Safe when many processes
  * migrate at once; refuses a database whose schema is newer than this library.
+ * Versions need not be consecutive: every shipped version not yet recorded is
+ * applied, in version order, so a version number left free and filled by a
+ * later release is still applied to databases that already have higher ones.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import type pg from 'pg';
@@ -53,10 +56,11 @@ export async function migrate(pool: pg.Pool, schema: string): Promise<MigrateRes
   const table = `${s}.migrations`;
 
   // Fast path without the lock: many workers start at once on a current schema.
-  const current = await readVersion(pool, table);
-  if (current !== undefined) {
+  const recorded = await readVersions(pool, table);
+  if (recorded !== undefined) {
+    const current = Math.max(0, ...recorded);
     assertNotNewer(current, latest);
-    if (current === latest) return { applied: [], version: current };
+    if (migrations.every((m) => recorded.has(m.version))) return { applied: [], version: current };
   }
 
   return withTransaction(pool, async (client) => {
@@ -71,14 +75,13 @@ export async function migrate(pool: pg.Pool, schema: string): Promise<MigrateRes
          applied_at timestamptz NOT NULL DEFAULT now()
        )`,
     );
-    const { rows } = await client.query<{ version: number | null }>(
-      `SELECT max(version) AS version FROM ${table}`,
-    );
-    const version = rows[0]?.version ?? 0;
+    const { rows } = await client.query<{ version: number }>(`SELECT version FROM ${table}`);
+    const done = new Set(rows.map((r) => r.version));
+    const version = Math.max(0, ...done);
     assertNotNewer(version, latest);
     const applied: number[] = [];
     await client.query("SELECT pg_catalog.set_config('search_path', $1, true)", [`${s}, pg_catalog`]);
-    for (const migration of migrations.filter((m) => m.version > version)) {
+    for (const migration of migrations.filter((m) => !done.has(m.version))) {
       try {
         await client.query(migration.sql);
       } catch (error) {
@@ -107,24 +110,30 @@ export async function migrate(pool: pg.Pool, schema: string): Promise<MigrateRes
  * @throws {DatabaseError} (or a pg error) when the database cannot be reached.
  */
 export async function assertMigrated(pool: pg.Pool, schema: string): Promise<void> {
-  const latest = loadMigrations().at(-1)?.version ?? 0;
-  const version = (await readVersion(pool, `${quoteIdent(schema)}.migrations`)) ?? 0;
-  if (version < latest) {
+  const migrations = loadMigrations();
+  const latest = migrations.at(-1)?.version ?? 0;
+  const recorded = (await readVersions(pool, `${quoteIdent(schema)}.migrations`)) ?? new Set<number>();
+  const missing = migrations.find((m) => !recorded.has(m.version));
+  if (missing) {
+    const version = Math.max(0, ...recorded);
+    const state =
+      version < latest ? `is at version ${version}` : `lacks migration ${missing.version} (${missing.name})`;
     throw new SchemaVersionError(
-      `the skiplock schema ${JSON.stringify(schema)} is at version ${version}, this library needs ${latest}: run migrate() (or \`skiplock migrate\`) first`,
+      `the skiplock schema ${JSON.stringify(schema)} ${state}, this library needs ${latest}: run migrate() (or \`skiplock migrate\`) first`,
       { databaseVersion: version, libraryVersion: latest },
     );
   }
 }
 
-async function readVersion(pool: pg.Pool, table: string): Promise<number | undefined> {
+/** The versions recorded in `table`, or undefined when the table does not exist. */
+async function readVersions(pool: pg.Pool, table: string): Promise<Set<number> | undefined> {
   const { rows } = await pool.query<{ exists: boolean }>(
     'SELECT pg_catalog.to_regclass($1) IS NOT NULL AS exists',
     [table],
   );
   if (!rows[0]?.exists) return undefined;
-  const result = await pool.query<{ version: number | null }>(`SELECT max(version) AS version FROM ${table}`);
-  return result.rows[0]?.version ?? 0;
+  const result = await pool.query<{ version: number }>(`SELECT version FROM ${table}`);
+  return new Set(result.rows.map((r) => r.version));
 }
 
 function assertNotNewer(version: number, latest: number): void {

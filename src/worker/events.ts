@@ -59,7 +59,12 @@ export interface WorkerEvents {
   'worker:sweep': [result: { requeued: number; dead: number }];
   /** The LISTEN connection is (re)established. */
   'worker:listen': [];
-  /** Something about the database that the operator should fix (for example autovacuum is off). */
+  /**
+   * Something about the database or the network that the operator should fix:
+   * autovacuum is off, or the LISTEN connection hears nothing (a half-open
+   * socket, LISTEN through a transaction pooler; once per spell, while the
+   * worker polls and replaces the connection).
+   */
   'worker:warning': [message: string];
   /** The worker stopped: no handler of it is running and its results are written. */
   'worker:stop': [];

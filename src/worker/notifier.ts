@@ -3,7 +3,14 @@
  * itself with backoff after any error or server restart, and reports each
  * (re)connection so that the worker polls once: notifications sent while it was
  * away are lost, by PostgreSQL's design.
+ *
+ * It also checks that it hears: right after LISTEN and then on an interval, a
+ * probe wake-up is sent from another connection, and must come back within a
+ * deadline. A connection that hears nothing (a half-open socket, or LISTEN
+ * issued through a transaction pooler, whose server connection goes back to
+ * the pool) is reported as deaf and replaced; the worker's poll covers the gap.
  */
+import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { translateError } from '../db/executor.js';
@@ -13,26 +20,44 @@ import type { SkiplockError } from '../errors.js';
 import { loopBackoffMs } from './loop-backoff.js';
 import { destroySocket, settlesWithin } from './worker-pool.js';
 
-/** Callbacks of a {@link Notifier}. */
-export interface NotifierCallbacks {
+/** What a {@link Notifier} reports to, and how it probes. */
+export interface NotifierDeps {
   onWakeUp(message: WakeUp): void;
   onListening(): void;
   onError(error: SkiplockError): void;
+  /**
+   * Sends a probe wake-up carrying `token`, on a connection other than the
+   * listener's. Without it, the notifier does not probe.
+   */
+  sendProbe?(token: string): Promise<void>;
+  /** Time between probes, in milliseconds. @default 30_000 */
+  probeIntervalMs?: number;
+  /** How long a sent probe may take to come back, in milliseconds. @default 2000 */
+  probeTimeoutMs?: number;
+  /** A probe came back: the connection hears. */
+  onHeard?(): void;
+  /** A probe did not come back within the deadline; the connection is being replaced. */
+  onDeaf?(probeTimeoutMs: number): void;
 }
+
+/** How long a sent probe may take to come back by default. */
+export const PROBE_TIMEOUT_MS = 2_000;
 
 /** Holds one LISTEN connection on `channel` until stopped. */
 export class Notifier {
   readonly #config: pg.ClientConfig;
   readonly #channel: string;
-  readonly #callbacks: NotifierCallbacks;
+  readonly #deps: NotifierDeps;
   readonly #stopped = new AbortController();
   #client: pg.Client | undefined;
   #loop: Promise<void> | undefined;
+  /** The token of the probe in flight, and what to call when it comes back. */
+  #awaited: { token: string; heard: () => void } | undefined;
 
-  constructor(config: pg.ClientConfig, channel: string, callbacks: NotifierCallbacks) {
+  constructor(config: pg.ClientConfig, channel: string, deps: NotifierDeps) {
     this.#config = { connectionTimeoutMillis: 10_000, query_timeout: 10_000, ...config, keepAlive: true };
     this.#channel = channel;
-    this.#callbacks = callbacks;
+    this.#deps = deps;
   }
 
   /** Starts listening; resolves after the first attempt, whether it connected or not (it keeps trying). */
@@ -54,26 +79,78 @@ export class Notifier {
         client.on('end', () => resolve(new Error('LISTEN connection ended')));
       });
       client.on('notification', (message) => {
-        if (message.channel === this.#channel) this.#callbacks.onWakeUp(parseWakeUp(message.payload));
+        if (message.channel !== this.#channel) return;
+        const wakeUp = parseWakeUp(message.payload);
+        if (wakeUp.type !== 'probe') this.#deps.onWakeUp(wakeUp);
+        else if (wakeUp.queue !== null && wakeUp.queue === this.#awaited?.token) this.#awaited.heard();
       });
+      const watching = new AbortController();
       try {
         this.#client = client;
         await client.connect();
         await client.query(`LISTEN ${quoteIdent(this.#channel)}`);
-        failures = 0;
+        if (!this.#deps.sendProbe) failures = 0;
         firstAttempt();
-        this.#callbacks.onListening();
-        const reason = await Promise.race([ended, abortPromise(this.#stopped.signal)]);
+        this.#deps.onListening();
+        const reason = await Promise.race([
+          ended,
+          abortPromise(this.#stopped.signal),
+          this.#watch(watching.signal, () => {
+            failures = 0;
+          }),
+        ]);
         if (this.#stopped.signal.aborted) break;
         throw reason;
       } catch (error) {
         firstAttempt();
+        // A deaf connection may be half-open: a polite end could wait on it forever.
+        if (error instanceof DeafError) destroySocket(client);
         client.end().catch(() => {});
         if (this.#stopped.signal.aborted) break;
-        this.#callbacks.onError(translateError(error));
+        if (error instanceof DeafError) this.#deps.onDeaf?.(error.timeoutMs);
+        else this.#deps.onError(translateError(error));
         await sleep(loopBackoffMs(failures++), undefined, { signal: this.#stopped.signal }).catch(() => {});
+      } finally {
+        watching.abort();
+        this.#awaited = undefined;
       }
     }
+  }
+
+  /**
+   * Probes now and then every interval until `signal` aborts; resolves with a
+   * {@link DeafError} when a probe does not come back in time. Never resolves
+   * without a probe.
+   */
+  async #watch(signal: AbortSignal, onHeard: () => void): Promise<DeafError> {
+    const { sendProbe, probeIntervalMs = 30_000, probeTimeoutMs: timeoutMs = PROBE_TIMEOUT_MS } = this.#deps;
+    if (!sendProbe) return new Promise<never>(() => {});
+    while (!signal.aborted) {
+      const token = `probe:${randomBytes(8).toString('hex')}`;
+      const heard = new Promise<true>((resolve) => {
+        this.#awaited = { token, heard: () => resolve(true) };
+      });
+      let sent = true;
+      try {
+        await sendProbe(token);
+      } catch {
+        // The other connection's trouble, not the listener's: its own loop reports it.
+        sent = false;
+      }
+      if (sent) {
+        // The deadline runs from the commit of the probe, so a slow pool does not make a listener deaf.
+        const timer = sleep(timeoutMs, false as const, { signal }).catch(() => false as const);
+        if (!(await Promise.race([heard, timer]))) {
+          if (signal.aborted) break;
+          return new DeafError(timeoutMs);
+        }
+        this.#awaited = undefined;
+        onHeard();
+        this.#deps.onHeard?.();
+      }
+      await sleep(probeIntervalMs, undefined, { signal }).catch(() => {});
+    }
+    return new Promise<never>(() => {});
   }
 
   /** Stops listening and closes the connection, destroying it if it does not answer within `timeoutMs`. */
@@ -83,6 +160,27 @@ export class Notifier {
     if (!(await settlesWithin(this.#loop ?? Promise.resolve(), timeoutMs)) && client) destroySocket(client);
     if (client && !(await settlesWithin(client.end(), timeoutMs))) destroySocket(client);
     await settlesWithin(this.#loop ?? Promise.resolve(), 1_000);
+  }
+}
+
+/**
+ * The LISTEN connection's settings: the worker's, or a URL of its own (a
+ * direct connection past a transaction pooler), keeping the worker's TLS
+ * settings and application name.
+ */
+export function listenClientConfig(config: pg.ClientConfig, connectionString?: string): pg.ClientConfig {
+  if (connectionString === undefined) return config;
+  return {
+    connectionString,
+    ...(config.ssl !== undefined ? { ssl: config.ssl } : {}),
+    ...(config.application_name !== undefined ? { application_name: config.application_name } : {}),
+  };
+}
+
+/** A probe that did not come back: the connection hears nothing. */
+class DeafError extends Error {
+  constructor(readonly timeoutMs: number) {
+    super(`the LISTEN connection did not hear its probe within ${timeoutMs} ms`);
   }
 }
 

@@ -73,6 +73,12 @@ export const WORKER_NUMBER_OPTIONS = {
     max: MAX_TIMER_MS,
     help: 'handler run time after which the attempt fails (default: none)',
   },
+  listenProbeIntervalMs: {
+    unit: 'milliseconds',
+    min: 100,
+    max: MAX_TIMER_MS,
+    help: 'how often the LISTEN connection checks that it hears (default 30000)',
+  },
   shutdownTimeoutMs: {
     unit: 'milliseconds',
     min: 0,
@@ -92,6 +98,17 @@ export const WORKER_CHOICE_OPTIONS = {
 /** Worker options that take a text. */
 export const WORKER_TEXT_OPTIONS = {
   workerId: { maxLength: 200, help: 'id recorded in locked_by (default: host:pid:random)' },
+  listenConnectionString: {
+    maxLength: 10_000,
+    help: 'a direct URL for the LISTEN connection (behind PgBouncer in transaction mode)',
+  },
+} as const;
+
+/** Worker options that are on by default; the command line turns each off with `--no-…`. */
+export const WORKER_SWITCH_OPTIONS = {
+  listen: { help: 'open no LISTEN connection: find jobs by polling only' },
+  preparedStatements: { help: 'send the claim unnamed (PgBouncer in transaction mode)' },
+  sessionSettings: { help: 'no startup options on the worker’s connections (PgBouncer)' },
 } as const;
 
 /** `camelCase` → `kebab-case`, as the command line spells option names. */

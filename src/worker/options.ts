@@ -99,6 +99,43 @@ export interface WorkerOptions<Jobs extends JobMap> {
   handleSignals?: boolean;
   /** Id recorded in `locked_by`. @default `<hostname>:<pid>:<random>` */
   workerId?: string;
+  /**
+   * Hold a LISTEN connection for wake-ups. With `false` the worker opens none
+   * and finds jobs by polling every `pollIntervalMs` (and at the `run_at` it
+   * knows of): for poolers that cannot carry LISTEN and no direct connection.
+   * @default true
+   */
+  listen?: boolean;
+  /**
+   * Where the LISTEN connection goes, when not where the worker's statements
+   * go: behind PgBouncer in transaction mode, a direct URL of the server
+   * (LISTEN needs a session of its own; through a transaction pooler it
+   * silently hears nothing). @default the Skiplock's connection
+   */
+  listenConnectionString?: string;
+  /**
+   * How often the LISTEN connection checks that it still hears: the worker
+   * sends a probe wake-up and expects it back within 2 seconds; a listener that
+   * hears nothing (half-open socket, LISTEN through a transaction pooler) is
+   * reported once as `worker:warning` and replaced, and the worker polls
+   * meanwhile. A probe also runs right after each LISTEN. @default 30_000
+   */
+  listenProbeIntervalMs?: number;
+  /**
+   * Send the claim as a named prepared statement (parsed and planned once per
+   * connection). Turn off behind a pooler that does not carry prepared
+   * statements across its server connections (PgBouncer in transaction mode
+   * before 1.21, or without `max_prepared_statements`). @default true
+   */
+  preparedStatements?: boolean;
+  /**
+   * Open the worker's connections with session settings in the startup
+   * packet (`synchronous_commit = off`, `idle_in_transaction_session_timeout`).
+   * Turn off behind PgBouncer, which refuses startup options; the worker's
+   * transactions still set their idle timeout themselves, and commits then wait
+   * for the WAL flush as the server is configured. @default true
+   */
+  sessionSettings?: boolean;
 }
 
 /** Worker options after defaults. */
@@ -118,6 +155,11 @@ export interface ResolvedWorkerOptions {
   onSuccess: SuccessPolicy;
   handleSignals: boolean;
   workerId: string | undefined;
+  listen: boolean;
+  listenConnectionString: string | undefined;
+  listenProbeIntervalMs: number;
+  preparedStatements: boolean;
+  sessionSettings: boolean;
 }
 
 /** The zod rule of a numeric option, from its spec. */
@@ -158,6 +200,14 @@ const schema = z.strictObject({
     .min(1, { error: 'must not be empty' })
     .max(WORKER_TEXT_OPTIONS.workerId.maxLength, { error: 'must be at most 200 characters' })
     .optional(),
+  listen: z.boolean({ error: 'must be a boolean' }).optional(),
+  listenConnectionString: z
+    .string({ error: 'must be a string' })
+    .min(1, { error: 'must not be empty' })
+    .optional(),
+  listenProbeIntervalMs: numberOption(N.listenProbeIntervalMs).optional(),
+  preparedStatements: z.boolean({ error: 'must be a boolean' }).optional(),
+  sessionSettings: z.boolean({ error: 'must be a boolean' }).optional(),
 });
 
 /**
@@ -182,6 +232,12 @@ export function resolveWorkerOptions(options: unknown): ResolvedWorkerOptions {
   const prefetch = parsed.prefetch ?? 4 * concurrency;
   const visibilityTimeoutMs = parsed.visibilityTimeoutMs ?? DEFAULT_VISIBILITY_TIMEOUT_MS;
   const heartbeatIntervalMs = parsed.heartbeatIntervalMs ?? visibilityTimeoutMs / 5;
+  if (parsed.listen === false && parsed.listenConnectionString !== undefined) {
+    throw new ValidationError(
+      'worker.listenConnectionString',
+      'is for the LISTEN connection, which listen: false turns off',
+    );
+  }
   if (heartbeatIntervalMs >= visibilityTimeoutMs) {
     throw new ValidationError(
       'worker.heartbeatIntervalMs',
@@ -204,5 +260,10 @@ export function resolveWorkerOptions(options: unknown): ResolvedWorkerOptions {
     onSuccess: parsed.onSuccess ?? 'delete',
     handleSignals: parsed.handleSignals ?? true,
     workerId: parsed.workerId,
+    listen: parsed.listen ?? true,
+    listenConnectionString: parsed.listenConnectionString,
+    listenProbeIntervalMs: parsed.listenProbeIntervalMs ?? 30_000,
+    preparedStatements: parsed.preparedStatements ?? true,
+    sessionSettings: parsed.sessionSettings ?? true,
   };
 }

@@ -26,18 +26,23 @@ export interface WorkerPool {
  *
  * @param statementTimeoutMs - client-side deadline of every statement: past it
  *   the statement fails and its connection is discarded.
+ * @param sessionSettings - send the session settings in the startup packet;
+ *   false behind a pooler that refuses startup options (PgBouncer).
  */
-export function workerPool(config: pg.ClientConfig, statementTimeoutMs: number): WorkerPool {
+export function workerPool(
+  config: pg.ClientConfig,
+  statementTimeoutMs: number,
+  sessionSettings = true,
+): WorkerPool {
   const options = [
     config.options,
-    '-c synchronous_commit=off',
-    '-c idle_in_transaction_session_timeout=60000',
+    ...(sessionSettings ? ['-c synchronous_commit=off', '-c idle_in_transaction_session_timeout=60000'] : []),
   ]
     .filter(Boolean)
     .join(' ');
   const pool = new pg.Pool({
     ...config,
-    options,
+    ...(options ? { options } : {}),
     max: WORKER_POOL_SIZE,
     query_timeout: statementTimeoutMs,
     connectionTimeoutMillis: statementTimeoutMs,

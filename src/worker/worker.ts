@@ -22,7 +22,7 @@ import type { WorkerEvents } from './events.js';
 import { bufferedExecution, type Execution, Executions } from './executions.js';
 import { Fetcher } from './fetcher.js';
 import { Heartbeat } from './heartbeat.js';
-import { Notifier } from './notifier.js';
+import { listenClientConfig, Notifier } from './notifier.js';
 import type { Handler, ResolvedWorkerOptions } from './options.js';
 import { PrefetchPolicy } from './prefetch.js';
 import { releaseJobs } from './release.js';
@@ -63,6 +63,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #completer: Completer<Execution>;
   readonly #heartbeat: Heartbeat<Execution>;
   readonly #notifier: Notifier;
+  /** The LISTEN connection missed a probe and no probe has come back since (warned once). */
+  #deaf = false;
   readonly #maintainer: Maintainer;
   readonly #pool: WorkerPool;
   #bufferTimer: NodeJS.Timeout | undefined;
@@ -93,7 +95,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#events = new EventReporter(this, this.id);
     const { queries } = ctx;
     const kinds = Object.keys(handlers);
-    this.#pool = workerPool(ctx.clientConfig, options.statementTimeoutMs);
+    this.#pool = workerPool(ctx.clientConfig, options.statementTimeoutMs, options.sessionSettings);
     this.#prefetch = new PrefetchPolicy(options);
     const pool = this.#pool.pool;
     this.#fetcher = new Fetcher({
@@ -106,6 +108,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
           limit,
           workerId: this.id,
           visibilityTimeoutMs: options.visibilityTimeoutMs,
+          prepared: options.preparedStatements,
         }),
       dispatch: (jobs) => this.#dispatch(jobs),
       onError: (error) => this.#events.error(error, 'claim'),
@@ -143,7 +146,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
       onLost: (e) => this.#leaseLost(e),
       onError: (error) => this.#events.error(error, 'heartbeat'),
     });
-    this.#notifier = new Notifier(ctx.clientConfig, queries.channel, {
+    const listenConfig = listenClientConfig(ctx.clientConfig, options.listenConnectionString);
+    this.#notifier = new Notifier(listenConfig, queries.channel, {
       onWakeUp: ({ queue, delayMs }) => {
         if (queue === null || options.queues.includes(queue)) this.#fetcher.wakeAfter(delayMs);
       },
@@ -152,6 +156,12 @@ export class Worker extends EventEmitter<WorkerEvents> {
         this.#fetcher.wake();
       },
       onError: (error) => this.#events.error(error, 'notifier'),
+      sendProbe: (token) => queries.probe.send(pool, token),
+      probeIntervalMs: options.listenProbeIntervalMs,
+      onHeard: () => {
+        this.#deaf = false;
+      },
+      onDeaf: (timeoutMs) => this.#onDeaf(timeoutMs),
     });
     this.#maintainer = new Maintainer({
       pool,
@@ -212,7 +222,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#state = 'running';
     if (this.#options.handleSignals) stopOnSignals(this);
     this.#heartbeat.start();
-    await this.#notifier.start();
+    if (this.#options.listen) await this.#notifier.start();
     this.#fetcher.start();
     this.#maintainer.start();
     this.#bufferTimer = setInterval(
@@ -396,5 +406,14 @@ export class Worker extends EventEmitter<WorkerEvents> {
   /** Warns once about server settings that defeat the jobs table's design. */
   async #warnAboutServer(): Promise<void> {
     for (const warning of await serverWarnings(this.#pool.pool)) this.#events.warn(warning);
+  }
+
+  /** Warns once per deaf spell of the LISTEN connection; the poll finds jobs meanwhile. */
+  #onDeaf(timeoutMs: number): void {
+    if (this.#deaf) return;
+    this.#deaf = true;
+    this.#events.warn(
+      `the LISTEN connection did not hear its own probe within ${timeoutMs} ms, so wake-ups are not arriving (a half-open connection, or LISTEN through a transaction pooler such as PgBouncer: give listenConnectionString a direct URL, or set listen: false); replacing it, and polling every ${this.#options.pollIntervalMs} ms meanwhile`,
+    );
   }
 }

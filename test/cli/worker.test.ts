@@ -138,4 +138,78 @@ describe('skiplock worker', () => {
     const [row] = await db.query(`SELECT status, attempts, locked_by FROM ${db.jobs} WHERE id = $1`, [id]);
     expect(row).toEqual({ status: 'queued', attempts: 0, locked_by: null });
   });
+
+  it('takes the pooler flags: no LISTEN, unnamed claims, no session settings; a direct LISTEN URL is masked', async () => {
+    const direct = new URL(db.url);
+    direct.password = 'not-logged-secret';
+    const worker = spawnCli([
+      'worker',
+      '--handlers',
+      'test/cli/fixtures/handlers.mjs',
+      '--queue',
+      'cli-pooler',
+      '--no-prepared-statements',
+      '--no-session-settings',
+      '--listen-connection-string',
+      direct.toString(),
+      '--listen-probe-interval-ms',
+      '5000',
+      ...fast,
+      ...conn,
+    ]);
+    const polling = spawnCli([
+      'worker',
+      '--handlers',
+      'test/cli/fixtures/handlers.mjs',
+      '--queue',
+      'cli-pooler-poll',
+      '--no-listen',
+      ...fast,
+      ...conn,
+    ]);
+    try {
+      await worker.waitForOutput(/worker started/);
+      await polling.waitForOutput(/worker started/);
+      const started = (p: typeof worker) =>
+        JSON.parse(
+          p
+            .stdout()
+            .split('\n')
+            .find((l) => l.includes('worker started'))!,
+        ) as Record<string, unknown>;
+      expect(started(worker)).toMatchObject({
+        listen: true,
+        listenProbeIntervalMs: 5000,
+        preparedStatements: false,
+        sessionSettings: false,
+      });
+      expect(started(worker).listenConnectionString).not.toContain('not-logged-secret');
+      expect(worker.stdout() + worker.stderr()).not.toContain('not-logged-secret');
+      expect(started(polling)).toMatchObject({
+        listen: false,
+        preparedStatements: true,
+        sessionSettings: true,
+      });
+      const enqueued = await runCli([
+        'enqueue',
+        'echo',
+        '{}',
+        '--queue',
+        'cli-pooler-poll',
+        '--json',
+        ...conn,
+      ]);
+      const { id } = JSON.parse(enqueued.stdout);
+      await waitFor(
+        async () => (await db.query(`SELECT 1 FROM ${db.jobs} WHERE id = $1`, [id])).length === 0,
+        30_000,
+        'the polled job to be done',
+      );
+    } finally {
+      worker.child.kill('SIGTERM');
+      polling.child.kill('SIGTERM');
+      expect(await worker.exited).toBe(0);
+      expect(await polling.exited).toBe(0);
+    }
+  });
 });

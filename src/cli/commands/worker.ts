@@ -11,6 +11,7 @@ import {
   kebabCase,
   WORKER_CHOICE_OPTIONS,
   WORKER_NUMBER_OPTIONS,
+  WORKER_SWITCH_OPTIONS,
   WORKER_TEXT_OPTIONS,
 } from '../../worker/option-specs.js';
 import type { WorkerOptions } from '../../worker/options.js';
@@ -28,6 +29,8 @@ type WorkerOptionFlags = {
   [Name in keyof typeof WORKER_CHOICE_OPTIONS]?: (typeof WORKER_CHOICE_OPTIONS)[Name]['choices'][number];
 } & {
   [Name in keyof typeof WORKER_TEXT_OPTIONS]?: string;
+} & {
+  [Name in keyof typeof WORKER_SWITCH_OPTIONS]?: boolean;
 };
 
 interface WorkerFlags extends ConnectionFlags, WorkerOptionFlags {
@@ -70,6 +73,7 @@ export function workerCommand(): Command {
         'skiplock worker --handlers ./handlers.js',
         'skiplock worker --handlers src/handlers.ts --queue emails --queue media --concurrency 20',
         'skiplock worker --handlers ./handlers.js --visibility-timeout-ms 60000 --job-timeout-ms 30000 --on-success keep',
+        'skiplock worker --handlers ./handlers.js --database-url $PGBOUNCER_URL --no-prepared-statements --no-session-settings --listen-connection-string $DIRECT_URL',
       ) +
         `\nThe handlers file:\n  export default {\n    send_invoice_email: async (job, { signal }) => { /* job.payload */ },\n  };\n`,
     )
@@ -122,7 +126,13 @@ export function workerCommand(): Command {
       });
       await started;
       logger.info(
-        { schema: db.skiplock.schema, ...worker.options, workerId: worker.id },
+        {
+          schema: db.skiplock.schema,
+          ...worker.options,
+          listenConnectionString:
+            worker.options.listenConnectionString && maskUrl(worker.options.listenConnectionString),
+          workerId: worker.id,
+        },
         `worker started on queues ${worker.options.queues.join(', ')}`,
       );
       // A parent that forked this process (skiplock demo) waits for this before producing.
@@ -169,6 +179,8 @@ function addWorkerOptionFlags(command: Command): void {
     command.addOption(choice(`--${kebabCase(name)} <value>`, spec.help, spec.choices));
   for (const [name, spec] of Object.entries(WORKER_TEXT_OPTIONS))
     command.option(`--${kebabCase(name)} <text>`, spec.help);
+  for (const [name, spec] of Object.entries(WORKER_SWITCH_OPTIONS))
+    command.option(`--no-${kebabCase(name)}`, spec.help);
 }
 
 /** The worker options given as flags (the others keep the library's defaults). */
@@ -181,6 +193,10 @@ function workerOptions(flags: WorkerFlags): Omit<WorkerOptions<Record<string, un
     ...Object.keys(WORKER_TEXT_OPTIONS),
   ] as (keyof WorkerOptionFlags)[]) {
     if (flags[name] !== undefined) options[name] = flags[name];
+  }
+  // commander sets a `--no-x` switch to true unless given; only `false` differs from the default.
+  for (const name of Object.keys(WORKER_SWITCH_OPTIONS) as (keyof typeof WORKER_SWITCH_OPTIONS)[]) {
+    if (flags[name] === false) options[name] = false;
   }
   return options as Omit<WorkerOptions<Record<string, unknown>>, 'handlers'>;
 }
@@ -227,5 +243,6 @@ function logEvents(worker: Worker, logger: Logger): void {
   );
   worker.on('worker:sweep', (result) => logger.info(result, 'sweep reclaimed jobs with dead leases'));
   worker.on('worker:listen', () => logger.debug('listening for new jobs'));
+  worker.on('worker:warning', (message) => logger.warn(message));
   worker.on('error', (error, source) => logger.error({ source, err: error }, `${source} error (retrying)`));
 }

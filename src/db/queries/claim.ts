@@ -5,7 +5,7 @@
  */
 import type pg from 'pg';
 import type { Job } from '../../job/job.js';
-import { runPrepared, type Statement } from '../executor.js';
+import { run, runPrepared, type Statement } from '../executor.js';
 import type { SchemaNames } from './schema-names.js';
 
 /** A claimed job as its handler sees it, plus the lease number its result is fenced by. */
@@ -25,6 +25,12 @@ export interface ClaimRequest {
   workerId: string;
   /** Recorded on the row: the sweeper reclaims the lease once `locked_at` is this old. */
   visibilityTimeoutMs: number;
+  /**
+   * Send the claim as a named prepared statement (planned the same way for any
+   * input); false sends it unnamed, for poolers that do not carry prepared
+   * statements. @default true
+   */
+  prepared?: boolean;
 }
 
 interface ClaimRow {
@@ -69,13 +75,14 @@ export class ClaimQueries {
 
   /**
    * Claims up to `limit` due jobs: attempts + 1, lease stamped. Sent as a named
-   * prepared statement: it is planned the same way for any input.
+   * prepared statement unless `request.prepared` is false.
    *
    * @throws {DatabaseError} from the database.
    */
   async claim(pool: Pick<pg.Pool, 'query'>, request: ClaimRequest): Promise<ClaimedJob[]> {
     const single = request.queues.length === 1;
-    const { rows } = await runPrepared<ClaimRow>(pool, single ? this.#one : this.#any, [
+    const send = request.prepared === false ? run : runPrepared;
+    const { rows } = await send<ClaimRow>(pool, single ? this.#one : this.#any, [
       single ? request.queues[0] : request.queues,
       request.limit,
       request.workerId,

@@ -31,10 +31,12 @@ export class InsertQueries {
   readonly #many: Statement;
 
   constructor(names: SchemaNames) {
+    // The payload arrives as JSON text, cast through text: a driver that
+    // serialises jsonb parameters itself (postgres.js) would encode it twice.
     this.#one = names.statement(
       'insert_one',
       `INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts)
-       VALUES ($1, $2, $3::jsonb, $4,
+       VALUES ($1, $2, $3::text::jsonb, $4,
                COALESCE($5::timestamptz, now() + COALESCE($6::float8, 0) * interval '1 millisecond'), $7)
        RETURNING ${JOB_COLUMNS}`,
     );
@@ -50,7 +52,7 @@ export class InsertQueries {
          INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts)
          SELECT r.kind, r.queue, r.payload::jsonb, r.priority,
                 COALESCE(r.run_at, now() + COALESCE(r.delay_ms, 0) * interval '1 millisecond'), r.max_attempts
-         FROM ROWS FROM (unnest($1::text[]), unnest($2::text[]), json_array_elements($3::json), unnest($4::int[]),
+         FROM ROWS FROM (unnest($1::text[]), unnest($2::text[]), json_array_elements($3::text::json), unnest($4::int[]),
                          unnest($5::timestamptz[]), unnest($6::float8[]), unnest($7::int[]))
               WITH ORDINALITY AS r(kind, queue, payload, priority, run_at, delay_ms, max_attempts, ord)
          ORDER BY r.ord

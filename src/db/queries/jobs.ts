@@ -7,6 +7,7 @@
 import { ClaimQueries } from './claim.js';
 import { InsertQueries } from './insert.js';
 import { InspectQueries } from './inspect.js';
+import { ProbeQueries } from './probe.js';
 import { RequeueQueries } from './requeue.js';
 import { ResultQueries } from './results.js';
 import { type SchemaNames, schemaNames } from './schema-names.js';
@@ -21,6 +22,8 @@ export class JobQueries {
   readonly sweep: SweepQueries;
   readonly requeue: RequeueQueries;
   readonly inspect: InspectQueries;
+  /** Not on the jobs table: the LISTEN connection's probe. */
+  readonly probe: ProbeQueries;
 
   constructor(schema: string) {
     this.names = schemaNames(schema);
@@ -30,6 +33,7 @@ export class JobQueries {
     this.sweep = new SweepQueries(this.names);
     this.requeue = new RequeueQueries(this.names);
     this.inspect = new InspectQueries(this.names);
+    this.probe = new ProbeQueries(this.names);
   }
 
   /** The LISTEN/NOTIFY channel of this schema. */

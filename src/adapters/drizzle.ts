@@ -1,0 +1,76 @@
+/**
+ * Drizzle ORM: enqueue (and every call that takes `client`) inside a Drizzle
+ * transaction, `db.transaction(async (tx) => …)`, with the node-postgres or the
+ * postgres.js driver, so the job commits or rolls back with it.
+ *
+ * @example
+ * import { fromDrizzle } from 'skiplock/drizzle';
+ *
+ * await db.transaction(async (tx) => {
+ *   await tx.insert(orders).values({ id: 42 });
+ *   await skiplock.enqueue('send_invoice_email', { orderId: 42 }, { client: fromDrizzle(tx) });
+ * });
+ */
+import { type SQL, sql } from 'drizzle-orm';
+import type { Queryable } from '../db/executor.js';
+import { type ColumnLike, toArrayLiteral, toParameters, toResult } from './values.js';
+
+/** The part of a Drizzle PostgreSQL database or transaction that skiplock uses: `execute(sql)`. */
+export interface DrizzleExecutor {
+  execute(query: SQL): PromiseLike<unknown>;
+}
+
+/** A placeholder of skiplock's statements: `$1`, `$2`, … */
+const PLACEHOLDER = /\$(\d+)/g;
+
+/**
+ * Wraps a Drizzle transaction (or database, outside a transaction) as a
+ * connection skiplock can run its statements on. The statement becomes a
+ * Drizzle `SQL` whose placeholders are `sql.param` values, so parameters are
+ * bound, never spliced; `sql.raw(text)` alone would bind nothing.
+ */
+export function fromDrizzle(db: DrizzleExecutor): Queryable {
+  return {
+    async query(text, values) {
+      // Arrays go as array text: Drizzle's postgres.js driver turns off the
+      // driver's date serialisers, which its array serialiser then lacks.
+      const parameters = toParameters(values).map((v) => (Array.isArray(v) ? toArrayLiteral(v) : v));
+      const result = await db.execute(toDrizzleSql(text, parameters));
+      return readResult(result);
+    },
+  };
+}
+
+/** Splits `text` at its `$n` placeholders and puts each value in as a bound parameter. */
+function toDrizzleSql(text: string, values: readonly unknown[]): SQL {
+  const chunks: SQL[] = [];
+  let last = 0;
+  for (const match of text.matchAll(PLACEHOLDER)) {
+    const index = Number(match[1]) - 1;
+    if (index < 0 || index >= values.length) {
+      throw new RangeError(`statement uses $${match[1]} but ${values.length} values were given`);
+    }
+    chunks.push(sql.raw(text.slice(last, match.index)), sql`${sql.param(values[index])}`);
+    last = match.index + match[0].length;
+  }
+  chunks.push(sql.raw(text.slice(last)));
+  return sql.join(chunks);
+}
+
+/** node-postgres returns `{ rows, rowCount, fields }`; postgres.js an array with `count` and `columns`. */
+function readResult(result: unknown) {
+  if (Array.isArray(result)) {
+    const list = result as unknown[] & { count?: number | null; columns?: readonly ColumnLike[] };
+    return toResult(list, list.count, list.columns);
+  }
+  const pgResult = result as {
+    rows: unknown[];
+    rowCount?: number | null;
+    fields?: readonly { name: string; dataTypeID: number }[];
+  };
+  return toResult(
+    pgResult.rows,
+    pgResult.rowCount,
+    pgResult.fields?.map((f) => ({ name: f.name, type: f.dataTypeID })),
+  );
+}

@@ -1,0 +1,163 @@
+/**
+ * Helpers for users' tests: run the jobs a test enqueued, in-process and to
+ * completion, without starting a worker (`drain`), and look at what is queued
+ * (`enqueued`). Both run on the Skiplock's own database, so what they see is
+ * what a worker would.
+ *
+ * @example
+ * import { drain, enqueued } from 'skiplock/testing';
+ *
+ * it('sends the invoice email', async () => {
+ *   await placeOrder(42);
+ *   expect(await enqueued(skiplock, { kind: 'send_invoice_email' })).toHaveLength(1);
+ *   const result = await drain(skiplock, { send_invoice_email: sendInvoiceEmail });
+ *   expect(result).toMatchObject({ succeeded: 1, failed: 0 });
+ * });
+ */
+import { randomBytes } from 'node:crypto';
+import type { ClaimedJob } from '../db/queries/claim.js';
+import { JobQueries } from '../db/queries/jobs.js';
+import type { SuccessPolicy } from '../db/queries/results.js';
+import { SkiplockError } from '../errors.js';
+import { DEFAULT_VISIBILITY_TIMEOUT_MS } from '../job/defaults.js';
+import type { Job, JobMap, JobRecord } from '../job/job.js';
+import type { Skiplock } from '../skiplock.js';
+import type { Handler, Handlers } from '../worker/options.js';
+import { runJob } from '../worker/run-job.js';
+
+/** Which jobs {@link drain} runs. */
+export interface DrainOptions<Jobs extends JobMap = JobMap> {
+  /** Only jobs of these kinds. @default every kind in `handlers` */
+  kinds?: (keyof Jobs & string)[];
+  /** Only jobs of this queue (or these queues). @default every queue */
+  queue?: string | string[];
+  /** What happens to a succeeded job, as the worker option of that name. @default 'delete' */
+  onSuccess?: SuccessPolicy;
+  /**
+   * Most attempts one call runs; past it, {@link drain} throws, since handlers
+   * that keep enqueueing due jobs would never let it finish. @default 10_000
+   */
+  maxJobs?: number;
+}
+
+/** One attempt {@link drain} ran, and what the job became. */
+export interface DrainedJob {
+  job: Job;
+  /** `succeeded`, or after a failure: `queued` (a retry, due after its backoff), `failed` or `dead`. */
+  status: 'succeeded' | 'queued' | 'failed' | 'dead';
+  /** What the handler threw, as stored in `last_error` (failures only). */
+  error?: string;
+}
+
+/** What {@link drain} ran. */
+export interface DrainResult {
+  /** Attempts that succeeded. */
+  succeeded: number;
+  /** Attempts that failed (retried later, failed, or dead). */
+  failed: number;
+  /** Every attempt, in the order run. */
+  jobs: DrainedJob[];
+}
+
+/** Jobs claimed per round trip. */
+const DRAIN_BATCH = 100;
+
+/**
+ * Runs every due job of the given kinds to completion, one at a time, in this
+ * process: claims them as a worker does (attempts count, leases, results and
+ * retries are the worker's), so it also runs due jobs the handlers enqueue.
+ * A failed attempt is retried with backoff as usual, so its retry is not due
+ * yet and is not run again by this call. Resolves when no due job of those
+ * kinds is left.
+ *
+ * @throws {SkiplockError} (code `DRAIN_LIMIT`) after `maxJobs` attempts.
+ * @throws {DatabaseError} from the database.
+ */
+export async function drain<Jobs extends JobMap>(
+  skiplock: Skiplock<Jobs>,
+  handlers: Handlers<Jobs>,
+  options: DrainOptions<Jobs> = {},
+): Promise<DrainResult> {
+  const queries = new JobQueries(skiplock.schema);
+  const pool = skiplock.pool;
+  const byKind = handlers as Record<string, Handler<string, unknown> | undefined>;
+  const kinds: string[] = options.kinds ?? Object.keys(handlers);
+  const maxJobs = options.maxJobs ?? 10_000;
+  const workerId = `skiplock-testing:${process.pid}:${randomBytes(4).toString('hex')}`;
+  const result: DrainResult = { succeeded: 0, failed: 0, jobs: [] };
+  if (kinds.length === 0) return result;
+  for (;;) {
+    const queues = await queuesOf(skiplock, kinds, options.queue);
+    const claimed: ClaimedJob[] =
+      queues.length === 0
+        ? []
+        : await queries.claim.claim(pool, {
+            queues,
+            kinds,
+            limit: DRAIN_BATCH,
+            workerId,
+            visibilityTimeoutMs: DEFAULT_VISIBILITY_TIMEOUT_MS,
+            prepared: false,
+          });
+    if (claimed.length === 0) return result;
+    for (const claim of claimed) {
+      if (result.jobs.length >= maxJobs) {
+        await queries.results.release(pool, claimed.slice(claimed.indexOf(claim)), workerId);
+        throw new SkiplockError('DRAIN_LIMIT', `drain ran ${maxJobs} attempts and due jobs remain`);
+      }
+      const { leaseSeq: _lease, ...job } = claim;
+      const outcome = await runJob(byKind[job.kind], job, new AbortController(), undefined);
+      if (outcome.ok) {
+        await queries.results.complete(pool, [claim], workerId, options.onSuccess ?? 'delete');
+        result.succeeded++;
+        result.jobs.push({ job, status: 'succeeded' });
+      } else {
+        const [written] = await queries.results.fail(
+          pool,
+          [{ ...claim, error: outcome.error, permanent: outcome.permanent }],
+          workerId,
+        );
+        result.failed++;
+        result.jobs.push({ job, status: written?.status ?? 'queued', error: outcome.error });
+      }
+    }
+  }
+}
+
+/** The queues to claim from: the given ones, or those holding queued jobs of `kinds`. */
+async function queuesOf<Jobs extends JobMap>(
+  skiplock: Skiplock<Jobs>,
+  kinds: string[],
+  queue: string | string[] | undefined,
+): Promise<string[]> {
+  if (queue !== undefined) return Array.isArray(queue) ? queue : [queue];
+  const queued = await skiplock.listJobs({ status: 'queued', kind: kinds, limit: 100_000 });
+  return [...new Set(queued.map((j) => j.queue))];
+}
+
+/** Which jobs {@link enqueued} lists. */
+export interface EnqueuedFilter<Jobs extends JobMap = JobMap> {
+  /** Only jobs of this kind (or these kinds). */
+  kind?: (keyof Jobs & string) | (keyof Jobs & string)[];
+  /** Only jobs of this queue (or these queues). */
+  queue?: string | string[];
+}
+
+/**
+ * The queued jobs (due or scheduled), oldest first: what a test enqueued and
+ * no worker has taken yet.
+ *
+ * @throws {ValidationError} on a bad filter.
+ */
+export async function enqueued<Jobs extends JobMap>(
+  skiplock: Skiplock<Jobs>,
+  filter: EnqueuedFilter<Jobs> = {},
+): Promise<JobRecord[]> {
+  return skiplock.listJobs({
+    status: 'queued',
+    order: 'oldest',
+    limit: 100_000,
+    ...(filter.kind !== undefined ? { kind: filter.kind } : {}),
+    ...(filter.queue !== undefined ? { queue: filter.queue } : {}),
+  });
+}

@@ -1,0 +1,187 @@
+/**
+ * The ORM adapters with the real libraries on real PostgreSQL: a job enqueued
+ * in the library's transaction exists and wakes workers on commit, and leaves
+ * nothing and wakes nobody on rollback. Every call that takes `client` reads
+ * rows back through the adapter as it would through pg.
+ */
+import { drizzle as drizzleNodePg } from 'drizzle-orm/node-postgres';
+import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
+import { Kysely, PostgresDialect } from 'kysely';
+import pg from 'pg';
+import postgres from 'postgres';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { fromDrizzle } from '../src/adapters/drizzle.js';
+import { fromKysely } from '../src/adapters/kysely.js';
+import { fromPostgresJs } from '../src/adapters/postgres-js.js';
+import { fromPrisma } from '../src/adapters/prisma.js';
+import type { Queryable, Skiplock } from '../src/index.js';
+import { openPrisma, type PrismaLike } from './adapters/prisma-client.js';
+import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { listenForWakeUps, type WakeUpListener } from './support/wake-ups.js';
+
+let db: TestDatabase;
+let skiplock: Skiplock;
+let listener: WakeUpListener;
+const closers: (() => Promise<unknown>)[] = [];
+
+/** One library: runs `fn` in one of its transactions, handing skiplock the adapted transaction. */
+interface Stack {
+  name: string;
+  transaction<T>(fn: (client: Queryable) => Promise<T>): Promise<T>;
+}
+
+const stacks: Stack[] = [];
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  skiplock = db.skiplock();
+  listener = await listenForWakeUps(db.url);
+  await db.query('CREATE TABLE orders (id int PRIMARY KEY)');
+
+  const sql = postgres(db.url, { onnotice: () => {} });
+  closers.push(() => sql.end());
+  stacks.push({
+    name: 'postgres.js',
+    transaction: (fn) => sql.begin((tx) => fn(fromPostgresJs(tx))) as Promise<never>,
+  });
+
+  const kyselyPool = new pg.Pool({ connectionString: db.url });
+  const kysely = new Kysely<{ orders: { id: number } }>({
+    dialect: new PostgresDialect({ pool: kyselyPool }),
+  });
+  closers.push(() => kysely.destroy());
+  stacks.push({
+    name: 'Kysely',
+    transaction: (fn) => kysely.transaction().execute((trx) => fn(fromKysely(trx))),
+  });
+
+  const drizzlePool = new pg.Pool({ connectionString: db.url });
+  const drizzlePg = drizzleNodePg(drizzlePool);
+  closers.push(() => drizzlePool.end());
+  stacks.push({
+    name: 'Drizzle (node-postgres)',
+    transaction: (fn) => drizzlePg.transaction((tx) => fn(fromDrizzle(tx))),
+  });
+
+  const drizzleSql = postgres(db.url, { onnotice: () => {} });
+  const drizzleJs = drizzlePostgresJs(drizzleSql);
+  closers.push(() => drizzleSql.end());
+  stacks.push({
+    name: 'Drizzle (postgres.js)',
+    transaction: (fn) => drizzleJs.transaction((tx) => fn(fromDrizzle(tx))),
+  });
+
+  const prisma: PrismaLike = await openPrisma(db.url);
+  closers.push(() => prisma.$disconnect());
+  stacks.push({ name: 'Prisma', transaction: (fn) => prisma.$transaction((tx) => fn(fromPrisma(tx))) });
+}, 120_000);
+
+afterAll(async () => {
+  for (const close of closers) await close().catch(() => {});
+  await listener?.close();
+  await db?.close();
+});
+
+class Rollback extends Error {}
+
+const names = ['postgres.js', 'Kysely', 'Drizzle (node-postgres)', 'Drizzle (postgres.js)', 'Prisma'];
+
+describe.each(names)('%s', (name) => {
+  const stack = () => stacks.find((s) => s.name === name)!;
+  const queue = `q-${name.replace(/\W+/g, '-').toLowerCase()}`;
+
+  it('commit: the job exists, as enqueued, and workers are woken', async () => {
+    await listener.settle();
+    const runAt = new Date(Date.now() + 60_000);
+    const job = await stack().transaction((client) =>
+      skiplock.enqueue('adapted', { via: name, n: [1, null] }, { client, queue, priority: 2, runAt }),
+    );
+    expect(job).toEqual({
+      id: expect.stringMatching(/^\d+$/),
+      kind: 'adapted',
+      queue,
+      payload: { via: name, n: [1, null] },
+      priority: 2,
+      runAt,
+      attempts: 0,
+      maxAttempts: 20,
+      createdAt: expect.any(Date),
+    });
+    const stored = await skiplock.getJob(job.id);
+    expect(stored).toMatchObject({ kind: 'adapted', queue, payload: { via: name, n: [1, null] }, runAt });
+    const wakeUps = await listener.settle();
+    expect(wakeUps.map((w) => [w.type, w.queue, w.delayMs > 50_000])).toEqual([['insert', queue, true]]);
+  });
+
+  it('rollback: no job, nobody woken', async () => {
+    await listener.settle();
+    const outcome = await stack()
+      .transaction(async (client) => {
+        await skiplock.enqueue('adapted_rolled_back', { via: name }, { client, queue });
+        await skiplock.enqueueMany([{ kind: 'adapted_rolled_back', payload: {}, queue }], { client });
+        throw new Rollback();
+      })
+      .catch((error: unknown) => error);
+    expect(outcome).toBeInstanceOf(Rollback);
+    expect(
+      await db.query(`SELECT count(*)::int AS n FROM ${db.jobs} WHERE kind = 'adapted_rolled_back'`),
+    ).toEqual([{ n: 0 }]);
+    expect(await listener.settle()).toEqual([]);
+  });
+
+  it('every call that takes client reads rows as through pg', async () => {
+    const runAt = new Date('2030-01-02T03:04:05.678Z');
+    const { jobs, fetched, listed, requeued, stats } = await stack().transaction(async (client) => {
+      const jobs = await skiplock.enqueueMany(
+        [
+          { kind: 'many', payload: { i: 1 }, queue: `${queue}-many`, runAt },
+          { kind: 'many', payload: { i: 2 }, queue: `${queue}-many`, delayMs: 1_000 },
+          {
+            kind: 'many',
+            payload: { i: 3, s: 'quote " backslash \\ {brace}, NULL' },
+            queue: `${queue}-many`,
+          },
+        ],
+        { client },
+      );
+      const fetched = await skiplock.getJob(jobs[0]!.id, { client });
+      const listed = await skiplock.listJobs({ client, queue: `${queue}-many`, order: 'oldest' });
+      await client.query(`UPDATE ${db.jobs} SET status = 'dead' WHERE id = $1::bigint`, [jobs[2]!.id]);
+      const requeued = await skiplock.requeue({ client, ids: [jobs[2]!.id] });
+      const stats = await skiplock.stats({ client });
+      return { jobs, fetched, listed, requeued, stats };
+    });
+    expect(jobs.map((j) => [j.payload, typeof j.id, j.runAt instanceof Date])).toEqual([
+      [{ i: 1 }, 'string', true],
+      [{ i: 2 }, 'string', true],
+      [{ i: 3, s: 'quote " backslash \\ {brace}, NULL' }, 'string', true],
+    ]);
+    expect(await db.query(`SELECT payload FROM ${db.jobs} WHERE id = $1`, [jobs[2]!.id])).toEqual([
+      { payload: { i: 3, s: 'quote " backslash \\ {brace}, NULL' } },
+    ]);
+    expect(jobs[0]!.runAt).toEqual(runAt);
+    expect(jobs[1]!.runAt.getTime() - jobs[1]!.createdAt.getTime()).toBeGreaterThanOrEqual(1_000);
+    expect(fetched).toEqual({
+      id: jobs[0]!.id,
+      queue: `${queue}-many`,
+      kind: 'many',
+      payload: { i: 1 },
+      status: 'queued',
+      priority: 0,
+      runAt,
+      attempts: 0,
+      maxAttempts: 20,
+      createdAt: jobs[0]!.createdAt,
+      lockedAt: null,
+      lockedBy: null,
+      leaseSeq: '0',
+      lastError: null,
+      finishedAt: null,
+    });
+    expect(listed.map((j) => j.id)).toEqual(jobs.map((j) => j.id));
+    expect(requeued).toBe(1);
+    expect(stats.find((s) => s.queue === `${queue}-many` && s.status === 'queued')).toMatchObject({
+      count: 3,
+    });
+  });
+});
