@@ -12,6 +12,11 @@ export interface Measurement {
   /** Unit and direction, e.g. `jobs/s` or `ms (lower is better)`. */
   unit: string;
   system: string;
+  /**
+   * Names a figure a target is judged by (e.g. `drain.best`), so that the
+   * targets section finds it whatever the case's sizes.
+   */
+  tag?: string;
   /** One value per run. */
   samples: number[];
 }
@@ -86,12 +91,167 @@ export function renderTable(measurements: readonly Measurement[], systems: reado
   return [header, rule, ...rows].join('\n');
 }
 
-/** The whole report: machine, settings, table and notes. */
+/** Which peers a target compares against. */
+export interface TargetPeers {
+  /** Every peer (not skiplock, raw-pg or pgbench). */
+  peers: readonly string[];
+  /** The peers that keep their jobs in PostgreSQL. */
+  postgres: readonly string[];
+}
+
+interface Target {
+  goal: string;
+  /** The figure judged, or undefined when this run did not measure it. */
+  value: number | undefined;
+  limit: number;
+  /** `min`: the value must reach the limit; `max`: it must stay at or below it. */
+  kind: 'min' | 'max';
+  show(v: number): string;
+  /** The figures behind the value. */
+  detail: string;
+}
+
+const times = (v: number) => `${v.toFixed(2)}×`;
+const percent = (v: number) => `${Math.round(v * 100)} %`;
+const ms = (v: number) => `${format(v)} ms`;
+
+/**
+ * Each target of the benchmark, judged from the figures of this run (tagged
+ * measurements): met or missed, and by how much.
+ */
+export function renderTargets(measurements: readonly Measurement[], peers: TargetPeers): string {
+  const fig = (tag: string, system: string): number | undefined => {
+    const m = measurements.find((x) => x.tag === tag && x.system === system && x.samples.length > 0);
+    if (!m) return undefined;
+    const v = median(m.samples);
+    return Number.isNaN(v) ? undefined : v;
+  };
+  const ratio = (a: number | undefined, b: number | undefined) =>
+    a === undefined || b === undefined || b === 0 ? undefined : a / b;
+  /** The peer with the best median of `tag` (highest, or lowest when `lowest`). */
+  const bestPeer = (tag: string, among: readonly string[], lowest = false) => {
+    let best: { system: string; value: number } | undefined;
+    for (const system of among) {
+      const value = fig(tag, system);
+      if (value === undefined) continue;
+      if (!best || (lowest ? value < best.value : value > best.value)) best = { system, value };
+    }
+    return best;
+  };
+  const f = (v: number | undefined, unit = '') => (v === undefined ? '–' : `${format(v)}${unit}`);
+  const targets: Target[] = [];
+
+  const defaults = fig('drain.defaults-vs-best', 'skiplock');
+  const gwBest = fig('drain.defaults-vs-best', 'graphile-worker');
+  targets.push({
+    goal: "drain, skiplock's defaults (1 × 10) ≥ 1.5× graphile-worker's best row",
+    value: ratio(defaults, gwBest),
+    limit: 1.5,
+    kind: 'min',
+    show: times,
+    detail: `${f(defaults)} vs ${f(gwBest)} jobs/s`,
+  });
+  const best = fig('drain.best', 'skiplock');
+  const ceiling = fig('ceiling.same-statements', 'raw-pg');
+  targets.push({
+    goal: "drain, skiplock's best row ≥ 80 % of the bare-SQL ceiling (same statement count)",
+    value: ratio(best, ceiling),
+    limit: 0.8,
+    kind: 'min',
+    show: percent,
+    detail: `${f(best)} vs ${f(ceiling)} jobs/s`,
+  });
+  for (const [q, limit] of [
+    ['p50', 3],
+    ['p99', 6],
+  ] as const) {
+    const own = fig(`latency.${q}`, 'skiplock');
+    targets.push({
+      goal: `idle latency ${q} ≤ ${limit} ms`,
+      value: own,
+      limit,
+      kind: 'max',
+      show: ms,
+      detail: '',
+    });
+  }
+  for (const q of ['p50', 'p95', 'p99'] as const) {
+    const own = fig(`latency.${q}`, 'skiplock');
+    const peer = bestPeer(`latency.${q}`, peers.postgres, true);
+    targets.push({
+      goal: `idle latency ${q} below every PostgreSQL peer`,
+      value: ratio(own, peer?.value),
+      limit: 1,
+      kind: 'max',
+      show: times,
+      detail: `${f(own, ' ms')} vs ${peer ? `${peer.system} ${f(peer.value, ' ms')}` : '–'}`,
+    });
+  }
+  for (const size of [1_000, 20_000, 100_000]) {
+    const own = fig(`enqueue.bulk.${size}`, 'skiplock');
+    const peer = bestPeer(`enqueue.bulk.${size}`, peers.peers);
+    targets.push({
+      goal: `bulk enqueue of ${size.toLocaleString('en-US')} ≥ 1.2× the best peer`,
+      value: ratio(own, peer?.value),
+      limit: 1.2,
+      kind: 'min',
+      show: times,
+      detail: `${f(own)} vs ${peer ? `${peer.system} ${f(peer.value)}` : '–'} jobs/s`,
+    });
+  }
+  const size = fig('size.ratio', 'skiplock');
+  targets.push({
+    goal: "table size: drain with 2,000,000 other rows (quick: 200,000) ≥ 90 % of the empty table's",
+    value: size,
+    limit: 0.9,
+    kind: 'min',
+    show: percent,
+    detail: 'median of the per-run ratios',
+  });
+  for (const [tag, what] of [
+    ['snapshot.steady-ratio', 'steady rate during / before'],
+    ['snapshot.drain-ratio', 'drain with / without'],
+  ] as const) {
+    targets.push({
+      goal: `held snapshot: ${what} ≥ 80 %`,
+      value: fig(tag, 'skiplock'),
+      limit: 0.8,
+      kind: 'min',
+      show: percent,
+      detail: 'median of the per-run ratios',
+    });
+  }
+  const spread = fig('memory.spread', 'skiplock');
+  targets.push({
+    goal: 'memory: RSS flat (± 10 %) across the drain',
+    value: spread,
+    limit: 10,
+    kind: 'max',
+    show: (v) => `${v.toFixed(1)} %`,
+    detail: 'max / min − 1 of the samples from 10 % of the drain on',
+  });
+
+  const rows = targets.map((t) => {
+    if (t.value === undefined || !Number.isFinite(t.value))
+      return `| ${t.goal} | not measured in this run | – |`;
+    const met = t.kind === 'min' ? t.value >= t.limit : t.value <= t.limit;
+    // How far from the limit, relative to it: margin when met, shortfall when missed.
+    const off = Math.abs(t.value - t.limit) / t.limit;
+    const verdict = met
+      ? `met (${Math.round(off * 100)} % to spare)`
+      : `**missed** by ${Math.round(off * 100)} % (${t.show(t.value)} against ${t.kind === 'min' ? '≥' : '≤'} ${t.show(t.limit)})`;
+    return `| ${t.goal} | ${t.show(t.value)}${t.detail ? ` (${t.detail})` : ''} | ${verdict} |`;
+  });
+  return ['| target | this run | met? |', '| --- | --- | --- |', ...rows].join('\n');
+}
+
+/** The whole report: machine, settings, table, targets and notes. */
 export function renderReport(
   measurements: readonly Measurement[],
   systems: readonly string[],
   machine: MachineInfo,
   notes: readonly string[],
+  peers: TargetPeers = { peers: [], postgres: [] },
 ): string {
   return [
     '# skiplock benchmark results',
@@ -102,6 +262,12 @@ export function renderReport(
     '(above 1 is better for skiplock in jobs/s, below 1 is better in ms).',
     '',
     renderTable(measurements, systems),
+    '',
+    '## Targets',
+    '',
+    'Judged from the figures above (medians); "missed by" is the distance to the target, relative to it.',
+    '',
+    renderTargets(measurements, peers),
     '',
     ...(notes.length > 0 ? ['Notes:', '', ...notes.map((n) => `- ${n}`), ''] : []),
   ].join('\n');

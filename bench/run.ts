@@ -14,6 +14,7 @@ import { drainScenario } from './scenarios/drain.js';
 import { enqueueScenario } from './scenarios/enqueue.js';
 import { heldSnapshotScenario } from './scenarios/held-snapshot.js';
 import { latencyScenario } from './scenarios/latency.js';
+import { memoryScenario } from './scenarios/memory.js';
 import type { BenchContext, Scenario } from './scenarios/scenario.js';
 import { steadyStateScenario } from './scenarios/steady-state.js';
 import { tableSizeScenario } from './scenarios/table-size.js';
@@ -27,6 +28,7 @@ const SCENARIOS: readonly Scenario[] = [
   tableSizeScenario,
   heldSnapshotScenario,
   ceilingScenario,
+  memoryScenario,
 ];
 const DEFAULT_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
 const RESULTS = new URL('./results/', import.meta.url);
@@ -58,7 +60,9 @@ async function main(): Promise<void> {
   const scenarios = SCENARIOS.filter((s) => !only || only.includes(s.id));
   if (scenarios.length === 0)
     throw new Error(`--only ${opts.only}: no such scenario (1–${SCENARIOS.length})`);
-  const runs = Math.max(3, opts.runs ?? 3);
+  // BENCH_SMOKE=1: tiny sizes and one run by default, only to prove the scenarios run end to end.
+  const smoke = process.env.BENCH_SMOKE === '1';
+  const runs = Math.max(smoke ? 1 : 3, opts.runs ?? (smoke ? 1 : 3));
 
   let server: TestServer | undefined;
   let serverUrl = opts.databaseUrl ?? process.env.BENCH_DATABASE_URL ?? DEFAULT_URL;
@@ -95,7 +99,8 @@ async function main(): Promise<void> {
     }
     const ctx: BenchContext = {
       serverUrl,
-      quick: opts.quick ?? false,
+      quick: (opts.quick ?? false) || smoke,
+      smoke,
       runs,
       systems,
       log: (line) => console.log(line),
@@ -123,7 +128,7 @@ async function main(): Promise<void> {
       }
     }
     const machine = await describeMachine(serverUrl, [
-      `run: ${process.argv.slice(2).join(' ') || '(defaults)'}; ${runs} runs per figure; ${Math.round((Date.now() - started) / 1000)} s`,
+      `run: ${smoke ? 'BENCH_SMOKE=1 (tiny sizes: the figures mean nothing) ' : ''}${process.argv.slice(2).join(' ') || '(defaults)'}; ${runs} runs per figure; ${Math.round((Date.now() - started) / 1000)} s`,
       `skiplock engine: ${process.env.SKIPLOCK_BENCH_SRC ?? 'src/ of this tree'}`,
       ...SYSTEMS.map((s) => `${s.name}: ${s.settings}`),
       ...(server ? ['server: embedded PostgreSQL 18 (fsync=off)'] : []),
@@ -133,6 +138,10 @@ async function main(): Promise<void> {
       SYSTEMS.map((s) => s.name).concat('raw-pg', 'pgbench'),
       machine,
       notes,
+      {
+        peers: SYSTEMS.filter((s) => s.name !== 'skiplock').map((s) => s.name),
+        postgres: SYSTEMS.filter((s) => s.name !== 'skiplock' && s.postgres).map((s) => s.name),
+      },
     );
     console.log(`\n${report}`);
     if (opts.write) {

@@ -1,7 +1,11 @@
 /**
  * Scenario 7, the limit: skiplock's claim-and-delete cycle in bare SQL through
  * `pg` (batch 1 and 100, 1 and 4 connections) and under `pgbench` (8 clients),
- * on 20,000 jobs like the drain scenario (batch 1: fewer, as each job costs a commit).
+ * on 20,000 jobs like the drain scenario (batch 1: fewer, as each job costs a
+ * commit). The row skiplock's best drain is held against ("same statement
+ * count") runs skiplock's path without the library: its claim (LIMIT 100, kinds
+ * filter) and one fenced DELETE per batch on 4 connections, at
+ * `synchronous_commit = off` like skiplock's worker pool.
  */
 import { adminQuery } from '../database.js';
 import {
@@ -15,12 +19,17 @@ import {
 } from '../systems/raw-pg.js';
 import { type BenchContext, namespaceFor, type Scenario } from './scenario.js';
 
+/** Claim size and connections of the ceiling row. */
+const CEILING_BATCH = 100;
+const CEILING_CONNECTIONS = 4;
+
 export const ceilingScenario: Scenario = {
   id: 7,
   title: 'The limit (bare SQL)',
   async run(ctx: BenchContext) {
     // A commit per job makes batch 1 slow on a synced disk: fewer jobs keep the run short.
-    const jobsOf = (batch: number) => (batch === 1 ? (ctx.quick ? 2_000 : 5_000) : 20_000);
+    const jobsOf = (batch: number) =>
+      batch === 1 ? (ctx.smoke ? 500 : ctx.quick ? 2_000 : 5_000) : ctx.smoke ? 2_000 : 20_000;
     const namespace = namespaceFor('rawpg', 'ceiling');
     const url = await createRawDatabase(ctx.serverUrl, namespace);
     const pgbench = await hasPgbench();
@@ -32,6 +41,19 @@ export const ceilingScenario: Scenario = {
         : 'DELETE … SKIP LOCKED (1 statement)';
     try {
       for (let run = 0; run < ctx.runs; run++) {
+        await adminTruncate(url);
+        await prefill(url, jobsOf(CEILING_BATCH));
+        const ceiling = await rawDrain(url, 'claim+delete', CEILING_BATCH, CEILING_CONNECTIONS, true);
+        ctx.record(
+          {
+            scenario,
+            case: `same statement count as skiplock: claim LIMIT ${CEILING_BATCH} + one DELETE per batch, ${jobsOf(CEILING_BATCH)} jobs, ${CEILING_CONNECTIONS} connections, synchronous_commit off (the ceiling)`,
+            unit: 'jobs/s',
+            system: 'raw-pg',
+            tag: 'ceiling.same-statements',
+          },
+          ceiling,
+        );
         for (const cycle of ['claim+delete', 'delete'] as const) {
           for (const batch of [1, 100]) {
             for (const connections of [1, 4]) {

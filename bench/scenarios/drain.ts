@@ -1,11 +1,16 @@
 /**
  * Scenario 2, drain: 20,000 no-op jobs already queued, then worker processes
  * (child_process.fork) started at once; jobs/s from the start signal until the
- * queue is empty (every result written). Also used by scenario 5.
+ * queue is empty (every result written). Every system runs the same shapes
+ * (1 × 10 is skiplock with its defaults); skiplock also runs tuned rows, and
+ * the scenario ends with comparison rows: skiplock's defaults against each
+ * peer at 1 × 50 and at its best row, and each system's best row. Also used by
+ * scenarios 5, 6 and 8.
  */
 import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import type { BenchSystem, SystemClient, Target } from '../systems/system.js';
+import { median } from '../report.js';
+import type { BenchSystem, SkiplockTuning, SystemClient, Target } from '../systems/system.js';
 import type { FromWorker, ToWorker } from '../worker-process.js';
 import {
   type BenchContext,
@@ -21,10 +26,26 @@ const WORKER_PROCESS = fileURLToPath(new URL('../worker-process.ts', import.meta
 const DRAIN_TIMEOUT_MS = 180_000;
 const ENQUEUE_CHUNK = 5_000;
 
-/** One drain setup: processes × handlers each. */
+/** One drain setup: processes × handlers each, and skiplock's options beyond its defaults. */
 export interface DrainShape {
   processes: number;
   concurrency: number;
+  /** skiplock only (the row is skiplock's alone): prefetch/batchSize instead of the defaults. */
+  tuning?: SkiplockTuning;
+}
+
+/** A resident-set sample of a worker process: bytes, and the jobs it had handled by then. */
+export interface MemorySample {
+  rss: number;
+  count: number;
+}
+
+/** What else a drain may do. */
+export interface DrainOptions {
+  /** Jobs per enqueue call before the start (default 5,000). */
+  enqueueChunk?: number;
+  /** Receives each worker process's resident set size every 500 ms (process index, sample). */
+  onMemory?: (process: number, sample: MemorySample) => void;
 }
 
 /**
@@ -38,9 +59,11 @@ export async function drainOnce(
   target: Target,
   jobs: number,
   shape: DrainShape,
+  options: DrainOptions = {},
 ): Promise<number> {
-  for (let from = 0; from < jobs; from += ENQUEUE_CHUNK) {
-    await client.enqueueMany(payloads(Math.min(ENQUEUE_CHUNK, jobs - from), from));
+  const chunk = options.enqueueChunk ?? ENQUEUE_CHUNK;
+  for (let from = 0; from < jobs; from += chunk) {
+    await client.enqueueMany(payloads(Math.min(chunk, jobs - from), from));
   }
   const children = Array.from({ length: shape.processes }, () =>
     fork(WORKER_PROCESS, [], { execArgv: ['--import', 'tsx'], stdio: 'inherit' }),
@@ -68,6 +91,7 @@ export async function drainOnce(
   children.forEach((child, k) => {
     child.on('message', (m: FromWorker) => {
       if (m.type === 'count') counts[k] = m.count;
+      else if (m.type === 'memory') options.onMemory?.(k, { rss: m.rss, count: m.count });
     });
   });
   const send = (m: ToWorker) => {
@@ -75,12 +99,22 @@ export async function drainOnce(
   };
   try {
     const ready = waiting('ready');
-    send({ type: 'init', target, concurrency: shape.concurrency });
+    send({
+      type: 'init',
+      target,
+      concurrency: shape.concurrency,
+      ...(shape.tuning ? { tuning: shape.tuning } : {}),
+      memory: options.onMemory !== undefined,
+    });
     await ready;
     const startedAt = performance.now();
     send({ type: 'go' });
-    const handled = await waitFor(() => counts.reduce((a, b) => a + b, 0) >= jobs, DRAIN_TIMEOUT_MS, 2);
-    const empty = handled && (await waitFor(async () => (await client.remaining()) === 0, 30_000, 5));
+    // A million-job drain (scenario 8) may take longer than the usual limit.
+    const timeoutMs = Math.max(DRAIN_TIMEOUT_MS, jobs);
+    const handled = await waitFor(() => counts.reduce((a, b) => a + b, 0) >= jobs, timeoutMs, 2);
+    // Results may still be on their way once every handler ran: wait for them within the same limit.
+    const resultsMs = Math.max(30_000, timeoutMs - (performance.now() - startedAt));
+    const empty = handled && (await waitFor(async () => (await client.remaining()) === 0, resultsMs, 5));
     const elapsedMs = performance.now() - startedAt;
     if (!empty) {
       const left = await client.remaining();
@@ -97,41 +131,64 @@ export async function drainOnce(
   }
 }
 
-/** The drain shapes of scenario 2. */
+/** The drain shapes of scenario 2 that every system runs; the first is skiplock's defaults. */
 export const DRAIN_SHAPES: readonly DrainShape[] = [
   { processes: 1, concurrency: 10 },
   { processes: 1, concurrency: 50 },
   { processes: 4, concurrency: 50 },
 ];
 
+/**
+ * skiplock-only rows: options beyond the defaults, for "skiplock's best". The
+ * first claims up to 500 jobs at a time, like graphile-worker's local queue.
+ */
+export const TUNED_SHAPES: readonly DrainShape[] = [
+  { processes: 1, concurrency: 50, tuning: { prefetch: 450 } },
+  { processes: 1, concurrency: 200 },
+];
+
 /** Label of a drain shape in the report. */
 export function shapeLabel(shape: DrainShape): string {
-  return `${shape.processes} process${shape.processes > 1 ? 'es' : ''} × concurrency ${shape.concurrency}`;
+  const base = `${shape.processes} process${shape.processes > 1 ? 'es' : ''} × concurrency ${shape.concurrency}`;
+  const tuning = Object.entries(shape.tuning ?? {}).map(([k, v]) => `${k} ${v}`);
+  return tuning.length > 0 ? `${base}, ${tuning.join(', ')}` : base;
+}
+
+/** The jobs of one drain in scenario 2. */
+export function drainJobs(ctx: BenchContext): number {
+  return ctx.smoke ? 2_000 : 20_000;
 }
 
 export const drainScenario: Scenario = {
   id: 2,
   title: 'Drain',
   async run(ctx: BenchContext) {
-    const jobs = 20_000;
+    const jobs = drainJobs(ctx);
+    const scenario = '2. Drain';
+    const unit = 'jobs/s';
+    const prefix = `${jobs.toLocaleString('en-US')} no-op jobs`;
+    const defaults = DRAIN_SHAPES[0]!;
+    const caseOf = (shape: DrainShape) => {
+      if (shape === defaults) return `${prefix}, ${shapeLabel(shape)} (skiplock: defaults)`;
+      if (TUNED_SHAPES.includes(shape)) return `${prefix}, ${shapeLabel(shape)} (skiplock only)`;
+      return `${prefix}, ${shapeLabel(shape)}`;
+    };
+    // Samples by system, then by shape, for the comparison rows below the measured ones.
+    const samples = new Map<string, Map<DrainShape, number[]>>();
     const targets = new Map<BenchSystem, OpenTarget>();
     try {
       // Every system's database exists for the whole scenario, so that runs interleave across systems.
       for (const system of ctx.systems) targets.set(system, await openTarget(ctx, system, 'drain'));
       for (let run = 0; run < ctx.runs; run++) {
-        for (const shape of DRAIN_SHAPES) {
+        for (const shape of [...DRAIN_SHAPES, ...TUNED_SHAPES]) {
           for (const system of ctx.systems) {
+            if (TUNED_SHAPES.includes(shape) && system.name !== 'skiplock') continue;
             const t = targets.get(system)!;
             const value = await drainOnce(t.client, t.target, jobs, shape);
-            ctx.record(
-              {
-                scenario: '2. Drain',
-                case: `${jobs.toLocaleString('en-US')} no-op jobs, ${shapeLabel(shape)}`,
-                unit: 'jobs/s',
-                system: system.name,
-              },
-              value,
-            );
+            ctx.record({ scenario, case: caseOf(shape), unit, system: system.name }, value);
+            const bySystem = samples.get(system.name) ?? new Map<DrainShape, number[]>();
+            samples.set(system.name, bySystem);
+            bySystem.set(shape, [...(bySystem.get(shape) ?? []), value]);
             ctx.log(
               `  drain run ${run + 1}: ${system.name} ${shapeLabel(shape)}: ${Math.round(value)} jobs/s`,
             );
@@ -141,5 +198,40 @@ export const drainScenario: Scenario = {
     } finally {
       for (const t of targets.values()) await t.close();
     }
+
+    // The comparisons the targets are about, as rows of their own: skiplock's
+    // defaults against each peer at 1 × 50, and each system's best row against
+    // skiplock's defaults and skiplock's best.
+    const bestOf = (system: string) => {
+      let best: [DrainShape, number[]] | undefined;
+      for (const [shape, values] of samples.get(system) ?? []) {
+        if (!best || median(values) > median(best[1])) best = [shape, values];
+      }
+      return best;
+    };
+    const fiftyShape = DRAIN_SHAPES[1]!;
+    const bests: string[] = [];
+    for (const [system, bySystem] of samples) {
+      const best = bestOf(system)!;
+      bests.push(`${system} ${shapeLabel(best[0])}`);
+      const isSkiplock = system === 'skiplock';
+      const rows: [string, string, readonly number[] | undefined][] = [
+        [
+          `${prefix}: skiplock defaults (1 × 10) vs each peer at 1 × 50`,
+          'drain.defaults-vs-50',
+          isSkiplock ? bySystem.get(defaults) : bySystem.get(fiftyShape),
+        ],
+        [
+          `${prefix}: skiplock defaults (1 × 10) vs each peer's best row`,
+          'drain.defaults-vs-best',
+          isSkiplock ? bySystem.get(defaults) : best[1],
+        ],
+        [`${prefix}: each system's best row (skiplock's best vs each peer's best)`, 'drain.best', best[1]],
+      ];
+      for (const [kase, tag, values] of rows) {
+        for (const value of values ?? []) ctx.record({ scenario, case: kase, unit, system, tag }, value);
+      }
+    }
+    ctx.note(`scenario 2 best rows (median jobs/s): ${bests.join('; ')}`);
   },
 };

@@ -1,18 +1,20 @@
 /**
  * Scenario 1, enqueue: one job per call (sequential, and 16 callers at once)
- * and one bulk call of 1,000 and of 20,000 jobs. Each run starts from an
- * empty queue.
+ * and one bulk call of 1,000, of 20,000 and of 100,000 jobs. Each run starts
+ * from an empty queue.
  */
 import { type BenchContext, payloads, type Scenario, withTarget } from './scenario.js';
 
 const PARALLEL_CALLERS = 16;
+/** Jobs per bulk call (all three in every mode). */
+export const BULK_SIZES = [1_000, 20_000, 100_000] as const;
 
 export const enqueueScenario: Scenario = {
   id: 1,
   title: 'Enqueue',
   async run(ctx: BenchContext) {
-    const single = ctx.quick ? 500 : 2_000;
-    const parallel = ctx.quick ? 2_000 : 8_000;
+    const single = ctx.smoke ? 100 : ctx.quick ? 500 : 2_000;
+    const parallel = ctx.smoke ? 400 : ctx.quick ? 2_000 : 8_000;
     const scenario = '1. Enqueue';
     const unit = 'jobs/s';
     for (const system of ctx.systems) {
@@ -46,7 +48,7 @@ export const enqueueScenario: Scenario = {
             rate(parallel, start),
           );
 
-          for (const size of [1_000, 20_000]) {
+          for (const size of BULK_SIZES) {
             await client.purge();
             const batch = payloads(size);
             start = performance.now();
@@ -57,6 +59,7 @@ export const enqueueScenario: Scenario = {
                 case: `bulk, one call of ${size.toLocaleString('en-US')}`,
                 unit,
                 system: system.name,
+                tag: `enqueue.bulk.${size}`,
               },
               rate(size, start),
             );

@@ -44,7 +44,7 @@ export const heldSnapshotScenario: Scenario = {
     const holdFromMs = (durationMs - holdMs) / 2;
     const scenario = '6. Held snapshot';
     const label = `steady ${STEADY_RATE} jobs/s, ${durationMs / 1000} s, snapshot held ${holdMs / 1000} s from ${holdFromMs / 1000} s`;
-    const drainJobs = 20_000;
+    const drainJobs = ctx.smoke ? 2_000 : 20_000;
     for (const system of ctx.systems) {
       if (!system.postgres) {
         ctx.note(`held snapshot: ${system.name} skipped (not stored in PostgreSQL)`);
@@ -76,6 +76,16 @@ export const heldSnapshotScenario: Scenario = {
             for (const [name, from, to] of windows) {
               rec(`${label}: achieved rate ${name}`, 'jobs/s', rateIn(result, from, to));
             }
+            ctx.record(
+              {
+                scenario,
+                case: `${label}: achieved rate during / before`,
+                unit: 'ratio',
+                system: system.name,
+                tag: 'snapshot.steady-ratio',
+              },
+              rateIn(result, holdFromMs, holdFromMs + holdMs) / rateIn(result, 0, holdFromMs),
+            );
             for (const [name, from, to] of windows) {
               rec(
                 `${label}: latency p99 ${name}`,
@@ -116,7 +126,16 @@ export const heldSnapshotScenario: Scenario = {
               'jobs/s',
               blocked,
             );
-            rec(`drain ${drainJobs.toLocaleString('en-US')}: held / free`, 'ratio', blocked / free);
+            ctx.record(
+              {
+                scenario,
+                case: `drain ${drainJobs.toLocaleString('en-US')}: snapshot held / no snapshot`,
+                unit: 'ratio',
+                system: system.name,
+                tag: 'snapshot.drain-ratio',
+              },
+              blocked / free,
+            );
             ctx.log(
               `  snapshot run ${run + 1}: ${system.name} during ${Math.round(rateIn(result, holdFromMs, holdFromMs + holdMs))} jobs/s; drain ${Math.round(free)} → ${Math.round(blocked)} jobs/s held`,
             );

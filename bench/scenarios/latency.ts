@@ -1,18 +1,18 @@
 /**
  * Scenario 3, idle latency: a started, idle worker in this process; jobs
- * enqueued one by one 10 ms apart; the time from just before the enqueue call
+ * enqueued one by one 20 ms apart; the time from just before the enqueue call
  * to the handler's start, on this process's clock.
  */
 import { quantile } from '../report.js';
 import { type BenchContext, type Scenario, sleep, waitFor, withTarget } from './scenario.js';
 
-const SPACING_MS = 10;
+const SPACING_MS = 20;
 
 export const latencyScenario: Scenario = {
   id: 3,
   title: 'Idle latency',
   async run(ctx: BenchContext) {
-    const jobs = ctx.quick ? 200 : 500;
+    const jobs = ctx.smoke ? 50 : ctx.quick ? 200 : 500;
     for (const system of ctx.systems) {
       await withTarget(ctx, system, 'latency', async (client) => {
         for (let run = 0; run < ctx.runs; run++) {
@@ -49,6 +49,7 @@ export const latencyScenario: Scenario = {
                 case: `${label}, ${name}`,
                 unit: 'ms (lower is better)',
                 system: system.name,
+                tag: `latency.${name}`,
               },
               quantile(latencies, q),
             );

@@ -8,6 +8,11 @@ export interface BenchContext {
   serverUrl: string;
   /** Fewer and shorter runs. */
   quick: boolean;
+  /**
+   * Tiny sizes that only prove a scenario runs end to end (`BENCH_SMOKE=1`,
+   * implies `quick`); its figures mean nothing.
+   */
+  smoke: boolean;
   /** Runs per figure (≥ 3). */
   runs: number;
   /** The job systems to compare (skiplock first). */

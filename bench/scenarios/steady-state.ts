@@ -113,7 +113,7 @@ export function latenciesIn(run: SteadyRun, fromMs: number, toMs: number): numbe
 
 /** Duration of scenarios 4 and 6. */
 export function steadyDurationMs(ctx: BenchContext): number {
-  return ctx.quick ? 10_000 : 60_000;
+  return ctx.smoke ? 6_000 : ctx.quick ? 10_000 : 60_000;
 }
 
 export const steadyStateScenario: Scenario = {

@@ -18,24 +18,37 @@ const run = promisify(execFile);
 /** The two statements of skiplock's cycle (claim, then delete under the lease), and the one-statement variant. */
 export type Cycle = 'claim+delete' | 'delete';
 
-/** skiplock's claim statement (src/db/queries/jobs.ts), in the default schema. */
+/**
+ * skiplock's claim statement (src/db/queries/claim.ts, one queue), in the
+ * default schema: $1 queue, $2 limit, $3 worker id, $4 visibility timeout,
+ * $5 the worker's kinds.
+ */
 export const CLAIM = `WITH picked AS (
   SELECT id FROM skiplock.jobs
-  WHERE status = 'queued' AND queue = $1 AND run_at <= now()
+  WHERE status = 'queued' AND queue = $1 AND run_at <= now() AND kind = ANY($5::text[])
   ORDER BY priority DESC, run_at
   LIMIT $2
   FOR UPDATE SKIP LOCKED
 )
 UPDATE skiplock.jobs j
-SET status = 'running', locked_at = now(), attempts = j.attempts + 1, locked_by = $3, visibility_timeout_ms = $4
-FROM picked WHERE j.id = picked.id
-RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts, j.created_at`;
+SET status = 'running', locked_at = now(), attempts = j.attempts + 1, lease_seq = j.lease_seq + 1,
+    locked_by = $3, visibility_timeout_ms = $4
+WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
+          j.lease_seq, j.created_at`;
 
-/** skiplock's complete statement for `onSuccess: 'delete'`, in the default schema. */
+/**
+ * skiplock's complete statement for `onSuccess: 'delete'` (src/db/queries/results.ts),
+ * fenced by the lease: $1 ids, $2 attempts, $3 lease numbers, $4 worker id.
+ */
 export const COMPLETE = `DELETE FROM skiplock.jobs j
-USING unnest($1::bigint[], $2::int[]) AS r(id, attempts)
-WHERE j.id = r.id AND j.attempts = r.attempts AND j.status = 'running' AND j.locked_by = $3
-RETURNING j.id`;
+USING unnest($1::bigint[], $2::int[], $3::bigint[]) AS r(id, attempts, lease_seq)
+WHERE j.id = ANY($1::bigint[]) AND j.id = r.id AND j.attempts = r.attempts
+  AND j.lease_seq = r.lease_seq AND j.status = 'running' AND j.locked_by = $4
+RETURNING j.id, j.lease_seq`;
+
+/** The kinds parameter ($5) of {@link CLAIM}: the benchmark's one kind. */
+export const KINDS = ['noop'];
 
 const CLAIM_DELETE = `WITH picked AS (
   SELECT id FROM skiplock.jobs
@@ -75,17 +88,22 @@ export async function prefill(url: string, jobs: number): Promise<void> {
 /**
  * Drains the jobs table with `connections` loops of the bare cycle, each
  * claiming `batch` jobs at a time; returns jobs/s until every loop finds
- * nothing left.
+ * nothing left. `asyncCommit` runs the loops at `synchronous_commit = off`,
+ * as skiplock's worker pool does.
  */
 export async function rawDrain(
   url: string,
   cycle: Cycle,
   batch: number,
   connections: number,
+  asyncCommit = false,
 ): Promise<number> {
   const clients = await Promise.all(
     Array.from({ length: connections }, async () => {
-      const client = new pg.Client({ connectionString: url });
+      const client = new pg.Client({
+        connectionString: url,
+        ...(asyncCommit ? { options: '-c synchronous_commit=off' } : {}),
+      });
       await client.connect();
       return client;
     }),
@@ -106,16 +124,21 @@ export async function rawDrain(
             if (!rowCount) return;
             done += rowCount;
           } else {
-            const { rows } = await client.query<{ id: string; attempts: number }>({
+            const { rows } = await client.query<{ id: string; attempts: number; lease_seq: string }>({
               name: 'claim',
               text: CLAIM,
-              values: ['default', batch, workerId, 300_000],
+              values: ['default', batch, workerId, 300_000, KINDS],
             });
             if (rows.length === 0) return;
+            // Unnamed, like skiplock's results: planned with the batch's real size.
             const { rowCount } = await client.query({
-              name: 'complete',
               text: COMPLETE,
-              values: [rows.map((r) => r.id), rows.map((r) => r.attempts), workerId],
+              values: [
+                rows.map((r) => r.id),
+                rows.map((r) => r.attempts),
+                rows.map((r) => r.lease_seq),
+                workerId,
+              ],
             });
             done += rowCount ?? 0;
           }
@@ -160,14 +183,16 @@ export async function pgbenchDrain(
             .replace('$2', String(batch))
             .replace('$3', "'pgbench'")
             .replace('$4', '300000')
+            .replace('$5::text[]', "ARRAY['noop']")
             .replace('UPDATE skiplock.jobs j', ', claimed AS (UPDATE skiplock.jobs j')
             .replace(
               /\n/g,
               ' ',
-            )}) SELECT coalesce(array_agg(id)::text, '{}') AS ids, coalesce(array_agg(attempts)::text, '{}') AS att FROM claimed \\gset`,
-          `${COMPLETE.replace('$1::bigint[]', ':ids::bigint[]')
+            )}) SELECT coalesce(array_agg(id)::text, '{}') AS ids, coalesce(array_agg(attempts)::text, '{}') AS att, coalesce(array_agg(lease_seq)::text, '{}') AS seq FROM claimed \\gset`,
+          `${COMPLETE.replaceAll('$1::bigint[]', ':ids::bigint[]')
             .replace('$2::int[]', ':att::int[]')
-            .replace('$3', "'pgbench'")
+            .replace('$3::bigint[]', ':seq::bigint[]')
+            .replace('$4', "'pgbench'")
             .replace(/\n/g, ' ')};`,
           '',
         ].join('\n');

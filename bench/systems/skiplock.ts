@@ -1,5 +1,6 @@
 /**
- * skiplock with its default worker settings (only `concurrency` varies).
+ * skiplock with its default worker settings (only `concurrency` varies, and
+ * `prefetch`/`batchSize` in the drain scenario's rows marked as tuned).
  * `SKIPLOCK_BENCH_SRC` points the adapter at another copy of the engine's
  * `src/index.ts`, to compare an engine change against this tree in one run.
  */
@@ -23,7 +24,8 @@ type Jobs = { noop: BenchPayload };
 export const skiplockSystem: BenchSystem = {
   name: 'skiplock',
   postgres: true,
-  settings: 'defaults (batchSize = concurrency, pollIntervalMs 2000, onSuccess delete); pool max 10',
+  settings:
+    'defaults (concurrency as given, prefetch 4 × concurrency while a backlog waits, batchSize concurrency + prefetch, pollIntervalMs 2000, onSuccess delete); pool max 10',
   available: async () => true,
 
   async create(serverUrl, namespace) {
@@ -48,6 +50,7 @@ export const skiplockSystem: BenchSystem = {
       async startWorker(spec) {
         const worker = skiplock.worker({
           concurrency: spec.concurrency,
+          ...spec.tuning,
           handleSignals: false,
           handlers: { noop: (job) => spec.handler(job.payload) },
         });

@@ -19,10 +19,21 @@ export interface BenchPayload {
   i: number;
 }
 
+/**
+ * skiplock's claim options beyond its defaults, for its tuned drain rows; the
+ * peers ignore them (they run with their own documented settings).
+ */
+export interface SkiplockTuning {
+  prefetch?: number;
+  batchSize?: number;
+}
+
 /** Options of a benchmark worker. */
 export interface WorkerSpec {
   /** Handlers running at once in this process. */
   concurrency: number;
+  /** skiplock only: options beyond its defaults (none: defaults). */
+  tuning?: SkiplockTuning;
   /** Runs once per job; resolves when the job is done. */
   handler(payload: BenchPayload): Promise<void> | void;
 }
