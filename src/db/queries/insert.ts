@@ -40,9 +40,9 @@ export class InsertQueries {
                COALESCE($5::timestamptz, now() + COALESCE($6::float8, 0) * interval '1 millisecond'), $7)
        RETURNING ${JOB_COLUMNS}`,
     );
-    // Returns only what the database decided, as one row of arrays: the ids in
-    // input order, and run_at only where it is not the insert time (a delay or a
-    // runAt). Sending payloads back, or a row and two timestamps per job, costs as
+    // Returns only what the database decided: the ids in input order, run_at
+    // only where it is not the insert time (a delay or a runAt), and the insert
+    // time once. Sending payloads back, or a row and two timestamps per job, costs as
     // much as inserting them. Payloads arrive as one JSON array (no per-element
     // array escaping; `json`, whose text may exceed jsonb's 256 MiB as a whole);
     // ROWS FROM zips it with the other columns by position.
@@ -58,8 +58,9 @@ export class InsertQueries {
          ORDER BY r.ord
          RETURNING id, NULLIF(run_at, created_at) AS run_at
        )
-       SELECT array_agg(id ORDER BY id) AS ids, array_agg(run_at ORDER BY id) AS run_ats, now() AS created_at
-       FROM inserted`,
+       SELECT id, run_at, CASE WHEN row_number() OVER (ORDER BY id) = 1 THEN now() END AS created_at
+       FROM inserted
+       ORDER BY id`,
     );
   }
 
@@ -97,13 +98,18 @@ export class InsertQueries {
       delays[i] = j.delayMs;
       maxAttempts[i] = j.maxAttempts;
     }
-    const { rows } = await run<{ ids: string[]; run_ats: (Date | null)[]; created_at: Date }>(
-      db,
-      this.#many,
-      [kinds, queues, `[${payloads.join(',')}]`, priorities, runAts, delays, maxAttempts],
-    );
-    // Identity values follow the insert's ORDER BY, so id order is input order.
-    const { ids, run_ats: runAtsBack, created_at: createdAt } = rows[0]!;
-    return ids.map((id, i) => ({ id, runAt: runAtsBack[i] ?? createdAt, createdAt }));
+    const { rows } = await run<{ id: string; run_at: Date | null; created_at: Date | null }>(db, this.#many, [
+      kinds,
+      queues,
+      `[${payloads.join(',')}]`,
+      priorities,
+      runAts,
+      delays,
+      maxAttempts,
+    ]);
+    // Ids follow the insert's ORDER BY, so id order is input order. The insert
+    // time is sent once (first row); run_at only where it differs from it.
+    const createdAt = rows[0]?.created_at ?? new Date();
+    return rows.map((r) => ({ id: r.id, runAt: r.run_at ?? createdAt, createdAt }));
   }
 }
