@@ -91,6 +91,12 @@ export interface WorkerOptions<Jobs extends JobMap> {
   handleSignals?: boolean;
   /** Id recorded in `locked_by`. @default `<hostname>:<pid>:<random>` */
   workerId?: string;
+  /**
+   * Enqueue the due slots of every schedule (cron), whatever the worker's
+   * queues and handlers. Any number of workers may: each slot still gets one
+   * job. Turn off for workers that should only run jobs. @default true
+   */
+  schedules?: boolean;
 }
 
 /** Worker options after defaults. */
@@ -110,6 +116,7 @@ export interface ResolvedWorkerOptions {
   onSuccess: SuccessPolicy;
   handleSignals: boolean;
   workerId: string | undefined;
+  schedules: boolean;
 }
 
 const positiveInt = (max: number) =>
@@ -150,6 +157,7 @@ const schema = z.strictObject({
     .enum(['delete', 'keep', 'archive'], { error: "must be 'delete', 'keep' or 'archive'" })
     .optional(),
   handleSignals: z.boolean({ error: 'must be a boolean' }).optional(),
+  schedules: z.boolean({ error: 'must be a boolean' }).optional(),
   workerId: z
     .string({ error: 'must be a string' })
     .min(1, { error: 'must not be empty' })
@@ -201,5 +209,6 @@ export function resolveWorkerOptions(options: unknown): ResolvedWorkerOptions {
     onSuccess: parsed.onSuccess ?? 'delete',
     handleSignals: parsed.handleSignals ?? true,
     workerId: parsed.workerId,
+    schedules: parsed.schedules ?? true,
   };
 }

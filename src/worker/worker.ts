@@ -16,6 +16,7 @@ import { LeaseLostError, SchemaVersionError, ShutdownError, SkiplockError } from
 import { Maintainer } from '../maintenance/maintainer.js';
 import { sweeperService } from '../maintenance/sweeper.js';
 import { assertMigrated } from '../migrations/migrator.js';
+import { schedulerService } from '../schedule/scheduler.js';
 import { Completer } from './completer.js';
 import type { WorkerErrorSource, WorkerEvents } from './events.js';
 import { bufferedExecution, type Execution, Executions } from './executions.js';
@@ -166,8 +167,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
           { intervalMs: options.sweepIntervalMs, defaultVisibilityTimeoutMs: options.visibilityTimeoutMs },
           (result) => this.#emit('worker:sweep', result),
         ),
+        ...(options.schedules
+          ? [schedulerService(queries, (error) => this.#reportError(error, 'schedule'))]
+          : []),
       ],
-      onError: (error) => this.#reportError(error, 'sweep'),
+      onError: (error, service) => this.#reportError(error, service),
     });
   }
 

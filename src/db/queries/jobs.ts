@@ -9,6 +9,7 @@ import { InsertQueries } from './insert.js';
 import { InspectQueries } from './inspect.js';
 import { RequeueQueries } from './requeue.js';
 import { ResultQueries } from './results.js';
+import { ScheduleQueries } from './schedules.js';
 import { type SchemaNames, schemaNames } from './schema-names.js';
 import { SweepQueries } from './sweep.js';
 
@@ -21,6 +22,8 @@ export class JobQueries {
   readonly sweep: SweepQueries;
   readonly requeue: RequeueQueries;
   readonly inspect: InspectQueries;
+  /** Statements on the schedules table (cron). */
+  readonly schedules: ScheduleQueries;
 
   constructor(schema: string) {
     this.names = schemaNames(schema);
@@ -30,6 +33,7 @@ export class JobQueries {
     this.sweep = new SweepQueries(this.names);
     this.requeue = new RequeueQueries(this.names);
     this.inspect = new InspectQueries(this.names);
+    this.schedules = new ScheduleQueries(this.names);
   }
 
   /** The LISTEN/NOTIFY channel of this schema. */
