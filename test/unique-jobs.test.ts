@@ -1,0 +1,340 @@
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { PermanentError, type Skiplock, ValidationError } from '../src/index.js';
+import { createTestDatabase, type TestDatabase, waitFor } from './support/database.js';
+
+let db: TestDatabase;
+let skiplock: Skiplock;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  skiplock = db.skiplock();
+});
+afterAll(async () => {
+  await db?.close();
+});
+
+async function jobsWithKey(key: string) {
+  return db.query<{ id: string; status: string; payload: unknown; unique_lock: string | null }>(
+    `SELECT id::text, status, payload, unique_lock FROM ${db.jobs} WHERE unique_key = $1 ORDER BY id`,
+    [key],
+  );
+}
+
+async function lastId(): Promise<bigint> {
+  const [row] = await db.query<{ id: string }>(`SELECT max(id)::text AS id FROM ${db.jobs}`);
+  return BigInt(row!.id);
+}
+
+describe('unique keys', () => {
+  it("a held key returns the holding job with duplicate: true, and spends no id ('skip')", async () => {
+    const first = await skiplock.enqueue('report', { n: 1 }, { uniqueKey: 'skip-1' });
+    expect(first.duplicate).toBe(false);
+    for (let i = 2; i <= 20; i++) {
+      const again = await skiplock.enqueue('report', { n: i }, { uniqueKey: 'skip-1' });
+      expect(again).toEqual({ ...first, duplicate: true });
+    }
+    expect(await jobsWithKey('skip-1')).toEqual([
+      { id: first.id, status: 'queued', payload: { n: 1 }, unique_lock: 'skip-1' },
+    ]);
+    // Nineteen duplicates later the next insert gets the next id.
+    const plain = await skiplock.enqueue('report', { n: 0 });
+    expect(plain.duplicate).toBe(false);
+    expect(BigInt(plain.id)).toBe(BigInt(first.id) + 1n);
+  });
+
+  it('a producer that inserts a key and rolls back lets the waiting producer insert its job', async () => {
+    const holder = new pg.Client({ connectionString: db.url });
+    await holder.connect();
+    try {
+      await holder.query('BEGIN');
+      const mine = await skiplock.enqueue(
+        'report',
+        { from: 'holder' },
+        { uniqueKey: 'rb-1', client: holder },
+      );
+      let settled = false;
+      const waiting = skiplock.enqueue('report', { from: 'other' }, { uniqueKey: 'rb-1' }).finally(() => {
+        settled = true;
+      });
+      // The other insert waits on the uncommitted index entry.
+      await waitFor(
+        async () => {
+          const rows = await db.query<{ n: number }>(
+            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()",
+          );
+          return rows[0]!.n > 0;
+        },
+        10_000,
+        'the second producer to wait on the first',
+      );
+      expect(settled).toBe(false);
+      await holder.query('ROLLBACK');
+      const other = await waiting;
+      expect(other.duplicate).toBe(false);
+      expect(other.id).not.toBe(mine.id);
+      expect(await jobsWithKey('rb-1')).toEqual([
+        { id: other.id, status: 'queued', payload: { from: 'other' }, unique_lock: 'rb-1' },
+      ]);
+    } finally {
+      await holder.end();
+    }
+  });
+
+  it('a producer that commits makes the waiting producer a duplicate of its job', async () => {
+    const holder = new pg.Client({ connectionString: db.url });
+    await holder.connect();
+    try {
+      await holder.query('BEGIN');
+      const mine = await skiplock.enqueue(
+        'report',
+        { from: 'holder' },
+        { uniqueKey: 'commit-1', client: holder },
+      );
+      const waiting = skiplock.enqueue('report', { from: 'other' }, { uniqueKey: 'commit-1' });
+      await new Promise((r) => setImmediate(r));
+      await holder.query('COMMIT');
+      expect(await waiting).toEqual({ ...mine, duplicate: true });
+      expect((await jobsWithKey('commit-1')).map((j) => j.id)).toEqual([mine.id]);
+    } finally {
+      await holder.end();
+    }
+  });
+
+  it('a key whose job succeeded or went dead can be enqueued again by default, not when its states say so', async () => {
+    const ok = await skiplock.enqueue('ok', {}, { uniqueKey: 'again-ok', queue: 'again' });
+    const dead = await skiplock.enqueue(
+      'boom',
+      {},
+      { uniqueKey: 'again-dead', queue: 'again', maxAttempts: 1 },
+    );
+    const failed = await skiplock.enqueue(
+      'fatal',
+      {},
+      { uniqueKey: 'again-failed', queue: 'again', uniqueStates: ['queued', 'running', 'failed'] },
+    );
+    const worker = skiplock.worker({
+      queues: ['again'],
+      onSuccess: 'keep',
+      handleSignals: false,
+      handlers: {
+        ok: async () => {},
+        boom: async () => {
+          throw new Error('boom');
+        },
+        fatal: async () => {
+          throw new PermanentError('no');
+        },
+      },
+    });
+    worker.on('error', () => {});
+    await worker.start();
+    try {
+      await waitFor(
+        async () => {
+          const rows = await db.query<{ n: number }>(
+            `SELECT count(*)::int AS n FROM ${db.jobs} WHERE queue = 'again' AND status IN ('succeeded', 'dead', 'failed')`,
+          );
+          return rows[0]!.n === 3;
+        },
+        20_000,
+        'the three jobs to finish',
+      );
+    } finally {
+      await worker.stop();
+    }
+    const statuses = await db.query(
+      `SELECT id::text, status, unique_lock FROM ${db.jobs} WHERE queue = 'again' ORDER BY id`,
+    );
+    expect(statuses).toEqual([
+      { id: ok.id, status: 'succeeded', unique_lock: null },
+      { id: dead.id, status: 'dead', unique_lock: null },
+      { id: failed.id, status: 'failed', unique_lock: 'again-failed' },
+    ]);
+    const okAgain = await skiplock.enqueue('ok', {}, { uniqueKey: 'again-ok', queue: 'again2' });
+    const deadAgain = await skiplock.enqueue('boom', {}, { uniqueKey: 'again-dead', queue: 'again2' });
+    const failedAgain = await skiplock.enqueue('fatal', {}, { uniqueKey: 'again-failed', queue: 'again2' });
+    expect([okAgain.duplicate, deadAgain.duplicate, failedAgain.duplicate]).toEqual([false, false, true]);
+    expect(failedAgain.id).toBe(failed.id);
+  });
+
+  it('enqueueMany with a key twice in one batch inserts one job and reports one duplicate', async () => {
+    const jobs = await skiplock.enqueueMany([
+      { kind: 'a', payload: { i: 0 }, uniqueKey: 'batch-1' },
+      { kind: 'b', payload: { i: 1 } },
+      { kind: 'a', payload: { i: 2 }, uniqueKey: 'batch-1' },
+      { kind: 'a', payload: { i: 3 }, uniqueKey: 'batch-2' },
+    ]);
+    expect(jobs.map((j) => [j.kind, j.payload, j.duplicate])).toEqual([
+      ['a', { i: 0 }, false],
+      ['b', { i: 1 }, false],
+      ['a', { i: 0 }, true],
+      ['a', { i: 3 }, false],
+    ]);
+    expect(jobs[2]!.id).toBe(jobs[0]!.id);
+    expect((await jobsWithKey('batch-1')).map((j) => j.id)).toEqual([jobs[0]!.id]);
+    // A second batch finds both keys held.
+    const again = await skiplock.enqueueMany([
+      { kind: 'a', payload: {}, uniqueKey: 'batch-2' },
+      { kind: 'a', payload: {}, uniqueKey: 'batch-1' },
+    ]);
+    expect(again.map((j) => [j.id, j.duplicate])).toEqual([
+      [jobs[3]!.id, true],
+      [jobs[0]!.id, true],
+    ]);
+  });
+
+  it('a plain SQL insert with the key obeys the unique index', async () => {
+    const job = await skiplock.enqueue('report', {}, { uniqueKey: 'sql-1' });
+    await expect(
+      db.query(`INSERT INTO ${db.jobs} (kind, unique_key) VALUES ('report', 'sql-1')`),
+    ).rejects.toMatchObject({ code: '23505' });
+    const skipped = await db.query(
+      `INSERT INTO ${db.jobs} (kind, unique_key) VALUES ('report', 'sql-1')
+       ON CONFLICT (unique_lock) WHERE unique_lock IS NOT NULL DO NOTHING RETURNING id`,
+    );
+    expect(skipped).toEqual([]);
+    // A plain SQL job takes the key from the library's producers too.
+    const [row] = await db.query<{ id: string }>(
+      `INSERT INTO ${db.jobs} (kind, unique_key) VALUES ('report', 'sql-2') RETURNING id::text`,
+    );
+    expect(await skiplock.enqueue('report', {}, { uniqueKey: 'sql-2' })).toMatchObject({
+      id: row!.id,
+      duplicate: true,
+    });
+    expect((await jobsWithKey('sql-1')).map((j) => j.id)).toEqual([job.id]);
+  });
+
+  it("'replace' rewrites a queued duplicate (debounce) and leaves a running one alone", async () => {
+    const first = await skiplock.enqueue(
+      'debounce',
+      { v: 1 },
+      { uniqueKey: 'rep-1', queue: 'rep', delayMs: 60_000 },
+    );
+    const runAt = new Date(Date.now() + 3_600_000);
+    const replaced = await skiplock.enqueue(
+      'debounce',
+      { v: 2 },
+      { uniqueKey: 'rep-1', queue: 'rep', onConflict: 'replace', runAt, priority: 7, maxAttempts: 3 },
+    );
+    expect(replaced).toEqual({
+      ...first,
+      payload: { v: 2 },
+      runAt,
+      priority: 7,
+      maxAttempts: 3,
+      duplicate: true,
+    });
+
+    // Make it due, and let a worker hold it running.
+    await db.query(`UPDATE ${db.jobs} SET run_at = now() WHERE id = $1`, [first.id]);
+    let release: () => void = () => {};
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    const worker = skiplock.worker({
+      queues: ['rep'],
+      handleSignals: false,
+      onSuccess: 'keep',
+      handlers: { debounce: () => held },
+    });
+    worker.on('error', () => {});
+    await worker.start();
+    try {
+      await waitFor(
+        async () => (await jobsWithKey('rep-1'))[0]?.status === 'running',
+        10_000,
+        'the job to run',
+      );
+      const onRunning = await skiplock.enqueue(
+        'debounce',
+        { v: 3 },
+        { uniqueKey: 'rep-1', queue: 'rep', onConflict: 'replace', delayMs: 0, priority: 1 },
+      );
+      expect(onRunning).toMatchObject({ id: first.id, payload: { v: 2 }, priority: 7, duplicate: true });
+      const [row] = await db.query(`SELECT payload, priority, max_attempts FROM ${db.jobs} WHERE id = $1`, [
+        first.id,
+      ]);
+      expect(row).toEqual({ payload: { v: 2 }, priority: 7, max_attempts: 3 });
+    } finally {
+      release();
+      await worker.stop();
+    }
+  });
+
+  it("uniqueStates ['queued'] frees the key when the job starts (one waiting, one running)", async () => {
+    const first = await skiplock.enqueue(
+      'slow',
+      {},
+      { uniqueKey: 'q-1', queue: 'qonly', uniqueStates: ['queued'] },
+    );
+    let release: () => void = () => {};
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    const worker = skiplock.worker({
+      queues: ['qonly'],
+      handleSignals: false,
+      handlers: { slow: () => held },
+    });
+    worker.on('error', () => {});
+    await worker.start();
+    try {
+      await waitFor(
+        async () => (await jobsWithKey('q-1'))[0]?.status === 'running',
+        10_000,
+        'the job to run',
+      );
+      const second = await skiplock.enqueue(
+        'slow',
+        {},
+        { uniqueKey: 'q-1', queue: 'other', uniqueStates: ['queued'] },
+      );
+      const third = await skiplock.enqueue(
+        'slow',
+        {},
+        { uniqueKey: 'q-1', queue: 'other', uniqueStates: ['queued'] },
+      );
+      expect([second.duplicate, third.duplicate, third.id]).toEqual([false, true, second.id]);
+      expect(second.id).not.toBe(first.id);
+    } finally {
+      release();
+      await worker.stop();
+    }
+  });
+
+  it('refuses bad unique options, naming the field, and inserts nothing', async () => {
+    const before = await lastId();
+    const cases: [() => Promise<unknown>, string][] = [
+      [() => skiplock.enqueue('k', {}, { uniqueKey: '' }), 'options.uniqueKey'],
+      [() => skiplock.enqueue('k', {}, { uniqueKey: 7 as never }), 'options.uniqueKey'],
+      [
+        () => skiplock.enqueue('k', {}, { uniqueKey: 'x', uniqueStates: ['running'] }),
+        'options.uniqueStates',
+      ],
+      [
+        () => skiplock.enqueue('k', {}, { uniqueKey: 'x', uniqueStates: ['queued', 'nope' as never] }),
+        'options.uniqueStates[1]',
+      ],
+      [
+        () => skiplock.enqueue('k', {}, { uniqueKey: 'x', onConflict: 'merge' as never }),
+        'options.onConflict',
+      ],
+      [() => skiplock.enqueue('k', {}, { onConflict: 'replace' }), 'options.onConflict'],
+      [
+        () =>
+          skiplock.enqueueMany([
+            { kind: 'k', payload: {} },
+            { kind: 'k', payload: {}, uniqueStates: [] },
+          ]),
+        'jobs[1].uniqueStates',
+      ],
+    ];
+    for (const [call, field] of cases) {
+      const error = await call().catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(ValidationError);
+      expect((error as ValidationError).field).toBe(field);
+    }
+    expect(await lastId()).toBe(before);
+  });
+});
