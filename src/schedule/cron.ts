@@ -5,7 +5,9 @@
  *
  * Daylight saving: a slot in the skipped hour runs once, at the first valid
  * instant after it (`30 2 * * *` in Europe/Berlin runs at 03:00 on the spring
- * day); a slot in the repeated hour runs once, at its first occurrence.
+ * day); a slot at a fixed time in the repeated hour runs once, at its first
+ * occurrence. A rule with a wildcard hour (`0 * * * *`) keeps its interval:
+ * one slot per elapsed hour, the repeated hour included.
  */
 import { Cron } from 'croner';
 import { ValidationError } from '../errors.js';
