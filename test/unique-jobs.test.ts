@@ -16,7 +16,7 @@ afterAll(async () => {
 
 async function jobsWithKey(key: string) {
   return db.query<{ id: string; status: string; payload: unknown; unique_lock: string | null }>(
-    `SELECT id::text, status, payload, unique_lock FROM ${db.jobs} WHERE unique_key = $1 ORDER BY id`,
+    `SELECT id::text, status, payload, unique_lock FROM ${db.jobs} WHERE unique_key = $1 ORDER BY id::bigint`,
     [key],
   );
 }
@@ -144,7 +144,7 @@ describe('unique keys', () => {
       await worker.stop();
     }
     const statuses = await db.query(
-      `SELECT id::text, status, unique_lock FROM ${db.jobs} WHERE queue = 'again' ORDER BY id`,
+      `SELECT id::text, status, unique_lock FROM ${db.jobs} WHERE queue = 'again' ORDER BY id::bigint`,
     );
     expect(statuses).toEqual([
       { id: ok.id, status: 'succeeded', unique_lock: null },
