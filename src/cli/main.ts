@@ -12,7 +12,10 @@ import { enqueueCommand } from './commands/enqueue.js';
 import { jobsCommand } from './commands/jobs.js';
 import { migrateCommand } from './commands/migrate.js';
 import { requeueCommand } from './commands/requeue.js';
+import { scheduleCommand } from './commands/schedule.js';
+import { schedulesCommand } from './commands/schedules.js';
 import { statsCommand } from './commands/stats.js';
+import { unscheduleCommand } from './commands/unschedule.js';
 import { workerCommand } from './commands/worker.js';
 import { UsageError } from './usage-error.js';
 
@@ -45,6 +48,9 @@ for (const command of [
   statsCommand(),
   jobsCommand(),
   requeueCommand(),
+  schedulesCommand(),
+  scheduleCommand(),
+  unscheduleCommand(),
   demoCommand(),
   devCommand(),
 ]) {
@@ -85,9 +91,9 @@ function report(error: unknown): number {
 
 /** The flag or argument a library field came from: `worker.heartbeatIntervalMs` → `--heartbeat-interval-ms`. */
 function flagOf(field: string): string {
-  if (field === 'kind') return 'KIND';
+  if (field === 'kind' || field === 'cron' || field === 'name') return field.toUpperCase();
   if (/^payload($|[.[])/.test(field)) return `PAYLOAD_JSON${field.slice('payload'.length)}`;
-  const name = field.replace(/^worker\./, '').replace(/^queues\[\d+\]$/, 'queue');
+  const name = field.replace(/^(worker|options)\./, '').replace(/^queues\[\d+\]$/, 'queue');
   if (/^[a-z][a-zA-Z]*$/.test(name)) return `--${name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
   return field;
 }
