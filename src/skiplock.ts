@@ -10,7 +10,7 @@ import { JobQueries } from './db/queries/jobs.js';
 import { assertSchemaName, DEFAULT_SCHEMA } from './db/sql.js';
 import { SkiplockError, ValidationError } from './errors.js';
 import { DEFAULT_VISIBILITY_TIMEOUT_MS } from './job/defaults.js';
-import type { Job, JobMap, JobRecord } from './job/job.js';
+import type { JobMap, JobRecord } from './job/job.js';
 import type { EnqueuedJob } from './job/unique.js';
 import { type SweepResult, sweep as sweepOnce } from './maintenance/sweeper.js';
 import { type MigrateResult, migrate } from './migrations/migrator.js';

@@ -142,6 +142,7 @@ describe('migrations', () => {
       expect(rows).toEqual([
         { version: 1, name: 'jobs' },
         { version: 2, name: 'wake_up' },
+        { version: 3, name: 'unique_schedules' },
       ]);
     } finally {
       await fresh.close();

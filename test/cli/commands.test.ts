@@ -17,7 +17,7 @@ describe('skiplock CLI commands', () => {
   it('migrates, and a second migrate changes nothing', async () => {
     const first = await runCli(['migrate', ...conn, '--json']);
     expect(first.code, first.stderr).toBe(0);
-    expect(JSON.parse(first.stdout)).toEqual({ schema: TEST_SCHEMA, applied: [1, 2], version: 2 });
+    expect(JSON.parse(first.stdout)).toEqual({ schema: TEST_SCHEMA, applied: [1, 2, 3], version: 3 });
     // A URL with a password (the test servers trust local connections, so any password works).
     const withPassword = new URL(db.url);
     withPassword.password = 's3cret-pw';
