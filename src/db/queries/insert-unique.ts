@@ -1,7 +1,7 @@
 /**
  * Inserting jobs that carry a unique key: a shape of its own, so the plain
  * insert stays as it was. The unique index on `unique_lock` (migration 0003)
- * decides; these statements only ask it. Keys go in sorted order, so two
+ * decides; these statements only ask it. Keys go in one fixed (byte) order, so two
  * batches that share keys wait on each other instead of deadlocking.
  */
 import type { UniqueSpec } from '../../job/unique.js';
@@ -47,7 +47,7 @@ export class UniqueInsertQueries {
                    $8::text[], $9::text[])
             AS r(kind, queue, payload, priority, run_at, delay_ms, max_attempts, unique_key, unique_states)
        WHERE NOT EXISTS (SELECT 1 FROM ${names.jobs} h WHERE h.unique_lock = r.unique_key)
-       ORDER BY r.unique_key
+       ORDER BY r.unique_key COLLATE "C"
        ON CONFLICT (unique_lock) WHERE unique_lock IS NOT NULL DO NOTHING
        RETURNING ${JOB_COLUMNS}, unique_key, false AS replaced`,
     );
