@@ -2,7 +2,7 @@
  * A worker that only schedules, in a process of its own: no handlers, so it
  * claims nothing and the jobs its scheduler enqueues stay for the test to
  * count. Configured by SKIPLOCK_URL and SKIPLOCK_SCHEMA. Sends 'ready' over
- * IPC once started; stops gracefully on SIGTERM.
+ * IPC once started, then `{ now }` (its wall clock); stops gracefully on SIGTERM.
  */
 import pg from 'pg';
 import { Skiplock } from '../../src/index.js';
@@ -19,3 +19,5 @@ worker.on('worker:stop', () => {
 });
 await worker.start();
 process.send?.('ready');
+// What this process takes for now, so a test can see a clock set ahead.
+process.send?.({ now: Date.now() });
