@@ -230,4 +230,45 @@ describe('the scheduler', () => {
     expect(seconds).toEqual(seconds.map((_, i) => seconds[0]! + i));
     expect(jobs.filter((j) => j.early)).toEqual([]);
   });
+
+  it("overlap 'skip': a job slower than its 1-second interval never piles up", async () => {
+    let release: () => void = () => {};
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    const worker = skiplock.worker({
+      queues: ['slow'],
+      handleSignals: false,
+      handlers: { slow: () => held },
+    });
+    worker.on('error', () => {});
+    await skiplock.schedule('slow', '* * * * * *', 'slow', {}, { queue: 'slow' });
+    await worker.start();
+    try {
+      const first = await waitFor(
+        async () =>
+          (
+            await db.query<{ run_at: Date }>(
+              `SELECT run_at FROM ${db.jobs} WHERE kind = 'slow' AND status = 'running'`,
+            )
+          )[0]?.run_at,
+        15_000,
+        'the first job to run',
+      );
+      await waitFor(
+        async () => {
+          const [row] = await db.query<{ next_run_at: Date }>(`SELECT next_run_at FROM ${schedules}`);
+          return row!.next_run_at.getTime() >= first.getTime() + 4000;
+        },
+        15_000,
+        'three more slots to pass',
+      );
+      expect(await db.query(`SELECT run_at, status FROM ${db.jobs} WHERE kind = 'slow'`)).toEqual([
+        { run_at: first, status: 'running' },
+      ]);
+    } finally {
+      release();
+      await worker.stop();
+    }
+  });
 });
