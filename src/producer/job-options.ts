@@ -131,7 +131,19 @@ export function toNewJob(
 }
 
 /** Fields of an `enqueueMany` item that the fast check knows. */
-const ITEM_KEYS = new Set(['kind', 'payload', 'queue', 'priority', 'runAt', 'delayMs', 'maxAttempts']);
+const ITEM_KEYS = new Set([
+  'kind',
+  'payload',
+  'queue',
+  'priority',
+  'runAt',
+  'delayMs',
+  'maxAttempts',
+  // Checked by toUniqueSpec on every path.
+  'uniqueKey',
+  'uniqueStates',
+  'onConflict',
+]);
 
 /**
  * The row for item `index` of `enqueueMany`. Items of the usual shape are
