@@ -105,16 +105,21 @@ export function schedulerService(
   onError: (error: SkiplockError) => void,
   onTurn: (turn: SchedulerTurn) => void = () => {},
 ): MaintenanceService {
-  let intervalMs = SCHEDULE_CHECK_MS;
+  // The maintainer reads intervalMs once after each turn. After a turn of its
+  // own it waits for the next slot; after one another process took (the lock
+  // was held), it waits the full check interval, not a stale short one.
+  let nextIntervalMs = SCHEDULE_CHECK_MS;
   return {
     name: 'schedule',
     get intervalMs() {
+      const intervalMs = nextIntervalMs;
+      nextIntervalMs = SCHEDULE_CHECK_MS;
       return intervalMs;
     },
     async run(client) {
       const turn = await runDueSchedules(client, queries, onError);
       const until = turn.untilNextMs;
-      intervalMs =
+      nextIntervalMs =
         until === null ? SCHEDULE_CHECK_MS : Math.min(SCHEDULE_CHECK_MS, Math.max(1, Math.ceil(until)));
       if (turn.enqueued > 0) onTurn(turn);
     },

@@ -93,7 +93,7 @@ export class ScheduleQueries {
     );
     this.#untilNext = names.statement(
       'schedule_until_next',
-      `SELECT (EXTRACT(EPOCH FROM min(next_run_at) - now()) * 1000)::float8 AS ms FROM ${table}`,
+      `SELECT (EXTRACT(EPOCH FROM min(next_run_at) - clock_timestamp()) * 1000)::float8 AS ms FROM ${table}`,
     );
   }
 
@@ -152,7 +152,10 @@ export class ScheduleQueries {
     await run(db, this.#advance, [name, nextRunAt, last?.runAt ?? null, last?.jobId ?? null]);
   }
 
-  /** Milliseconds from the database's now to the earliest next slot (negative: due), or null without schedules. */
+  /**
+   * Milliseconds from the database's clock (this instant, not the transaction's
+   * start) to the earliest next slot (negative: due), or null without schedules.
+   */
   async untilNext(db: Queryable): Promise<number | null> {
     const { rows } = await run<{ ms: number | null }>(db, this.#untilNext, []);
     return rows[0]?.ms ?? null;
