@@ -29,7 +29,7 @@ describe('skiplock CLI commands', () => {
       TEST_SCHEMA,
     ]);
     expect(second.code, second.stderr).toBe(0);
-    expect(second.stdout).toMatch(/up to date \(version 1\)/);
+    expect(second.stdout).toMatch(/up to date \(version 3\)/);
     // Which database is used goes to stderr, password masked.
     expect(second.stderr).toMatch(/skiplock: database postgres:\/\/postgres:\*\*\*\*@/);
     expect(second.stderr).not.toContain('s3cret-pw');
