@@ -271,4 +271,38 @@ describe('the scheduler', () => {
       await worker.stop();
     }
   });
+
+  it('keeps enqueueing every slot after every connection to the database is terminated', async () => {
+    const worker = skiplock.worker({ handlers: {}, handleSignals: false });
+    const errors: string[] = [];
+    worker.on('error', (error, source) => errors.push(`${source}: ${error.message}`));
+    await skiplock.schedule(
+      'through',
+      '* * * * * *',
+      'through',
+      {},
+      {
+        overlap: 'allow',
+        catchUp: 'all',
+        catchUpMs: 60_000,
+      },
+    );
+    await worker.start();
+    try {
+      await waitFor(async () => (await jobsOf('through')).length >= 2, 15_000, 'two slots before');
+      const [cut] = await db.query<{ at: Date }>(
+        `SELECT now() AS at, count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()`,
+      );
+      await waitFor(
+        async () => (await jobsOf('through')).filter((j) => j.run_at > cut!.at).length >= 3,
+        20_000,
+        `three slots after the connections were cut (errors: ${errors.join('; ')})`,
+      );
+    } finally {
+      await worker.stop();
+    }
+    const seconds = (await jobsOf('through')).map((j) => j.run_at.getTime() / 1000);
+    expect(seconds).toEqual(seconds.map((_, i) => seconds[0]! + i));
+  });
 });
