@@ -135,15 +135,12 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   /**
    * Enqueues one job. With `options.client`, the insert runs on the caller's
    * connection and commits or rolls back with its transaction; workers are
-   * woken on commit.
+   * woken on commit. With `options.uniqueKey`, a job already holding the key is
+   * returned instead, with `duplicate: true`.
    *
    * @param kind - the job's kind (non-empty; any text).
-   * With `options.uniqueKey`, a job holding the key already (in its
-   * `uniqueStates`) is returned instead, with `duplicate: true`.
-   *
    * @param payload - JSON arguments; `undefined` means `{}`.
-   * @returns the job as inserted (id, runAt on the database clock, …), or the
-   *   one holding its unique key (`duplicate: true`).
+   * @returns the job as inserted (id, runAt on the database clock, …), or the key's holder.
    * @throws {ValidationError} naming the field (`kind`, `payload.x`, `options.maxAttempts`…); nothing is inserted.
    * @throws {DatabaseError} from the database.
    */
@@ -153,10 +150,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
     options: EnqueueOptions = {},
   ): Promise<EnqueuedJob<Kind, Jobs[Kind]>> {
     this.#assertOpen();
-    return (await enqueueOne(this.#queries, this.#pool, kind, payload, options)) as EnqueuedJob<
-      Kind,
-      Jobs[Kind]
-    >;
+    return (await enqueueOne(this.#queries, this.#pool, kind, payload, options)) as never;
   }
 
   /**
@@ -173,10 +167,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
     options: ClientOption = {},
   ): Promise<EnqueuedJob<keyof Jobs & string, Jobs[keyof Jobs & string]>[]> {
     this.#assertOpen();
-    return (await enqueueMany(this.#queries, this.#pool, jobs, options)) as EnqueuedJob<
-      keyof Jobs & string,
-      Jobs[keyof Jobs & string]
-    >[];
+    return (await enqueueMany(this.#queries, this.#pool, jobs, options)) as never;
   }
 
   /**
@@ -199,11 +190,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
     return schedule(this.#queries, this.#pool, name, cron, kind, payload, options);
   }
 
-  /**
-   * Removes the schedule `name` (jobs it enqueued stay); true when it existed.
-   *
-   * @throws {ValidationError} (field `name`) for an empty name.
-   */
+  /** Removes the schedule `name` (its jobs stay); true when it existed. @throws {ValidationError} for an empty name. */
   async unschedule(name: string, options: ClientOption = {}): Promise<boolean> {
     this.#assertOpen();
     return unschedule(this.#queries, this.#pool, name, options);
