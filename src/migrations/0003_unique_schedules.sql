@@ -13,7 +13,9 @@ ALTER TABLE jobs
   ADD COLUMN unique_states text[],
   ADD COLUMN unique_lock   text,
   -- A job is inserted queued, so a key it can hold must be held while queued.
-  ADD CONSTRAINT jobs_unique_states_chk CHECK ('queued' = ANY (unique_states));
+  -- NOT VALID: existing rows have no states, so skip scanning them under the
+  -- migration's lock; the check holds for every new or updated row.
+  ADD CONSTRAINT jobs_unique_states_chk CHECK ('queued' = ANY (unique_states)) NOT VALID;
 
 CREATE UNIQUE INDEX jobs_unique_lock_idx
   ON jobs (unique_lock)
@@ -21,7 +23,9 @@ CREATE UNIQUE INDEX jobs_unique_lock_idx
 
 -- Any insert with a key (the library, psql, another language) takes the key
 -- here, before the unique index is checked, so a plain SQL insert obeys it too.
-CREATE FUNCTION jobs_unique_take() RETURNS trigger LANGUAGE plpgsql AS $$
+-- search_path is pinned so a caller's search_path cannot redirect what they call.
+CREATE FUNCTION jobs_unique_take() RETURNS trigger LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
   IF NEW.unique_key IS NOT NULL THEN
     NEW.unique_states := COALESCE(NEW.unique_states, ARRAY['queued', 'running']);
@@ -43,7 +47,8 @@ CREATE TRIGGER jobs_unique_take
 -- with a WHEN clause costs rows without a key only the WHEN test (a BEFORE
 -- trigger would lock every updated row once more); only keyed rows pay the
 -- second update, which sets no status and so does not fire this again.
-CREATE FUNCTION jobs_unique_release() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION jobs_unique_release() RETURNS trigger LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
   EXECUTE pg_catalog.format('UPDATE %I.%I SET unique_lock = NULL WHERE id = $1', TG_TABLE_SCHEMA, TG_TABLE_NAME)
     USING NEW.id;
