@@ -32,3 +32,15 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE :"schema".jobs TO :"worker_role";
 
 -- Worker with onSuccess 'archive': the archive insert returns the ids it moved.
 GRANT SELECT, INSERT ON TABLE :"schema".jobs_archive TO :"worker_role";
+
+-- A producer that enqueues with onConflict 'replace' (debounce) rewrites the
+-- payload, priority, run_at and max_attempts of a queued job holding the same
+-- unique key. That takes the grant below, which also lets it lock job rows
+-- (SELECT … FOR UPDATE), so it is not given by default; uncomment it if your
+-- producers debounce:
+-- GRANT UPDATE (payload, priority, run_at, max_attempts) ON TABLE :"schema".jobs TO :"producer_role";
+
+-- Schedules: the producer creates, updates, lists and removes them; a worker's
+-- scheduler locks due schedules (SELECT … FOR UPDATE) and advances them.
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE :"schema".schedules TO :"producer_role";
+GRANT SELECT, UPDATE ON TABLE :"schema".schedules TO :"worker_role";

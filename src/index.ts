@@ -15,8 +15,16 @@ export {
 export { BACKOFF_CAP_MS, backoffDelayMs } from './job/backoff.js';
 export { DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, DEFAULT_VISIBILITY_TIMEOUT_MS } from './job/defaults.js';
 export { JOB_STATUSES, type Job, type JobMap, type JobRecord, type JobStatus } from './job/job.js';
+export {
+  type ConflictMode,
+  DEFAULT_UNIQUE_STATES,
+  type EnqueuedJob,
+  type UniqueOptions,
+} from './job/unique.js';
 export type { SweepResult } from './maintenance/sweeper.js';
 export type { MigrateResult } from './migrations/migrator.js';
+export type { CatchUp } from './schedule/cron.js';
+export type { Overlap, ScheduleInfo, ScheduleOptions } from './schedule/schedule-options.js';
 export {
   type ClientOption,
   type EnqueueManyItem,

@@ -10,7 +10,8 @@ import { JobQueries } from './db/queries/jobs.js';
 import { assertSchemaName, DEFAULT_SCHEMA } from './db/sql.js';
 import { SkiplockError, ValidationError } from './errors.js';
 import { DEFAULT_VISIBILITY_TIMEOUT_MS } from './job/defaults.js';
-import type { Job, JobMap, JobRecord } from './job/job.js';
+import type { JobMap, JobRecord } from './job/job.js';
+import type { EnqueuedJob } from './job/unique.js';
 import { type SweepResult, sweep as sweepOnce } from './maintenance/sweeper.js';
 import { type MigrateResult, migrate } from './migrations/migrator.js';
 import {
@@ -25,6 +26,8 @@ import {
 import { parseOptions } from './options.js';
 import { enqueueMany, enqueueOne } from './producer/enqueue.js';
 import type { ClientOption, EnqueueOptions, JobOptions } from './producer/job-options.js';
+import type { ScheduleInfo, ScheduleOptions } from './schedule/schedule-options.js';
+import { listSchedules, schedule, unschedule } from './schedule/schedules.js';
 import { resolveWorkerOptions, type WorkerOptions } from './worker/options.js';
 import { Worker } from './worker/worker.js';
 
@@ -132,11 +135,12 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   /**
    * Enqueues one job. With `options.client`, the insert runs on the caller's
    * connection and commits or rolls back with its transaction; workers are
-   * woken on commit.
+   * woken on commit. With `options.uniqueKey`, a job already holding the key is
+   * returned instead, with `duplicate: true`.
    *
    * @param kind - the job's kind (non-empty; any text).
    * @param payload - JSON arguments; `undefined` means `{}`.
-   * @returns the job as inserted (id, runAt on the database clock, …).
+   * @returns the job as inserted (id, runAt on the database clock, …), or the key's holder.
    * @throws {ValidationError} naming the field (`kind`, `payload.x`, `options.maxAttempts`…); nothing is inserted.
    * @throws {DatabaseError} from the database.
    */
@@ -144,15 +148,16 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
     kind: Kind,
     payload: Jobs[Kind],
     options: EnqueueOptions = {},
-  ): Promise<Job<Kind, Jobs[Kind]>> {
+  ): Promise<EnqueuedJob<Kind, Jobs[Kind]>> {
     this.#assertOpen();
-    return (await enqueueOne(this.#queries, this.#pool, kind, payload, options)) as Job<Kind, Jobs[Kind]>;
+    return (await enqueueOne(this.#queries, this.#pool, kind, payload, options)) as never;
   }
 
   /**
    * Enqueues many jobs in one statement (all or none), in input order. Each
    * returned job carries the payload as given and what the database decided
-   * (id, runAt, createdAt).
+   * (id, runAt, createdAt). An item whose unique key is held comes back as the
+   * holding job with `duplicate: true`; a key given twice is inserted once.
    *
    * @throws {ValidationError} naming the item and field (`jobs[3].delayMs`); nothing is inserted.
    * @throws {DatabaseError} from the database.
@@ -160,12 +165,41 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   async enqueueMany(
     jobs: EnqueueManyItem<Jobs>[],
     options: ClientOption = {},
-  ): Promise<Job<keyof Jobs & string, Jobs[keyof Jobs & string]>[]> {
+  ): Promise<EnqueuedJob<keyof Jobs & string, Jobs[keyof Jobs & string]>[]> {
     this.#assertOpen();
-    return (await enqueueMany(this.#queries, this.#pool, jobs, options)) as Job<
-      keyof Jobs & string,
-      Jobs[keyof Jobs & string]
-    >[];
+    return (await enqueueMany(this.#queries, this.#pool, jobs, options)) as never;
+  }
+
+  /**
+   * Creates or updates the schedule `name`: workers enqueue one job of `kind`
+   * per slot of `cron` (5 or 6 fields, or `@hourly`…), read in
+   * `options.timezone`, with run_at = the slot (database clock).
+   *
+   * @example
+   * await skiplock.schedule('nightly-report', '30 2 * * *', 'send_report', {}, { timezone: 'Europe/Berlin' });
+   * @throws {ValidationError} naming the field (`cron`, `options.timezone`, `kind`…); nothing is stored.
+   */
+  async schedule<Kind extends keyof Jobs & string>(
+    name: string,
+    cron: string,
+    kind: Kind,
+    payload: Jobs[Kind],
+    options: ScheduleOptions = {},
+  ): Promise<ScheduleInfo> {
+    this.#assertOpen();
+    return schedule(this.#queries, this.#pool, name, cron, kind, payload, options);
+  }
+
+  /** Removes the schedule `name` (its jobs stay); true when it existed. @throws {ValidationError} for an empty name. */
+  async unschedule(name: string, options: ClientOption = {}): Promise<boolean> {
+    this.#assertOpen();
+    return unschedule(this.#queries, this.#pool, name, options);
+  }
+
+  /** Every schedule, by name, with its next slot (`nextRunAt`). */
+  async schedules(options: ClientOption = {}): Promise<ScheduleInfo[]> {
+    this.#assertOpen();
+    return listSchedules(this.#queries, this.#pool, options);
   }
 
   /**

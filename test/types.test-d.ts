@@ -1,5 +1,5 @@
 import { describe, expectTypeOf, it } from 'vitest';
-import type { Job, Skiplock, Worker } from '../src/index.js';
+import type { EnqueuedJob, Skiplock, Worker } from '../src/index.js';
 
 type Jobs = {
   send_invoice_email: { orderId: number };
@@ -10,7 +10,7 @@ declare const skiplock: Skiplock<Jobs>;
 describe('the kind → payload map', () => {
   it('types enqueue', () => {
     expectTypeOf(skiplock.enqueue('send_invoice_email', { orderId: 1 })).resolves.toEqualTypeOf<
-      Job<'send_invoice_email', { orderId: number }>
+      EnqueuedJob<'send_invoice_email', { orderId: number }>
     >();
     // @ts-expect-error: wrong payload type
     void skiplock.enqueue('send_invoice_email', { orderId: '1' });

@@ -68,9 +68,9 @@ export function commanderOutputError(text: string, write: (text: string) => void
 
 /** The flag or argument a library field came from: `worker.heartbeatIntervalMs` → `--heartbeat-interval-ms`. */
 function flagOf(field: string): string {
-  if (field === 'kind') return 'KIND';
+  if (field === 'kind' || field === 'cron' || field === 'name') return field.toUpperCase();
   if (/^payload($|[.[])/.test(field)) return `PAYLOAD_JSON${field.slice('payload'.length)}`;
-  const name = field.replace(/^worker\./, '').replace(/^queues\[\d+\]$/, 'queue');
+  const name = field.replace(/^(worker|options)\./, '').replace(/^queues\[\d+\]$/, 'queue');
   if (/^[a-z][a-zA-Z]*$/.test(name)) return `--${name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
   return field;
 }

@@ -13,7 +13,10 @@ import { enqueueCommand } from './commands/enqueue.js';
 import { jobsCommand } from './commands/jobs.js';
 import { migrateCommand } from './commands/migrate.js';
 import { requeueCommand } from './commands/requeue.js';
+import { scheduleCommand } from './commands/schedule.js';
+import { schedulesCommand } from './commands/schedules.js';
 import { statsCommand } from './commands/stats.js';
+import { unscheduleCommand } from './commands/unschedule.js';
 import { workerCommand } from './commands/worker.js';
 import { commanderOutputError, reportError } from './error-report.js';
 
@@ -48,6 +51,9 @@ for (const command of [
   jobsCommand(),
   requeueCommand(),
   dashboardCommand(),
+  schedulesCommand(),
+  scheduleCommand(),
+  unscheduleCommand(),
   demoCommand(),
   devCommand(),
 ]) {

@@ -4,10 +4,14 @@
  * caller's transaction, and wake workers only on commit).
  */
 import type pg from 'pg';
+import { type Queryable, withTransaction } from '../db/executor.js';
+import type { NewJob } from '../db/queries/insert.js';
 import type { JobQueries } from '../db/queries/jobs.js';
 import { ValidationError } from '../errors.js';
-import { type Job, toJob } from '../job/job.js';
+import { toJob } from '../job/job.js';
+import type { EnqueuedJob } from '../job/unique.js';
 import { parseOptions } from '../options.js';
+import { enqueueUnique, isUnique } from './enqueue-unique.js';
 import {
   clientOptionsSchema,
   type EnqueueOptions,
@@ -17,7 +21,8 @@ import {
 } from './job-options.js';
 
 /**
- * Validates and inserts one job.
+ * Validates and inserts one job; with a unique key, returns the job holding
+ * the key instead when there is one (`duplicate: true`).
  *
  * @throws {ValidationError} naming the field (`kind`, `payload.x`, `options.maxAttempts`…); nothing is inserted.
  * @throws {DatabaseError} from the database.
@@ -28,17 +33,20 @@ export async function enqueueOne(
   kind: unknown,
   payload: unknown,
   options: EnqueueOptions,
-): Promise<Job> {
+): Promise<EnqueuedJob> {
   const parsed = parseOptions(enqueueOptionsSchema, options, 'options');
   const job = toNewJob(kind, payload, parsed, { kind: 'kind', payload: 'payload', options: 'options.' });
-  return toJob(await queries.insert.one(parsed.client ?? pool, job));
+  if (isUnique(job)) return (await enqueueUnique(queries, parsed.client ?? pool, [job]))[0]!;
+  return { ...toJob(await queries.insert.one(parsed.client ?? pool, job)), duplicate: false };
 }
 
 /**
  * Validates every item, then inserts them all in one statement (all or none).
  * The returned jobs are in input order; each carries the payload as given (the
  * caller's value, `{}` for undefined) and what the database decided (id, run_at,
- * created_at).
+ * created_at). Jobs with a unique key that another job holds come back as
+ * that job with `duplicate: true`; a key given twice in the batch is inserted
+ * once, the later items being duplicates of the first.
  *
  * @throws {ValidationError} naming the item and field (`jobs[3].delayMs`); nothing is inserted.
  * @throws {DatabaseError} from the database.
@@ -48,12 +56,56 @@ export async function enqueueMany(
   pool: pg.Pool,
   items: unknown,
   options: unknown,
-): Promise<Job[]> {
+): Promise<EnqueuedJob[]> {
   if (!Array.isArray(items)) throw new ValidationError('jobs', 'must be an array');
   const parsed = parseOptions(clientOptionsSchema, options, 'options');
   if (items.length === 0) return [];
   const rows = items.map((item, i) => toNewJobOfMany(item, i));
-  const inserted = await queries.insert.many(parsed.client ?? pool, rows);
+  if (!rows.some(isUnique)) return insertPlain(queries, parsed.client ?? pool, items, rows);
+  // Two statements or more: on skiplock's pool they share a transaction (all or none).
+  if (parsed.client) return insertMixed(queries, parsed.client, items, rows);
+  return withTransaction(pool, (client) => insertMixed(queries, client, items, rows));
+}
+
+/** A batch with unique keys: the plain jobs in one statement, the keyed ones by key; input order. */
+async function insertMixed(
+  queries: JobQueries,
+  db: Queryable,
+  items: unknown[],
+  rows: NewJob[],
+): Promise<EnqueuedJob[]> {
+  const plainAt: number[] = [];
+  const uniqueAt: number[] = [];
+  rows.forEach((row, i) => {
+    (isUnique(row) ? uniqueAt : plainAt).push(i);
+  });
+  const result = new Array<EnqueuedJob>(rows.length);
+  if (plainAt.length > 0) {
+    const plain = await insertPlain(
+      queries,
+      db,
+      plainAt.map((i) => items[i]),
+      plainAt.map((i) => rows[i]!),
+    );
+    plainAt.forEach((at, k) => {
+      result[at] = plain[k]!;
+    });
+  }
+  const keyed = await enqueueUnique(queries, db, uniqueAt.map((i) => rows[i]!).filter(isUnique));
+  uniqueAt.forEach((at, k) => {
+    result[at] = keyed[k]!;
+  });
+  return result;
+}
+
+/** Jobs without a unique key, in one statement; input order. */
+async function insertPlain(
+  queries: JobQueries,
+  db: Queryable,
+  items: unknown[],
+  rows: NewJob[],
+): Promise<EnqueuedJob[]> {
+  const inserted = await queries.insert.many(db, rows);
   return inserted.map((db, i) => {
     const row = rows[i]!;
     const payload = (items[i] as { payload?: unknown }).payload;
@@ -67,6 +119,7 @@ export async function enqueueMany(
       attempts: 0,
       maxAttempts: row.maxAttempts,
       createdAt: db.createdAt,
+      duplicate: false,
     };
   });
 }

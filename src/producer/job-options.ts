@@ -10,10 +10,14 @@ import type { NewJob } from '../db/queries/insert.js';
 import { ValidationError } from '../errors.js';
 import { DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE } from '../job/defaults.js';
 import { assertName, serializePayload } from '../job/job.js';
+import { toUniqueSpec, type UniqueOptions } from '../job/unique.js';
 import { int32, parseOptions, validDate } from '../options.js';
 
-/** Options of one enqueued job. Give `runAt` or `delayMs`, not both. */
-export interface JobOptions {
+/**
+ * Options of one enqueued job. Give `runAt` or `delayMs`, not both. With a
+ * `uniqueKey`, see {@link UniqueOptions}.
+ */
+export interface JobOptions extends UniqueOptions {
   /** Queue name (any non-empty string). @default 'default' */
   queue?: string;
   /** Larger runs first; a 32-bit integer. @default 0 */
@@ -65,6 +69,10 @@ const jobOptionShape = {
   runAt: validDate.optional(),
   delayMs: delayMs.optional(),
   maxAttempts: maxAttempts.optional(),
+  // Checked by toUniqueSpec, which words the errors.
+  uniqueKey: z.unknown().optional(),
+  uniqueStates: z.unknown().optional(),
+  onConflict: z.unknown().optional(),
 };
 
 /** `enqueue`'s options. */
@@ -81,6 +89,9 @@ interface ParsedJobOptions {
   runAt?: Date | undefined;
   delayMs?: number | undefined;
   maxAttempts?: number | undefined;
+  uniqueKey?: unknown;
+  uniqueStates?: unknown;
+  onConflict?: unknown;
 }
 
 /**
@@ -101,7 +112,7 @@ export function toNewJob(
   if (options.runAt !== undefined && options.delayMs !== undefined) {
     throw new ValidationError(`${fields.options}delayMs`, 'give runAt or delayMs, not both');
   }
-  return {
+  const job: NewJob = {
     kind,
     queue,
     payloadJson: serializePayload(payload, fields.payload),
@@ -110,10 +121,29 @@ export function toNewJob(
     delayMs: options.delayMs ?? null,
     maxAttempts: options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
   };
+  if (
+    options.uniqueKey !== undefined ||
+    options.uniqueStates !== undefined ||
+    options.onConflict !== undefined
+  )
+    job.unique = toUniqueSpec(options as UniqueOptions, fields.options);
+  return job;
 }
 
 /** Fields of an `enqueueMany` item that the fast check knows. */
-const ITEM_KEYS = new Set(['kind', 'payload', 'queue', 'priority', 'runAt', 'delayMs', 'maxAttempts']);
+const ITEM_KEYS = new Set([
+  'kind',
+  'payload',
+  'queue',
+  'priority',
+  'runAt',
+  'delayMs',
+  'maxAttempts',
+  // Checked by toUniqueSpec on every path.
+  'uniqueKey',
+  'uniqueStates',
+  'onConflict',
+]);
 
 /**
  * The row for item `index` of `enqueueMany`. Items of the usual shape are

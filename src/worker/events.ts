@@ -14,6 +14,7 @@ export type WorkerErrorSource =
   | 'complete'
   | 'heartbeat'
   | 'sweep'
+  | 'schedule'
   | 'notifier'
   | 'release'
   | 'listener';

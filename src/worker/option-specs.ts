@@ -109,6 +109,7 @@ export const WORKER_SWITCH_OPTIONS = {
   listen: { help: 'open no LISTEN connection: find jobs by polling only' },
   preparedStatements: { help: 'send the claim unnamed (PgBouncer in transaction mode)' },
   sessionSettings: { help: 'no startup options on the worker’s connections (PgBouncer)' },
+  schedules: { help: 'enqueue no schedule (cron) slots from this worker' },
 } as const;
 
 /** `camelCase` → `kebab-case`, as the command line spells option names. */

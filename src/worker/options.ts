@@ -136,6 +136,12 @@ export interface WorkerOptions<Jobs extends JobMap> {
    * for the WAL flush as the server is configured. @default true
    */
   sessionSettings?: boolean;
+  /**
+   * Enqueue the due slots of every schedule (cron), whatever the worker's
+   * queues and handlers. Any number of workers may: each slot still gets one
+   * job. Turn off for workers that should only run jobs. @default true
+   */
+  schedules?: boolean;
 }
 
 /** Worker options after defaults. */
@@ -160,6 +166,7 @@ export interface ResolvedWorkerOptions {
   listenProbeIntervalMs: number;
   preparedStatements: boolean;
   sessionSettings: boolean;
+  schedules: boolean;
 }
 
 /** The zod rule of a numeric option, from its spec. */
@@ -195,6 +202,7 @@ const schema = z.strictObject({
     .enum(WORKER_CHOICE_OPTIONS.onSuccess.choices, { error: "must be 'delete', 'keep' or 'archive'" })
     .optional(),
   handleSignals: z.boolean({ error: 'must be a boolean' }).optional(),
+  schedules: z.boolean({ error: 'must be a boolean' }).optional(),
   workerId: z
     .string({ error: 'must be a string' })
     .min(1, { error: 'must not be empty' })
@@ -265,5 +273,6 @@ export function resolveWorkerOptions(options: unknown): ResolvedWorkerOptions {
     listenProbeIntervalMs: parsed.listenProbeIntervalMs ?? 30_000,
     preparedStatements: parsed.preparedStatements ?? true,
     sessionSettings: parsed.sessionSettings ?? true,
+    schedules: parsed.schedules ?? true,
   };
 }

@@ -16,6 +16,7 @@ import { LeaseLostError, SchemaVersionError, ShutdownError, SkiplockError } from
 import { Maintainer } from '../maintenance/maintainer.js';
 import { sweeperService } from '../maintenance/sweeper.js';
 import { assertMigrated } from '../migrations/migrator.js';
+import { schedulerService } from '../schedule/scheduler.js';
 import { Completer } from './completer.js';
 import { EventReporter } from './event-reporter.js';
 import type { WorkerEvents } from './events.js';
@@ -172,8 +173,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
           { intervalMs: options.sweepIntervalMs, defaultVisibilityTimeoutMs: options.visibilityTimeoutMs },
           (result) => this.#events.emit('worker:sweep', result),
         ),
+        ...(options.schedules
+          ? [schedulerService(queries, (error) => this.#events.error(error, 'schedule'))]
+          : []),
       ],
-      onError: (error) => this.#events.error(error, 'sweep'),
+      onError: (error, service) => this.#events.error(error, service),
     });
   }
 

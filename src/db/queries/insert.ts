@@ -3,7 +3,9 @@
  * table's insert trigger on commit, whatever inserted the rows.
  */
 import type { JobRecord } from '../../job/job.js';
+import type { UniqueSpec } from '../../job/unique.js';
 import { type Queryable, run, type Statement } from '../executor.js';
+import { UniqueInsertQueries } from './insert-unique.js';
 import { JOB_COLUMNS, type JobRow, toJobRecord } from './job-row.js';
 import type { SchemaNames } from './schema-names.js';
 
@@ -16,6 +18,8 @@ export interface NewJob {
   runAt: Date | null;
   delayMs: number | null;
   maxAttempts: number;
+  /** The job's unique key; jobs with one go through {@link InsertQueries.unique}. */
+  unique?: UniqueSpec | undefined;
 }
 
 /** What the database decided for one inserted job of a batch. */
@@ -27,12 +31,15 @@ export interface InsertedJob {
 
 /** Statements that insert jobs. */
 export class InsertQueries {
+  /** The statements of jobs with a unique key (a shape of their own). */
+  readonly unique: UniqueInsertQueries;
   readonly #one: Statement;
   readonly #many: Statement;
 
   constructor(names: SchemaNames) {
     // The payload arrives as JSON text, cast through text: a driver that
     // serialises jsonb parameters itself (postgres.js) would encode it twice.
+    this.unique = new UniqueInsertQueries(names);
     this.#one = names.statement(
       'insert_one',
       `INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts)

@@ -10,6 +10,7 @@ import { InspectQueries } from './inspect.js';
 import { ProbeQueries } from './probe.js';
 import { RequeueQueries } from './requeue.js';
 import { ResultQueries } from './results.js';
+import { ScheduleQueries } from './schedules.js';
 import { type SchemaNames, schemaNames } from './schema-names.js';
 import { SweepQueries } from './sweep.js';
 
@@ -24,6 +25,8 @@ export class JobQueries {
   readonly inspect: InspectQueries;
   /** Not on the jobs table: the LISTEN connection's probe. */
   readonly probe: ProbeQueries;
+  /** Statements on the schedules table (cron). */
+  readonly schedules: ScheduleQueries;
 
   constructor(schema: string) {
     this.names = schemaNames(schema);
@@ -34,6 +37,7 @@ export class JobQueries {
     this.requeue = new RequeueQueries(this.names);
     this.inspect = new InspectQueries(this.names);
     this.probe = new ProbeQueries(this.names);
+    this.schedules = new ScheduleQueries(this.names);
   }
 
   /** The LISTEN/NOTIFY channel of this schema. */

@@ -1,0 +1,119 @@
+/**
+ * Inserting jobs that carry a unique key: a shape of its own, so the plain
+ * insert stays as it was. The unique index on `unique_lock` (migration 0003)
+ * decides; these statements only ask it. Keys go in one fixed (byte) order, so two
+ * batches that share keys wait on each other instead of deadlocking.
+ */
+import type { UniqueSpec } from '../../job/unique.js';
+import { type Queryable, run, type Statement } from '../executor.js';
+import type { NewJob } from './insert.js';
+import { JOB_COLUMNS, type JobRow } from './job-row.js';
+import type { SchemaNames } from './schema-names.js';
+
+/** A job to insert with its unique key. */
+export interface NewUniqueJob extends NewJob {
+  unique: UniqueSpec;
+}
+
+/** A row these statements return: the job, its key, and whether a `'replace'` rewrote it. */
+export interface UniqueJobRow extends JobRow {
+  unique_key: string;
+  replaced: boolean;
+}
+
+const QUALIFIED_COLUMNS = JOB_COLUMNS.split(', ')
+  .map((c) => `j.${c}`)
+  .join(', ');
+
+/** Statements of the unique-key shape. */
+export class UniqueInsertQueries {
+  readonly #insert: Statement;
+  readonly #resolve: Statement;
+  readonly #channel: string;
+
+  constructor(names: SchemaNames) {
+    this.#channel = names.channel;
+    // NOT EXISTS spares an identity value for a key already held by a committed
+    // job; ON CONFLICT settles the race with an uncommitted one (it waits for
+    // that transaction, and inserts if it rolls back). Neither is a
+    // check-then-insert: the unique index decides.
+    this.#insert = names.statement(
+      'insert_unique',
+      `INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts, unique_key, unique_states)
+       SELECT r.kind, r.queue, r.payload, r.priority,
+              COALESCE(r.run_at, now() + COALESCE(r.delay_ms, 0) * interval '1 millisecond'), r.max_attempts,
+              r.unique_key, r.unique_states::text[]
+       FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::int[], $5::timestamptz[], $6::float8[], $7::int[],
+                   $8::text[], $9::text[])
+            AS r(kind, queue, payload, priority, run_at, delay_ms, max_attempts, unique_key, unique_states)
+       WHERE NOT EXISTS (SELECT 1 FROM ${names.jobs} h WHERE h.unique_lock = r.unique_key)
+       ORDER BY r.unique_key COLLATE "C"
+       ON CONFLICT (unique_lock) WHERE unique_lock IS NOT NULL DO NOTHING
+       RETURNING ${JOB_COLUMNS}, unique_key, false AS replaced`,
+    );
+    // The jobs holding the keys that were not inserted; with 'replace', a queued
+    // holder is rewritten (and its queue woken, since its run_at may be sooner).
+    this.#resolve = names.statement(
+      'resolve_unique',
+      `WITH r AS (
+         SELECT * FROM unnest($1::text[], $2::bool[], $3::jsonb[], $4::int[], $5::timestamptz[], $6::float8[],
+                              $7::int[])
+           AS r(unique_key, replace, payload, priority, run_at, delay_ms, max_attempts)
+       ), replaced AS (
+         UPDATE ${names.jobs} j
+         SET payload = r.payload, priority = r.priority, max_attempts = r.max_attempts,
+             run_at = COALESCE(r.run_at, now() + COALESCE(r.delay_ms, 0) * interval '1 millisecond')
+         FROM r
+         WHERE r.replace AND j.unique_lock = r.unique_key AND j.status = 'queued'
+         RETURNING ${QUALIFIED_COLUMNS}, j.unique_key
+       ), woken AS (
+         SELECT ${names.wakeUp}($8, 'insert', q.queue,
+                  CEIL(EXTRACT(EPOCH FROM q.run_at - now()) * 1000)::bigint)
+         FROM (SELECT queue, min(run_at) AS run_at FROM replaced GROUP BY queue) q
+       )
+       SELECT x.*, true AS replaced, (SELECT count(*) FROM woken) AS woken FROM replaced x
+       UNION ALL
+       SELECT ${QUALIFIED_COLUMNS}, j.unique_key, false, 0
+       FROM ${names.jobs} j JOIN r ON j.unique_lock = r.unique_key
+       WHERE NOT EXISTS (SELECT 1 FROM replaced x WHERE x.id = j.id)`,
+    );
+  }
+
+  /**
+   * Inserts the jobs whose key no job holds (keys must be distinct); returns
+   * the rows inserted. A job whose key is held is left out, not an error.
+   */
+  async insert(db: Queryable, jobs: readonly NewUniqueJob[]): Promise<UniqueJobRow[]> {
+    const { rows } = await run<UniqueJobRow>(db, this.#insert, [
+      jobs.map((j) => j.kind),
+      jobs.map((j) => j.queue),
+      jobs.map((j) => j.payloadJson),
+      jobs.map((j) => j.priority),
+      jobs.map((j) => j.runAt),
+      jobs.map((j) => j.delayMs),
+      jobs.map((j) => j.maxAttempts),
+      jobs.map((j) => j.unique.key),
+      jobs.map((j) => j.unique.statesText),
+    ]);
+    return rows;
+  }
+
+  /**
+   * The jobs that now hold the keys of `jobs` (keys must be distinct),
+   * rewriting queued ones for jobs with `replace`. A key that no job holds any
+   * more (its holder finished in between) has no row: insert it again.
+   */
+  async resolve(db: Queryable, jobs: readonly NewUniqueJob[]): Promise<UniqueJobRow[]> {
+    const { rows } = await run<UniqueJobRow>(db, this.#resolve, [
+      jobs.map((j) => j.unique.key),
+      jobs.map((j) => j.unique.replace),
+      jobs.map((j) => j.payloadJson),
+      jobs.map((j) => j.priority),
+      jobs.map((j) => j.runAt),
+      jobs.map((j) => j.delayMs),
+      jobs.map((j) => j.maxAttempts),
+      this.#channel,
+    ]);
+    return rows;
+  }
+}

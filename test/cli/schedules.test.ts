@@ -1,0 +1,68 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestDatabase, TEST_SCHEMA, type TestDatabase } from '../support/database.js';
+import { runCli } from './cli-process.js';
+
+let db: TestDatabase;
+let conn: string[];
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  conn = ['--database-url', db.url, '--schema', TEST_SCHEMA];
+});
+afterAll(async () => {
+  await db?.close();
+});
+
+describe('skiplock schedule, schedules, unschedule', () => {
+  it('creates a schedule, lists it (table and JSON), and removes it', async () => {
+    const created = await runCli([
+      'schedule',
+      'nightly-report',
+      '30 2 * * *',
+      'send_report',
+      '{"to": "ops"}',
+      '--timezone',
+      'Europe/Berlin',
+      '--queue',
+      'reports',
+      '--overlap',
+      'allow',
+      '--json',
+      ...conn,
+    ]);
+    expect(created.code, created.stderr).toBe(0);
+    expect(JSON.parse(created.stdout)).toMatchObject({
+      name: 'nightly-report',
+      cron: '30 2 * * *',
+      timezone: 'Europe/Berlin',
+      kind: 'send_report',
+      payload: { to: 'ops' },
+      queue: 'reports',
+      overlap: 'allow',
+      catchUp: 'latest',
+    });
+
+    const table = await runCli(['schedules', ...conn]);
+    expect(table.code, table.stderr).toBe(0);
+    expect(table.stdout).toMatch(/nightly-report\s+30 2 \* \* \*\s+Europe\/Berlin\s+send_report\s+reports/);
+    const listed = await runCli(['schedules', '--json', ...conn]);
+    expect(JSON.parse(listed.stdout).map((s: { name: string }) => s.name)).toEqual(['nightly-report']);
+
+    const removed = await runCli(['unschedule', 'nightly-report', ...conn]);
+    expect([removed.code, removed.stdout.trim()]).toEqual([0, 'removed schedule nightly-report']);
+    const again = await runCli(['unschedule', 'nightly-report', ...conn]);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toMatch(/no schedule named "nightly-report"/);
+    expect((await runCli(['schedules', ...conn])).stdout.trim()).toBe('no schedules');
+  });
+
+  it('refuses a bad cron or time zone naming it (exit 2), storing nothing', async () => {
+    const badCron = await runCli(['schedule', 'x', '61 * * * *', 'k', ...conn]);
+    expect(badCron.code).toBe(2);
+    expect(badCron.stderr).toMatch(/invalid CRON: Invalid value for minute: 61/);
+    const badZone = await runCli(['schedule', 'x', '* * * * *', 'k', '--timezone', 'Nowhere/City', ...conn]);
+    expect(badZone.code).toBe(2);
+    expect(badZone.stderr).toMatch(/invalid --timezone: unknown time zone "Nowhere\/City"/);
+    expect(await db.query(`SELECT name FROM ${db.jobs.replace(/\.jobs$/, '.schedules')}`)).toEqual([]);
+  });
+});

@@ -1,0 +1,124 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import type { Skiplock } from '../src/index.js';
+import { createTestDatabase, type TestDatabase, waitFor } from './support/database.js';
+
+let db: TestDatabase;
+let skiplock: Skiplock;
+let schedules: string;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  skiplock = db.skiplock();
+  schedules = db.jobs.replace(/\.jobs$/, '.schedules');
+});
+afterAll(async () => {
+  await db?.close();
+});
+beforeEach(async () => {
+  await db.query(`DELETE FROM ${schedules}`);
+  await db.query(`DELETE FROM ${db.jobs}`);
+});
+
+async function jobsOf(kind: string) {
+  return db.query<{ run_at: Date; early: boolean }>(
+    `SELECT run_at, created_at < run_at AS early FROM ${db.jobs} WHERE kind = $1 ORDER BY run_at`,
+    [kind],
+  );
+}
+
+describe('the scheduler in a worker', () => {
+  it('a worker enqueues each second of a `* * * * * *` schedule once, at or after its slot; schedules: false does not', async () => {
+    const idle = skiplock.worker({ handlers: {}, handleSignals: false, schedules: false });
+    expect(idle.options.schedules).toBe(false);
+    await skiplock.schedule('tick', '* * * * * *', 'tick', {}, { overlap: 'allow' });
+    const worker = skiplock.worker({ handlers: {}, handleSignals: false });
+    worker.on('error', () => {});
+    expect(worker.options.schedules).toBe(true);
+    await worker.start();
+    try {
+      await waitFor(async () => (await jobsOf('tick')).length >= 3, 15_000, 'three ticks');
+    } finally {
+      await worker.stop();
+    }
+    const jobs = await jobsOf('tick');
+    const seconds = jobs.map((j) => j.run_at.getTime() / 1000);
+    expect(seconds.every(Number.isInteger)).toBe(true);
+    expect(seconds).toEqual(seconds.map((_, i) => seconds[0]! + i));
+    expect(jobs.filter((j) => j.early)).toEqual([]);
+  });
+
+  it("overlap 'skip': a job slower than its 1-second interval never piles up", async () => {
+    let release: () => void = () => {};
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    const worker = skiplock.worker({
+      queues: ['slow'],
+      handleSignals: false,
+      handlers: { slow: () => held },
+    });
+    worker.on('error', () => {});
+    await skiplock.schedule('slow', '* * * * * *', 'slow', {}, { queue: 'slow' });
+    await worker.start();
+    try {
+      const first = await waitFor(
+        async () =>
+          (
+            await db.query<{ run_at: Date }>(
+              `SELECT run_at FROM ${db.jobs} WHERE kind = 'slow' AND status = 'running'`,
+            )
+          )[0]?.run_at,
+        15_000,
+        'the first job to run',
+      );
+      await waitFor(
+        async () => {
+          const [row] = await db.query<{ next_run_at: Date }>(`SELECT next_run_at FROM ${schedules}`);
+          return row!.next_run_at.getTime() >= first.getTime() + 4000;
+        },
+        15_000,
+        'three more slots to pass',
+      );
+      expect(await db.query(`SELECT run_at, status FROM ${db.jobs} WHERE kind = 'slow'`)).toEqual([
+        { run_at: first, status: 'running' },
+      ]);
+    } finally {
+      release();
+      await worker.stop();
+    }
+  });
+
+  it('keeps enqueueing every slot after every connection to the database is terminated', async () => {
+    const worker = skiplock.worker({ handlers: {}, handleSignals: false });
+    const errors: string[] = [];
+    worker.on('error', (error, source) => errors.push(`${source}: ${error.message}`));
+    await skiplock.schedule(
+      'through',
+      '* * * * * *',
+      'through',
+      {},
+      {
+        overlap: 'allow',
+        catchUp: 'all',
+        catchUpMs: 60_000,
+      },
+    );
+    await worker.start();
+    try {
+      await waitFor(async () => (await jobsOf('through')).length >= 2, 15_000, 'two slots before');
+      const [cut] = await db.query<{ at: Date }>(
+        `SELECT now() AS at, count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()`,
+      );
+      await waitFor(
+        async () => (await jobsOf('through')).filter((j) => j.run_at > cut!.at).length >= 3,
+        20_000,
+        `three slots after the connections were cut (errors: ${errors.join('; ')})`,
+      );
+    } finally {
+      await worker.stop();
+    }
+    const seconds = (await jobsOf('through')).map((j) => j.run_at.getTime() / 1000);
+    expect(seconds).toEqual(seconds.map((_, i) => seconds[0]! + i));
+  });
+});

@@ -1,0 +1,213 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { withTransaction } from '../src/db/executor.js';
+import { JobQueries } from '../src/db/queries/jobs.js';
+import { type Skiplock, ValidationError } from '../src/index.js';
+import { runDueSchedules } from '../src/schedule/scheduler.js';
+import { createTestDatabase, TEST_SCHEMA, type TestDatabase } from './support/database.js';
+
+let db: TestDatabase;
+let skiplock: Skiplock;
+let schedules: string;
+const queries = new JobQueries(TEST_SCHEMA);
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  skiplock = db.skiplock();
+  schedules = db.jobs.replace(/\.jobs$/, '.schedules');
+});
+afterAll(async () => {
+  await db?.close();
+});
+beforeEach(async () => {
+  await db.query(`DELETE FROM ${schedules}`);
+  await db.query(`DELETE FROM ${db.jobs}`);
+});
+
+/** One scheduler turn, in a transaction of its own, as a worker runs it. */
+function turn() {
+  return withTransaction(db.pool, (client) => runDueSchedules(client, queries));
+}
+
+async function jobsOf(kind: string) {
+  return db.query<{ run_at: Date; early: boolean }>(
+    `SELECT run_at, created_at < run_at AS early FROM ${db.jobs} WHERE kind = $1 ORDER BY run_at`,
+    [kind],
+  );
+}
+
+/** The most recent midnight (UTC) on the database clock, and `days` days before it. */
+async function midnight(days = 0): Promise<Date> {
+  const [row] = await db.query<{ at: Date }>(
+    `SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - make_interval(days => $1) AS at`,
+    [days],
+  );
+  return row!.at;
+}
+
+describe('schedule, schedules, unschedule', () => {
+  it('stores a schedule with its first slot after the database clock, and lists it', async () => {
+    const [now] = await db.query<{ now: Date }>('SELECT now()');
+    const info = await skiplock.schedule(
+      'hourly-report',
+      '0 * * * *',
+      'report',
+      { to: 'ops' },
+      { queue: 'reports' },
+    );
+    const nextHour = new Date(Math.floor(now!.now.getTime() / 3_600_000) * 3_600_000 + 3_600_000);
+    expect(info).toMatchObject({
+      name: 'hourly-report',
+      cron: '0 * * * *',
+      timezone: 'UTC',
+      kind: 'report',
+      payload: { to: 'ops' },
+      queue: 'reports',
+      priority: 0,
+      maxAttempts: 20,
+      overlap: 'skip',
+      catchUp: 'latest',
+      catchUpMs: 86_400_000,
+      nextRunAt: nextHour,
+      lastRunAt: null,
+      lastJobId: null,
+    });
+    expect(await skiplock.schedules()).toEqual([info]);
+  });
+
+  it('an update keeps the awaited slot unless the rule changes', async () => {
+    await skiplock.schedule('s', '0 0 * * *', 'k', {});
+    await db.query(`UPDATE ${schedules} SET next_run_at = '2030-01-01T00:00:00Z'`);
+    const sameRule = await skiplock.schedule('s', '0 0 * * *', 'k', { v: 2 }, { priority: 5 });
+    expect([sameRule.nextRunAt.toISOString(), sameRule.payload, sameRule.priority]).toEqual([
+      '2030-01-01T00:00:00.000Z',
+      { v: 2 },
+      5,
+    ]);
+    const newRule = await skiplock.schedule('s', '0 12 * * *', 'k', {});
+    expect(newRule.nextRunAt.getUTCHours()).toBe(12);
+    expect(newRule.nextRunAt < new Date('2030-01-01T00:00:00Z')).toBe(true);
+  });
+
+  it('unschedule removes it (true), then finds nothing (false)', async () => {
+    await skiplock.schedule('gone', '* * * * *', 'k', {});
+    expect(await skiplock.unschedule('gone')).toBe(true);
+    expect(await skiplock.unschedule('gone')).toBe(false);
+    expect(await skiplock.schedules()).toEqual([]);
+  });
+
+  it('refuses bad input naming the field, and stores nothing', async () => {
+    const cases: [() => Promise<unknown>, string][] = [
+      [() => skiplock.schedule('x', '61 * * * *', 'k', {}), 'cron'],
+      [() => skiplock.schedule('x', 'every day', 'k', {}), 'cron'],
+      [
+        () => skiplock.schedule('x', '* * * * *', 'k', {}, { timezone: 'Europe/Atlantis' }),
+        'options.timezone',
+      ],
+      [() => skiplock.schedule('x', '* * * * *', '', {}), 'kind'],
+      [() => skiplock.schedule('', '* * * * *', 'k', {}), 'name'],
+      [() => skiplock.schedule('x', '* * * * *', 'k', { n: 1n }), 'payload.n'],
+      [() => skiplock.schedule('x', '* * * * *', 'k', {}, { overlap: 'queue' as never }), 'options.overlap'],
+      [() => skiplock.schedule('x', '* * * * *', 'k', {}, { catchUp: 'some' as never }), 'options.catchUp'],
+      [() => skiplock.schedule('x', '* * * * *', 'k', {}, { catchUpMs: -1 }), 'options.catchUpMs'],
+      [() => skiplock.schedule('x', '* * * * *', 'k', {}, { every: 1 } as never), 'options.every'],
+    ];
+    for (const [call, field] of cases) {
+      const error = await call().catch((e: unknown) => e);
+      expect(error, field).toBeInstanceOf(ValidationError);
+      expect((error as ValidationError).field).toBe(field);
+    }
+    expect(await skiplock.schedules()).toEqual([]);
+  });
+});
+
+describe('the scheduler', () => {
+  it('enqueues nothing before the slot (database clock)', async () => {
+    await skiplock.schedule('later', '0 0 1 1 *', 'later', {});
+    expect((await turn()).enqueued).toBe(0);
+    expect(await jobsOf('later')).toEqual([]);
+  });
+
+  it('after 5 missed daily slots: latest → 1, all → 5, none → 0; each then waits for the next slot', async () => {
+    const last = await midnight(0);
+    const next = new Date(last.getTime() + 86_400_000);
+    for (const catchUp of ['latest', 'all', 'none'] as const) {
+      await skiplock.schedule(
+        `daily-${catchUp}`,
+        '0 0 * * *',
+        `daily-${catchUp}`,
+        {},
+        {
+          catchUp,
+          overlap: 'allow',
+          catchUpMs: 10 * 86_400_000,
+        },
+      );
+    }
+    await db.query(`UPDATE ${schedules} SET next_run_at = $1`, [await midnight(4)]);
+    expect((await turn()).enqueued).toBe(6);
+    expect(await jobsOf('daily-latest')).toEqual([{ run_at: last, early: false }]);
+    expect(await jobsOf('daily-all')).toEqual(
+      [4, 3, 2, 1, 0].map((d) => ({ run_at: new Date(last.getTime() - d * 86_400_000), early: false })),
+    );
+    expect(await jobsOf('daily-none')).toEqual([]);
+    const rows = await db.query<{ next_run_at: Date }>(`SELECT next_run_at FROM ${schedules}`);
+    expect(rows).toEqual([{ next_run_at: next }, { next_run_at: next }, { next_run_at: next }]);
+    expect((await turn()).enqueued).toBe(0);
+  });
+
+  it("'all' goes back only catchUpMs", async () => {
+    await skiplock.schedule(
+      'window',
+      '0 0 * * *',
+      'window',
+      {},
+      {
+        catchUp: 'all',
+        overlap: 'allow',
+        catchUpMs: 2 * 86_400_000 + 1000,
+      },
+    );
+    await db.query(`UPDATE ${schedules} SET next_run_at = $1`, [await midnight(4)]);
+    await turn();
+    expect((await jobsOf('window')).map((j) => j.run_at)).toEqual([await midnight(1), await midnight(0)]);
+  });
+
+  it("overlap 'skip' enqueues no slot while the previous job is queued; 'allow' enqueues each", async () => {
+    const options = { catchUp: 'all', catchUpMs: 10 * 86_400_000 } as const;
+    await skiplock.schedule('skip', '0 0 * * *', 'skip', {}, options);
+    await skiplock.schedule('allow', '0 0 * * *', 'allow', {}, { ...options, overlap: 'allow' });
+    await db.query(`UPDATE ${schedules} SET next_run_at = $1`, [await midnight(3)]);
+    await turn();
+    const days = await Promise.all([3, 2, 1, 0].map((d) => midnight(d)));
+    expect((await jobsOf('skip')).map((j) => j.run_at)).toEqual([days[0]]);
+    expect((await jobsOf('allow')).map((j) => j.run_at)).toEqual(days);
+    // The previous job is still queued: the next slot is skipped, and passed.
+    await db.query(`UPDATE ${schedules} SET next_run_at = $1 WHERE name = 'skip'`, [days[2]]);
+    expect((await turn()).enqueued).toBe(0);
+    expect((await jobsOf('skip')).map((j) => j.run_at)).toEqual([days[0]]);
+    // Once the previous job is gone, the next slot gets a job again.
+    await db.query(`DELETE FROM ${db.jobs} WHERE kind = 'skip'`);
+    await db.query(`UPDATE ${schedules} SET next_run_at = $1 WHERE name = 'skip'`, [days[3]]);
+    await turn();
+    expect((await jobsOf('skip')).map((j) => j.run_at)).toEqual([days[3]]);
+  });
+
+  it('eight schedulers at once enqueue each slot exactly once', async () => {
+    await skiplock.schedule(
+      'race',
+      '0 0 * * *',
+      'race',
+      {},
+      {
+        catchUp: 'all',
+        overlap: 'allow',
+        catchUpMs: 10 * 86_400_000,
+      },
+    );
+    await db.query(`UPDATE ${schedules} SET next_run_at = $1`, [await midnight(4)]);
+    const turns = await Promise.all(Array.from({ length: 8 }, () => turn()));
+    expect(turns.reduce((n, t) => n + t.enqueued, 0)).toBe(5);
+    const expected = await Promise.all([4, 3, 2, 1, 0].map((d) => midnight(d)));
+    expect((await jobsOf('race')).map((j) => j.run_at)).toEqual(expected);
+  });
+});
