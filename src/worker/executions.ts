@@ -121,8 +121,11 @@ export class Executions {
   }
 
   /** Resolves when no handler runs except those in `except`, or after `timeoutMs`. */
-  async whenIdle(timeoutMs: number, except?: Execution): Promise<void> {
-    const busy = () => this.#running.size - (except && this.#running.has(except) ? 1 : 0) > 0;
+  async whenIdle(timeoutMs: number, except: ReadonlySet<Execution> = new Set()): Promise<void> {
+    const busy = () => {
+      for (const e of this.#running) if (!except.has(e)) return true;
+      return false;
+    };
     if (!busy()) return;
     let timer: NodeJS.Timeout | undefined;
     await new Promise<void>((resolve) => {

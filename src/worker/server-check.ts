@@ -23,3 +23,8 @@ export async function serverWarnings(pool: Pick<pg.Pool, 'query'>): Promise<stri
   }
   return [];
 }
+
+/** The warning for a LISTEN connection that did not hear its own probe. */
+export function deafListenerWarning(timeoutMs: number, pollIntervalMs: number): string {
+  return `the LISTEN connection did not hear its own probe within ${timeoutMs} ms, so wake-ups are not arriving (a half-open connection, or LISTEN through a transaction pooler such as PgBouncer: give listenConnectionString a direct URL, or set listen: false); replacing it, and polling every ${pollIntervalMs} ms meanwhile`;
+}

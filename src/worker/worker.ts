@@ -13,10 +13,9 @@ import { translateError } from '../db/executor.js';
 import type { ClaimedJob } from '../db/queries/claim.js';
 import type { JobQueries } from '../db/queries/jobs.js';
 import { LeaseLostError, SchemaVersionError, ShutdownError, SkiplockError } from '../errors.js';
-import { Maintainer } from '../maintenance/maintainer.js';
-import { sweeperService } from '../maintenance/sweeper.js';
+import type { Maintainer } from '../maintenance/maintainer.js';
+import { workerMaintenance } from '../maintenance/worker-maintenance.js';
 import { assertMigrated } from '../migrations/migrator.js';
-import { schedulerService } from '../schedule/scheduler.js';
 import { Completer } from './completer.js';
 import { EventReporter } from './event-reporter.js';
 import type { WorkerEvents } from './events.js';
@@ -28,7 +27,7 @@ import type { Handler, ResolvedWorkerOptions } from './options.js';
 import { PrefetchPolicy } from './prefetch.js';
 import { releaseJobs } from './release.js';
 import { type RunOutcome, runJob } from './run-job.js';
-import { serverWarnings } from './server-check.js';
+import { deafListenerWarning, serverWarnings } from './server-check.js';
 import { forgetOnSignals, stopOnSignals } from './signals.js';
 import { settlesWithin, type WorkerPool, workerPool } from './worker-pool.js';
 
@@ -164,19 +163,13 @@ export class Worker extends EventEmitter<WorkerEvents> {
       },
       onDeaf: (timeoutMs) => this.#onDeaf(timeoutMs),
     });
-    this.#maintainer = new Maintainer({
+    this.#maintainer = workerMaintenance({
       pool,
-      schema: ctx.schema,
-      services: [
-        sweeperService(
-          queries,
-          { intervalMs: options.sweepIntervalMs, defaultVisibilityTimeoutMs: options.visibilityTimeoutMs },
-          (result) => this.#events.emit('worker:sweep', result),
-        ),
-        ...(options.schedules
-          ? [schedulerService(queries, (error) => this.#events.error(error, 'schedule'))]
-          : []),
-      ],
+      queries,
+      sweepIntervalMs: options.sweepIntervalMs,
+      visibilityTimeoutMs: options.visibilityTimeoutMs,
+      schedules: options.schedules,
+      onSwept: (result) => this.#events.emit('worker:sweep', result),
       onError: (error, service) => this.#events.error(error, service),
     });
   }
@@ -373,7 +366,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const fetcherStopped = this.#fetcher.stop();
     const buffered = this.#executions.takeBuffered();
     const releasingBuffered = this.#release(buffered, graceLeft());
-    await this.#waitForHandlers(remaining());
+    await this.#executions.whenIdle(remaining(), this.#stopCallers);
     const unfinished = this.#executions
       .running()
       .filter((e) => e.state === 'running' && !this.#stopCallers.has(e));
@@ -395,18 +388,6 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#events.emit('worker:stop');
   }
 
-  /** Resolves when no handler runs (those that called stop() aside), or after `timeoutMs`. */
-  async #waitForHandlers(timeoutMs: number): Promise<void> {
-    const deadline = performance.now() + timeoutMs;
-    for (;;) {
-      const others = this.#executions.running().filter((e) => !this.#stopCallers.has(e));
-      if (others.length === 0) return;
-      const left = deadline - performance.now();
-      if (left <= 0) return;
-      await this.#executions.whenIdle(Math.min(left, 50), undefined);
-    }
-  }
-
   /** Warns once about server settings that defeat the jobs table's design. */
   async #warnAboutServer(): Promise<void> {
     for (const warning of await serverWarnings(this.#pool.pool)) this.#events.warn(warning);
@@ -416,8 +397,6 @@ export class Worker extends EventEmitter<WorkerEvents> {
   #onDeaf(timeoutMs: number): void {
     if (this.#deaf) return;
     this.#deaf = true;
-    this.#events.warn(
-      `the LISTEN connection did not hear its own probe within ${timeoutMs} ms, so wake-ups are not arriving (a half-open connection, or LISTEN through a transaction pooler such as PgBouncer: give listenConnectionString a direct URL, or set listen: false); replacing it, and polling every ${this.#options.pollIntervalMs} ms meanwhile`,
-    );
+    this.#events.warn(deafListenerWarning(timeoutMs, this.#options.pollIntervalMs));
   }
 }

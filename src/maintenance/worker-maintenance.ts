@@ -1,0 +1,42 @@
+/**
+ * The maintenance loop a worker runs: the sweeper always, the scheduler (cron
+ * slots) unless turned off. Each service takes its turn under its own advisory
+ * lock (see maintainer.ts).
+ */
+import type pg from 'pg';
+import type { JobQueries } from '../db/queries/jobs.js';
+import type { MaintenanceTask } from '../db/sql.js';
+import type { SkiplockError } from '../errors.js';
+import { schedulerService } from '../schedule/scheduler.js';
+import { Maintainer } from './maintainer.js';
+import { sweeperService } from './sweeper.js';
+
+/** What the worker's maintenance needs to know and tell. */
+export interface WorkerMaintenanceOptions {
+  pool: pg.Pool;
+  queries: JobQueries;
+  sweepIntervalMs: number;
+  visibilityTimeoutMs: number;
+  /** Run the scheduler too. */
+  schedules: boolean;
+  onSwept(result: { requeued: number; dead: number }): void;
+  onError(error: SkiplockError, service: MaintenanceTask): void;
+}
+
+/** Makes the worker's maintenance loop (not started). */
+export function workerMaintenance(options: WorkerMaintenanceOptions): Maintainer {
+  const { queries } = options;
+  const sweeper = sweeperService(
+    queries,
+    { intervalMs: options.sweepIntervalMs, defaultVisibilityTimeoutMs: options.visibilityTimeoutMs },
+    options.onSwept,
+  );
+  return new Maintainer({
+    pool: options.pool,
+    schema: queries.names.schema,
+    services: options.schedules
+      ? [sweeper, schedulerService(queries, (error) => options.onError(error, 'schedule'))]
+      : [sweeper],
+    onError: options.onError,
+  });
+}
