@@ -106,6 +106,7 @@ describe.each(names)('%s', (name) => {
       attempts: 0,
       maxAttempts: 20,
       createdAt: expect.any(Date),
+      duplicate: false,
     });
     const stored = await skiplock.getJob(job.id);
     expect(stored).toMatchObject({ kind: 'adapted', queue, payload: { via: name, n: [1, null] }, runAt });
