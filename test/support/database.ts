@@ -11,18 +11,11 @@ import pg from 'pg';
 import { inject } from 'vitest';
 import { Skiplock } from '../../src/index.js';
 import type { JobMap } from '../../src/job/job.js';
+import { tableIn } from './sql.js';
 
 export const TEST_SCHEMA = process.env.SKIPLOCK_TEST_SCHEMA ?? 'skiplock';
 
-/** Quotes an identifier for ad-hoc SQL in tests (always quoted, `"` doubled). */
-export function quoteIdent(name: string): string {
-  return `"${name.replaceAll('"', '""')}"`;
-}
-
-/** The quoted, schema-qualified name of one of skiplock's tables. */
-export function tableIn(schema: string, table: 'jobs' | 'jobs_archive' | 'migrations'): string {
-  return `${quoteIdent(schema)}.${table}`;
-}
+export { quoteIdent, tableIn } from './sql.js';
 
 /** Anything that runs SQL: a pool, a client, a TestDatabase's pool. */
 export interface Queryable {

@@ -13,6 +13,8 @@ import { countRows, createTestDatabase, TEST_SCHEMA, type TestDatabase, tableIn 
 export interface TestContext {
   /** The file's database (shared by the file's tests; each has its own schema). */
   readonly db: TestDatabase;
+  /** The file's database URL. */
+  readonly url: string;
   /** This test's schema (unquoted): TEST_SCHEMA with a per-test suffix, so odd names stay odd. */
   readonly schema: string;
   /** A Skiplock on this test's schema (migrated unless `migrate: false`). */
@@ -97,6 +99,9 @@ export function useTestDatabase(options: { migrate?: boolean } = {}): TestContex
   const context: TestContext = {
     get db() {
       return file();
+    },
+    get url() {
+      return file().url;
     },
     get schema() {
       return test().schema;

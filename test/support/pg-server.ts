@@ -53,7 +53,11 @@ export async function startTestServer(options: TestServerOptions = {}): Promise<
   const port = await freePort();
   const serverOptions = `-p ${port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=${dir} -c max_connections=400 -c fsync=off`;
   const start = () =>
-    runPostgresProgram(bin.pgCtl, ['start', '-w', '-t', '60', '-D', data, '-l', log, '-o', serverOptions], runAs);
+    runPostgresProgram(
+      bin.pgCtl,
+      ['start', '-w', '-t', '60', '-D', data, '-l', log, '-o', serverOptions],
+      runAs,
+    );
   const stop = () =>
     runPostgresProgram(bin.pgCtl, ['stop', '-w', '-t', '60', '-m', 'fast', '-D', data], runAs);
   await start();
