@@ -5,15 +5,10 @@
  * results (a success and a permanent failure) change nothing: the jobs' state
  * is their second attempt's.
  */
-import { beforeEach, describe, expect, it } from 'vitest';
-import { useTestDatabase } from '../support/fixture.js';
-import { createEffectTables, figure, startWorker, tally, workerConfig } from './support/cluster.js';
+import { describe, expect, it } from 'vitest';
+import { figure, startWorker, tally, useChaosDatabase, workerConfig } from './support/cluster.js';
 
-const t = useTestDatabase();
-
-beforeEach(async () => {
-  await createEffectTables(t.db.pool, t.schema);
-});
+const t = useChaosDatabase();
 
 describe('chaos: frozen worker', () => {
   // 'continued': the handlers finish after SIGCONT, so the heartbeat usually sees the lost lease first.

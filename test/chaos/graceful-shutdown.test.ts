@@ -6,25 +6,20 @@
  * when it is SIGKILLed first, its jobs are reclaimed by the surviving
  * worker's sweeper once their leases expire.
  */
-import { beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { waitFor } from '../support/database.js';
-import { useTestDatabase } from '../support/fixture.js';
 import {
-  createEffectTables,
   effectTables,
   figure,
   startWorker,
   tally,
+  useChaosDatabase,
   type WorkerProcess,
   waitUntilSettled,
   workerConfig,
 } from './support/cluster.js';
 
-const t = useTestDatabase();
-
-beforeEach(async () => {
-  await createEffectTables(t.db.pool, t.schema);
-});
+const t = useChaosDatabase();
 
 const CONCURRENCY = 4;
 const JOBS = 10;

@@ -7,16 +7,11 @@
  * not asserted: on a loaded machine a ratio says more about the machine.
  */
 import type pg from 'pg';
-import { beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { waitFor } from '../support/database.js';
-import { useTestDatabase } from '../support/fixture.js';
-import { createEffectTables, effectTables, figure, startWorker, workerConfig } from './support/cluster.js';
+import { effectTables, figure, startWorker, useChaosDatabase, workerConfig } from './support/cluster.js';
 
-const t = useTestDatabase();
-
-beforeEach(async () => {
-  await createEffectTables(t.db.pool, t.schema);
-});
+const t = useChaosDatabase();
 
 /**
  * The longest a queue session may idle inside a transaction. Its transactions

@@ -6,7 +6,9 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
+import { beforeEach, expect } from 'vitest';
 import { waitFor } from '../../support/database.js';
+import { type TestContext, useTestDatabase } from '../../support/fixture.js';
 import { tableIn } from '../../support/sql.js';
 import type { ChildMessage, ParentMessage, WorkerProcessConfig } from './protocol.js';
 
@@ -193,6 +195,15 @@ export function effectTables(schema: string) {
   return { effects: tableIn(schema, 'chaos_effects'), deliveries: tableIn(schema, 'chaos_deliveries') };
 }
 
+/** The test fixture (a schema per test), with the effect tables made in each test's schema. */
+export function useChaosDatabase(): TestContext {
+  const t = useTestDatabase();
+  beforeEach(async () => {
+    await createEffectTables(t.db.pool, t.schema);
+  });
+  return t;
+}
+
 /** The tables the handlers write their effect to: one row per job, and one per delivery. */
 export async function createEffectTables(db: Pick<pg.Pool, 'query'>, schema: string): Promise<void> {
   const { effects, deliveries } = effectTables(schema);
@@ -262,6 +273,20 @@ export async function tally(db: Pick<pg.Pool, 'query'>, schema: string, ids: str
     finalAttemptMissing: row.final_attempt_missing,
     byStatus: Object.fromEntries(statuses.rows.map((r) => [r.status, r.n])),
   };
+}
+
+/**
+ * Every job of the tally succeeded with its effect, none was lost, no attempt
+ * ran twice, and each one's final attempt is the one that delivered.
+ */
+export function expectEveryJobDone(counted: Tally): void {
+  expect(counted).toMatchObject({
+    effects: counted.jobs,
+    lost: 0,
+    sameAttemptTwice: 0,
+    finalAttemptMissing: 0,
+    byStatus: { succeeded: counted.jobs },
+  });
 }
 
 /** Waits until none of `ids` of `schema` is queued or running; on timeout, says how many were left. */
