@@ -126,5 +126,5 @@ describe('server restart mid-run', () => {
     );
     expect(await countRows(pool, tableIn(TEST_SCHEMA, 'jobs'))).toBe(0);
     expect(errors.filter(([e]) => e.code !== 'DATABASE')).toEqual([]);
-  });
+  }, 120_000);
 });

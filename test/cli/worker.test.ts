@@ -88,7 +88,7 @@ describe('skiplock worker', () => {
       run.child.kill('SIGTERM');
     }
     expect(await run.exited).toBe(0);
-  });
+  }, 120_000);
 
   it('loads a TypeScript handlers file and logs a failure with its outcome', async () => {
     const run = worker(['--handlers', 'test/cli/fixtures/handlers-ts.ts', '--queue', 'cli-ts']);
@@ -122,7 +122,7 @@ describe('skiplock worker', () => {
       run.child.kill('SIGINT');
     }
     expect(await run.exited).toBe(0);
-  });
+  }, 120_000);
 
   it('stops gracefully on SIGTERM: exit 0, the running job released without charging the attempt', async () => {
     const run = worker([
@@ -143,5 +143,5 @@ describe('skiplock worker', () => {
     expect(run.stdout()).toMatch(/"msg":"worker stopped"/);
     const [row] = await t.query(`SELECT status, attempts, locked_by FROM ${t.jobs} WHERE id = $1`, [id]);
     expect(row).toEqual({ status: 'queued', attempts: 0, locked_by: null });
-  });
+  }, 120_000);
 });
