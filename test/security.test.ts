@@ -215,7 +215,7 @@ describe('security: no value in SQL text, identifiers quoted', () => {
   it('values travel as parameters, and the schema name only as a quoted identifier', async () => {
     const marker = `zq${randomBytes(4).toString('hex')}`;
     const schema = `s"${marker}'; DROP TABLE x; --`;
-    const quoted = `"${schema.replaceAll('"', '""')}"`;
+    const quoted = quoteIdent(schema);
     const skiplock = new Skiplock({ pool: t.db.pool, schema });
     await skiplock.migrate();
     const kind = `k'${marker}"; --`;
@@ -244,7 +244,7 @@ describe('security: no value in SQL text, identifiers quoted', () => {
     expect(texts.length).toBeGreaterThan(10);
     const offending = texts.filter((text) => {
       // The schema may appear only quoted (in names and in the LISTEN channel); no other value at all.
-      const rest = text.replaceAll(quoted, '').replaceAll(`"skiplock:${schema.replaceAll('"', '""')}"`, '');
+      const rest = text.replaceAll(quoted, '').replaceAll(quoteIdent(`skiplock:${schema}`), '');
       return rest.includes(marker);
     });
     expect(offending).toEqual([]);

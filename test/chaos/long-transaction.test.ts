@@ -8,7 +8,7 @@
  */
 import type pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { waitFor } from '../support/database.js';
+import { countRows, waitFor } from '../support/database.js';
 import { effectTables, figure, startWorker, useChaosDatabase, workerConfig } from './support/cluster.js';
 
 const t = useChaosDatabase();
@@ -89,12 +89,12 @@ describe('chaos: long transaction', () => {
       const before = await drain(queue, perPhase);
 
       await holder.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
-      const [snapshot] = (await holder.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${t.jobs}`)).rows;
+      const snapshot = await countRows(holder, t.jobs);
       const during = await drain(queue, perPhase);
       const during2 = await drain(queue, perPhase);
       // The snapshot is still the one taken before: the workers' changes are invisible to it.
-      const [still] = (await holder.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${t.jobs}`)).rows;
-      expect(still!.n).toBe(snapshot!.n);
+      const still = await countRows(holder, t.jobs);
+      expect(still).toBe(snapshot);
       const [age] = (
         await holder.query<{ ms: number }>(
           'SELECT (EXTRACT(EPOCH FROM clock_timestamp() - xact_start) * 1000)::float8 AS ms FROM pg_stat_activity WHERE pid = pg_backend_pid()',
