@@ -9,7 +9,8 @@ const t = useTestDatabase();
 /** The test's database and schema, as flags. */
 const conn = () => ['--database-url', t.db.url, '--schema', t.schema];
 
-describe('skiplock CLI commands', () => {
+// Every test runs several CLI processes one or two at a time; each takes seconds on a loaded machine.
+describe('skiplock CLI commands', { timeout: 240_000 }, () => {
   it('migrates, and a second migrate changes nothing', async () => {
     const schema = `${t.schema}_cli`;
     const first = await runCli(['migrate', '--database-url', t.db.url, '--schema', schema, '--json']);
@@ -148,7 +149,7 @@ describe('skiplock CLI commands', () => {
       expect(result.stderr, args.join(' ')).toMatch(message);
     });
     expect(await t.jobCount()).toBe(1);
-  }, 240_000);
+  });
 
   it('explains an unreadable, broken or invalid handlers file, naming it (exit 2)', async () => {
     // Broken files are written at run time: as fixtures in the tree, the linter would read them.
@@ -184,7 +185,7 @@ describe('skiplock CLI commands', () => {
       expect(results[i]!.code, `${file}: ${results[i]!.stderr}`).toBe(2);
       expect(results[i]!.stderr, file).toMatch(message);
     });
-  }, 240_000);
+  });
 
   it('prints help with examples for every command, exit 0', async () => {
     const commands = ['migrate', 'worker', 'enqueue', 'stats', 'jobs', 'requeue', 'demo', 'dev'];
@@ -193,5 +194,5 @@ describe('skiplock CLI commands', () => {
       expect(helps[i]!.code, command).toBe(0);
       expect(helps[i]!.stdout, command).toMatch(/Examples:\n {2}\$ skiplock /);
     });
-  }, 240_000);
+  });
 });
