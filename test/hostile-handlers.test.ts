@@ -1,21 +1,12 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Skiplock } from '../src/index.js';
-import { createTestDatabase, type TestDatabase, waitFor } from './support/database.js';
-import { nextEvent } from './support/events.js';
+import { describe, expect, it } from 'vitest';
+import { waitFor } from './support/database.js';
+import { nextEvent, record } from './support/events.js';
+import { useTestDatabase } from './support/fixture.js';
 import { recordThrown } from './support/thrown.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
+const t = useTestDatabase();
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-});
-afterAll(async () => {
-  await db?.close();
-});
-
-const base = { handleSignals: false, pollIntervalMs: 100 } as const;
+const base = { pollIntervalMs: 100 } as const;
 
 describe('hostile thrown values', () => {
   it('a cyclic cause, throwing getters and a hostile Proxy are recorded, and the worker keeps going', async () => {
@@ -36,7 +27,7 @@ describe('hostile thrown values', () => {
       },
     );
     const thrown: Record<string, unknown> = { cyclic, getters, proxy };
-    const { worker, byKey } = await recordThrown(skiplock, db, 'hostile', thrown);
+    const { worker, byKey } = await recordThrown(t, 'hostile', thrown);
     expect(byKey.cyclic?.last_error).toMatch(/^Error: cyclic[\s\S]*caused by: … \(cause chain cut\)$/);
     expect(byKey.getters?.last_error).toBe(
       'handler threw a value that cannot be described (Error: no stack for you)',
@@ -45,37 +36,34 @@ describe('hostile thrown values', () => {
     for (const r of Object.values(byKey)) expect(r).toMatchObject({ status: 'queued', attempts: 1 });
     // Still running: a new job is handled.
     const ok = nextEvent(worker, 'job:failure');
-    await skiplock.enqueue('throws', { key: 'none' }, { queue: 'hostile' });
+    await t.skiplock.enqueue('throws', { key: 'none' }, { queue: 'hostile' });
     const [, thrownValue, outcome] = await ok;
     expect(thrownValue).toBeUndefined();
     expect(outcome.lastError).toBe('handler threw undefined (not an Error)');
-    await worker.stop();
   });
 
   it('a kind named like an Object.prototype member is not a handler: the worker never claims it', async () => {
-    const worker = skiplock.worker({ ...base, queues: ['proto'], handlers: { real: () => {} } });
-    const failures: string[] = [];
-    worker.on('job:failure', (job) => failures.push(job.kind));
+    const worker = t.worker({ ...base, queues: ['proto'], handlers: { real: () => {} } });
+    const failed = record(worker, 'job:failure');
     await worker.start();
     const kinds = ['toString', 'constructor', 'hasOwnProperty', '__proto__'];
-    await skiplock.enqueueMany(kinds.map((kind) => ({ kind, payload: {}, queue: 'proto' })));
+    await t.skiplock.enqueueMany(kinds.map((kind) => ({ kind, payload: {}, queue: 'proto' })));
     // A job of a handled kind enqueued after them is run: the worker claimed past them.
     const done = nextEvent(worker, 'job:success');
-    const real = await skiplock.enqueue('real', {}, { queue: 'proto' });
+    const real = await t.skiplock.enqueue('real', {}, { queue: 'proto' });
     expect((await done)[0].id).toBe(real.id);
-    const rows = await db.query<{ kind: string; status: string; attempts: number }>(
-      `SELECT kind, status, attempts FROM ${db.jobs} WHERE queue = 'proto' ORDER BY id`,
+    const rows = await t.query<{ kind: string; status: string; attempts: number }>(
+      `SELECT kind, status, attempts FROM ${t.jobs} WHERE queue = 'proto' ORDER BY id`,
     );
     expect(rows).toEqual(kinds.map((kind) => ({ kind, status: 'queued', attempts: 0 })));
-    expect(failures).toEqual([]);
-    await worker.stop();
+    expect(failed).toEqual([]);
   });
 });
 
 describe('life cycle races', () => {
   it('stop() during start() leaves nothing running', async () => {
     let ran = 0;
-    const worker = skiplock.worker({
+    const worker = t.worker({
       ...base,
       queues: ['race-stop'],
       handlers: {
@@ -87,24 +75,23 @@ describe('life cycle races', () => {
     const started = worker.start();
     await worker.stop();
     await started;
-    const job = await skiplock.enqueue('x', {}, { queue: 'race-stop' });
+    const job = await t.skiplock.enqueue('x', {}, { queue: 'race-stop' });
     // Another worker proves the job is claimable: the stopped one never took it.
-    const other = skiplock.worker({ ...base, queues: ['race-stop'], handlers: { x: () => {} } });
+    const other = t.worker({ ...base, queues: ['race-stop'], handlers: { x: () => {} } });
     const done = nextEvent(other, 'job:success');
     await other.start();
-    expect((await done)[0].id).toBe(job.id);
+    expect((await done)[0]).toMatchObject({ id: job.id, attempts: 1 });
     expect(ran).toBe(0);
-    await other.stop();
   });
 
   it('start() twice at once starts once', async () => {
-    const worker = skiplock.worker({ ...base, queues: ['race-start'], handlers: {} });
+    const worker = t.worker({ ...base, queues: ['race-start'], handlers: {} });
     const results = await Promise.allSettled([worker.start(), worker.start()]);
     expect(results.map((r) => r.status).sort()).toEqual(['fulfilled', 'rejected']);
     // One LISTEN connection (a closed one may linger in pg_stat_activity for a moment).
     await waitFor(
       async () => {
-        const [row] = await db.query<{ n: number }>(
+        const [row] = await t.query<{ n: number }>(
           `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'`,
         );
         return row!.n === 1;
@@ -112,6 +99,5 @@ describe('life cycle races', () => {
       5000,
       'exactly one LISTEN connection',
     );
-    await worker.stop();
   });
 });

@@ -1,22 +1,14 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { SchemaVersionError, Skiplock, ValidationError } from '../src/index.js';
 import { loadMigrations } from '../src/migrations/migrator.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase } from './support/database.js';
+import { tableIn } from './support/database.js';
+import { useTestDatabase } from './support/fixture.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-});
-afterAll(async () => {
-  await db?.close();
-});
+const t = useTestDatabase();
 
 async function insert(kind: string, queue: string, status: string, extra = '') {
-  const [row] = await db.query<{ id: string }>(
-    `INSERT INTO ${db.jobs} (kind, queue, status, attempts, last_error, run_at ${extra ? ', finished_at' : ''})
+  const [row] = await t.query<{ id: string }>(
+    `INSERT INTO ${t.jobs} (kind, queue, status, attempts, last_error, run_at ${extra ? ', finished_at' : ''})
      VALUES ($1, $2, $3, 5, 'it broke', now() + interval '1 hour' ${extra ? ', now()' : ''}) RETURNING id`,
     [kind, queue, status],
   );
@@ -30,9 +22,9 @@ describe('requeue', () => {
     const failedEmail = await insert('send_invoice_email', 'rq', 'failed');
     const queuedEmail = await insert('send_invoice_email', 'rq', 'queued');
 
-    expect(await skiplock.requeue({ status: 'dead', kind: 'send_invoice_email', queue: 'rq' })).toBe(1);
-    const [requeued] = await db.query(
-      `SELECT status, attempts, last_error, finished_at, run_at <= now() AS due FROM ${db.jobs} WHERE id = $1`,
+    expect(await t.skiplock.requeue({ status: 'dead', kind: 'send_invoice_email', queue: 'rq' })).toBe(1);
+    const [requeued] = await t.query(
+      `SELECT status, attempts, last_error, finished_at, run_at <= now() AS due FROM ${t.jobs} WHERE id = $1`,
       [deadEmail],
     );
     expect(requeued).toEqual({
@@ -43,37 +35,40 @@ describe('requeue', () => {
       due: true,
     });
 
-    expect(await skiplock.requeue({ ids: [failedEmail, queuedEmail] })).toBe(1);
-    expect((await skiplock.getJob(failedEmail))?.status).toBe('queued');
+    expect(await t.skiplock.requeue({ ids: [failedEmail, queuedEmail] })).toBe(1);
+    expect((await t.skiplock.getJob(failedEmail))?.status).toBe('queued');
     // A queued job is never touched by requeue.
-    expect(await skiplock.getJob(queuedEmail)).toMatchObject({ status: 'queued', attempts: 5 });
+    expect(await t.skiplock.getJob(queuedEmail)).toMatchObject({ status: 'queued', attempts: 5 });
 
-    expect(await skiplock.requeue({ queue: 'rq' })).toBe(1);
-    expect((await skiplock.getJob(deadOther))?.status).toBe('queued');
-    expect(await skiplock.requeue({ queue: 'rq' })).toBe(0);
+    expect(await t.skiplock.requeue({ queue: 'rq' })).toBe(1);
+    expect((await t.skiplock.getJob(deadOther))?.status).toBe('queued');
+    expect(await t.skiplock.requeue({ queue: 'rq' })).toBe(0);
   });
 
   it('refuses a bad filter with a typed error', async () => {
-    await expect(skiplock.requeue({ status: 'running' as never })).rejects.toMatchObject({
+    await expect(t.skiplock.requeue({ status: 'running' as never })).rejects.toMatchObject({
       field: 'filter.status',
     });
-    await expect(skiplock.requeue({ ids: ['1; DROP TABLE x'] })).rejects.toMatchObject({
+    await expect(t.skiplock.requeue({ ids: ['1; DROP TABLE x'] })).rejects.toMatchObject({
       field: 'filter.ids[0]',
     });
-    await expect(skiplock.requeue({ kinds: 'x' } as never)).rejects.toBeInstanceOf(ValidationError);
+    await expect(t.skiplock.requeue({ kinds: 'x' } as never)).rejects.toBeInstanceOf(ValidationError);
   });
 });
 
 describe('stats and inspection', () => {
-  it('counts per queue and status, with the oldest due job’s age', async () => {
-    await db.query(`DELETE FROM ${db.jobs}`);
-    await db.query(
-      `INSERT INTO ${db.jobs} (kind, queue, run_at) VALUES
+  async function insertStatsRows() {
+    await t.query(
+      `INSERT INTO ${t.jobs} (kind, queue, run_at) VALUES
          ('a', 'stats', now() - interval '10 seconds'), ('a', 'stats', now() - interval '2 seconds'),
          ('a', 'stats', now() + interval '1 hour'), ('b', 'other', now())`,
     );
-    await db.query(`INSERT INTO ${db.jobs} (kind, queue, status) VALUES ('a', 'stats', 'dead')`);
-    const stats = await skiplock.stats();
+    await t.query(`INSERT INTO ${t.jobs} (kind, queue, status) VALUES ('a', 'stats', 'dead')`);
+  }
+
+  it('counts per queue and status, with the oldest due job’s age', async () => {
+    await insertStatsRows();
+    const stats = await t.skiplock.stats();
     expect(stats.map(({ queue, status, count }) => ({ queue, status, count }))).toEqual([
       { queue: 'other', status: 'queued', count: 1 },
       { queue: 'stats', status: 'dead', count: 1 },
@@ -86,13 +81,19 @@ describe('stats and inspection', () => {
   });
 
   it('lists jobs by filter and reads one by id', async () => {
-    const listed = await skiplock.listJobs({ queue: 'stats', status: ['queued'], limit: 2 });
+    await insertStatsRows();
+    const listed = await t.skiplock.listJobs({ queue: 'stats', status: ['queued'], limit: 2 });
     expect(listed).toHaveLength(2);
     expect(listed.every((j) => j.queue === 'stats' && j.status === 'queued')).toBe(true);
     // Newest first; the next page continues after the last id.
     expect(BigInt(listed[0]!.id) > BigInt(listed[1]!.id)).toBe(true);
-    const all = await skiplock.listJobs({ queue: 'stats', status: ['queued'], order: 'oldest', limit: 1000 });
-    const next = await skiplock.listJobs({
+    const all = await t.skiplock.listJobs({
+      queue: 'stats',
+      status: ['queued'],
+      order: 'oldest',
+      limit: 1000,
+    });
+    const next = await t.skiplock.listJobs({
       queue: 'stats',
       status: ['queued'],
       limit: 2,
@@ -101,45 +102,37 @@ describe('stats and inspection', () => {
     const newestFirst = all.map((j) => j.id).reverse();
     expect(next.map((j) => j.id)).toEqual(newestFirst.slice(2, 4));
     expect(BigInt(all[0]!.id) < BigInt(all[1]!.id)).toBe(true);
-    const one = await skiplock.getJob(listed[0]!.id);
+    const one = await t.skiplock.getJob(listed[0]!.id);
     expect(one).toEqual(listed[0]);
-    expect(await skiplock.getJob('999999999')).toBeUndefined();
-    await expect(skiplock.getJob('abc')).rejects.toBeInstanceOf(ValidationError);
-    await expect(skiplock.getJob('9999999999999999999')).rejects.toBeInstanceOf(ValidationError);
-    expect(await skiplock.getJob('9223372036854775807')).toBeUndefined();
+    expect(await t.skiplock.getJob('999999999')).toBeUndefined();
+    await expect(t.skiplock.getJob('abc')).rejects.toBeInstanceOf(ValidationError);
+    await expect(t.skiplock.getJob('9999999999999999999')).rejects.toBeInstanceOf(ValidationError);
+    expect(await t.skiplock.getJob('9223372036854775807')).toBeUndefined();
   });
 });
 
 describe('migrations', () => {
   it('are idempotent', async () => {
-    expect(await skiplock.migrate()).toEqual({ applied: [], version: loadMigrations().at(-1)?.version });
+    expect(await t.skiplock.migrate()).toEqual({ applied: [], version: loadMigrations().at(-1)?.version });
   });
 
   it('refuse a database whose schema is newer than the library', async () => {
-    const fresh = await createTestDatabase();
-    try {
-      const s = fresh.skiplock();
-      await fresh.query(
-        `INSERT INTO "${TEST_SCHEMA.replaceAll('"', '""')}".migrations (version, name) VALUES (99, 'future')`,
-      );
-      const error = await s.migrate().catch((e: unknown) => e);
-      expect(error).toBeInstanceOf(SchemaVersionError);
-      expect((error as Error).message).toContain('version 99');
-    } finally {
-      await fresh.close();
-    }
+    await t.query(`INSERT INTO ${tableIn(t.schema, 'migrations')} (version, name) VALUES (99, 'future')`);
+    const error = await t.skiplock.migrate().catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(SchemaVersionError);
+    expect((error as Error).message).toContain('version 99');
   });
 
   it('work in any schema name, quoted, side by side', async () => {
     const names = ['Mixed Case', 'we"ird; DROP TABLE jobs; --', 'ユニコード'];
     for (const schema of names) {
-      const s = new Skiplock({ pool: db.pool, schema });
+      const s = new Skiplock({ pool: t.db.pool, schema });
       await s.migrate();
       const job = await s.enqueue('k', { schema });
       expect((await s.getJob(job.id))?.payload).toEqual({ schema });
       await s.close();
     }
-    const [row] = await db.query<{ n: number }>(
+    const [row] = await t.query<{ n: number }>(
       `SELECT count(*)::int AS n FROM pg_namespace WHERE nspname = ANY($1)`,
       [names],
     );
@@ -147,32 +140,32 @@ describe('migrations', () => {
   });
 
   it('refuse a schema name that cannot be a channel or identifier', () => {
-    expect(() => new Skiplock({ pool: db.pool, schema: 'x'.repeat(55) })).toThrow(ValidationError);
-    expect(() => new Skiplock({ pool: db.pool, schema: '' })).toThrow(/schema/);
-    expect(() => new Skiplock({ pool: db.pool, schema: 'a\u0000b' })).toThrow(/schema/);
+    expect(() => new Skiplock({ pool: t.db.pool, schema: 'x'.repeat(55) })).toThrow(ValidationError);
+    expect(() => new Skiplock({ pool: t.db.pool, schema: '' })).toThrow(/schema/);
+    expect(() => new Skiplock({ pool: t.db.pool, schema: 'a\u0000b' })).toThrow(/schema/);
   });
 });
 
 describe('configuration', () => {
   it('rejects unknown options and conflicting connections', () => {
-    expect(() => new Skiplock({ pool: db.pool, shcema: 'x' } as never)).toThrow(/shcema: unknown option/);
-    expect(() => new Skiplock({ pool: db.pool, connectionString: db.url })).toThrow(ValidationError);
+    expect(() => new Skiplock({ pool: t.db.pool, shcema: 'x' } as never)).toThrow(/shcema: unknown option/);
+    expect(() => new Skiplock({ pool: t.db.pool, connectionString: t.db.url })).toThrow(ValidationError);
   });
 
   it('closes the pool it made, not the caller’s', async () => {
-    const own = new Skiplock({ connectionString: db.url, schema: TEST_SCHEMA });
+    const own = new Skiplock({ connectionString: t.db.url, schema: t.schema });
     await own.stats();
     await own.close();
     await expect(own.stats()).rejects.toMatchObject({ code: 'CLOSED' });
-    const shared = new Skiplock({ pool: db.pool, schema: TEST_SCHEMA });
+    const shared = new Skiplock({ pool: t.db.pool, schema: t.schema });
     await shared.close();
-    expect((await db.pool.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
+    expect((await t.db.pool.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
   });
 });
 
 describe('a worker on a schema that was never migrated', () => {
   it('fails at start with a SchemaVersionError that says what to do', async () => {
-    const s = new Skiplock({ pool: db.pool, schema: 'never_migrated' });
+    const s = new Skiplock({ pool: t.db.pool, schema: 'never_migrated' });
     const worker = s.worker({ handleSignals: false, handlers: {} });
     const error = await worker.start().catch((e: unknown) => e);
     expect(error).toBeInstanceOf(SchemaVersionError);

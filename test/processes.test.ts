@@ -1,148 +1,170 @@
-import { fork } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Skiplock } from '../src/index.js';
+/** skiplock across real processes: concurrent claims, SIGKILL, signals, concurrent migrations. */
+import type { ChildProcess } from 'node:child_process';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { loadMigrations } from '../src/migrations/migrator.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase, waitFor } from './support/database.js';
-import { exited, startWorkerProcess } from './support/processes.js';
+import { countRows, tableIn, waitFor } from './support/database.js';
+import { useTestDatabase } from './support/fixture.js';
+import { exited, forkScript, sent, startWorkerProcess } from './support/processes.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
+const t = useTestDatabase();
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-  await db.query('CREATE TABLE effects (job_id bigint NOT NULL, attempts int NOT NULL, pid int NOT NULL)');
+beforeEach(async () => {
+  // Job ids start again in each test's schema: each test gets an effects table of its own.
+  await t.query('DROP TABLE IF EXISTS effects');
+  await t.query('CREATE TABLE effects (job_id bigint NOT NULL, attempts int NOT NULL, pid int NOT NULL)');
 });
-afterAll(async () => {
-  await db?.close();
-});
+
+/** Child processes of the test, killed after it whatever happened. */
+function owned(child: ChildProcess): ChildProcess {
+  t.defer(async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGKILL');
+      await exited(child);
+    }
+  });
+  return child;
+}
 
 function env(queue: string, options: Record<string, unknown> = {}, delayMs = 0) {
   return {
-    SKIPLOCK_URL: db.url,
-    SKIPLOCK_SCHEMA: TEST_SCHEMA,
+    SKIPLOCK_URL: t.db.url,
+    SKIPLOCK_SCHEMA: t.schema,
     HANDLER_DELAY_MS: String(delayMs),
     WORKER_OPTIONS: JSON.stringify({ queues: [queue], pollIntervalMs: 200, ...options }),
   };
 }
 
-async function remaining(queue: string): Promise<number> {
-  const [row] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${db.jobs} WHERE queue = $1`, [
-    queue,
-  ]);
-  return row!.n;
-}
+/** Running jobs per worker id, for diagnostics. */
+const runningBy = () =>
+  t.query(
+    `SELECT locked_by, count(*)::int AS n FROM ${t.jobs} WHERE status = 'running' GROUP BY 1 ORDER BY 1`,
+  );
 
 describe('real processes', () => {
   it('four processes never run the same attempt; every job runs exactly once', async () => {
-    const jobs = await skiplock.enqueueMany(
-      Array.from({ length: 2000 }, (_, i) => ({ kind: 'effect', payload: { i }, queue: 'race' })),
-    );
     const workers = await Promise.all(
-      Array.from({ length: 4 }, () => startWorkerProcess(env('race', { concurrency: 10, batchSize: 5 }))),
+      Array.from({ length: 4 }, async () =>
+        owned(await startWorkerProcess(env('race', { concurrency: 10, batchSize: 5 }))),
+      ),
     );
-    await waitFor(async () => (await remaining('race')) === 0, 60_000, 'the queue to drain');
+    // A start barrier: while this lock is held no handler can write its effect, so no process can
+    // drain the queue before all four have claimed jobs.
+    const barrier = await t.db.pool.connect();
+    let jobs: { id: string }[];
+    try {
+      await barrier.query('BEGIN');
+      await barrier.query('LOCK TABLE effects IN EXCLUSIVE MODE');
+      jobs = await t.skiplock.enqueueMany(
+        Array.from({ length: 2000 }, (_, i) => ({ kind: 'effect', payload: { i }, queue: 'race' })),
+      );
+      await waitFor(
+        async () => (await runningBy()).length === 4,
+        30_000,
+        'each of the four processes to hold running jobs',
+        runningBy,
+      );
+      await barrier.query('COMMIT');
+    } finally {
+      barrier.release();
+    }
+    await waitFor(
+      async () => (await t.jobCount()) === 0,
+      60_000,
+      'the queue to drain',
+      () => t.query(`SELECT status, count(*)::int AS n FROM ${t.jobs} GROUP BY 1`),
+    );
     for (const w of workers) w.kill('SIGTERM');
     // The worker stops gracefully, then re-raises SIGTERM so the process ends as it would have.
     expect(await Promise.all(workers.map(exited))).toEqual(['SIGTERM', 'SIGTERM', 'SIGTERM', 'SIGTERM']);
-    const [stats] = await db.query<{
-      runs: number;
-      distinct_jobs: number;
-      max_attempts: number;
-      pids: number;
-    }>(
+    const [stats] = await t.query(
       `SELECT count(*)::int AS runs, count(DISTINCT job_id)::int AS distinct_jobs, max(attempts) AS max_attempts,
               count(DISTINCT pid)::int AS pids
        FROM effects WHERE job_id = ANY($1::bigint[])`,
       [jobs.map((j) => j.id)],
     );
     expect(stats).toEqual({ runs: 2000, distinct_jobs: 2000, max_attempts: 1, pids: 4 });
-  });
+  }, 120_000);
 
   it('a worker killed with SIGKILL loses no job: its leases are reclaimed and run elsewhere', async () => {
-    const jobs = await skiplock.enqueueMany(
+    const jobs = await t.skiplock.enqueueMany(
       Array.from({ length: 200 }, (_, i) => ({ kind: 'effect', payload: { i }, queue: 'crash' })),
     );
-    const options = {
-      concurrency: 10,
-      visibilityTimeoutMs: 1000,
-      heartbeatIntervalMs: 200,
-      sweepIntervalMs: 200,
-    };
-    const victim = await startWorkerProcess(env('crash', options, 30));
-    // Kill it while it holds leases.
-    await waitFor(async () => {
-      const [r] = await db.query<{ n: number }>(
-        `SELECT count(*)::int AS n FROM ${db.jobs} WHERE queue = 'crash' AND status = 'running'`,
-      );
-      return r!.n > 0;
-    });
+    // Its handlers never finish on their own: it holds exactly its ten leases when it dies. Its leases
+    // are stamped with a short visibility timeout, and it does not sweep them itself.
+    const victim = owned(
+      await startWorkerProcess(
+        env('crash', { concurrency: 10, visibilityTimeoutMs: 2000, sweepIntervalMs: 600_000 }, 600_000),
+      ),
+    );
+    await waitFor(
+      async () => (await t.jobCount("status = 'running'")) === 10,
+      20_000,
+      'the victim to hold ten leases',
+      runningBy,
+    );
     victim.kill('SIGKILL');
     expect(await exited(victim)).toBe('SIGKILL');
-    const running = await db.query(`SELECT id FROM ${db.jobs} WHERE queue = 'crash' AND status = 'running'`);
-    expect(running.length).toBeGreaterThan(0);
-    const survivor = await startWorkerProcess(env('crash', options, 1));
-    await waitFor(async () => (await remaining('crash')) === 0, 60_000, 'the queue to drain after the crash');
+    const running = await t.query<{ id: string }>(`SELECT id FROM ${t.jobs} WHERE status = 'running'`);
+    expect(running).toHaveLength(10);
+    const survivor = owned(
+      await startWorkerProcess(env('crash', { concurrency: 10, sweepIntervalMs: 200 }, 1)),
+    );
+    await waitFor(
+      async () => (await t.jobCount()) === 0,
+      60_000,
+      'the queue to drain after the crash',
+      () => t.query(`SELECT status, attempts, count(*)::int AS n FROM ${t.jobs} GROUP BY 1, 2`),
+    );
     survivor.kill('SIGTERM');
     expect(await exited(survivor)).toBe('SIGTERM');
-    const [stats] = await db.query<{ distinct_jobs: number }>(
-      'SELECT count(DISTINCT job_id)::int AS distinct_jobs FROM effects WHERE job_id = ANY($1::bigint[])',
+    const [all] = await t.query(
+      `SELECT count(*)::int AS runs, count(DISTINCT job_id)::int AS distinct_jobs FROM effects
+       WHERE job_id = ANY($1::bigint[])`,
       [jobs.map((j) => j.id)],
     );
-    expect(stats!.distinct_jobs).toBe(200);
-    // The killed process's leased jobs ran again, as attempt 2.
-    const [again] = await db.query<{ n: number }>(
-      'SELECT count(*)::int AS n FROM effects WHERE job_id = ANY($1::bigint[]) AND attempts = 2',
+    expect(all).toEqual({ runs: 200, distinct_jobs: 200 });
+    // The killed process's leased jobs ran again, as attempt 2, and only then.
+    const again = await t.query(
+      'SELECT attempts, count(*)::int AS n FROM effects WHERE job_id = ANY($1::bigint[]) GROUP BY 1',
       [running.map((r) => r.id)],
     );
-    expect(again!.n).toBe(running.length);
-  });
+    expect(again).toEqual([{ attempts: 2, n: 10 }]);
+  }, 120_000);
 });
 
 describe('signals', () => {
   it('SIGTERM stops every worker of the process gracefully before the process ends', async () => {
-    const script = fileURLToPath(new URL('./support/two-workers-process.ts', import.meta.url));
-    const child = fork(script, [], {
-      execArgv: ['--import', 'tsx'],
-      env: { ...process.env, SKIPLOCK_URL: db.url, SKIPLOCK_SCHEMA: TEST_SCHEMA, SLOW_MS: '1500' },
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    });
-    const messages: unknown[] = [];
-    child.on('message', (m) => messages.push(m));
-    await waitFor(() => messages.includes('ready'), 30_000, 'the two workers');
-    const slowJob = await skiplock.enqueue('effect', {}, { queue: 'slow' });
-    await waitFor(() => messages.includes('slow-started'), 10_000, 'the slow job to start');
+    const child = owned(
+      forkScript('./two-workers-process.ts', {
+        SKIPLOCK_URL: t.db.url,
+        SKIPLOCK_SCHEMA: t.schema,
+        SLOW_MS: '1500',
+      }),
+    );
+    await sent(child, 'ready');
+    const slowStarted = sent(child, 'slow-started');
+    const slowJob = await t.skiplock.enqueue('effect', {}, { queue: 'slow' });
+    await slowStarted;
     child.kill('SIGTERM');
     expect(await exited(child)).toBe('SIGTERM');
     // The slow worker finished its job within its shutdown timeout, though the fast one stopped at once.
-    const [row] = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM effects WHERE job_id = $1', [
-      slowJob.id,
-    ]);
-    expect(row!.n).toBe(1);
-    expect(await skiplock.getJob(slowJob.id)).toBeUndefined();
+    expect(await countRows(t.db.pool, 'effects', 'job_id = $1', [slowJob.id])).toBe(1);
+    expect(await t.skiplock.getJob(slowJob.id)).toBeUndefined();
   });
 });
 
 describe('migrations', () => {
-  it('ten processes migrating one fresh database at once all succeed', async () => {
-    const fresh = await createTestDatabase(false);
-    try {
-      const script = fileURLToPath(new URL('./support/migrate-process.ts', import.meta.url));
-      const children = Array.from({ length: 10 }, () =>
-        fork(script, [], {
-          execArgv: ['--import', 'tsx'],
-          env: { ...process.env, SKIPLOCK_URL: fresh.url, SKIPLOCK_SCHEMA: TEST_SCHEMA },
-          stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-        }),
-      );
-      expect(await Promise.all(children.map(exited))).toEqual(Array(10).fill(0));
-      const rows = await fresh.query(
-        `SELECT version, name FROM "${TEST_SCHEMA.replaceAll('"', '""')}".migrations`,
-      );
-      expect(rows).toEqual(loadMigrations().map(({ version, name }) => ({ version, name })));
-    } finally {
-      await fresh.close();
-    }
+  it('processes migrating one fresh schema at once all succeed', async () => {
+    const schema = `${t.schema}_fresh`;
+    const children = Array.from({ length: 4 }, () =>
+      owned(forkScript('./migrate-process.ts', { SKIPLOCK_URL: t.db.url, SKIPLOCK_SCHEMA: schema })),
+    );
+    // All connected before any migrates, so the migrations really run at once.
+    await Promise.all(children.map((child) => sent(child, 'ready')));
+    for (const child of children) child.send('go');
+    expect(await Promise.all(children.map(exited))).toEqual([0, 0, 0, 0]);
+    expect(await t.query(`SELECT version, name FROM ${tableIn(schema, 'migrations')}`)).toEqual(
+      loadMigrations().map(({ version, name }) => ({ version, name })),
+    );
   });
 });

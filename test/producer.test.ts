@@ -1,36 +1,42 @@
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Skiplock, ValidationError } from '../src/index.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase, waitFor } from './support/database.js';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { ValidationError } from '../src/index.js';
+import { quoteIdent, waitFor } from './support/database.js';
+import { useTestDatabase } from './support/fixture.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
+const t = useTestDatabase();
 let listener: pg.Client;
 const notifications: string[] = [];
 
+/** The wake-up channel of the test's schema. */
+const channel = () => `skiplock:${t.schema}`;
+
 beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-  listener = new pg.Client({ connectionString: db.url });
+  listener = new pg.Client({ connectionString: t.db.url });
   await listener.connect();
   listener.on('notification', (n) => notifications.push(n.payload ?? ''));
-  await listener.query(`LISTEN "skiplock:${TEST_SCHEMA.replaceAll('"', '""')}"`);
+});
+beforeEach(async () => {
+  await listener.query(`LISTEN ${quoteIdent(channel())}`);
+});
+afterEach(async () => {
+  await listener.query('UNLISTEN *');
+  notifications.splice(0);
 });
 afterAll(async () => {
   await listener?.end();
-  await db?.close();
 });
-
-async function countJobs(): Promise<number> {
-  const [row] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${db.jobs}`);
-  return row!.n;
-}
 
 /** A marker notification sent after the event under test: everything before it was delivered. */
 async function flushNotifications(): Promise<unknown[]> {
   const marker = `marker-${Math.random()}`;
-  await db.query(`SELECT pg_notify($1, $2)`, [`skiplock:${TEST_SCHEMA}`, marker]);
-  await waitFor(() => notifications.includes(marker), 5000, 'marker notification');
+  await t.query(`SELECT pg_notify($1, $2)`, [channel(), marker]);
+  await waitFor(
+    () => notifications.includes(marker),
+    5000,
+    'marker notification',
+    () => notifications,
+  );
   return notifications
     .splice(0)
     .filter((n) => n !== marker)
@@ -40,7 +46,7 @@ async function flushNotifications(): Promise<unknown[]> {
 describe('enqueue', () => {
   it('inserts with the defaults of the guide and returns the job', async () => {
     await flushNotifications();
-    const job = await skiplock.enqueue('send_invoice_email', { orderId: 42 });
+    const job = await t.skiplock.enqueue('send_invoice_email', { orderId: 42 });
     expect(job).toMatchObject({
       kind: 'send_invoice_email',
       queue: 'default',
@@ -50,8 +56,8 @@ describe('enqueue', () => {
       maxAttempts: 20,
     });
     expect(job.id).toMatch(/^[1-9][0-9]*$/);
-    const [row] = await db.query(
-      `SELECT status, locked_at, last_error, run_at <= now() AS due FROM ${db.jobs} WHERE id = $1`,
+    const [row] = await t.query(
+      `SELECT status, locked_at, last_error, run_at <= now() AS due FROM ${t.jobs} WHERE id = $1`,
       [job.id],
     );
     expect(row).toEqual({ status: 'queued', locked_at: null, last_error: null, due: true });
@@ -60,49 +66,49 @@ describe('enqueue', () => {
 
   it("commits with the caller's transaction and wakes on commit only", async () => {
     await flushNotifications();
-    const before = await countJobs();
-    const client = await db.pool.connect();
+    const before = await t.jobCount();
+    const client = await t.db.pool.connect();
     try {
       await client.query('BEGIN');
-      const job = await skiplock.enqueue('in_tx', { a: 1 }, { client, queue: 'tx' });
+      const job = await t.skiplock.enqueue('in_tx', { a: 1 }, { client, queue: 'tx' });
       // Not visible outside, and nobody woken, before COMMIT.
-      expect(await skiplock.getJob(job.id)).toBeUndefined();
+      expect(await t.skiplock.getJob(job.id)).toBeUndefined();
       expect(await flushNotifications()).toEqual([]);
       await client.query('COMMIT');
-      expect((await skiplock.getJob(job.id))?.status).toBe('queued');
+      expect((await t.skiplock.getJob(job.id))?.status).toBe('queued');
       expect(await flushNotifications()).toEqual([{ type: 'insert', queue: 'tx', delayMs: 0 }]);
     } finally {
       client.release();
     }
-    expect(await countJobs()).toBe(before + 1);
+    expect(await t.jobCount()).toBe(before + 1);
   });
 
   it('leaves nothing and wakes nobody when the transaction rolls back', async () => {
     await flushNotifications();
-    const before = await countJobs();
-    const client = await db.pool.connect();
+    const before = await t.jobCount();
+    const client = await t.db.pool.connect();
     try {
       await client.query('BEGIN');
-      await skiplock.enqueue('rolled_back', {}, { client });
-      await skiplock.enqueueMany([{ kind: 'rolled_back', payload: {} }], { client });
+      await t.skiplock.enqueue('rolled_back', {}, { client });
+      await t.skiplock.enqueueMany([{ kind: 'rolled_back', payload: {} }], { client });
       await client.query('ROLLBACK');
     } finally {
       client.release();
     }
-    expect(await countJobs()).toBe(before);
+    expect(await t.jobCount()).toBe(before);
     expect(await flushNotifications()).toEqual([]);
   });
 
   it('schedules with delayMs and runAt on the database clock', async () => {
-    const delayed = await skiplock.enqueue('later', {}, { delayMs: 60_000 });
-    const [row] = await db.query<{ secs: number }>(
-      `SELECT EXTRACT(EPOCH FROM run_at - now())::float8 AS secs FROM ${db.jobs} WHERE id = $1`,
+    const delayed = await t.skiplock.enqueue('later', {}, { delayMs: 60_000 });
+    const [row] = await t.query<{ secs: number }>(
+      `SELECT EXTRACT(EPOCH FROM run_at - now())::float8 AS secs FROM ${t.jobs} WHERE id = $1`,
       [delayed.id],
     );
     expect(row!.secs).toBeGreaterThan(58);
     expect(row!.secs).toBeLessThanOrEqual(60);
     const at = new Date('2030-01-02T03:04:05.678Z');
-    const scheduled = await skiplock.enqueue(
+    const scheduled = await t.skiplock.enqueue(
       'later',
       {},
       { runAt: at, priority: -5, maxAttempts: 3, queue: 'sched' },
@@ -113,7 +119,7 @@ describe('enqueue', () => {
 
   it('notifies the delay of future jobs so workers can set a timer', async () => {
     await flushNotifications();
-    await skiplock.enqueue('later', {}, { queue: 'future', delayMs: 30_000 });
+    await t.skiplock.enqueue('later', {}, { queue: 'future', delayMs: 30_000 });
     const [parsed] = (await flushNotifications()) as { queue: string; delayMs: number }[];
     expect(parsed!.queue).toBe('future');
     expect(parsed!.delayMs).toBeGreaterThan(29_000);
@@ -123,8 +129,8 @@ describe('enqueue', () => {
   it('stores names as data: quotes, SQL and unicode round-trip', async () => {
     const names = [`it's "quoted"`, "'); DROP TABLE jobs; --", '큐 🚀', ' spaced ', '\\backslash'];
     for (const name of names) {
-      const job = await skiplock.enqueue(name, { name }, { queue: name });
-      const read = await skiplock.getJob(job.id);
+      const job = await t.skiplock.enqueue(name, { name }, { queue: name });
+      const read = await t.skiplock.getJob(job.id);
       expect(read?.kind).toBe(name);
       expect(read?.queue).toBe(name);
       expect(read?.payload).toEqual({ name });
@@ -134,7 +140,7 @@ describe('enqueue', () => {
 
 describe('enqueueMany', () => {
   it('inserts all jobs in one statement, in input order', async () => {
-    const jobs = await skiplock.enqueueMany(
+    const jobs = await t.skiplock.enqueueMany(
       Array.from({ length: 50 }, (_, i) => ({
         kind: `k${i % 3}`,
         payload: { i },
@@ -149,17 +155,17 @@ describe('enqueueMany', () => {
   });
 
   it('inserts nothing when any item is invalid, naming the item and field', async () => {
-    const before = await countJobs();
-    const attempt = skiplock.enqueueMany([
+    const before = await t.jobCount();
+    const attempt = t.skiplock.enqueueMany([
       { kind: 'ok', payload: {} },
       { kind: 'ok', payload: {}, delayMs: -1 },
     ]);
     await expect(attempt).rejects.toMatchObject({ name: 'ValidationError', field: 'jobs[1].delayMs' });
-    expect(await countJobs()).toBe(before);
+    expect(await t.jobCount()).toBe(before);
   });
 
   it('returns [] for an empty list', async () => {
-    expect(await skiplock.enqueueMany([])).toEqual([]);
+    expect(await t.skiplock.enqueueMany([])).toEqual([]);
   });
 });
 
@@ -167,35 +173,35 @@ describe('bad input (SPEC §9)', () => {
   const circular: Record<string, unknown> = {};
   circular.self = circular;
   const cases: [string, () => Promise<unknown>, string][] = [
-    ['unknown option', () => skiplock.enqueue('k', {}, { queues: 'x' } as never), 'options.queues'],
-    ['BigInt payload', () => skiplock.enqueue('k', { n: 1n }), 'payload.n'],
-    ['circular payload', () => skiplock.enqueue('k', circular), 'payload.self'],
-    ['undefined inside payload', () => skiplock.enqueue('k', { u: undefined }), 'payload.u'],
-    ['function payload', () => skiplock.enqueue('k', { f: () => 1 }), 'payload.f'],
-    ['NaN in payload', () => skiplock.enqueue('k', [Number.NaN]), 'payload[0]'],
-    ['NUL in payload string', () => skiplock.enqueue('k', { s: 'a\u0000b' }), 'payload.s'],
-    ['lone surrogate', () => skiplock.enqueue('k', { s: '\ud800' }), 'payload.s'],
-    ['Date in payload', () => skiplock.enqueue('k', { at: new Date() }), 'payload.at'],
-    ['maxAttempts 0', () => skiplock.enqueue('k', {}, { maxAttempts: 0 }), 'options.maxAttempts'],
-    ['maxAttempts 1.5', () => skiplock.enqueue('k', {}, { maxAttempts: 1.5 }), 'options.maxAttempts'],
-    ['negative delayMs', () => skiplock.enqueue('k', {}, { delayMs: -1 }), 'options.delayMs'],
-    ['NaN delayMs', () => skiplock.enqueue('k', {}, { delayMs: Number.NaN }), 'options.delayMs'],
-    ['fractional priority', () => skiplock.enqueue('k', {}, { priority: 0.5 }), 'options.priority'],
-    ['priority beyond int', () => skiplock.enqueue('k', {}, { priority: 2 ** 31 }), 'options.priority'],
-    ['invalid date', () => skiplock.enqueue('k', {}, { runAt: new Date('nope') }), 'options.runAt'],
+    ['unknown option', () => t.skiplock.enqueue('k', {}, { queues: 'x' } as never), 'options.queues'],
+    ['BigInt payload', () => t.skiplock.enqueue('k', { n: 1n }), 'payload.n'],
+    ['circular payload', () => t.skiplock.enqueue('k', circular), 'payload.self'],
+    ['undefined inside payload', () => t.skiplock.enqueue('k', { u: undefined }), 'payload.u'],
+    ['function payload', () => t.skiplock.enqueue('k', { f: () => 1 }), 'payload.f'],
+    ['NaN in payload', () => t.skiplock.enqueue('k', [Number.NaN]), 'payload[0]'],
+    ['NUL in payload string', () => t.skiplock.enqueue('k', { s: 'a\u0000b' }), 'payload.s'],
+    ['lone surrogate', () => t.skiplock.enqueue('k', { s: '\ud800' }), 'payload.s'],
+    ['Date in payload', () => t.skiplock.enqueue('k', { at: new Date() }), 'payload.at'],
+    ['maxAttempts 0', () => t.skiplock.enqueue('k', {}, { maxAttempts: 0 }), 'options.maxAttempts'],
+    ['maxAttempts 1.5', () => t.skiplock.enqueue('k', {}, { maxAttempts: 1.5 }), 'options.maxAttempts'],
+    ['negative delayMs', () => t.skiplock.enqueue('k', {}, { delayMs: -1 }), 'options.delayMs'],
+    ['NaN delayMs', () => t.skiplock.enqueue('k', {}, { delayMs: Number.NaN }), 'options.delayMs'],
+    ['fractional priority', () => t.skiplock.enqueue('k', {}, { priority: 0.5 }), 'options.priority'],
+    ['priority beyond int', () => t.skiplock.enqueue('k', {}, { priority: 2 ** 31 }), 'options.priority'],
+    ['invalid date', () => t.skiplock.enqueue('k', {}, { runAt: new Date('nope') }), 'options.runAt'],
     [
       'runAt and delayMs',
-      () => skiplock.enqueue('k', {}, { runAt: new Date(), delayMs: 5 }),
+      () => t.skiplock.enqueue('k', {}, { runAt: new Date(), delayMs: 5 }),
       'options.delayMs',
     ],
-    ['empty kind', () => skiplock.enqueue('', {}), 'kind'],
-    ['NUL in kind', () => skiplock.enqueue('a\u0000', {}), 'kind'],
-    ['empty queue', () => skiplock.enqueue('k', {}, { queue: '' }), 'options.queue'],
-    ['non-string queue', () => skiplock.enqueue('k', {}, { queue: 5 as never }), 'options.queue'],
-    ['client without query', () => skiplock.enqueue('k', {}, { client: {} as never }), 'options.client'],
+    ['empty kind', () => t.skiplock.enqueue('', {}), 'kind'],
+    ['NUL in kind', () => t.skiplock.enqueue('a\u0000', {}), 'kind'],
+    ['empty queue', () => t.skiplock.enqueue('k', {}, { queue: '' }), 'options.queue'],
+    ['non-string queue', () => t.skiplock.enqueue('k', {}, { queue: 5 as never }), 'options.queue'],
+    ['client without query', () => t.skiplock.enqueue('k', {}, { client: {} as never }), 'options.client'],
   ];
-  it.each(cases)('%s → ValidationError naming the field; nothing inserted', async (_, call, field) => {
-    const before = await countJobs();
+  it.each(cases)('%s → ValidationError naming %s; nothing inserted', async (_, call, field) => {
+    const before = await t.jobCount();
     const error = await call().then(
       () => undefined,
       (e: unknown) => e,
@@ -204,15 +210,14 @@ describe('bad input (SPEC §9)', () => {
     expect((error as ValidationError).field).toBe(field);
     expect((error as ValidationError).code).toBe('VALIDATION');
     expect((error as ValidationError).message).toContain(field);
-    expect(await countJobs()).toBe(before);
+    expect(await t.jobCount()).toBe(before);
   });
 });
 
 describe('plain SQL insert', () => {
   it('is picked up at once by a worker (NOTIFY trigger), not by the slow poll', async () => {
     let ran: unknown;
-    const worker = skiplock.worker({
-      handleSignals: false,
+    const worker = t.worker({
       pollIntervalMs: 600_000,
       queues: ['psql'],
       handlers: {
@@ -222,9 +227,8 @@ describe('plain SQL insert', () => {
       },
     });
     await worker.start();
-    await db.query(`INSERT INTO ${db.jobs} (kind, queue, payload) VALUES ('from_psql', 'psql', '{"x": 1}')`);
+    await t.query(`INSERT INTO ${t.jobs} (kind, queue, payload) VALUES ('from_psql', 'psql', '{"x": 1}')`);
     await waitFor(() => ran, 5000, 'the plain-SQL job to run');
     expect(ran).toEqual({ x: 1 });
-    await worker.stop();
   });
 });

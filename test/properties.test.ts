@@ -1,24 +1,12 @@
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BACKOFF_CAP_MS, backoffDelayMs, type Skiplock, ValidationError } from '../src/index.js';
+import type pg from 'pg';
+import { describe, expect, it } from 'vitest';
+import { JobQueries } from '../src/db/queries/jobs.js';
+import { BACKOFF_CAP_MS, backoffDelayMs, ValidationError } from '../src/index.js';
 import { BACKOFF_MAX_EXPONENT } from '../src/job/backoff.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { useTestDatabase } from './support/fixture.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-});
-afterAll(async () => {
-  await db?.close();
-});
-
-async function countJobs(): Promise<number> {
-  const [row] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${db.jobs}`);
-  return row!.n;
-}
+const t = useTestDatabase();
 
 describe('backoff rule', () => {
   it('is finite, ≥ 500 ms, at most the one-hour cap, and within [0.5, 1] of min(2^attempts s, 1 h)', () => {
@@ -44,31 +32,36 @@ describe('backoff rule', () => {
     const worker = 'property-worker';
     await fc.assert(
       fc.asyncProperty(fc.integer({ min: 1, max: 100_000 }), async (attempts) => {
-        const [job] = await db.query<{ id: string }>(
-          `INSERT INTO ${db.jobs} (kind, status, attempts, max_attempts, locked_at, locked_by)
+        const [job] = await t.query<{ id: string }>(
+          `INSERT INTO ${t.jobs} (kind, status, attempts, max_attempts, locked_at, locked_by)
            VALUES ('backoff', 'running', $1, 2147483647, now(), $2) RETURNING id`,
           [attempts, worker],
         );
-        const client = await db.pool.connect();
+        const client = await t.db.pool.connect();
         try {
-          // now() is fixed per transaction: the delay is exact.
+          // now() is fixed per transaction: run on that transaction, the delay is exact.
           await client.query('BEGIN');
-          const [outcome] = await import('../src/db/queries/jobs.js').then(({ JobQueries }) =>
-            new JobQueries(skiplock.schema).results.fail(
-              client,
-              [{ id: job!.id, attempts, leaseSeq: '0', error: 'x', permanent: false }],
-              worker,
-            ),
+          const [outcome] = await new JobQueries(t.schema).results.fail(
+            client,
+            [{ id: job!.id, attempts, leaseSeq: '0', error: 'x', permanent: false }],
+            worker,
           );
+          const [row] = (
+            await client.query<{ delay_ms: number }>(
+              `SELECT (EXTRACT(EPOCH FROM run_at - now()) * 1000)::float8 AS delay_ms FROM ${t.jobs} WHERE id = $1`,
+              [job!.id],
+            )
+          ).rows;
           await client.query('COMMIT');
           const base = Math.min(1000 * 2 ** Math.min(attempts, BACKOFF_MAX_EXPONENT), BACKOFF_CAP_MS);
           expect(outcome?.status).toBe('queued');
-          // The statement's own now() to run_at, within clock resolution.
-          expect(outcome!.retryDelayMs).toBeGreaterThanOrEqual(base * 0.5 - 5);
-          expect(outcome!.retryDelayMs).toBeLessThan(base + 5);
+          // The same now() in the statement and in this read: within [0.5, 1] of the base, to the millisecond.
+          expect(outcome!.retryDelayMs).toBeCloseTo(row!.delay_ms, 6);
+          expect(row!.delay_ms).toBeGreaterThanOrEqual(base * 0.5);
+          expect(row!.delay_ms).toBeLessThanOrEqual(base);
         } finally {
           client.release();
-          await db.query(`DELETE FROM ${db.jobs} WHERE id = $1`, [job!.id]);
+          await t.query(`DELETE FROM ${t.jobs} WHERE id = $1`, [job!.id]);
         }
       }),
       { numRuns: 60 },
@@ -88,11 +81,11 @@ describe('payload round-trip', () => {
         const storable =
           !JSON.stringify(payload).includes('\\u0000') && JSON.stringify(payload).isWellFormed();
         if (!storable) {
-          await expect(skiplock.enqueue('roundtrip', payload)).rejects.toBeInstanceOf(ValidationError);
+          await expect(t.skiplock.enqueue('roundtrip', payload)).rejects.toBeInstanceOf(ValidationError);
           return;
         }
-        const job = await skiplock.enqueue('roundtrip', payload);
-        const read = await skiplock.getJob(job.id);
+        const job = await t.skiplock.enqueue('roundtrip', payload);
+        const read = await t.skiplock.getJob(job.id);
         expect(read?.payload).toEqual(jsonNormal(payload));
         expect(job.payload).toEqual(jsonNormal(payload));
       }),
@@ -104,8 +97,8 @@ describe('payload round-trip', () => {
     await fc.assert(
       fc.asyncProperty(fc.string({ unit: 'grapheme', minLength: 1, maxLength: 40 }), async (text) => {
         if (text.includes('\u0000')) return;
-        const job = await skiplock.enqueue(text, { text }, { queue: text });
-        const read = await skiplock.getJob(job.id);
+        const job = await t.skiplock.enqueue(text, { text }, { queue: text });
+        const read = await t.skiplock.getJob(job.id);
         expect(Buffer.from(read!.kind)).toEqual(Buffer.from(text));
         expect(Buffer.from(read!.queue)).toEqual(Buffer.from(text));
         expect(Buffer.from((read!.payload as { text: string }).text)).toEqual(Buffer.from(text));
@@ -123,18 +116,18 @@ describe('option validation', () => {
         option,
         fc.anything({ withBigInt: true, withDate: true, withNullPrototype: true }),
         async (name, value) => {
-          const before = await countJobs();
-          const result = await skiplock.enqueue('opt', {}, { [name]: value } as never).then(
+          const before = await t.jobCount();
+          const result = await t.skiplock.enqueue('opt', {}, { [name]: value } as never).then(
             (job) => ({ job }),
             (error: unknown) => ({ error }),
           );
           if ('error' in result) {
             expect(result.error).toBeInstanceOf(ValidationError);
             expect((result.error as ValidationError).field.endsWith(name)).toBe(true);
-            expect(await countJobs()).toBe(before);
+            expect(await t.jobCount()).toBe(before);
           } else {
-            expect(await countJobs()).toBe(before + 1);
-            const read = await skiplock.getJob(result.job.id);
+            expect(await t.jobCount()).toBe(before + 1);
+            const read = await t.skiplock.getJob(result.job.id);
             // An option given as undefined takes its default.
             const defaults: Record<string, unknown> = { priority: 0, maxAttempts: 20, queue: 'default' };
             if (value === undefined) value = defaults[name];

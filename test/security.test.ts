@@ -14,10 +14,14 @@ import { inspect, promisify } from 'node:util';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DatabaseError, Skiplock, type SkiplockError } from '../src/index.js';
-import { adminUrl, createTestDatabase, TEST_SCHEMA, type TestDatabase, waitFor } from './support/database.js';
+import { runCli } from './cli/cli-process.js';
+import { onServer, quoteIdent, tableIn, waitFor } from './support/database.js';
+import { useTestDatabase } from './support/fixture.js';
+import { startTestServer, type TestServer } from './support/pg-server.js';
 
 const GRANTS = fileURLToPath(new URL('../sql/grants.sql', import.meta.url));
-const CLI = fileURLToPath(new URL('../src/cli/main.ts', import.meta.url));
+
+const t = useTestDatabase();
 
 function hasPsql(): boolean {
   try {
@@ -46,7 +50,6 @@ function everything(error: unknown): string {
 }
 
 describe('security: least-privilege roles from sql/grants.sql', () => {
-  let db: TestDatabase;
   const suffix = randomBytes(4).toString('hex');
   const producer = { name: `skiplock_producer_${suffix}`, password: `p-${randomBytes(8).toString('hex')}` };
   // A role name that needs quoting: the script must quote it, never splice it.
@@ -54,34 +57,28 @@ describe('security: least-privilege roles from sql/grants.sql', () => {
   const opened: Skiplock[] = [];
 
   beforeAll(async () => {
-    db = await createTestDatabase();
     for (const role of [producer, worker]) {
-      const name = `"${role.name.replaceAll('"', '""')}"`;
-      await db.query(`CREATE ROLE ${name} LOGIN PASSWORD '${role.password}'`);
+      await onServer(`CREATE ROLE ${quoteIdent(role.name)} LOGIN PASSWORD '${role.password}'`);
     }
   });
   afterAll(async () => {
     await Promise.all(opened.map((s) => s.close()));
-    await db?.close();
-    const admin = new pg.Client({ connectionString: adminUrl() });
-    await admin.connect();
-    for (const role of [producer, worker]) {
-      await admin.query(`DROP ROLE IF EXISTS "${role.name.replaceAll('"', '""')}"`);
-    }
-    await admin.end();
+    // The roles own nothing once the test's database is gone; drop what they were granted first.
+    await t.query(`DROP OWNED BY ${quoteIdent(producer.name)}, ${quoteIdent(worker.name)}`).catch(() => {});
+    for (const role of [producer, worker]) await onServer(`DROP ROLE IF EXISTS ${quoteIdent(role.name)}`);
   });
 
   function open(role: { name: string; password: string }): Skiplock {
     const s = new Skiplock({
-      connectionString: withUser(db.url, role.name, role.password),
-      schema: TEST_SCHEMA,
+      connectionString: withUser(t.db.url, role.name, role.password),
+      schema: t.schema,
     });
     opened.push(s);
     return s;
   }
 
   async function sqlAs(role: { name: string; password: string }, text: string): Promise<string | undefined> {
-    const client = new pg.Client({ connectionString: withUser(db.url, role.name, role.password) });
+    const client = new pg.Client({ connectionString: withUser(t.db.url, role.name, role.password) });
     await client.connect();
     try {
       await client.query(text);
@@ -96,13 +93,13 @@ describe('security: least-privilege roles from sql/grants.sql', () => {
   it.skipIf(!hasPsql())('the producer enqueues; the worker runs jobs; neither can do more', async () => {
     const run = promisify(execFile);
     await run('psql', [
-      db.url,
+      t.db.url,
       '-X',
       '-q',
       '-v',
       'ON_ERROR_STOP=1',
       '-v',
-      `schema=${TEST_SCHEMA}`,
+      `schema=${t.schema}`,
       '-v',
       `producer_role=${producer.name}`,
       '-v',
@@ -110,8 +107,7 @@ describe('security: least-privilege roles from sql/grants.sql', () => {
       '-f',
       GRANTS,
     ]);
-    const jobs = db.jobs;
-    const archive = `${db.jobs.slice(0, -'.jobs'.length)}.jobs_archive`;
+    const { jobs, archive } = t;
 
     // Producer: migrate() is a harmless check on a current schema; enqueue and read work.
     const asProducer = open(producer);
@@ -141,19 +137,21 @@ describe('security: least-privilege roles from sql/grants.sql', () => {
     // Worker: claims, completes (delete, keep, archive), fails, sweeps and requeues.
     const asWorker = open(worker);
     for (const onSuccess of ['delete', 'keep', 'archive'] as const) {
-      const w = asWorker.worker({
-        queues: ['sec'],
-        onSuccess,
-        handleSignals: false,
-        pollIntervalMs: 100,
-        handlers: {
-          sec_ok: () => {},
-          sec_keep: () => {},
-          sec_fail: () => {
-            throw new Error('no');
+      const w = t.track(
+        asWorker.worker({
+          queues: ['sec'],
+          onSuccess,
+          handleSignals: false,
+          pollIntervalMs: 100,
+          handlers: {
+            sec_ok: () => {},
+            sec_keep: () => {},
+            sec_fail: () => {
+              throw new Error('no');
+            },
           },
-        },
-      });
+        }),
+      );
       const errors: SkiplockError[] = [];
       w.on('error', (e) => errors.push(e));
       await w.start();
@@ -173,7 +171,7 @@ describe('security: least-privilege roles from sql/grants.sql', () => {
           async () =>
             onSuccess === 'keep'
               ? (await asWorker.getJob(extra.id))?.status === 'succeeded'
-              : (await db.query(`SELECT 1 FROM ${archive} WHERE id = $1`, [extra.id])).length === 1,
+              : (await t.query(`SELECT 1 FROM ${archive} WHERE id = $1`, [extra.id])).length === 1,
           10_000,
           `onSuccess ${onSuccess}`,
         );
@@ -191,7 +189,7 @@ describe('security: least-privilege roles from sql/grants.sql', () => {
       `DROP TABLE ${jobs}`,
       `DELETE FROM ${archive}`,
       `UPDATE ${archive} SET status = 'dead'`,
-      `DELETE FROM ${db.jobs.slice(0, -'.jobs'.length)}.migrations`,
+      `DELETE FROM ${tableIn(t.schema, 'migrations')}`,
     ]) {
       expect(await sqlAs(worker, text), text).toBe('42501');
     }
@@ -199,12 +197,10 @@ describe('security: least-privilege roles from sql/grants.sql', () => {
 });
 
 describe('security: no value in SQL text, identifiers quoted', () => {
-  let db: TestDatabase;
   const texts: string[] = [];
   const original = pg.Client.prototype.query;
 
-  beforeAll(async () => {
-    db = await createTestDatabase(false);
+  beforeAll(() => {
     // Record the text of every statement any pg client of this process sends.
     pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
       const first = args[0] as string | { text?: string } | undefined;
@@ -212,16 +208,15 @@ describe('security: no value in SQL text, identifiers quoted', () => {
       return (original as (...a: unknown[]) => unknown).apply(this, args);
     } as typeof original;
   });
-  afterAll(async () => {
+  afterAll(() => {
     pg.Client.prototype.query = original;
-    await db?.close();
   });
 
   it('values travel as parameters, and the schema name only as a quoted identifier', async () => {
     const marker = `zq${randomBytes(4).toString('hex')}`;
     const schema = `s"${marker}'; DROP TABLE x; --`;
-    const quoted = `"${schema.replaceAll('"', '""')}"`;
-    const skiplock = new Skiplock({ pool: db.pool, schema });
+    const quoted = quoteIdent(schema);
+    const skiplock = new Skiplock({ pool: t.db.pool, schema });
     await skiplock.migrate();
     const kind = `k'${marker}"; --`;
     const queue = `q$1${marker}\\`;
@@ -230,14 +225,16 @@ describe('security: no value in SQL text, identifiers quoted', () => {
     await skiplock.listJobs({ kind, queue, ids: [job.id] });
     await skiplock.requeue({ kind: [kind], queue, status: 'dead' });
     await skiplock.stats();
-    const worker = skiplock.worker({
-      queues: [queue],
-      handleSignals: false,
-      pollIntervalMs: 100,
-      sweepIntervalMs: 50,
-      workerId: `w-${marker}`,
-      handlers: { [kind]: () => {} },
-    });
+    const worker = t.track(
+      skiplock.worker({
+        queues: [queue],
+        handleSignals: false,
+        pollIntervalMs: 100,
+        sweepIntervalMs: 50,
+        workerId: `w-${marker}`,
+        handlers: { [kind]: () => {} },
+      }),
+    );
     await worker.start();
     await waitFor(async () => (await skiplock.listJobs({ queue })).length === 0, 10_000, 'the jobs to run');
     await worker.stop();
@@ -247,7 +244,7 @@ describe('security: no value in SQL text, identifiers quoted', () => {
     expect(texts.length).toBeGreaterThan(10);
     const offending = texts.filter((text) => {
       // The schema may appear only quoted (in names and in the LISTEN channel); no other value at all.
-      const rest = text.replaceAll(quoted, '').replaceAll(`"skiplock:${schema.replaceAll('"', '""')}"`, '');
+      const rest = text.replaceAll(quoted, '').replaceAll(quoteIdent(`skiplock:${schema}`), '');
       return rest.includes(marker);
     });
     expect(offending).toEqual([]);
@@ -258,6 +255,68 @@ describe('security: no value in SQL text, identifiers quoted', () => {
 
 describe('security: no password in errors or logs', () => {
   const secret = `S3cret-${randomBytes(6).toString('hex')}`;
+  const password = `right-${randomBytes(6).toString('hex')}`;
+  // A server of its own that checks passwords: the suite's server trusts local connections.
+  let server: TestServer;
+  beforeAll(async () => {
+    server = await startTestServer({ password });
+  });
+  afterAll(async () => {
+    await server?.destroy();
+  });
+
+  it('a server that checks passwords refuses a wrong one with 28P01, and nothing echoes it', async () => {
+    const right = new Skiplock({ connectionString: server.url, schema: t.schema });
+    try {
+      // The right password connects: the wrong one below fails for being wrong, not for the server.
+      expect((await right.migrate()).version).toBe(1);
+    } finally {
+      await right.close();
+    }
+    const wrong = new Skiplock({
+      connectionString: withUser(server.url, 'postgres', secret),
+      schema: t.schema,
+    });
+    try {
+      const error = await wrong.stats().then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(DatabaseError);
+      // 28P01: invalid_password.
+      expect(error).toMatchObject({ sqlState: '28P01' });
+      expect(everything(error)).not.toContain(secret);
+      expect(everything(error)).not.toContain(password);
+    } finally {
+      await wrong.close();
+    }
+    expect(server.log()).toMatch(/password authentication failed for user "postgres"/);
+    expect(server.log()).not.toContain(secret);
+  });
+
+  it('the command line masks the password it connects with, and the wrong password it was given', async () => {
+    const migrated = await runCli(['migrate', '--database-url', server.url, '--schema', t.schema]);
+    expect(migrated.code, migrated.stderr).toBe(0);
+    expect(migrated.stdout).toBe(`schema "${t.schema}" migrated to version 1 (applied 1)\n`);
+    expect(migrated.stderr).toContain(
+      `skiplock: database postgres://postgres:****@127.0.0.1:${server.port}/postgres`,
+    );
+    expect(`${migrated.stdout}${migrated.stderr}`).not.toContain(password);
+
+    const refused = await runCli([
+      'stats',
+      '--database-url',
+      withUser(server.url, 'postgres', secret),
+      '--schema',
+      t.schema,
+    ]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain(
+      `skiplock: database postgres://postgres:****@127.0.0.1:${server.port}/postgres`,
+    );
+    expect(refused.stderr).toMatch(/password authentication failed for user "postgres"/);
+    expect(`${refused.stdout}${refused.stderr}`).not.toContain(secret);
+  });
 
   it('connection errors never contain the password of the URL', async () => {
     const urls = [
@@ -273,22 +332,6 @@ describe('security: no password in errors or logs', () => {
       expect(error).toBeInstanceOf(DatabaseError);
       expect(everything(error)).not.toContain(secret);
       await skiplock.close();
-    }
-  });
-
-  it('a wrong password is not echoed', async () => {
-    const db = await createTestDatabase(false);
-    try {
-      const skiplock = new Skiplock({ connectionString: withUser(db.url, 'postgres', secret) });
-      const error = await skiplock.stats().then(
-        () => undefined,
-        (e: unknown) => e,
-      );
-      // Under trust authentication the password is not checked; then there is no error to inspect.
-      if (error !== undefined) expect(everything(error)).not.toContain(secret);
-      await skiplock.close();
-    } finally {
-      await db.close();
     }
   });
 
@@ -334,20 +377,5 @@ describe('security: no password in errors or logs', () => {
       console.error = originalError;
       await skiplock.close();
     }
-  });
-
-  it('the command line masks the password of --database-url', async () => {
-    const run = promisify(execFile);
-    const result = await run(
-      process.execPath,
-      ['--import', 'tsx', CLI, 'stats', '--database-url', `postgres://someone:${secret}@127.0.0.1:1/nowhere`],
-      { env: { ...process.env, DATABASE_URL: '' } },
-    ).then(
-      (r) => ({ ...r, code: 0 }),
-      (e: { stdout: string; stderr: string; code: number }) => e,
-    );
-    expect(result.code).not.toBe(0);
-    expect(`${result.stdout}\n${result.stderr}`).not.toContain(secret);
-    expect(result.stderr).toMatch(/\S/);
   });
 });

@@ -1,25 +1,17 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PermanentError, type Skiplock } from '../src/index.js';
-import { createTestDatabase, type TestDatabase, waitFor } from './support/database.js';
+import { describe, expect, it } from 'vitest';
+import { PermanentError } from '../src/index.js';
+import { waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
+import { useTestDatabase } from './support/fixture.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
+const t = useTestDatabase();
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-});
-afterAll(async () => {
-  await db?.close();
-});
-
-const fast = { handleSignals: false, pollIntervalMs: 200 } as const;
+const fast = { pollIntervalMs: 200 } as const;
 
 describe('worker', () => {
   it('runs an enqueued job once and deletes it on success', async () => {
     const seen: unknown[] = [];
-    const worker = skiplock.worker({
+    const worker = t.worker({
       ...fast,
       queues: ['q-delete'],
       handlers: {
@@ -30,7 +22,7 @@ describe('worker', () => {
     });
     await worker.start();
     const succeeded = nextEvent(worker, 'job:success');
-    const job = await skiplock.enqueue(
+    const job = await t.skiplock.enqueue(
       'greet',
       { name: 'Ada', n: [1, 2, { x: null }] },
       { queue: 'q-delete' },
@@ -40,14 +32,11 @@ describe('worker', () => {
     expect(seen).toEqual([
       { payload: { name: 'Ada', n: [1, 2, { x: null }] }, attempts: 1, kind: 'greet', queue: 'q-delete' },
     ]);
-    expect(await db.query(`SELECT count(*)::int AS n FROM ${db.jobs} WHERE id = $1`, [job.id])).toEqual([
-      { n: 0 },
-    ]);
-    await worker.stop();
+    expect(await t.jobCount('id = $1', [job.id])).toBe(0);
   });
 
   it('retries with backoff, then dead letters after maxAttempts', async () => {
-    const worker = skiplock.worker({
+    const worker = t.worker({
       ...fast,
       queues: ['q-retry'],
       handlers: {
@@ -58,13 +47,13 @@ describe('worker', () => {
     });
     await worker.start();
     const failed = nextEvent(worker, 'job:failure');
-    const job = await skiplock.enqueue('flaky', {}, { queue: 'q-retry', maxAttempts: 2 });
+    const job = await t.skiplock.enqueue('flaky', {}, { queue: 'q-retry', maxAttempts: 2 });
     const [, , first] = await failed;
     expect(first.status).toBe('queued');
     expect(first.retryDelayMs).toBeGreaterThanOrEqual(900);
     expect(first.retryDelayMs).toBeLessThanOrEqual(2000);
-    const [row] = await db.query(
-      `SELECT status, attempts, last_error, run_at - now() AS d FROM ${db.jobs} WHERE id = $1`,
+    const [row] = await t.query(
+      `SELECT status, attempts, last_error, run_at - now() AS d FROM ${t.jobs} WHERE id = $1`,
       [job.id],
     );
     expect(row?.status).toBe('queued');
@@ -72,19 +61,18 @@ describe('worker', () => {
     expect(row?.last_error).toMatch(/^Error: boom/);
     // Make the retry due now instead of waiting out the backoff.
     const failedAgain = nextEvent(worker, 'job:failure');
-    await db.query(`UPDATE ${db.jobs} SET run_at = now() WHERE id = $1`, [job.id]);
+    await t.query(`UPDATE ${t.jobs} SET run_at = now() WHERE id = $1`, [job.id]);
     const [, , second] = await failedAgain;
     expect(second.status).toBe('dead');
-    const [dead] = await db.query(
-      `SELECT status, attempts, finished_at IS NOT NULL AS finished FROM ${db.jobs} WHERE id = $1`,
+    const [dead] = await t.query(
+      `SELECT status, attempts, finished_at IS NOT NULL AS finished FROM ${t.jobs} WHERE id = $1`,
       [job.id],
     );
     expect(dead).toEqual({ status: 'dead', attempts: 2, finished: true });
-    await worker.stop();
   });
 
   it('ends a job as failed on PermanentError', async () => {
-    const worker = skiplock.worker({
+    const worker = t.worker({
       ...fast,
       queues: ['q-perm'],
       handlers: {
@@ -95,36 +83,41 @@ describe('worker', () => {
     });
     await worker.start();
     const failed = nextEvent(worker, 'job:failure');
-    const job = await skiplock.enqueue('nope', {}, { queue: 'q-perm' });
+    const job = await t.skiplock.enqueue('nope', {}, { queue: 'q-perm' });
     const [, , outcome] = await failed;
     expect(outcome.status).toBe('failed');
-    const [row] = await db.query(`SELECT status, attempts, last_error FROM ${db.jobs} WHERE id = $1`, [
-      job.id,
-    ]);
+    const [row] = await t.query(`SELECT status, attempts, last_error FROM ${t.jobs} WHERE id = $1`, [job.id]);
     expect(row?.status).toBe('failed');
     expect(row?.attempts).toBe(1);
     expect(row?.last_error).toContain('PermanentError: order does not exist');
-    await worker.stop();
   });
 
   it('drains many jobs with concurrency', async () => {
     let count = 0;
-    const worker = skiplock.worker({
+    const worker = t.worker({
       ...fast,
       queues: ['q-many'],
       concurrency: 20,
       handlers: { inc: () => void count++ },
     });
-    await skiplock.enqueueMany(
+    await t.skiplock.enqueueMany(
       Array.from({ length: 500 }, (_, i) => ({ kind: 'inc', payload: { i }, queue: 'q-many' })),
     );
     await worker.start();
-    await waitFor(() => count === 500, 20_000, '500 jobs');
     await waitFor(
-      async () =>
-        (await db.query(`SELECT count(*)::int AS n FROM ${db.jobs} WHERE queue = 'q-many'`))[0]?.n === 0,
+      () => count === 500,
+      20_000,
+      '500 jobs',
+      () => `${count} ran`,
     );
-    await worker.stop();
+    // Deleted on success: once their results are written, none is left.
+    await waitFor(
+      async () => (await t.jobCount()) === 0,
+      10_000,
+      'the 500 results to be written',
+      () => t.query(`SELECT status, count(*)::int AS n FROM ${t.jobs} GROUP BY status`),
+    );
+    expect(count).toBe(500);
   });
 });
 
@@ -134,7 +127,7 @@ describe('PermanentError from another copy of the module', () => {
       readonly code = 'PERMANENT';
       override name = 'PermanentError';
     }
-    const worker = skiplock.worker({
+    const worker = t.worker({
       ...fast,
       queues: ['q-perm-copy'],
       handlers: {
@@ -145,9 +138,8 @@ describe('PermanentError from another copy of the module', () => {
     });
     await worker.start();
     const failed = nextEvent(worker, 'job:failure');
-    await skiplock.enqueue('nope', {}, { queue: 'q-perm-copy' });
+    await t.skiplock.enqueue('nope', {}, { queue: 'q-perm-copy' });
     const [, , outcome] = await failed;
     expect(outcome.status).toBe('failed');
-    await worker.stop();
   });
 });

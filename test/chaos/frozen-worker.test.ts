@@ -5,31 +5,10 @@
  * results (a success and a permanent failure) change nothing: the jobs' state
  * is their second attempt's.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Skiplock } from '../../src/index.js';
-import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import {
-  createEffectTables,
-  figure,
-  startWorker,
-  tally,
-  type WorkerProcess,
-  workerConfig,
-} from './support/cluster.js';
+import { describe, expect, it } from 'vitest';
+import { figure, startWorker, tally, useChaosDatabase, workerConfig } from './support/cluster.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
-const processes: WorkerProcess[] = [];
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-  await createEffectTables(db.pool);
-});
-afterAll(async () => {
-  await Promise.all(processes.map((p) => p.shutdown(2000)));
-  await db?.close();
-});
+const t = useChaosDatabase();
 
 describe('chaos: frozen worker', () => {
   // 'continued': the handlers finish after SIGCONT, so the heartbeat usually sees the lost lease first.
@@ -38,21 +17,19 @@ describe('chaos: frozen worker', () => {
   for (const finish of ['continued', 'frozen'] as const) {
     it(`a continued process's late results do not touch the next attempt (finished when ${finish})`, async () => {
       const queue = `frozen-${finish}`;
-      const config = () => workerConfig(db.url, { queues: [queue], concurrency: 2, onSuccess: 'keep' });
-      const frozen = await startWorker(config());
-      processes.push(frozen);
-      const x = await skiplock.enqueue('block', {}, { queue });
-      const y = await skiplock.enqueue('block', {}, { queue });
+      const config = () => workerConfig(t, { queues: [queue], concurrency: 2, onSuccess: 'keep' });
+      const frozen = await startWorker(t, config());
+      const x = await t.skiplock.enqueue('block', {}, { queue });
+      const y = await t.skiplock.enqueue('block', {}, { queue });
       const ids = [x.id, y.id];
       for (const id of ids) await frozen.next('started', (m) => m.id === id && m.attempts === 1);
 
       frozen.kill('SIGSTOP');
-      const other = await startWorker(config());
-      processes.push(other);
+      const other = await startWorker(t, config());
       for (const id of ids) await other.next('started', (m) => m.id === id && m.attempts === 2);
       const state = () =>
-        db.query(
-          `SELECT id, status, attempts, locked_by, last_error, finished_at FROM ${db.jobs}
+        t.query(
+          `SELECT id, status, attempts, locked_by, last_error, finished_at FROM ${t.jobs}
          WHERE id = ANY($1::bigint[]) ORDER BY id`,
           [ids],
         );
@@ -83,19 +60,19 @@ describe('chaos: frozen worker', () => {
         { status: 'succeeded', attempts: 2, locked_by: null },
         { status: 'succeeded', attempts: 2, locked_by: null },
       ]);
-      const t = await tally(db.pool, db.jobs, ids);
+      const tl = await tally(t.db.pool, t.schema, ids);
       figure(`frozen-worker-${finish}`, {
-        jobs: t.jobs,
+        jobs: tl.jobs,
         kills: 0,
         restarts: 0,
-        effects: t.effects,
-        duplicates: t.duplicates,
-        lost: t.lost,
+        effects: tl.effects,
+        duplicates: tl.duplicates,
+        lost: tl.lost,
         stops: 1,
         stale: frozen.reported('job:stale').length,
         leaseLostByHeartbeat: frozen.reported('lease:lost').length,
       });
-      expect(t).toMatchObject({
+      expect(tl).toMatchObject({
         effects: 2,
         duplicates: 2,
         lost: 0,

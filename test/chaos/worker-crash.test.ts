@@ -7,39 +7,24 @@
  * Poison job: a handler that SIGKILLs its own process every time ends in
  * `dead` after max_attempts (the sweeper does it) while other jobs flow.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Skiplock } from '../../src/index.js';
-import { createTestDatabase, type TestDatabase, waitFor } from '../support/database.js';
+import { describe, expect, it } from 'vitest';
+import { countRows, waitFor } from '../support/database.js';
 import {
-  createEffectTables,
+  effectTables,
+  expectEveryJobDone,
   figure,
+  spawnWorker,
   tally,
-  WorkerProcess,
+  useChaosDatabase,
+  type WorkerProcess,
   waitUntilSettled,
   workerConfig,
 } from './support/cluster.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
-const processes: WorkerProcess[] = [];
+const t = useChaosDatabase();
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-  await createEffectTables(db.pool);
-});
-afterAll(async () => {
-  await Promise.all(processes.map((p) => p.shutdown(2000)));
-  await db?.close();
-});
-
-async function deliveries(queue: string): Promise<number> {
-  const [row] = await db.query<{ n: number }>(
-    `SELECT count(*)::int AS n FROM chaos_deliveries d JOIN ${db.jobs} j ON j.id = d.job_id WHERE j.queue = $1`,
-    [queue],
-  );
-  return row!.n;
-}
+/** Deliveries so far (the test's schema holds only its own jobs). */
+const deliveries = () => countRows(t.db.pool, effectTables(t.schema).deliveries);
 
 async function enqueueEffects(queue: string, count: number): Promise<string[]> {
   const ids: string[] = [];
@@ -49,7 +34,7 @@ async function enqueueEffects(queue: string, count: number): Promise<string[]> {
       payload: { n: start + i },
       queue,
     }));
-    ids.push(...(await skiplock.enqueueMany(batch)).map((j) => j.id));
+    ids.push(...(await t.skiplock.enqueueMany(batch)).map((j) => j.id));
   }
   return ids;
 }
@@ -60,11 +45,10 @@ describe('chaos: worker crash', () => {
     const jobCount = 3000;
     const workerCount = 3;
     const killCount = 8;
-    const config = () => workerConfig(db.url, { queues: [queue], concurrency: 8 });
+    const config = () => workerConfig(t, { queues: [queue], concurrency: 8 });
     const alive: WorkerProcess[] = [];
     const spawn = () => {
-      const p = new WorkerProcess(config());
-      processes.push(p);
+      const p = spawnWorker(t, config());
       alive.push(p);
       return p;
     };
@@ -75,7 +59,12 @@ describe('chaos: worker crash', () => {
     let restarts = 0;
     const step = Math.floor(jobCount / (killCount + 1));
     for (let k = 1; k <= killCount; k++) {
-      await waitFor(async () => (await deliveries(queue)) >= k * step, 60_000, `${k * step} deliveries`);
+      await waitFor(
+        async () => (await deliveries()) >= k * step,
+        60_000,
+        `${k * step} deliveries`,
+        deliveries,
+      );
       // Kill a random worker that is running jobs, and start its replacement (as an orchestrator would).
       const victims = alive.filter((p) => p.alive && p.workerId !== undefined);
       const victim = victims[Math.floor(Math.random() * victims.length)]!;
@@ -86,34 +75,31 @@ describe('chaos: worker crash', () => {
       spawn();
       restarts++;
     }
-    await waitUntilSettled(db.pool, db.jobs, ids, 90_000);
-    const t = await tally(db.pool, db.jobs, ids);
-    const [attempts] = await db.query<{ max: number; reclaimed: number }>(
+    await waitUntilSettled(t.db.pool, t.schema, ids, 90_000);
+    const counted = await tally(t.db.pool, t.schema, ids);
+    const [attempts] = await t.query<{ max: number; reclaimed: number }>(
       `SELECT max(attempts)::int AS max, count(*) FILTER (WHERE attempts > 1)::int AS reclaimed
-       FROM ${db.jobs} WHERE id = ANY($1::bigint[])`,
+       FROM ${t.jobs} WHERE id = ANY($1::bigint[])`,
       [ids],
     );
     figure('worker-crash', {
-      jobs: t.jobs,
+      jobs: counted.jobs,
       kills,
       restarts,
-      effects: t.effects,
-      duplicates: t.duplicates,
-      lost: t.lost,
+      effects: counted.effects,
+      duplicates: counted.duplicates,
+      lost: counted.lost,
       reclaimed: attempts!.reclaimed,
       maxAttempts: attempts!.max,
     });
     expect(kills).toBe(killCount);
     expect(restarts).toBe(killCount);
-    expect(t.effects).toBe(jobCount);
-    expect(t.lost).toBe(0);
-    expect(t.sameAttemptTwice).toBe(0);
-    expect(t.finalAttemptMissing).toBe(0);
-    expect(t.byStatus).toEqual({ succeeded: jobCount });
+    expect(counted.jobs).toBe(jobCount);
+    expectEveryJobDone(counted);
     // Each crash costs a job at most one attempt.
     expect(attempts!.max).toBeLessThanOrEqual(1 + killCount);
     // A re-run only happens to a job whose worker died holding it.
-    expect(t.duplicates).toBeLessThanOrEqual(attempts!.reclaimed);
+    expect(counted.duplicates).toBeLessThanOrEqual(attempts!.reclaimed);
     await Promise.all(alive.map((p) => p.shutdown()));
     for (const p of alive) expect(p.exit).toEqual({ code: null, signal: 'SIGTERM' });
   });
@@ -130,12 +116,11 @@ describe('chaos: poison job', () => {
     let stopping = false;
     // The orchestrator: a worker that dies is replaced.
     const spawn = (): WorkerProcess => {
-      const p = new WorkerProcess(workerConfig(db.url, { queues: [queue], concurrency: 4 }));
-      processes.push(p);
+      const p = spawnWorker(t, workerConfig(t, { queues: [queue], concurrency: 4 }));
       alive.add(p);
       void p.exited.then((exit) => {
         alive.delete(p);
-        if (stopping) return;
+        if (stopping || p.shuttingDown) return;
         if (exit.signal === 'SIGKILL') deaths++;
         restarts++;
         spawn();
@@ -143,25 +128,25 @@ describe('chaos: poison job', () => {
       return p;
     };
     await Promise.all(Array.from({ length: workerCount }, () => spawn().ready()));
-    const poison = await skiplock.enqueue('poison', {}, { queue, maxAttempts });
+    const poison = await t.skiplock.enqueue('poison', {}, { queue, maxAttempts });
     const ids = await enqueueEffects(queue, 400);
 
     await waitFor(
-      async () => (await skiplock.getJob(poison.id))?.status === 'dead',
+      async () => (await t.skiplock.getJob(poison.id))?.status === 'dead',
       60_000,
       'the poison job to be dead',
     );
-    await waitUntilSettled(db.pool, db.jobs, ids, 60_000);
+    await waitUntilSettled(t.db.pool, t.schema, ids, 60_000);
     stopping = true;
-    const job = await skiplock.getJob(poison.id);
-    const t = await tally(db.pool, db.jobs, ids);
+    const job = await t.skiplock.getJob(poison.id);
+    const counted = await tally(t.db.pool, t.schema, ids);
     figure('poison-job', {
-      jobs: t.jobs + 1,
+      jobs: counted.jobs + 1,
       kills: deaths,
       restarts,
-      effects: t.effects,
-      duplicates: t.duplicates,
-      lost: t.lost,
+      effects: counted.effects,
+      duplicates: counted.duplicates,
+      lost: counted.lost,
       poisonAttempts: job!.attempts,
     });
     expect(job).toMatchObject({
@@ -174,10 +159,10 @@ describe('chaos: poison job', () => {
     expect(job!.finishedAt).toBeInstanceOf(Date);
     // Each attempt killed exactly one process, and no more.
     expect(deaths).toBe(maxAttempts);
-    expect(t.effects).toBe(400);
-    expect(t.lost).toBe(0);
-    expect(t.sameAttemptTwice).toBe(0);
-    expect(t.byStatus).toEqual({ succeeded: 400 });
+    expect(counted.effects).toBe(400);
+    expect(counted.lost).toBe(0);
+    expect(counted.sameAttemptTwice).toBe(0);
+    expect(counted.byStatus).toEqual({ succeeded: 400 });
     await Promise.all([...alive].map((p) => p.shutdown()));
   });
 });

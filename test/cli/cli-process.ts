@@ -1,6 +1,8 @@
 /**
  * Runs the real `skiplock` command line as a child process, from source through
  * tsx (no build needed), and waits on its output with deadlines, never sleeps.
+ * Each start costs a second or more of CPU: run many one or two at a time
+ * (`runCliEach`), not all at once.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
@@ -15,7 +17,12 @@ export interface CliOptions {
   cwd?: string;
   /** Added to the environment; a key set to undefined is removed. DATABASE_URL is never inherited. */
   env?: Record<string, string | undefined>;
+  /** `runCli` kills the process and fails, with its output, when it has not ended after this long. */
+  timeoutMs?: number;
 }
+
+/** How long `runCli` lets one command run by default: well below the tests' timeouts. */
+export const CLI_TIMEOUT_MS = 45_000;
 
 /** A running CLI process. */
 export interface CliProcess {
@@ -84,12 +91,47 @@ export function spawnCli(args: string[], options: CliOptions = {}): CliProcess {
   };
 }
 
-/** Runs `skiplock ...args` to its end. */
-export async function runCli(
-  args: string[],
-  options: CliOptions = {},
-): Promise<{ code: number | string; stdout: string; stderr: string }> {
+/** What a finished CLI run printed, and how it ended. */
+export interface CliResult {
+  code: number | string;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `skiplock ...args` to its end; kills it and fails after `options.timeoutMs`. */
+export async function runCli(args: string[], options: CliOptions = {}): Promise<CliResult> {
   const run = spawnCli(args, options);
-  const code = await run.exited;
-  return { code, stdout: run.stdout(), stderr: run.stderr() };
+  const timeoutMs = options.timeoutMs ?? CLI_TIMEOUT_MS;
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      run.child.kill('SIGKILL');
+      reject(
+        new Error(
+          `skiplock ${args.join(' ')} still running after ${timeoutMs} ms\nstdout: ${run.stdout()}\nstderr: ${run.stderr()}`,
+        ),
+      );
+    }, timeoutMs);
+  });
+  try {
+    const code = await Promise.race([run.exited, late]);
+    return { code, stdout: run.stdout(), stderr: run.stderr() };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Runs several commands, at most `parallel` at a time; results in the order given. */
+export async function runCliEach(
+  runs: string[][],
+  options: CliOptions = {},
+  parallel = 2,
+): Promise<CliResult[]> {
+  const results: CliResult[] = [];
+  let next = 0;
+  const lane = async () => {
+    for (let i = next++; i < runs.length; i = next++) results[i] = await runCli(runs[i]!, options);
+  };
+  await Promise.all(Array.from({ length: Math.min(parallel, runs.length) }, lane));
+  return results;
 }

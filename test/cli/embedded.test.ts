@@ -26,7 +26,10 @@ afterAll(async () => {
 describe('the embedded PostgreSQL', () => {
   it('is shared by concurrent processes, stopped by the last one, and keeps its data', async () => {
     // Two processes in a fresh folder at once: one initialises and starts the server, under the lock.
-    const [first, second] = await Promise.all([runCli(['migrate'], { cwd }), runCli(['migrate'], { cwd })]);
+    const [first, second] = await Promise.all([
+      runCli(['migrate'], { cwd, timeoutMs: 120_000 }),
+      runCli(['migrate'], { cwd, timeoutMs: 120_000 }),
+    ]);
     expect(first!.code, first!.stderr).toBe(0);
     expect(second!.code, second!.stderr).toBe(0);
     expect(`${first!.stdout}${second!.stdout}`).toContain(`migrated to version ${LATEST}`);
@@ -56,10 +59,10 @@ describe('the embedded PostgreSQL', () => {
     await waitFor(() => !existsSync(pidFile()), 30_000, 'the server to stop');
 
     // A later command starts it again on the same data.
-    const listed = await runCli(['jobs', '--json'], { cwd });
+    const listed = await runCli(['jobs', '--json'], { cwd, timeoutMs: 120_000 });
     expect(listed.code, listed.stderr).toBe(0);
     expect(listed.stderr).toMatch(/started\)/);
     expect(JSON.parse(listed.stdout).map((j: { kind: string }) => j.kind)).toEqual(['persisted']);
     expect(existsSync(pidFile())).toBe(false);
-  });
+  }, 300_000);
 });

@@ -2,24 +2,48 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase, waitFor } from '../support/database.js';
-import { runCli, spawnCli } from './cli-process.js';
+import { waitFor } from '../support/database.js';
+import { useTestDatabase } from '../support/fixture.js';
+import { type CliProcess, runCli, spawnCli } from './cli-process.js';
 
-let db: TestDatabase;
-let conn: string[];
+const t = useTestDatabase();
 let scratch: string;
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  conn = ['--database-url', db.url, '--schema', TEST_SCHEMA];
+/** A password in every URL the CLI gets: the suite's server accepts any, and no output may show it. */
+const PASSWORD = 'cli-s3cret-pw';
+
+/** The test's database (with PASSWORD) and schema, as flags. */
+function conn(): string[] {
+  const url = new URL(t.db.url);
+  url.password = PASSWORD;
+  return ['--database-url', url.toString(), '--schema', t.schema];
+}
+
+/** Flags of every CLI worker here: a short poll, every state change logged. */
+const fast = ['--poll-interval-ms', '200', '--log-level', 'debug'];
+
+/** A CLI worker process, ended (SIGKILL) after the test if the test did not end it. */
+function worker(args: string[], env: Record<string, string> = {}): CliProcess {
+  const run = spawnCli(['worker', ...args, ...fast, ...conn()], { env });
+  t.defer(async () => {
+    if (run.child.exitCode === null && run.child.signalCode === null) run.child.kill('SIGKILL');
+    await run.exited;
+  });
+  return run;
+}
+
+/** The connection line every command prints: the database, password masked. */
+function expectMasked(output: string) {
+  expect(output).toMatch(/skiplock: database postgres:\/\/postgres:\*\*\*\*@127\.0\.0\.1:\d+\//);
+  expect(output).not.toContain(PASSWORD);
+}
+
+beforeAll(() => {
   scratch = mkdtempSync(join(tmpdir(), 'skiplock-cli-worker-'));
 });
-afterAll(async () => {
-  await db?.close();
+afterAll(() => {
   rmSync(scratch, { recursive: true, force: true });
 });
-
-const fast = ['--poll-interval-ms', '200', '--log-level', 'debug'];
 
 describe('skiplock worker', () => {
   it('runs enqueued jobs with the handlers of an ES module, logging each state change', async () => {
@@ -31,62 +55,46 @@ describe('skiplock worker', () => {
       '--queue',
       'cli-a',
       '--json',
-      ...conn,
+      ...conn(),
     ]);
     expect(enqueued.code, enqueued.stderr).toBe(0);
     const { id } = JSON.parse(enqueued.stdout);
-    const worker = spawnCli(
-      [
-        'worker',
-        '--handlers',
-        'test/cli/fixtures/handlers.mjs',
-        '--queue',
-        'cli-a',
-        '--on-success',
-        'keep',
-        ...fast,
-        ...conn,
-      ],
-      { env: { ECHO_FILE: echoFile } },
+    const run = worker(
+      ['--handlers', 'test/cli/fixtures/handlers.mjs', '--queue', 'cli-a', '--on-success', 'keep'],
+      {
+        ECHO_FILE: echoFile,
+      },
     );
     try {
       await waitFor(
         async () =>
-          (await db.query(`SELECT status FROM ${db.jobs} WHERE id = $1`, [id]))[0]?.status === 'succeeded',
+          (await t.query(`SELECT status FROM ${t.jobs} WHERE id = $1`, [id]))[0]?.status === 'succeeded',
         30_000,
         'the job to succeed',
       );
       expect(readFileSync(echoFile, 'utf8')).toBe('{"hello":"world"}\n');
-      await worker.waitForOutput(/"msg":"job succeeded"/);
-      const lines = worker
+      await run.waitForOutput(/"msg":"job succeeded"/);
+      const lines = run
         .stdout()
         .trim()
         .split('\n')
         .map((l) => JSON.parse(l) as { msg: string; level: number; jobId?: string });
       expect(lines.find((l) => l.msg === 'job started')).toMatchObject({ level: 30, jobId: id });
       expect(lines.find((l) => l.msg === 'job succeeded')).toMatchObject({ level: 20, jobId: id });
-      // Passwords never reach the log.
-      const password = decodeURIComponent(new URL(db.url).password);
-      expect(worker.stdout() + worker.stderr()).not.toContain(`:${password}@`);
+      // The database it uses is named with the password masked, and the password is nowhere else.
+      expectMasked(run.stderr());
+      expect(run.stdout()).not.toContain(PASSWORD);
     } finally {
-      worker.child.kill('SIGTERM');
-      expect(await worker.exited).toBe(0);
+      run.child.kill('SIGTERM');
     }
-  });
+    expect(await run.exited).toBe(0);
+  }, 120_000);
 
   it('loads a TypeScript handlers file and logs a failure with its outcome', async () => {
-    const worker = spawnCli([
-      'worker',
-      '--handlers',
-      'test/cli/fixtures/handlers-ts.ts',
-      '--queue',
-      'cli-ts',
-      ...fast,
-      ...conn,
-    ]);
+    const run = worker(['--handlers', 'test/cli/fixtures/handlers-ts.ts', '--queue', 'cli-ts']);
     try {
-      await worker.waitForOutput(/worker started/);
-      const ok = await runCli(['enqueue', 'typed', '{"n": 1}', '--queue', 'cli-ts', '--json', ...conn]);
+      await run.waitForOutput(/worker started/);
+      const ok = await runCli(['enqueue', 'typed', '{"n": 1}', '--queue', 'cli-ts', '--json', ...conn()]);
       const bad = await runCli([
         'enqueue',
         'typed',
@@ -96,51 +104,49 @@ describe('skiplock worker', () => {
         '--max-attempts',
         '1',
         '--json',
-        ...conn,
+        ...conn(),
       ]);
-      await worker.waitForOutput(/"msg":"job dead: out of attempts/);
-      const [row] = await db.query(`SELECT status, last_error FROM ${db.jobs} WHERE id = $1`, [
+      expectMasked(ok.stderr);
+      await run.waitForOutput(/"msg":"job dead: out of attempts/);
+      const [row] = await t.query(`SELECT status, last_error FROM ${t.jobs} WHERE id = $1`, [
         JSON.parse(bad.stdout).id,
       ]);
       expect(row).toMatchObject({ status: 'dead', last_error: expect.stringMatching(/n must be a number/) });
       await waitFor(
         async () =>
-          (await db.query(`SELECT 1 FROM ${db.jobs} WHERE id = $1`, [JSON.parse(ok.stdout).id])).length === 0,
+          (await t.query(`SELECT 1 FROM ${t.jobs} WHERE id = $1`, [JSON.parse(ok.stdout).id])).length === 0,
         10_000,
         'the good job to be deleted on success',
       );
     } finally {
-      worker.child.kill('SIGINT');
-      expect(await worker.exited).toBe(0);
+      run.child.kill('SIGINT');
     }
-  });
+    expect(await run.exited).toBe(0);
+  }, 120_000);
 
   it('stops gracefully on SIGTERM: exit 0, the running job released without charging the attempt', async () => {
-    const worker = spawnCli([
-      'worker',
+    const run = worker([
       '--handlers',
       'test/cli/fixtures/handlers.mjs',
       '--queue',
       'cli-slow',
       '--shutdown-timeout-ms',
       '300',
-      ...fast,
-      ...conn,
     ]);
-    await worker.waitForOutput(/worker started/);
-    const enqueued = await runCli(['enqueue', 'slow', '--queue', 'cli-slow', '--json', ...conn]);
+    await run.waitForOutput(/worker started/);
+    const enqueued = await runCli(['enqueue', 'slow', '--queue', 'cli-slow', '--json', ...conn()]);
     const { id } = JSON.parse(enqueued.stdout);
-    await worker.waitForOutput(/"msg":"job started"/);
-    worker.child.kill('SIGTERM');
-    expect(await worker.exited).toBe(0);
-    expect(worker.stdout()).toMatch(/"msg":"job released on shutdown/);
-    expect(worker.stdout()).toMatch(/"msg":"worker stopped"/);
-    const [row] = await db.query(`SELECT status, attempts, locked_by FROM ${db.jobs} WHERE id = $1`, [id]);
+    await run.waitForOutput(/"msg":"job started"/);
+    run.child.kill('SIGTERM');
+    expect(await run.exited).toBe(0);
+    expect(run.stdout()).toMatch(/"msg":"job released on shutdown/);
+    expect(run.stdout()).toMatch(/"msg":"worker stopped"/);
+    const [row] = await t.query(`SELECT status, attempts, locked_by FROM ${t.jobs} WHERE id = $1`, [id]);
     expect(row).toEqual({ status: 'queued', attempts: 0, locked_by: null });
-  });
+  }, 120_000);
 
   it('takes the pooler flags: no LISTEN, unnamed claims, no session settings; a direct LISTEN URL is masked', async () => {
-    const direct = new URL(db.url);
+    const direct = new URL(t.db.url);
     direct.password = 'not-logged-secret';
     const worker = spawnCli([
       'worker',
@@ -155,7 +161,7 @@ describe('skiplock worker', () => {
       '--listen-probe-interval-ms',
       '5000',
       ...fast,
-      ...conn,
+      ...conn(),
     ]);
     const polling = spawnCli([
       'worker',
@@ -165,7 +171,7 @@ describe('skiplock worker', () => {
       'cli-pooler-poll',
       '--no-listen',
       ...fast,
-      ...conn,
+      ...conn(),
     ]);
     try {
       await worker.waitForOutput(/worker started/);
@@ -197,11 +203,11 @@ describe('skiplock worker', () => {
         '--queue',
         'cli-pooler-poll',
         '--json',
-        ...conn,
+        ...conn(),
       ]);
       const { id } = JSON.parse(enqueued.stdout);
       await waitFor(
-        async () => (await db.query(`SELECT 1 FROM ${db.jobs} WHERE id = $1`, [id])).length === 0,
+        async () => (await t.query(`SELECT 1 FROM ${t.jobs} WHERE id = $1`, [id])).length === 0,
         30_000,
         'the polled job to be done',
       );

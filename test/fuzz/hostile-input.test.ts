@@ -8,20 +8,12 @@
  */
 import fc from 'fast-check';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { type JobRecord, Skiplock, ValidationError } from '../../src/index.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase, waitFor } from '../support/database.js';
+import { quoteIdent, waitFor } from '../support/database.js';
+import { useTestDatabase } from '../support/fixture.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-});
-afterAll(async () => {
-  await db?.close();
-});
+const t = useTestDatabase();
 
 const RUNS = Number(process.env.SKIPLOCK_FUZZ_RUNS ?? 200);
 
@@ -31,7 +23,7 @@ const RUNS = Number(process.env.SKIPLOCK_FUZZ_RUNS ?? 200);
 const sqlish = fc.constantFrom(
   "'; DROP TABLE jobs; --",
   'x"; DROP TABLE y; --',
-  "Robert'); DELETE FROM skiplock.jobs; --",
+  "Robert'); DELETE FROM t.skiplock.jobs; --",
   '$1',
   '$$ SELECT 1 $$',
   '\\',
@@ -199,10 +191,7 @@ function jsonEqual(a: unknown, b: unknown): boolean {
   );
 }
 
-async function jobCount(): Promise<number> {
-  const [row] = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${db.jobs}`);
-  return row!.n;
-}
+const jobCount = () => t.jobCount();
 
 /** Runs `call`; a throw must be a ValidationError naming one of `fields` (exactly or as a prefix path), and change nothing. */
 async function refusedOrDone<T>(
@@ -371,12 +360,12 @@ describe('fuzz: hostile input', () => {
       fc.asyncProperty(validJob, hostility, async (job, h) => {
         const c = buildCase(job, h);
         const result = await refusedOrDone(
-          () => skiplock.enqueue(c.kind as string, c.payload, c.options as never),
+          () => t.skiplock.enqueue(c.kind as string, c.payload, c.options as never),
           c.fields.length > 0 ? c.fields : ['(none: this input is valid)'],
           c.mustFail,
         );
         if (!result.ok) return;
-        expectRoundTrip(await skiplock.getJob(result.value.id), {
+        expectRoundTrip(await t.skiplock.getJob(result.value.id), {
           kind: c.kind as string,
           payload: c.payload,
           ...(c.options as { queue?: string; priority?: number; maxAttempts?: number; runAt?: Date }),
@@ -399,13 +388,13 @@ describe('fuzz: hostile input', () => {
           const bad = cases[index]!;
           const fields = bad.fields.map((f) => `jobs[${index}].${f.replace(/^options\./, '')}`);
           const result = await refusedOrDone(
-            () => skiplock.enqueueMany(items as never),
+            () => t.skiplock.enqueueMany(items as never),
             fields.length > 0 ? fields : ['(none: this input is valid)'],
             bad.mustFail,
           );
           if (!result.ok) return;
           expect(result.value).toHaveLength(items.length);
-          const stored = await skiplock.listJobs({
+          const stored = await t.skiplock.listJobs({
             ids: result.value.map((j) => j.id),
             order: 'oldest',
             limit: 100,
@@ -428,13 +417,13 @@ describe('fuzz: hostile input', () => {
   it('any Date between the years 1 and 9999 is stored exactly as runAt; any other is refused as runAt', async () => {
     await fc.assert(
       fc.asyncProperty(fc.oneof(fc.date(), IN_RANGE_DATE), async (runAt) => {
-        const t = runAt.getTime();
+        const ms = runAt.getTime();
         const result = await refusedOrDone(
-          () => skiplock.enqueue('dated', {}, { runAt }),
+          () => t.skiplock.enqueue('dated', {}, { runAt }),
           ['runAt', 'options.runAt'],
-          Number.isNaN(t) || t < MIN_RUN_AT.getTime() || t > MAX_RUN_AT.getTime(),
+          Number.isNaN(ms) || ms < MIN_RUN_AT.getTime() || ms > MAX_RUN_AT.getTime(),
         );
-        if (result.ok) expect((await skiplock.getJob(result.value.id))!.runAt.getTime()).toBe(t);
+        if (result.ok) expect((await t.skiplock.getJob(result.value.id))!.runAt.getTime()).toBe(ms);
       }),
       {
         // numRuns counts the examples too.
@@ -456,7 +445,7 @@ describe('fuzz: hostile input', () => {
     await fc.assert(
       fc.asyncProperty(name, name, fc.jsonValue(), async (queue, kind, payload) => {
         const seen: { kind: string; queue: string; payload: unknown }[] = [];
-        const worker = skiplock.worker({
+        const worker = t.skiplock.worker({
           queues: [queue],
           handleSignals: false,
           pollIntervalMs: 100,
@@ -468,8 +457,12 @@ describe('fuzz: hostile input', () => {
         });
         await worker.start();
         try {
-          const job = await skiplock.enqueue(kind, payload, { queue });
-          await waitFor(async () => (await skiplock.getJob(job.id)) === undefined, 10_000, 'the job to run');
+          const job = await t.skiplock.enqueue(kind, payload, { queue });
+          await waitFor(
+            async () => (await t.skiplock.getJob(job.id)) === undefined,
+            10_000,
+            'the job to run',
+          );
         } finally {
           await worker.stop();
         }
@@ -526,7 +519,7 @@ describe('fuzz: hostile input', () => {
         if (hostile) input[hostile[0]] = hostile[1];
         let worker: ReturnType<Skiplock['worker']>;
         try {
-          worker = skiplock.worker(input as never);
+          worker = t.skiplock.worker(input as never);
         } catch (error) {
           if (!(error instanceof ValidationError)) throw error;
           expect(hostile).not.toBeNull();
@@ -545,16 +538,16 @@ describe('fuzz: hostile input', () => {
   });
 
   const filterCalls = (value: unknown) => [
-    () => skiplock.getJob(value as string),
-    () => skiplock.listJobs({ ids: [value as string] }),
-    () => skiplock.listJobs({ kind: value as string, queue: value as string }),
-    () => skiplock.requeue({ kind: value as string }),
-    () => skiplock.requeue({ queue: [value as string] }),
-    () => skiplock.requeue({ ids: [value as string] }),
+    () => t.skiplock.getJob(value as string),
+    () => t.skiplock.listJobs({ ids: [value as string] }),
+    () => t.skiplock.listJobs({ kind: value as string, queue: value as string }),
+    () => t.skiplock.requeue({ kind: value as string }),
+    () => t.skiplock.requeue({ queue: [value as string] }),
+    () => t.skiplock.requeue({ ids: [value as string] }),
   ];
 
   it('getJob, listJobs and requeue treat ids and names as data or refuse them', async () => {
-    const kept = await skiplock.enqueue('keep-me', { n: 1 });
+    const kept = await t.skiplock.enqueue('keep-me', { n: 1 });
     await fc.assert(
       fc.asyncProperty(fc.oneof(anyString, notAString), async (value) => {
         const before = await jobCount();
@@ -566,7 +559,7 @@ describe('fuzz: hostile input', () => {
           }
         }
         expect(await jobCount()).toBe(before);
-        expect((await skiplock.getJob(kept.id))?.status).toBe('queued');
+        expect((await t.skiplock.getJob(kept.id))?.status).toBe('queued');
       }),
       { numRuns: RUNS },
     );
@@ -589,7 +582,7 @@ describe('fuzz: hostile input', () => {
 
 describe('fuzz: schema names', () => {
   async function schemas(): Promise<string[]> {
-    return (await db.query<{ nspname: string }>('SELECT nspname FROM pg_namespace ORDER BY nspname')).map(
+    return (await t.query<{ nspname: string }>('SELECT nspname FROM pg_namespace ORDER BY nspname')).map(
       (r) => r.nspname,
     );
   }
@@ -626,13 +619,13 @@ describe('fuzz: schema names', () => {
   );
 
   it('a hostile schema name works in its own quoted schema or is refused as schema', async () => {
-    await db.query('CREATE TABLE IF NOT EXISTS public.y (id int)');
-    await db.query('CREATE TABLE IF NOT EXISTS public.witness (id int)');
-    const pool = db.pool;
+    await t.query('CREATE TABLE IF NOT EXISTS public.y (id int)');
+    await t.query('CREATE TABLE IF NOT EXISTS public.witness (id int)');
+    const pool = t.db.pool;
     await fc.assert(
       fc.asyncProperty(schemaName, async (schema) => {
         // null and undefined mean the default schema; the test's own schema is not ours to drop.
-        fc.pre(schema !== TEST_SCHEMA && schema !== null && schema !== undefined && schema !== 'skiplock');
+        fc.pre(schema !== t.schema && schema !== null && schema !== undefined && schema !== 'skiplock');
         const before = await schemas();
         let instance: Skiplock;
         try {
@@ -650,7 +643,7 @@ describe('fuzz: schema names', () => {
           // Exactly one schema, named byte for byte as given, was added (or it already existed).
           const added = after.filter((s) => !before.includes(s));
           expect(added).toEqual(before.includes(schema as string) ? [] : [schema]);
-          const [where] = await db.query<{ schema: string }>(
+          const [where] = await t.query<{ schema: string }>(
             `SELECT n.nspname AS schema FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
              WHERE c.relname = 'jobs' AND n.nspname = $1`,
             [schema],
@@ -658,17 +651,17 @@ describe('fuzz: schema names', () => {
           expect(where?.schema).toBe(schema);
           // Nothing was executed from the name: the witness tables are still there.
           expect(
-            await db.query("SELECT relname FROM pg_class WHERE relname IN ('y', 'witness') ORDER BY relname"),
+            await t.query("SELECT relname FROM pg_class WHERE relname IN ('y', 'witness') ORDER BY relname"),
           ).toEqual([{ relname: 'witness' }, { relname: 'y' }]);
         } finally {
           await instance.close();
           if (!before.includes(schema as string)) {
-            await db.query(`DROP SCHEMA IF EXISTS "${(schema as string).replaceAll('"', '""')}" CASCADE`);
+            await t.query(`DROP SCHEMA IF EXISTS ${quoteIdent(schema as string)} CASCADE`);
           } else {
-            const q = `"${(schema as string).replaceAll('"', '""')}"`;
-            await db.query(`DROP TABLE IF EXISTS ${q}.jobs, ${q}.jobs_archive, ${q}.migrations CASCADE`);
-            await db.query(`DROP FUNCTION IF EXISTS ${q}.jobs_notify() CASCADE`);
-            await db.query(`DROP FUNCTION IF EXISTS ${q}.wake_up(text, text, text, bigint) CASCADE`);
+            const q = quoteIdent(schema as string);
+            await t.query(`DROP TABLE IF EXISTS ${q}.jobs, ${q}.jobs_archive, ${q}.migrations CASCADE`);
+            await t.query(`DROP FUNCTION IF EXISTS ${q}.jobs_notify() CASCADE`);
+            await t.query(`DROP FUNCTION IF EXISTS ${q}.wake_up(text, text, text, bigint) CASCADE`);
           }
         }
       }),
@@ -685,7 +678,7 @@ describe('fuzz: schema names', () => {
     for (const schema of ['pg_x', 'pg_temp']) {
       let instance: Skiplock;
       try {
-        instance = new Skiplock({ pool: db.pool, schema });
+        instance = new Skiplock({ pool: t.db.pool, schema });
       } catch (error) {
         if (error instanceof ValidationError && error.field === 'schema') continue;
         throw error;
@@ -701,7 +694,7 @@ describe('fuzz: schema names', () => {
   // Regression test of engine bug 5: prepared statement names carried only the first 20 bytes
   // of the schema, so two such schemas collided on a shared pool connection.
   it('two schemas that share a long prefix work side by side on one pool', async () => {
-    const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+    const pool = new pg.Pool({ connectionString: t.db.url, max: 1 });
     const names = ['tenant_0123456789abcd_a', 'tenant_0123456789abcd_b'];
     try {
       for (const schema of names) {

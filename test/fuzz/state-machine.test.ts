@@ -12,23 +12,18 @@
  * - nothing disappears that should not (only completed jobs leave the table).
  */
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import type { NewJob } from '../../src/db/queries/insert.js';
 import { leaseKey } from '../../src/db/queries/job-row.js';
 import { JobQueries } from '../../src/db/queries/jobs.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase } from '../support/database.js';
+import { type TestContext, useTestDatabase } from '../support/fixture.js';
 
-let db: TestDatabase;
+const t = useTestDatabase();
+/** The statements under test, on the test's schema. */
 let queries: JobQueries;
-let archive: string;
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  queries = new JobQueries(TEST_SCHEMA);
-  archive = db.jobs.replace(/\.jobs$/, '.jobs_archive');
-});
-afterAll(async () => {
-  await db?.close();
+beforeEach(() => {
+  queries = new JobQueries(t.schema);
 });
 
 const RUNS = Number(process.env.SKIPLOCK_FUZZ_RUNS ?? 200);
@@ -77,7 +72,7 @@ interface Model {
 }
 
 interface Real {
-  pool: TestDatabase['pool'];
+  pool: TestContext['db']['pool'];
 }
 
 // ---- helpers -----------------------------------------------------------------------------------
@@ -112,7 +107,7 @@ function sorted(ids: Iterable<string>): string[] {
 
 /** The whole jobs table against the model, plus the invariants. */
 async function checkState(m: Model): Promise<void> {
-  const rows = await db.query<{
+  const rows = await t.query<{
     id: string;
     queue: string;
     priority: number;
@@ -129,7 +124,7 @@ async function checkState(m: Model): Promise<void> {
     `SELECT id, queue, priority, max_attempts, status, attempts, locked_by, lease_seq::text,
             locked_at IS NOT NULL AS locked,
             run_at <= now() AS due, last_error, finished_at IS NOT NULL AS finished
-     FROM ${db.jobs} ORDER BY id`,
+     FROM ${t.jobs} ORDER BY id`,
   );
   const expected = sorted(m.jobs.keys()).map((id) => {
     const j = m.jobs.get(id)!;
@@ -149,8 +144,8 @@ async function checkState(m: Model): Promise<void> {
     };
   });
   expect(rows).toEqual(expected);
-  const archived = await db.query<{ id: string; status: string }>(
-    `SELECT id, status FROM ${archive} ORDER BY id`,
+  const archived = await t.query<{ id: string; status: string }>(
+    `SELECT id, status FROM ${t.archive} ORDER BY id`,
   );
   expect(archived).toEqual(sorted(m.archived).map((id) => ({ id, status: 'succeeded' })));
   // At most one live lease per job: of all the leases workers believe they hold, only one can match.
@@ -218,8 +213,8 @@ class Claim implements Cmd {
   ) {}
   check = () => true;
   async run(m: Model, r: Real): Promise<void> {
-    const eligible = await db.query<{ id: string; priority: number; run_at: Date }>(
-      `SELECT id, priority, run_at FROM ${db.jobs}
+    const eligible = await t.query<{ id: string; priority: number; run_at: Date }>(
+      `SELECT id, priority, run_at FROM ${t.jobs}
        WHERE status = 'queued' AND queue = ANY($1::text[]) AND run_at <= now()`,
       [this.queues],
     );
@@ -363,7 +358,7 @@ class Fail implements Cmd {
     }
     // Pin the retries a day ahead so the wall clock cannot make them due during the run.
     if (retried.length > 0) {
-      await db.query(`UPDATE ${db.jobs} SET run_at = now() + interval '1 day' WHERE id = ANY($1::bigint[])`, [
+      await t.query(`UPDATE ${t.jobs} SET run_at = now() + interval '1 day' WHERE id = ANY($1::bigint[])`, [
         retried,
       ]);
     }
@@ -404,7 +399,7 @@ class Expire implements Cmd {
   async run(m: Model): Promise<void> {
     const running = [...m.jobs.values()].filter((j) => j.status === 'running');
     const j = running[this.index % running.length]!;
-    await db.query(`UPDATE ${db.jobs} SET locked_at = locked_at - interval '1 day' WHERE id = $1`, [j.id]);
+    await t.query(`UPDATE ${t.jobs} SET locked_at = locked_at - interval '1 day' WHERE id = $1`, [j.id]);
     j.expired = true;
     await checkState(m);
   }
@@ -483,7 +478,7 @@ class TimePasses implements Cmd {
   async run(m: Model): Promise<void> {
     const waiting = [...m.jobs.values()].filter((j) => j.status === 'queued' && !j.due);
     const j = waiting[this.index % waiting.length]!;
-    await db.query(`UPDATE ${db.jobs} SET run_at = now() - $2 * interval '1 millisecond' WHERE id = $1`, [
+    await t.query(`UPDATE ${t.jobs} SET run_at = now() - $2 * interval '1 millisecond' WHERE id = $1`, [
       j.id,
       this.index,
     ]);
@@ -551,7 +546,7 @@ describe('fuzz: state machine', () => {
           size: 'max',
         }),
         async (cmds) => {
-          await db.query(`TRUNCATE ${db.jobs}, ${archive}`);
+          await t.query(`TRUNCATE ${t.jobs}, ${t.archive}`);
           const model: Model = {
             jobs: new Map(),
             archived: new Set(),
@@ -560,7 +555,7 @@ describe('fuzz: state machine', () => {
             step: 0,
             staleWrites: 0,
           };
-          const real: Real = { pool: db.pool };
+          const real: Real = { pool: t.db.pool };
           // A step whose precondition does not hold in this model is skipped, as fc.modelRun does.
           for (const c of cmds) {
             if (!c.check(model)) continue;
@@ -572,8 +567,8 @@ describe('fuzz: state machine', () => {
           stale += model.staleWrites;
           // Nothing left the jobs table but completed jobs (deleted or archived).
           const everSeen = model.jobs.size + model.archived.size + model.deleted.size;
-          const [row] = await db.query<{ n: number }>(
-            `SELECT (SELECT count(*) FROM ${db.jobs}) + (SELECT count(*) FROM ${archive}) AS n`,
+          const [row] = await t.query<{ n: number }>(
+            `SELECT (SELECT count(*) FROM ${t.jobs}) + (SELECT count(*) FROM ${t.archive}) AS n`,
           );
           expect(Number(row!.n)).toBe(everSeen - model.deleted.size);
         },
@@ -604,11 +599,11 @@ describe('fuzz: state machine', () => {
   // Regression test of engine bug 6: the fence was (id, attempts, worker), and requeue resets
   // attempts, so a stale lease from before a requeue matched the same worker's new claim.
   it('a stale lease from before a requeue cannot complete the same worker’s new attempt', async () => {
-    await db.query(`TRUNCATE ${db.jobs}, ${archive}`);
-    const [job] = await queries.insert.many(db.pool, [
+    await t.query(`TRUNCATE ${t.jobs}, ${t.archive}`);
+    const [job] = await queries.insert.many(t.db.pool, [
       { kind: 'k', queue: 'q', payloadJson: '{}', priority: 0, runAt: null, delayMs: null, maxAttempts: 1 },
     ]);
-    const [first] = await queries.claim.claim(db.pool, {
+    const [first] = await queries.claim.claim(t.db.pool, {
       queues: ['q'],
       kinds: ALL_KINDS,
       limit: 1,
@@ -616,11 +611,11 @@ describe('fuzz: state machine', () => {
       visibilityTimeoutMs: VISIBILITY_MS,
     });
     // w1 is cut off; its lease dies and the sweeper moves the job to the dead letter.
-    await db.query(`UPDATE ${db.jobs} SET locked_at = locked_at - interval '1 day' WHERE id = $1`, [job!.id]);
-    expect(await queries.sweep.sweep(db.pool, VISIBILITY_MS, 1000)).toEqual({ requeued: 0, dead: 1 });
+    await t.query(`UPDATE ${t.jobs} SET locked_at = locked_at - interval '1 day' WHERE id = $1`, [job!.id]);
+    expect(await queries.sweep.sweep(t.db.pool, VISIBILITY_MS, 1000)).toEqual({ requeued: 0, dead: 1 });
     // A person requeues it and w1, back again, claims the new attempt.
-    expect(await queries.requeue.requeue(db.pool, { ids: [job!.id] })).toBe(1);
-    const [second] = await queries.claim.claim(db.pool, {
+    expect(await queries.requeue.requeue(t.db.pool, { ids: [job!.id] })).toBe(1);
+    const [second] = await queries.claim.claim(t.db.pool, {
       queues: ['q'],
       kinds: ALL_KINDS,
       limit: 1,
@@ -629,8 +624,8 @@ describe('fuzz: state machine', () => {
     });
     expect(second!.id).toBe(first!.id);
     // The first execution finishes late: its result must change nothing.
-    const done = await queries.results.complete(db.pool, [first!], 'w1', 'keep');
+    const done = await queries.results.complete(t.db.pool, [first!], 'w1', 'keep');
     expect(done.size).toBe(0);
-    expect((await queries.inspect.getById(db.pool, job!.id))?.status).toBe('running');
+    expect((await queries.inspect.getById(t.db.pool, job!.id))?.status).toBe('running');
   });
 });

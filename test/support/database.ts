@@ -2,26 +2,50 @@
  * Per-file isolation: each test file gets a database of its own on the suite's
  * server, migrated in the schema under test (`SKIPLOCK_TEST_SCHEMA`, default
  * `skiplock`), so files run in parallel. Set `SKIPLOCK_KEEP_DB=1` to keep the
- * databases for inspection.
+ * databases for inspection. Most files use it through `useTestDatabase()`
+ * (fixture.ts), which adds a schema per test.
  */
 import { randomBytes } from 'node:crypto';
+import { inspect } from 'node:util';
 import pg from 'pg';
 import { inject } from 'vitest';
 import { Skiplock } from '../../src/index.js';
 import type { JobMap } from '../../src/job/job.js';
+import { tableIn } from './sql.js';
 
 export const TEST_SCHEMA = process.env.SKIPLOCK_TEST_SCHEMA ?? 'skiplock';
+
+export { quoteIdent, tableIn } from './sql.js';
+
+/** Anything that runs SQL: a pool, a client, a TestDatabase's pool. */
+export interface Queryable {
+  query<Row extends pg.QueryResultRow = pg.QueryResultRow>(
+    text: string,
+    values?: unknown[],
+  ): Promise<pg.QueryResult<Row>>;
+}
+
+/** `count(*)` of `table`, optionally with a WHERE clause on parameters. */
+export async function countRows(db: Queryable, table: string, where = 'true', values: unknown[] = []) {
+  const { rows } = await db.query<{ n: number }>(
+    `SELECT count(*)::int AS n FROM ${table} WHERE ${where}`,
+    values,
+  );
+  return rows[0]!.n;
+}
 
 export interface TestDatabase {
   url: string;
   name: string;
   pool: pg.Pool;
-  /** A Skiplock on the file's database (migrated). */
+  /** A Skiplock on the file's database, in TEST_SCHEMA (migrated when the database was). */
   skiplock<Jobs extends JobMap = JobMap>(): Skiplock<Jobs>;
   /** Runs SQL on the file's database. */
   query<Row extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[]): Promise<Row[]>;
-  /** The schema, quoted, for ad-hoc SQL in assertions. */
+  /** TEST_SCHEMA's jobs table, quoted, for ad-hoc SQL in assertions. */
   jobs: string;
+  /** TEST_SCHEMA's archive table, quoted. */
+  archive: string;
   close(): Promise<void>;
 }
 
@@ -37,13 +61,21 @@ export function urlFor(database: string): string {
   return url.toString();
 }
 
-/** Creates a fresh database and migrates it. */
-export async function createTestDatabase(migrateIt = true): Promise<TestDatabase> {
-  const name = `skiplock_test_${randomBytes(6).toString('hex')}`;
+/** Runs one statement on the suite's server as its admin (CREATE/DROP DATABASE, roles). */
+export async function onServer(text: string): Promise<void> {
   const admin = new pg.Client({ connectionString: adminUrl() });
   await admin.connect();
-  await admin.query(`CREATE DATABASE ${name}`);
-  await admin.end();
+  try {
+    await admin.query(text);
+  } finally {
+    await admin.end();
+  }
+}
+
+/** Creates a fresh database and migrates it (in TEST_SCHEMA) unless told not to. */
+export async function createTestDatabase(migrateIt = true): Promise<TestDatabase> {
+  const name = `skiplock_test_${randomBytes(6).toString('hex')}`;
+  await onServer(`CREATE DATABASE ${name}`);
   const url = urlFor(name);
   const pool = new pg.Pool({ connectionString: url, max: 20 });
   pool.on('error', () => {});
@@ -60,38 +92,53 @@ export async function createTestDatabase(migrateIt = true): Promise<TestDatabase
     pool,
     skiplock: make,
     query: async (text, values) => (await pool.query(text, values)).rows,
-    jobs: `"${TEST_SCHEMA.replaceAll('"', '""')}".jobs`,
+    jobs: tableIn(TEST_SCHEMA, 'jobs'),
+    archive: tableIn(TEST_SCHEMA, 'jobs_archive'),
     close: async () => {
       await Promise.all(made.map((s) => s.close()));
       await pool.end();
       if (process.env.SKIPLOCK_KEEP_DB) return;
-      const admin = new pg.Client({ connectionString: adminUrl() });
-      await admin.connect();
-      await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await admin.end();
+      await onServer(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
     },
   };
 }
 
-/** Waits until `check` returns a truthy value, polling every 20 ms, failing after `timeoutMs`. */
+type Truthy<T> = Exclude<T, undefined | null | false | 0 | ''>;
+
+/**
+ * Waits until `check` returns a truthy value, polling every 20 ms, failing
+ * after `timeoutMs` with what it was waiting for, the last value `check`
+ * returned (or threw) and, when given, what `seen` reports then. Keep the
+ * deadline well below the test's timeout, so this message is what a failure shows.
+ */
 export async function waitFor<T>(
   check: () => T | Promise<T>,
   timeoutMs = 10_000,
   what = 'condition',
-): Promise<Exclude<T, undefined | null | false | 0 | ''>> {
+  seen?: () => unknown,
+): Promise<Truthy<T>> {
   const deadline = Date.now() + timeoutMs;
-  let last: unknown;
+  let last: { value: unknown } | { error: unknown } | undefined;
   for (;;) {
     try {
       const value = await check();
-      if (value) return value as Exclude<T, undefined | null | false | 0 | ''>;
+      if (value) return value as Truthy<T>;
+      last = { value };
     } catch (error) {
-      last = error;
+      last = { error };
     }
-    if (Date.now() > deadline)
-      throw new Error(
-        `timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ''}`,
-      );
+    if (Date.now() > deadline) {
+      const lines = [`timed out after ${timeoutMs} ms waiting for ${what}`];
+      if (last && 'error' in last) lines.push(`last error: ${String(last.error)}`);
+      else if (last) lines.push(`last value: ${inspect(last.value)}`);
+      if (seen) {
+        const report = await Promise.resolve()
+          .then(seen)
+          .catch((error: unknown) => `(could not report: ${String(error)})`);
+        lines.push(`seen: ${typeof report === 'string' ? report : inspect(report, { depth: 4 })}`);
+      }
+      throw new Error(lines.join('\n'));
+    }
     await new Promise((r) => setTimeout(r, 20));
   }
 }

@@ -1,4 +1,8 @@
-/** Migrates SKIPLOCK_URL in schema SKIPLOCK_SCHEMA and exits 0, or 1 on error. */
+/**
+ * Migrates SKIPLOCK_URL in schema SKIPLOCK_SCHEMA once the parent says 'go'
+ * (after every process said 'ready'), and exits 0, or 1 on error.
+ */
+import { once } from 'node:events';
 import { Skiplock } from '../../src/index.js';
 
 const skiplock = new Skiplock({
@@ -6,6 +10,9 @@ const skiplock = new Skiplock({
   schema: process.env.SKIPLOCK_SCHEMA!,
 });
 try {
+  await skiplock.pool.query('SELECT 1');
+  process.send?.('ready');
+  await once(process, 'message');
   await skiplock.migrate();
   await skiplock.close();
   process.exit(0);

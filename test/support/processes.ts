@@ -3,17 +3,36 @@ import { type ChildProcess, fork } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 
-const WORKER_SCRIPT = fileURLToPath(new URL('./worker-process.ts', import.meta.url));
-
-/** Starts a worker process and resolves once it reports `ready`. */
-export async function startWorkerProcess(env: Record<string, string>): Promise<ChildProcess> {
-  const child = fork(WORKER_SCRIPT, [], {
+/** Forks `script` (a TypeScript file next to this one) through tsx, with `env` added. */
+export function forkScript(script: string, env: Record<string, string>): ChildProcess {
+  return fork(fileURLToPath(new URL(script, import.meta.url)), [], {
     execArgv: ['--import', 'tsx'],
     env: { ...process.env, ...env },
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
-  const [message] = (await Promise.race([once(child, 'message'), once(child, 'exit')])) as unknown[];
-  if (message !== 'ready') throw new Error(`worker process exited before ready (code ${String(message)})`);
+}
+
+/** Resolves once `child` sends `message`; rejects if it exits first. */
+export async function sent(child: ChildProcess, message: string): Promise<void> {
+  const exit = once(child, 'exit').then(([code, signal]) => {
+    throw new Error(`process ${child.pid} exited (${String(code ?? signal)}) before sending '${message}'`);
+  });
+  exit.catch(() => {});
+  const received = new Promise<void>((resolve) => {
+    const listener = (m: unknown) => {
+      if (m !== message) return;
+      child.off('message', listener);
+      resolve();
+    };
+    child.on('message', listener);
+  });
+  await Promise.race([received, exit]);
+}
+
+/** Starts a worker process (worker-process.ts) and resolves once it reports `ready`. */
+export async function startWorkerProcess(env: Record<string, string>): Promise<ChildProcess> {
+  const child = forkScript('./worker-process.ts', env);
+  await sent(child, 'ready');
   return child;
 }
 

@@ -8,6 +8,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { Skiplock } from '../../src/index.js';
+import { STOP } from './events.js';
 
 const pool = new pg.Pool({ connectionString: process.env.SKIPLOCK_URL, max: 4 });
 pool.on('error', () => {});
@@ -29,7 +30,7 @@ const worker = skiplock.worker({
   },
 });
 worker.on('error', () => {});
-worker.on('worker:stop', () => {
+worker.on(STOP, () => {
   void pool.end();
 });
 await worker.start();

@@ -6,24 +6,44 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
-import { TEST_SCHEMA, waitFor } from '../../support/database.js';
+import { beforeEach, expect } from 'vitest';
+import { waitFor } from '../../support/database.js';
+import { type TestContext, useTestDatabase } from '../../support/fixture.js';
+import { tableIn } from '../../support/sql.js';
 import type { ChildMessage, ParentMessage, WorkerProcessConfig } from './protocol.js';
 
 const SCRIPT = fileURLToPath(new URL('./worker-process.ts', import.meta.url));
 
 let appCounter = 0;
 
-/** Defaults for a chaos worker: short leases so that reclaim is quick. */
-export function workerConfig(url: string, overrides: Partial<WorkerProcessConfig> = {}): WorkerProcessConfig {
+/** Where a scenario runs: a database and the schema of its jobs and effect tables. */
+export interface Target {
+  url: string;
+  schema: string;
+}
+
+/** Who shuts a scenario's processes down after it (the test fixture's `defer`). */
+export interface Owner {
+  defer(cleanup: () => unknown): void;
+}
+
+/**
+ * Defaults for a chaos worker: leases short enough that reclaim is quick, and
+ * long enough (ten heartbeats) that a loaded machine does not lose live ones.
+ */
+export function workerConfig(
+  target: Target,
+  overrides: Partial<WorkerProcessConfig> = {},
+): WorkerProcessConfig {
   appCounter++;
   return {
-    url,
-    schema: TEST_SCHEMA,
+    url: target.url,
+    schema: target.schema,
     appName: `chaos-${process.pid}-${appCounter}`,
     queues: ['default'],
     concurrency: 8,
     pollIntervalMs: 500,
-    visibilityTimeoutMs: 1500,
+    visibilityTimeoutMs: 3000,
     sweepIntervalMs: 250,
     shutdownTimeoutMs: 5000,
     onSuccess: 'keep',
@@ -40,6 +60,7 @@ export class WorkerProcess {
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   workerId: string | undefined;
   #exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+  #shuttingDown = false;
   readonly #listeners = new Set<(message: ChildMessage) => void>();
 
   constructor(config: WorkerProcessConfig) {
@@ -140,8 +161,14 @@ export class WorkerProcess {
     return this.reported('error');
   }
 
+  /** Whether `shutdown()` was called: an orchestrator does not replace such a process. */
+  get shuttingDown(): boolean {
+    return this.#shuttingDown;
+  }
+
   /** Ends the process: SIGTERM (graceful), then SIGKILL if it is still there after `graceMs`. */
   async shutdown(graceMs = 10_000): Promise<void> {
+    this.#shuttingDown = true;
     if (!this.alive) return;
     this.kill('SIGCONT');
     this.kill('SIGTERM');
@@ -151,16 +178,38 @@ export class WorkerProcess {
   }
 }
 
-/** Starts a worker process and waits until it runs. */
-export async function startWorker(config: WorkerProcessConfig): Promise<WorkerProcess> {
-  return new WorkerProcess(config).ready();
+/** Forks a worker process that `owner` shuts down after the test (SIGTERM, then SIGKILL). */
+export function spawnWorker(owner: Owner, config: WorkerProcessConfig): WorkerProcess {
+  const p = new WorkerProcess(config);
+  owner.defer(() => p.shutdown(2000));
+  return p;
+}
+
+/** Starts a worker process (shut down after the test) and waits until it runs. */
+export async function startWorker(owner: Owner, config: WorkerProcessConfig): Promise<WorkerProcess> {
+  return spawnWorker(owner, config).ready();
+}
+
+/** The effect tables of a scenario, next to its jobs (job ids start again in each schema). */
+export function effectTables(schema: string) {
+  return { effects: tableIn(schema, 'chaos_effects'), deliveries: tableIn(schema, 'chaos_deliveries') };
+}
+
+/** The test fixture (a schema per test), with the effect tables made in each test's schema. */
+export function useChaosDatabase(): TestContext {
+  const t = useTestDatabase();
+  beforeEach(async () => {
+    await createEffectTables(t.db.pool, t.schema);
+  });
+  return t;
 }
 
 /** The tables the handlers write their effect to: one row per job, and one per delivery. */
-export async function createEffectTables(db: Pick<pg.Pool, 'query'>): Promise<void> {
+export async function createEffectTables(db: Pick<pg.Pool, 'query'>, schema: string): Promise<void> {
+  const { effects, deliveries } = effectTables(schema);
   await db.query(`
-    CREATE TABLE IF NOT EXISTS chaos_effects (job_id bigint PRIMARY KEY, deliveries int NOT NULL);
-    CREATE TABLE IF NOT EXISTS chaos_deliveries (
+    CREATE TABLE IF NOT EXISTS ${effects} (job_id bigint PRIMARY KEY, deliveries int NOT NULL);
+    CREATE TABLE IF NOT EXISTS ${deliveries} (
       job_id bigint NOT NULL, attempt int NOT NULL, pid int NOT NULL,
       at timestamptz NOT NULL DEFAULT clock_timestamp()
     );
@@ -184,8 +233,10 @@ export interface Tally {
   byStatus: Record<string, number>;
 }
 
-/** Tallies the jobs `ids` against their effects. */
-export async function tally(db: Pick<pg.Pool, 'query'>, jobsTable: string, ids: string[]): Promise<Tally> {
+/** Tallies the jobs `ids` of `schema` against their effects. */
+export async function tally(db: Pick<pg.Pool, 'query'>, schema: string, ids: string[]): Promise<Tally> {
+  const jobsTable = tableIn(schema, 'jobs');
+  const { effects, deliveries } = effectTables(schema);
   const { rows } = await db.query<{
     effects: number;
     duplicates: number;
@@ -195,16 +246,16 @@ export async function tally(db: Pick<pg.Pool, 'query'>, jobsTable: string, ids: 
   }>(
     `WITH ids AS (SELECT unnest($1::bigint[]) AS id)
      SELECT
-       (SELECT count(*) FROM ids JOIN chaos_effects e ON e.job_id = ids.id)::int AS effects,
-       (SELECT COALESCE(sum(e.deliveries - 1), 0) FROM ids JOIN chaos_effects e ON e.job_id = ids.id)::int
+       (SELECT count(*) FROM ids JOIN ${effects} e ON e.job_id = ids.id)::int AS effects,
+       (SELECT COALESCE(sum(e.deliveries - 1), 0) FROM ids JOIN ${effects} e ON e.job_id = ids.id)::int
          AS duplicates,
-       (SELECT count(*) FROM ids WHERE NOT EXISTS (SELECT 1 FROM chaos_effects e WHERE e.job_id = ids.id))::int
+       (SELECT count(*) FROM ids WHERE NOT EXISTS (SELECT 1 FROM ${effects} e WHERE e.job_id = ids.id))::int
          AS lost,
-       (SELECT count(*) FROM (SELECT 1 FROM chaos_deliveries d JOIN ids ON d.job_id = ids.id
+       (SELECT count(*) FROM (SELECT 1 FROM ${deliveries} d JOIN ids ON d.job_id = ids.id
                               GROUP BY d.job_id, d.attempt HAVING count(*) > 1) x)::int AS same_attempt_twice,
        (SELECT count(*) FROM ${jobsTable} j JOIN ids ON j.id = ids.id
          WHERE j.status = 'succeeded'
-           AND NOT EXISTS (SELECT 1 FROM chaos_deliveries d WHERE d.job_id = j.id AND d.attempt = j.attempts))::int
+           AND NOT EXISTS (SELECT 1 FROM ${deliveries} d WHERE d.job_id = j.id AND d.attempt = j.attempts))::int
          AS final_attempt_missing`,
     [ids],
   );
@@ -224,24 +275,40 @@ export async function tally(db: Pick<pg.Pool, 'query'>, jobsTable: string, ids: 
   };
 }
 
-/** Waits until none of `ids` is queued or running. */
+/**
+ * Every job of the tally succeeded with its effect, none was lost, no attempt
+ * ran twice, and each one's final attempt is the one that delivered.
+ */
+export function expectEveryJobDone(counted: Tally): void {
+  expect(counted).toMatchObject({
+    effects: counted.jobs,
+    lost: 0,
+    sameAttemptTwice: 0,
+    finalAttemptMissing: 0,
+    byStatus: { succeeded: counted.jobs },
+  });
+}
+
+/** Waits until none of `ids` of `schema` is queued or running; on timeout, says how many were left. */
 export async function waitUntilSettled(
   db: Pick<pg.Pool, 'query'>,
-  jobsTable: string,
+  schema: string,
   ids: string[],
   timeoutMs: number,
   what = 'every job to finish',
 ): Promise<void> {
-  await waitFor(
-    async () => {
-      const { rows } = await db.query<{ n: number }>(
-        `SELECT count(*)::int AS n FROM ${jobsTable} WHERE id = ANY($1::bigint[]) AND status IN ('queued', 'running')`,
+  const byStatus = async () =>
+    (
+      await db.query<{ status: string; n: number }>(
+        `SELECT status, count(*)::int AS n FROM ${tableIn(schema, 'jobs')} WHERE id = ANY($1::bigint[]) GROUP BY 1`,
         [ids],
-      );
-      return rows[0]!.n === 0;
-    },
+      )
+    ).rows;
+  await waitFor(
+    async () => (await byStatus()).every((r) => r.status !== 'queued' && r.status !== 'running'),
     timeoutMs,
     what,
+    byStatus,
   );
 }
 

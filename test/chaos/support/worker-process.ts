@@ -13,6 +13,8 @@
  */
 import pg from 'pg';
 import { PermanentError, Skiplock } from '../../../src/index.js';
+import { LISTEN, STOP, SWEEP } from '../../support/events.js';
+import { tableIn } from '../../support/sql.js';
 import type { ChildMessage, ParentMessage, WorkerProcessConfig } from './protocol.js';
 
 const config = JSON.parse(process.env.CHAOS_CONFIG ?? '{}') as WorkerProcessConfig;
@@ -43,13 +45,16 @@ process.on('message', (message: ParentMessage) => {
   }
 });
 
+const effectsTable = tableIn(config.schema, 'chaos_effects');
+const deliveriesTable = tableIn(config.schema, 'chaos_deliveries');
+
 async function recordDelivery(jobId: string, attempt: number): Promise<void> {
   await effects.query(
     `WITH effect AS (
-       INSERT INTO chaos_effects (job_id, deliveries) VALUES ($1, 1)
-       ON CONFLICT (job_id) DO UPDATE SET deliveries = chaos_effects.deliveries + 1
+       INSERT INTO ${effectsTable} AS e (job_id, deliveries) VALUES ($1, 1)
+       ON CONFLICT (job_id) DO UPDATE SET deliveries = e.deliveries + 1
      )
-     INSERT INTO chaos_deliveries (job_id, attempt, pid) VALUES ($1, $2, $3)`,
+     INSERT INTO ${deliveriesTable} (job_id, attempt, pid) VALUES ($1, $2, $3)`,
     [jobId, attempt, process.pid],
   );
 }
@@ -93,7 +98,7 @@ const worker = skiplock.worker({
   },
 });
 
-worker.on('worker:listen', () => send({ type: 'listen' }));
+worker.on(LISTEN, () => send({ type: 'listen' }));
 worker.on('job:start', (job) => send({ type: 'job:start', id: job.id, attempts: job.attempts }));
 worker.on('job:success', (job) => send({ type: 'job:success', id: job.id, attempts: job.attempts }));
 worker.on('job:failure', (job, _error, outcome) =>
@@ -102,11 +107,11 @@ worker.on('job:failure', (job, _error, outcome) =>
 worker.on('job:stale', (job) => send({ type: 'job:stale', id: job.id, attempts: job.attempts }));
 worker.on('job:released', (job) => send({ type: 'job:released', id: job.id, attempts: job.attempts }));
 worker.on('lease:lost', (job) => send({ type: 'lease:lost', id: job.id, attempts: job.attempts }));
-worker.on('worker:sweep', (result) => send({ type: 'sweep', requeued: result.requeued, dead: result.dead }));
+worker.on(SWEEP, (result) => send({ type: 'sweep', requeued: result.requeued, dead: result.dead }));
 worker.on('error', (error, source) =>
   send({ type: 'error', source, code: error.code, message: error.message }),
 );
-worker.on('worker:stop', () => send({ type: 'stop' }));
+worker.on(STOP, () => send({ type: 'stop' }));
 
 await worker.start();
 send({ type: 'ready', workerId: worker.id, pid: process.pid });
