@@ -5,6 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SchemaVersionError, Skiplock } from '../src/index.js';
+import { loadMigrations } from '../src/migrations/migrator.js';
 import { createTestDatabase, TEST_SCHEMA, type TestDatabase } from './support/database.js';
 
 let db: TestDatabase;
@@ -17,6 +18,9 @@ afterAll(async () => {
   await db?.close();
 });
 
+/** The newest version this library ships. */
+const LATEST = loadMigrations().at(-1)!.version;
+
 describe('migration versions with gaps', () => {
   it('apply a lower version missing below a recorded higher one, then nothing more', async () => {
     const skiplock = new Skiplock({ pool: db.pool, schema: TEST_SCHEMA });
@@ -28,15 +32,13 @@ describe('migration versions with gaps', () => {
     const worker = skiplock.worker({ handleSignals: false, handlers: {} });
     const error = await worker.start().catch((e: unknown) => e);
     expect(error).toBeInstanceOf(SchemaVersionError);
-    expect((error as Error).message).toContain('lacks migration 2 (wake_up), this library needs 5');
+    expect((error as Error).message).toContain(`lacks migration 2 (wake_up), this library needs ${LATEST}`);
 
-    expect(await skiplock.migrate()).toEqual({ applied: [2], version: 5 });
-    expect(await skiplock.migrate()).toEqual({ applied: [], version: 5 });
-    expect(await db.query(`SELECT version FROM ${s}.migrations ORDER BY version`)).toEqual([
-      { version: 1 },
-      { version: 2 },
-      { version: 5 },
-    ]);
+    expect(await skiplock.migrate()).toEqual({ applied: [2], version: LATEST });
+    expect(await skiplock.migrate()).toEqual({ applied: [], version: LATEST });
+    expect(await db.query(`SELECT version FROM ${s}.migrations ORDER BY version`)).toEqual(
+      loadMigrations().map(({ version }) => ({ version })),
+    );
     // wake_up is back, and the functions of 5 that call it work.
     expect(await db.query(`SELECT ${s}.requeue() AS n`)).toEqual([{ n: 0 }]);
     await skiplock.close();

@@ -1,5 +1,4 @@
 import fc from 'fast-check';
-import type pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { JobQueries } from '../src/db/queries/jobs.js';
 import { BACKOFF_CAP_MS, backoffDelayMs, ValidationError } from '../src/index.js';

@@ -260,6 +260,9 @@ async function killOneWorker(
 /** Stops the live workers with SIGTERM (graceful) and waits for them. */
 async function stopWorkers(workers: WorkerProcess[]): Promise<void> {
   const live = workers.filter((w) => w.child.exitCode === null && w.child.signalCode === null);
+  // A replacement forked late may still be loading: before it has started, SIGTERM would kill
+  // it outright instead of stopping it gracefully.
+  await Promise.all(live.map((w) => w.started.catch(() => {})));
   for (const w of live) w.child.kill('SIGTERM');
   const codes = await Promise.all(live.map((w) => w.exited));
   codes.forEach((code, i) => {
