@@ -111,7 +111,7 @@ describe('stats and inspection', () => {
 
 describe('migrations', () => {
   it('are idempotent', async () => {
-    expect(await skiplock.migrate()).toEqual({ applied: [], version: 2 });
+    expect(await skiplock.migrate()).toEqual({ applied: [], version: 4 });
   });
 
   it('refuse a database whose schema is newer than the library', async () => {
@@ -175,7 +175,7 @@ describe('a worker on a schema that was never migrated', () => {
     const worker = s.worker({ handleSignals: false, handlers: {} });
     const error = await worker.start().catch((e: unknown) => e);
     expect(error).toBeInstanceOf(SchemaVersionError);
-    expect((error as Error).message).toMatch(/version 0, this library needs 2: run migrate\(\)/);
+    expect((error as Error).message).toMatch(/version 0, this library needs 4: run migrate\(\)/);
     await s.close();
   });
 });

@@ -142,6 +142,7 @@ describe('migrations', () => {
       expect(rows).toEqual([
         { version: 1, name: 'jobs' },
         { version: 2, name: 'wake_up' },
+        { version: 4, name: 'queue_controls' },
       ]);
     } finally {
       await fresh.close();

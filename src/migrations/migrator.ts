@@ -1,8 +1,11 @@
 /**
  * Forward-only migrations: versioned `.sql` files beside this module,
  * applied in one transaction under a transaction-scoped advisory lock, recorded
- * one row per version in `<schema>.migrations`. Safe when many processes
- * migrate at once; refuses a database whose schema is newer than this library.
+ * one row per version in `<schema>.migrations`. Every shipped version not yet
+ * recorded is applied, in version order — also one numbered below a version
+ * already applied (migrations written side by side can land in either order).
+ * Safe when many processes migrate at once; refuses a database whose schema is
+ * newer than this library.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import type pg from 'pg';
@@ -42,21 +45,26 @@ export interface MigrateResult {
 /**
  * Brings `schema` up to the newest version this library ships.
  *
+ * @param migrations - what to apply, in version order (the shipped files; tests pass their own).
  * @throws {SchemaVersionError} when the database's schema is newer than the
  *   library, or when a migration fails (nothing of it is kept).
  * @throws {DatabaseError} when the database cannot be reached.
  */
-export async function migrate(pool: pg.Pool, schema: string): Promise<MigrateResult> {
-  const migrations = loadMigrations();
+export async function migrate(
+  pool: pg.Pool,
+  schema: string,
+  migrations: readonly Migration[] = loadMigrations(),
+): Promise<MigrateResult> {
   const latest = migrations.at(-1)?.version ?? 0;
   const s = quoteIdent(schema);
   const table = `${s}.migrations`;
 
   // Fast path without the lock: many workers start at once on a current schema.
-  const current = await readVersion(pool, table);
-  if (current !== undefined) {
+  const recorded = await readVersions(pool, table);
+  if (recorded !== undefined) {
+    const current = Math.max(0, ...recorded);
     assertNotNewer(current, latest);
-    if (current === latest) return { applied: [], version: current };
+    if (migrations.every((m) => recorded.has(m.version))) return { applied: [], version: current };
   }
 
   return withTransaction(pool, async (client) => {
@@ -71,14 +79,13 @@ export async function migrate(pool: pg.Pool, schema: string): Promise<MigrateRes
          applied_at timestamptz NOT NULL DEFAULT now()
        )`,
     );
-    const { rows } = await client.query<{ version: number | null }>(
-      `SELECT max(version) AS version FROM ${table}`,
-    );
-    const version = rows[0]?.version ?? 0;
+    const { rows } = await client.query<{ version: number }>(`SELECT version FROM ${table}`);
+    const done = new Set(rows.map((r) => r.version));
+    const version = Math.max(0, ...done);
     assertNotNewer(version, latest);
     const applied: number[] = [];
     await client.query("SELECT pg_catalog.set_config('search_path', $1, true)", [`${s}, pg_catalog`]);
-    for (const migration of migrations.filter((m) => m.version > version)) {
+    for (const migration of migrations.filter((m) => !done.has(m.version))) {
       try {
         await client.query(migration.sql);
       } catch (error) {
@@ -107,9 +114,18 @@ export async function migrate(pool: pg.Pool, schema: string): Promise<MigrateRes
  * @throws {DatabaseError} (or a pg error) when the database cannot be reached.
  */
 export async function assertMigrated(pool: pg.Pool, schema: string): Promise<void> {
-  const latest = loadMigrations().at(-1)?.version ?? 0;
-  const version = (await readVersion(pool, `${quoteIdent(schema)}.migrations`)) ?? 0;
-  if (version < latest) {
+  const migrations = loadMigrations();
+  const latest = migrations.at(-1)?.version ?? 0;
+  const recorded = (await readVersions(pool, `${quoteIdent(schema)}.migrations`)) ?? new Set<number>();
+  const version = Math.max(0, ...recorded);
+  const missing = migrations.find((m) => !recorded.has(m.version));
+  if (missing !== undefined && version <= latest) {
+    if (version >= latest) {
+      throw new SchemaVersionError(
+        `the skiplock schema ${JSON.stringify(schema)} lacks migration ${missing.version} (${missing.name}): run migrate() (or \`skiplock migrate\`) first`,
+        { databaseVersion: version, libraryVersion: latest },
+      );
+    }
     throw new SchemaVersionError(
       `the skiplock schema ${JSON.stringify(schema)} is at version ${version}, this library needs ${latest}: run migrate() (or \`skiplock migrate\`) first`,
       { databaseVersion: version, libraryVersion: latest },
@@ -117,14 +133,15 @@ export async function assertMigrated(pool: pg.Pool, schema: string): Promise<voi
   }
 }
 
-async function readVersion(pool: pg.Pool, table: string): Promise<number | undefined> {
+/** The versions recorded in `table`, or undefined when it does not exist. */
+async function readVersions(pool: pg.Pool, table: string): Promise<Set<number> | undefined> {
   const { rows } = await pool.query<{ exists: boolean }>(
     'SELECT pg_catalog.to_regclass($1) IS NOT NULL AS exists',
     [table],
   );
   if (!rows[0]?.exists) return undefined;
-  const result = await pool.query<{ version: number | null }>(`SELECT max(version) AS version FROM ${table}`);
-  return result.rows[0]?.version ?? 0;
+  const result = await pool.query<{ version: number }>(`SELECT version FROM ${table}`);
+  return new Set(result.rows.map((r) => r.version));
 }
 
 function assertNotNewer(version: number, latest: number): void {
