@@ -68,6 +68,13 @@ export interface LeasedJob {
 export const LEASE_FENCE = `WHERE j.id = ANY($1::bigint[]) AND j.id = r.id AND j.attempts = r.attempts
              AND j.lease_seq = r.lease_seq AND j.status = 'running' AND j.locked_by = $4`;
 
+/**
+ * The fence of a result (success, failure, snooze): the lease fence, and no
+ * cancel requested. A job whose cancel was requested is ended by the cancel
+ * statement instead, so it ends `cancelled` whatever its handler returned.
+ */
+export const RESULT_FENCE = `${LEASE_FENCE} AND j.cancel_requested_at IS NULL`;
+
 /** The first four parameters of every fenced statement: ids, attempts, lease numbers, worker id. */
 export function leaseParams(jobs: readonly LeasedJob[], workerId: string): unknown[] {
   const ids = new Array<string>(jobs.length);
