@@ -1,6 +1,7 @@
 export type { Queryable, QueryResultLike } from './db/executor.js';
 export { DEFAULT_SCHEMA } from './db/sql.js';
 export {
+  CancelledError,
   DatabaseError,
   JobTimeoutError,
   LeaseLostError,
@@ -9,6 +10,7 @@ export {
   ShutdownError,
   SkiplockError,
   type SkiplockErrorCode,
+  SnoozeError,
   UnknownKindError,
   ValidationError,
 } from './errors.js';
@@ -18,11 +20,16 @@ export { JOB_STATUSES, type Job, type JobMap, type JobRecord, type JobStatus } f
 export type { SweepResult } from './maintenance/sweeper.js';
 export type { MigrateResult } from './migrations/migrator.js';
 export {
+  type CancelCounts,
+  type CancelFilter,
   type ClientOption,
   type EnqueueManyItem,
   type EnqueueOptions,
   type JobOptions,
   type ListJobsFilter,
+  type PruneFilter,
+  type PruneResult,
+  type QueueInfo,
   type QueueStats,
   type RequeueFilter,
   Skiplock,

@@ -14,9 +14,11 @@ import type { ClaimedJob } from '../db/queries/claim.js';
 import type { JobQueries } from '../db/queries/jobs.js';
 import { LeaseLostError, SchemaVersionError, ShutdownError, SkiplockError } from '../errors.js';
 import { Maintainer } from '../maintenance/maintainer.js';
+import { prunerServices } from '../maintenance/pruner.js';
 import { sweeperService } from '../maintenance/sweeper.js';
 import { assertMigrated } from '../migrations/migrator.js';
-import { Completer } from './completer.js';
+import { Cancellation } from './cancellation.js';
+import type { Completer } from './completer.js';
 import { EventReporter } from './event-reporter.js';
 import type { WorkerEvents } from './events.js';
 import { bufferedExecution, type Execution, Executions } from './executions.js';
@@ -26,6 +28,7 @@ import { Notifier } from './notifier.js';
 import type { Handler, ResolvedWorkerOptions } from './options.js';
 import { PrefetchPolicy } from './prefetch.js';
 import { releaseJobs } from './release.js';
+import { resultWriter } from './result-writer.js';
 import { type RunOutcome, runJob } from './run-job.js';
 import { serverWarnings } from './server-check.js';
 import { forgetOnSignals, stopOnSignals } from './signals.js';
@@ -61,6 +64,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #executions = new Executions();
   readonly #fetcher: Fetcher;
   readonly #completer: Completer<Execution>;
+  readonly #cancellation: Cancellation;
   readonly #heartbeat: Heartbeat<Execution>;
   readonly #notifier: Notifier;
   readonly #maintainer: Maintainer;
@@ -110,41 +114,30 @@ export class Worker extends EventEmitter<WorkerEvents> {
       dispatch: (jobs) => this.#dispatch(jobs),
       onError: (error) => this.#events.error(error, 'claim'),
     });
-    this.#completer = new Completer<Execution>({
-      complete: (jobs) => queries.results.complete(pool, jobs, this.id, options.onSuccess),
-      fail: (failures) => queries.results.fail(pool, failures, this.id),
-      leaseStates: (ids) => queries.results.leaseStates(pool, ids),
+    this.#completer = resultWriter({
+      queries,
+      pool,
       workerId: this.id,
-      successLeavesRow: options.onSuccess === 'keep',
-      onSuccess: (e) => {
-        if (!this.#events.heard('job:success')) return;
-        const startedAt = performance.timeOrigin + e.startedAt;
-        this.#events.emit('job:success', e.job, {
-          durationMs: performance.now() - e.startedAt,
-          waitMs: Math.max(0, startedAt - e.job.runAt.getTime()),
-        });
-      },
-      onFailure: (failure, outcome) => {
-        if (outcome.status === 'queued') this.#fetcher.wakeAfter(outcome.retryDelayMs);
-        this.#events.emit('job:failure', failure.job.job, failure.thrown, {
-          status: outcome.status,
-          retryDelayMs: outcome.retryDelayMs,
-          lastError: failure.error,
-        });
-      },
-      onStale: (e) => this.#events.emit('job:stale', e.job),
-      onError: (error) => this.#events.error(error, 'complete'),
+      onSuccess: options.onSuccess,
+      events: this.#events,
+      wakeAfter: (delayMs) => this.#fetcher.wakeAfter(delayMs),
+    });
+    this.#cancellation = new Cancellation(this.#executions, options.queues, (taken, reason) => {
+      void this.#release(taken, 10_000, reason === 'cancel' ? 'job:cancelled' : 'job:released');
     });
     this.#heartbeat = new Heartbeat<Execution>({
       intervalMs: options.heartbeatIntervalMs,
       leased: () => this.#executions.leased(),
-      beat: (jobs) => queries.results.heartbeat(pool, jobs, this.id),
+      beat: (jobs) => queries.results.beat(pool, jobs, this.id),
       onLost: (e) => this.#leaseLost(e),
+      onCancelRequested: (held) => this.#cancellation.onCancelRequested(held),
       onError: (error) => this.#events.error(error, 'heartbeat'),
     });
     this.#notifier = new Notifier(ctx.clientConfig, queries.channel, {
-      onWakeUp: ({ queue, delayMs }) => {
-        if (queue === null || options.queues.includes(queue)) this.#fetcher.wakeAfter(delayMs);
+      onWakeUp: (message) => {
+        if (this.#cancellation.onMessage(message)) return;
+        if (message.queue === null || options.queues.includes(message.queue))
+          this.#fetcher.wakeAfter(message.delayMs);
       },
       onListening: () => {
         this.#events.emit('worker:listen');
@@ -161,8 +154,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
           { intervalMs: options.sweepIntervalMs, defaultVisibilityTimeoutMs: options.visibilityTimeoutMs },
           (result) => this.#events.emit('worker:sweep', result),
         ),
+        ...prunerServices(queries, options, (result) => this.#events.emit('worker:prune', result)),
       ],
-      onError: (error) => this.#events.error(error, 'sweep'),
+      onError: (error, service) => this.#events.error(error, service),
     });
   }
 
@@ -298,7 +292,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
     if (expired.length > 0) void this.#release(expired);
   }
 
-  async #release(executions: Execution[], deadlineMs = 10_000): Promise<void> {
+  async #release(
+    executions: Execution[],
+    deadlineMs = 10_000,
+    event: 'job:released' | 'job:cancelled' = 'job:released',
+  ): Promise<void> {
     const held = executions.filter((e) => e.state === 'buffered' || e.state === 'running');
     for (const e of held) e.state = 'released';
     if (held.length === 0) return;
@@ -306,7 +304,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       release: () => this.#ctx.queries.results.release(this.#pool.pool, held, this.id),
       jobs: held,
       deadlineMs,
-      onReleased: (e) => this.#events.emit('job:released', e.job),
+      onReleased: (e) => this.#events.emit(event, e.job),
       onError: (error) => this.#events.error(error, 'release'),
     });
   }

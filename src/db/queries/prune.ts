@@ -9,6 +9,9 @@ import type { SchemaNames } from './schema-names.js';
 /** Statuses retention may delete: the finished ones. */
 export const PRUNABLE_STATUSES = ['succeeded', 'failed', 'dead', 'cancelled'] as const;
 
+/** Longest retention age: 100 years, in milliseconds (an age, not a timer). */
+export const MAX_RETENTION_MS = 3_155_760_000_000;
+
 /** One of {@link PRUNABLE_STATUSES}. */
 export type PrunableStatus = (typeof PRUNABLE_STATUSES)[number];
 

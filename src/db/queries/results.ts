@@ -22,6 +22,8 @@ export type SuccessPolicy = 'delete' | 'keep' | 'archive';
 export interface FailedJob extends LeasedJob {
   error: string;
   permanent: boolean;
+  /** Set when the handler snoozed the job (see snooze.ts); `fail` itself ignores it. */
+  snoozeDelayMs?: number | undefined;
 }
 
 /** What `fail` wrote for one job. */
