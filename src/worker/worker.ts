@@ -270,6 +270,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
           thrown: outcome.thrown,
           error: outcome.error,
           permanent: outcome.permanent,
+          snoozeDelayMs: outcome.snoozeDelayMs,
         });
     }
     this.#pump();
