@@ -1,6 +1,8 @@
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseWakeUp, type WakeUp } from '../src/db/wake-up.js';
 import { CancelledError, type Skiplock, ValidationError } from '../src/index.js';
-import { createTestDatabase, type TestDatabase, waitFor } from './support/database.js';
+import { createTestDatabase, TEST_SCHEMA, type TestDatabase, waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
 
 let db: TestDatabase;
@@ -264,5 +266,33 @@ describe('cancel', () => {
     // The race was real: some cancels met a queued job, some a running one, some a finished one.
     console.log('cancel race: cancel found', seen);
     await worker.stop();
+  });
+
+  it('tells workers the ids of running jobs, 300 per message', async () => {
+    const listener = new pg.Client({ connectionString: db.url });
+    await listener.connect();
+    const messages: WakeUp[] = [];
+    listener.on('notification', (n) => messages.push(parseWakeUp(n.payload)));
+    await listener.query(`LISTEN "skiplock:${TEST_SCHEMA.replaceAll('"', '""')}"`);
+    const rows = await db.query<{ id: string }>(
+      `INSERT INTO ${db.jobs} (kind, queue, status, attempts, locked_at, locked_by)
+       SELECT 'k', 'c-many', 'running', 1, now(), 'elsewhere' FROM generate_series(1, 700) RETURNING id`,
+    );
+    expect(await skiplock.cancel({ queue: 'c-many' })).toEqual({ cancelled: 0, running: 700 });
+    await waitFor(() => messages.length >= 3, 5000, 'three cancel messages');
+    expect(messages.map((m) => [m.type, m.queue, m.ids?.length])).toEqual([
+      ['cancel', null, 300],
+      ['cancel', null, 300],
+      ['cancel', null, 100],
+    ]);
+    expect(new Set(messages.flatMap((m) => m.ids ?? []))).toEqual(new Set(rows.map((r) => r.id)));
+    await listener.end();
+    // A reader from before control messages: unknown types are plain wake-ups.
+    expect(parseWakeUp('{"type":"later","queue":"q","delayMs":5,"ids":[1,"2"]}')).toEqual({
+      type: 'unknown',
+      queue: 'q',
+      delayMs: 5,
+      ids: ['2'],
+    });
   });
 });

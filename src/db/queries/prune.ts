@@ -21,20 +21,27 @@ export class PruneQueries {
   readonly #archive: Statement;
 
   constructor(names: SchemaNames) {
-    const batch = (table: string, extra: string) =>
+    // Jobs rows are locked SKIP LOCKED so a prune never waits on a worker's row;
+    // archive rows are written once and never locked, so no lock is taken there
+    // (and the worker role needs no UPDATE on the archive).
+    const batch = (table: string, extra: string, lock: string) =>
       `WITH doomed AS (
          SELECT id FROM ${table}
          WHERE finished_at < now() - $2 * interval '1 millisecond' AND status = ANY($1::text[]) ${extra}
          ORDER BY finished_at
          LIMIT $3
-         FOR UPDATE SKIP LOCKED
+         ${lock}
        ), gone AS (DELETE FROM ${table} WHERE id = ANY(ARRAY(SELECT id FROM doomed)) RETURNING 1)
        SELECT count(*)::int AS deleted FROM gone`;
     this.#jobs = names.statement(
       'prune_jobs',
-      batch(names.jobs, `AND status IN ('succeeded', 'failed', 'dead', 'cancelled')`),
+      batch(
+        names.jobs,
+        `AND status IN ('succeeded', 'failed', 'dead', 'cancelled')`,
+        'FOR UPDATE SKIP LOCKED',
+      ),
     );
-    this.#archive = names.statement('prune_archive', batch(names.archive, ''));
+    this.#archive = names.statement('prune_archive', batch(names.archive, '', ''));
   }
 
   /** Deletes at most `limit` finished jobs of `statuses` older than `olderThanMs`; returns how many. */
