@@ -110,10 +110,18 @@ describe('pause and resume', () => {
     expect(paused.queued).toBeGreaterThan(0);
     await worker.stop();
 
-    // A new worker (a restart) claims nothing from the paused queue.
-    const again = skiplock.worker({ ...fast, queues: ['p-live'], handlers: { step: async () => {} } });
+    // A new worker (a restart) claims nothing from the paused queue: it claims
+    // a job of another queue (one claim statement serves both), yet the paused
+    // queue's jobs stay where they were.
+    const again = skiplock.worker({
+      ...fast,
+      queues: ['p-live', 'p-live-other'],
+      handlers: { step: async () => {} },
+    });
     await again.start();
-    await new Promise((resolve) => setTimeout(resolve, 600)); // three polls: a window for a wrong claim
+    const other = nextEvent(again, 'job:success');
+    await skiplock.enqueue('step', {}, { queue: 'p-live-other', priority: -1 });
+    await other;
     expect(await statuses('p-live')).toEqual(paused);
     await again.stop();
   });
