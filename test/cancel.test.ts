@@ -96,6 +96,7 @@ describe('cancel', () => {
     expect(ended.id).toBe(job.id);
     expect(elapsed).toBeLessThan(2000);
     expect(reason).toBeInstanceOf(CancelledError);
+    expect((await skiplock.getJob(job.id))?.cancelRequestedAt).toBeInstanceOf(Date);
     expect((reason as CancelledError).code).toBe('CANCELLED');
     expect(await row(job.id)).toEqual({ status: 'cancelled', attempts: 1, finished: true, locked_by: null });
     await worker.stop();

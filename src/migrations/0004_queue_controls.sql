@@ -14,6 +14,8 @@ ALTER TABLE jobs_archive ADD CONSTRAINT jobs_archive_status_chk
 -- Set by cancel on a running job: the worker holding the lease aborts its
 -- handler, and whatever result it writes next turns the job `cancelled`.
 ALTER TABLE jobs ADD COLUMN cancel_requested_at timestamptz;
+-- The archive keeps the columns of the jobs table.
+ALTER TABLE jobs_archive ADD COLUMN cancel_requested_at timestamptz;
 
 -- Retention deletes finished rows oldest first, in small batches.
 CREATE INDEX jobs_finished_at_idx ON jobs (finished_at) WHERE finished_at IS NOT NULL;
