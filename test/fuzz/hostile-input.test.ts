@@ -666,9 +666,12 @@ describe('fuzz: schema names', () => {
             await db.query(`DROP SCHEMA IF EXISTS "${(schema as string).replaceAll('"', '""')}" CASCADE`);
           } else {
             const q = `"${(schema as string).replaceAll('"', '""')}"`;
-            await db.query(`DROP TABLE IF EXISTS ${q}.jobs, ${q}.jobs_archive, ${q}.migrations CASCADE`);
+            await db.query(
+              `DROP TABLE IF EXISTS ${q}.jobs, ${q}.jobs_archive, ${q}.queues, ${q}.migrations CASCADE`,
+            );
             await db.query(`DROP FUNCTION IF EXISTS ${q}.jobs_notify() CASCADE`);
             await db.query(`DROP FUNCTION IF EXISTS ${q}.wake_up(text, text, text, bigint) CASCADE`);
+            await db.query(`DROP FUNCTION IF EXISTS ${q}.control(text, text, text, bigint[]) CASCADE`);
           }
         }
       }),
