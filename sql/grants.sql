@@ -30,8 +30,14 @@ GRANT SELECT, INSERT ON TABLE :"schema".jobs TO :"producer_role";
 -- (DELETE) or 'keep' (UPDATE), enqueue from a handler (INSERT).
 GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE :"schema".jobs TO :"worker_role";
 
--- Worker with onSuccess 'archive': the archive insert returns the ids it moved.
-GRANT SELECT, INSERT ON TABLE :"schema".jobs_archive TO :"worker_role";
+-- Worker with onSuccess 'archive': the archive insert returns the ids it moved;
+-- retention (prune, worker option retentionMs) deletes old archived rows.
+GRANT SELECT, INSERT, DELETE ON TABLE :"schema".jobs_archive TO :"worker_role";
+
+-- Queues: every claim reads which queues are paused; the worker role also
+-- pauses and resumes them (operator tasks, like requeue). The producer lists them.
+GRANT SELECT ON TABLE :"schema".queues TO :"producer_role";
+GRANT SELECT, INSERT, UPDATE ON TABLE :"schema".queues TO :"worker_role";
 
 -- A producer that enqueues with onConflict 'replace' (debounce) rewrites the
 -- payload, priority, run_at and max_attempts of a queued job holding the same

@@ -16,7 +16,9 @@ export type SkiplockErrorCode =
   | 'CLOSED'
   | 'ALREADY_STARTED'
   | 'LISTENER'
-  | 'DRAIN_LIMIT';
+  | 'DRAIN_LIMIT'
+  | 'CANCELLED'
+  | 'SNOOZE';
 
 /** Base class of every skiplock error. `cause` carries the underlying error, when any. */
 export class SkiplockError extends Error {
@@ -139,6 +141,66 @@ export class LeaseLostError extends SkiplockError {
     super('LEASE_LOST', `lease of job ${jobId} was lost (reclaimed after the visibility timeout)`);
     this.name = 'LeaseLostError';
     this.jobId = jobId;
+  }
+}
+
+/**
+ * The reason given to a handler's AbortSignal when its job was cancelled
+ * (`skiplock.cancel`). The attempt ends at once and the job ends `cancelled`,
+ * never retried, whatever the handler returns or throws afterwards.
+ */
+export class CancelledError extends SkiplockError {
+  /** The cancelled job. */
+  readonly jobId: string;
+
+  constructor(jobId: string) {
+    super('CANCELLED', `job ${jobId} was cancelled`);
+    this.name = 'CancelledError';
+    this.jobId = jobId;
+  }
+}
+
+/**
+ * Throw from a handler to run the job again later without charging the
+ * attempt: the job goes back to `queued` at `now() + delayMs` (database clock)
+ * with `attempts` as before this run. A job whose cancel was requested ends
+ * `cancelled` instead.
+ *
+ * @example
+ * if (await rateLimited()) throw new SnoozeError(30_000); // again in 30 s
+ */
+export class SnoozeError extends SkiplockError {
+  /** Milliseconds until the job is due again. */
+  readonly delayMs: number;
+
+  /**
+   * @param delayMs - milliseconds until the job is due again: a finite number ≥ 0.
+   * @throws {ValidationError} (field `delayMs`) when it is negative, not finite or not a number.
+   */
+  constructor(delayMs: number) {
+    if (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0) {
+      throw new ValidationError('delayMs', 'must be a finite number of milliseconds ≥ 0');
+    }
+    super('SNOOZE', `snoozed for ${delayMs} ms`);
+    this.name = 'SnoozeError';
+    this.delayMs = delayMs;
+  }
+}
+
+/**
+ * The delay of a thrown {@link SnoozeError} (also one from another copy of
+ * this module, recognised by name and code), or undefined for anything else.
+ */
+export function snoozeDelayMs(error: unknown): number | undefined {
+  try {
+    if (error instanceof SnoozeError) return error.delayMs;
+    if (!(error instanceof Error) || error.name !== 'SnoozeError') return undefined;
+    const { code, delayMs } = error as { code?: unknown; delayMs?: unknown };
+    return code === 'SNOOZE' && typeof delayMs === 'number' && Number.isFinite(delayMs) && delayMs >= 0
+      ? delayMs
+      : undefined;
+  } catch {
+    return undefined;
   }
 }
 

@@ -1,6 +1,7 @@
 export type { Queryable, QueryResultLike } from './db/executor.js';
 export { DEFAULT_SCHEMA } from './db/sql.js';
 export {
+  CancelledError,
   DatabaseError,
   JobTimeoutError,
   LeaseLostError,
@@ -9,6 +10,7 @@ export {
   ShutdownError,
   SkiplockError,
   type SkiplockErrorCode,
+  SnoozeError,
   UnknownKindError,
   ValidationError,
 } from './errors.js';
@@ -26,11 +28,16 @@ export type { MigrateResult } from './migrations/migrator.js';
 export type { CatchUp } from './schedule/cron.js';
 export type { Overlap, ScheduleInfo, ScheduleOptions } from './schedule/schedule-options.js';
 export {
+  type CancelCounts,
+  type CancelFilter,
   type ClientOption,
   type EnqueueManyItem,
   type EnqueueOptions,
   type JobOptions,
   type ListJobsFilter,
+  type PruneFilter,
+  type PruneResult,
+  type QueueInfo,
   type QueueStats,
   type RequeueFilter,
   Skiplock,

@@ -1,7 +1,8 @@
 /**
  * The Skiplock entry: configuration, migrate, and a thin front door to the
  * producer (enqueue, enqueueMany), the operations (requeue, stats, getJob,
- * listJobs, sweep) and `worker()`.
+ * listJobs, sweep), the queue controls (cancel, pauseQueue, resumeQueue,
+ * queues, prune) and `worker()`.
  */
 import pg from 'pg';
 import { z } from 'zod';
@@ -14,6 +15,7 @@ import type { JobMap, JobRecord } from './job/job.js';
 import type { EnqueuedJob } from './job/unique.js';
 import { type SweepResult, sweep as sweepOnce } from './maintenance/sweeper.js';
 import { type MigrateResult, migrate } from './migrations/migrator.js';
+import { type CancelCounts, type CancelFilter, cancel } from './operations/cancel.js';
 import {
   getJob,
   type ListJobsFilter,
@@ -23,6 +25,8 @@ import {
   requeue,
   stats,
 } from './operations/operations.js';
+import { type PruneFilter, type PruneResult, prune } from './operations/prune.js';
+import { listQueues, pauseQueue, type QueueInfo, resumeQueue } from './operations/queues.js';
 import { parseOptions } from './options.js';
 import { enqueueMany, enqueueOne } from './producer/enqueue.js';
 import type { ClientOption, EnqueueOptions, JobOptions } from './producer/job-options.js';
@@ -31,7 +35,19 @@ import { listSchedules, schedule, unschedule } from './schedule/schedules.js';
 import { resolveWorkerOptions, type WorkerOptions } from './worker/options.js';
 import { Worker } from './worker/worker.js';
 
-export type { ClientOption, EnqueueOptions, JobOptions, ListJobsFilter, QueueStats, RequeueFilter };
+export type {
+  CancelCounts,
+  CancelFilter,
+  ClientOption,
+  EnqueueOptions,
+  JobOptions,
+  ListJobsFilter,
+  PruneFilter,
+  PruneResult,
+  QueueInfo,
+  QueueStats,
+  RequeueFilter,
+};
 
 /** How to reach the database. Give `pool` or `connectionString` (else `DATABASE_URL` is used). */
 export interface SkiplockConfig {
@@ -225,9 +241,10 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   }
 
   /**
-   * Puts dead and/or failed jobs back to `queued` with attempts 0, run_at now
-   * and last_error cleared, and wakes workers. Give a filter (`ids`, `status`,
-   * `kind`, `queue`), or `all: true` for every dead and failed job.
+   * Puts dead, failed or cancelled jobs back to `queued` with attempts 0,
+   * run_at now and last_error cleared, and wakes workers. Give a filter
+   * (`ids`, `status`, `kind`, `queue`), or `all: true` for every dead and
+   * failed job. Cancelled jobs are requeued when named by id or by status.
    *
    * @returns how many jobs were requeued.
    * @throws {ValidationError} on a bad filter, or none without `all: true`.
@@ -235,6 +252,67 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   async requeue(filter: RequeueFilter): Promise<number> {
     this.#assertOpen();
     return requeue(this.#queries, this.#pool, filter);
+  }
+
+  /**
+   * Cancels queued and running jobs matching the filter (`ids`, `kind`,
+   * `queue`, `status`; at least one). Queued jobs end `cancelled` at once. A
+   * running job's handler gets its signal aborted (reason: CancelledError)
+   * within about a second, and the job ends `cancelled`, never retried,
+   * whatever the handler then returns. Finished jobs are left alone.
+   *
+   * @returns `{ cancelled, running }`: queued jobs cancelled, running jobs asked to stop.
+   * @throws {ValidationError} on a bad or empty filter.
+   * @example
+   * await skiplock.cancel({ kind: 'send_invoice_email', queue: 'emails' });
+   */
+  async cancel(filter: CancelFilter): Promise<CancelCounts> {
+    this.#assertOpen();
+    return cancel(this.#queries, this.#pool, filter);
+  }
+
+  /**
+   * Pauses a queue (persisted): within about a second no worker claims from
+   * it; running jobs finish. Other queues run on.
+   *
+   * @returns false when the queue was paused already.
+   * @throws {ValidationError} (field `name`) on an empty or unstorable name.
+   */
+  async pauseQueue(name: string, options: ClientOption = {}): Promise<boolean> {
+    this.#assertOpen();
+    return pauseQueue(this.#queries, this.#pool, name, options);
+  }
+
+  /**
+   * Resumes a paused queue and wakes workers at once.
+   *
+   * @returns false when the queue was not paused.
+   * @throws {ValidationError} (field `name`) on an empty or unstorable name.
+   */
+  async resumeQueue(name: string, options: ClientOption = {}): Promise<boolean> {
+    this.#assertOpen();
+    return resumeQueue(this.#queries, this.#pool, name, options);
+  }
+
+  /** Every queue with jobs or settings, by name: paused or not, queued and running counts. */
+  async queues(options: ClientOption = {}): Promise<QueueInfo[]> {
+    this.#assertOpen();
+    return listQueues(this.#queries, this.#pool, options);
+  }
+
+  /**
+   * Deletes finished jobs (succeeded, failed, dead, cancelled; or the given
+   * `status`) and archived jobs whose `finished_at` is older than
+   * `olderThanMs`, in batches of 1000 rows per statement.
+   *
+   * @returns rows deleted from the jobs table (`jobs`) and from the archive (`archive`).
+   * @throws {ValidationError} on a bad filter.
+   * @example
+   * await skiplock.prune({ olderThanMs: 7 * 24 * 3600_000, status: ['succeeded', 'cancelled'] });
+   */
+  async prune(filter: PruneFilter): Promise<PruneResult> {
+    this.#assertOpen();
+    return prune(this.#queries, this.#pool, filter);
   }
 
   /** Per queue and status: counts, and for queued jobs the age of the oldest due one (ms). */

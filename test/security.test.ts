@@ -186,13 +186,19 @@ describe('security: least-privilege roles from sql/grants.sql', () => {
     expect(await asWorker.requeue({ status: 'dead', queue: 'sec' })).toBe(1);
     expect((await asWorker.getJob(many[1]!.id))?.status).toBe('queued');
     expect((await asWorker.sweep()).locked).toBe(true);
+    // Queue controls: pause, resume, cancel and retention (which deletes old archived rows).
+    expect(await asWorker.pauseQueue('sec-paused')).toBe(true);
+    expect(await asWorker.resumeQueue('sec-paused')).toBe(true);
+    expect((await asProducer.queues()).some((q) => q.name === 'sec-paused')).toBe(true);
+    expect(await asWorker.cancel({ queue: 'sec-nothing' })).toEqual({ cancelled: 0, running: 0 });
+    expect((await asWorker.prune({ olderThanMs: 3_600_000 })).jobs).toBe(0);
     for (const text of [
       `TRUNCATE ${jobs}`,
       `CREATE TABLE ${jobs}_x (id int)`,
       `ALTER TABLE ${jobs} DISABLE TRIGGER ALL`,
       `DROP TABLE ${jobs}`,
-      `DELETE FROM ${archive}`,
       `UPDATE ${archive} SET status = 'dead'`,
+      `DELETE FROM ${tableIn(t.schema, 'queues')}`,
       `DELETE FROM ${tableIn(t.schema, 'migrations')}`,
     ]) {
       expect(await sqlAs(worker, text), text).toBe('42501');

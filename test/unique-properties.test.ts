@@ -34,11 +34,12 @@ type Command =
 
 /** Moves the engine and operators make (claim, retry, finish, requeue). */
 const MOVES: Record<JobStatus, JobStatus[]> = {
-  queued: ['running'],
-  running: ['queued', 'succeeded', 'failed', 'dead'],
+  queued: ['running', 'cancelled'],
+  running: ['queued', 'succeeded', 'failed', 'dead', 'cancelled'],
   succeeded: [],
   failed: ['queued'],
   dead: ['queued'],
+  cancelled: ['queued'],
 };
 
 const enqueueArb: fc.Arbitrary<Enqueue> = fc.record({

@@ -6,12 +6,15 @@
  */
 import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
+import { cancelCommand } from './commands/cancel.js';
 import { dashboardCommand } from './commands/dashboard.js';
 import { demoCommand } from './commands/demo.js';
 import { devCommand } from './commands/dev.js';
 import { enqueueCommand } from './commands/enqueue.js';
 import { jobsCommand } from './commands/jobs.js';
 import { migrateCommand } from './commands/migrate.js';
+import { pruneCommand } from './commands/prune.js';
+import { queuesCommand } from './commands/queues.js';
 import { requeueCommand } from './commands/requeue.js';
 import { scheduleCommand } from './commands/schedule.js';
 import { schedulesCommand } from './commands/schedules.js';
@@ -50,6 +53,9 @@ for (const command of [
   statsCommand(),
   jobsCommand(),
   requeueCommand(),
+  cancelCommand(),
+  queuesCommand(),
+  pruneCommand(),
   dashboardCommand(),
   schedulesCommand(),
   scheduleCommand(),

@@ -4,6 +4,11 @@
  * by migration 0002, called by the insert trigger and by every statement that
  * makes jobs claimable) and read here. The payload is JSON:
  * `{"type": "insert", "queue": "default", "delayMs": 0}`.
+ *
+ * Control messages (cancel, pause, resume) share the format; the SQL function
+ * `<schema>.control(channel, type, queue, ids)` (migration 0004) adds the ids
+ * of the jobs a cancel concerns: `{"type": "cancel", "queue": null,
+ * "delayMs": 0, "ids": ["42"]}`.
  */
 
 /**
@@ -12,7 +17,16 @@
  * and carries its sender's token where the queue goes, so that readers that
  * do not know the type take it for a queue nobody has.
  */
-export const WAKE_UP_TYPES = ['insert', 'release', 'requeue', 'sweep', 'probe'] as const;
+export const WAKE_UP_TYPES = [
+  'insert',
+  'release',
+  'requeue',
+  'sweep',
+  'probe',
+  'cancel',
+  'pause',
+  'resume',
+] as const;
 
 /** One of {@link WAKE_UP_TYPES}, or `'unknown'` for a message from a newer version. */
 export type WakeUpType = (typeof WAKE_UP_TYPES)[number] | 'unknown';
@@ -22,6 +36,8 @@ export interface WakeUp {
   type: WakeUpType;
   queue: string | null;
   delayMs: number;
+  /** Ids of the jobs a control message concerns (decimal strings); only on `cancel`. */
+  ids?: string[];
 }
 
 /**
@@ -30,15 +46,23 @@ export interface WakeUp {
  */
 export function parseWakeUp(payload: string | undefined): WakeUp {
   try {
-    const parsed = JSON.parse(payload ?? '') as { type?: unknown; queue?: unknown; delayMs?: unknown };
+    const parsed = JSON.parse(payload ?? '') as {
+      type?: unknown;
+      queue?: unknown;
+      delayMs?: unknown;
+      ids?: unknown;
+    };
     const type = (WAKE_UP_TYPES as readonly unknown[]).includes(parsed.type)
       ? (parsed.type as WakeUpType)
       : 'unknown';
-    return {
+    const wakeUp: WakeUp = {
       type,
       queue: typeof parsed.queue === 'string' ? parsed.queue : null,
       delayMs: typeof parsed.delayMs === 'number' && parsed.delayMs > 0 ? parsed.delayMs : 0,
     };
+    if (Array.isArray(parsed.ids))
+      wakeUp.ids = parsed.ids.filter((id): id is string => typeof id === 'string');
+    return wakeUp;
   } catch {
     return { type: 'unknown', queue: null, delayMs: 0 };
   }
@@ -52,7 +76,7 @@ export function parseWakeUp(payload: string | undefined): WakeUp {
 export function wakeUpQueuesSql(
   wakeUpFunction: string,
   channelParam: string,
-  type: (typeof WAKE_UP_TYPES)[number],
+  type: 'insert' | 'release' | 'requeue' | 'sweep',
   source: string,
 ): string {
   return `SELECT ${wakeUpFunction}(${channelParam}, '${type}', q.queue, 0) FROM (SELECT DISTINCT queue FROM ${source}) q`;

@@ -5,7 +5,7 @@
 import { ValidationError } from '../errors.js';
 
 /** Every status a job can have (the jobs table's CHECK constraint). */
-export const JOB_STATUSES = ['queued', 'running', 'succeeded', 'failed', 'dead'] as const;
+export const JOB_STATUSES = ['queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled'] as const;
 
 /** A job's status. See docs/state-machine.md for the transitions. */
 export type JobStatus = (typeof JOB_STATUSES)[number];
@@ -50,8 +50,10 @@ export interface JobRecord<Kind extends string = string, Payload = unknown> exte
   leaseSeq: string;
   /** Readable text of the last failure; null when none. */
   lastError: string | null;
-  /** When the job reached succeeded, failed or dead; null otherwise. */
+  /** When the job reached succeeded, failed, dead or cancelled; null otherwise. */
   finishedAt: Date | null;
+  /** When a cancel of this job was requested (set on every cancelled job, and on a running one until its worker ends it); null otherwise. */
+  cancelRequestedAt: Date | null;
 }
 
 /** The job as handlers and producers see it, without the bookkeeping columns. */

@@ -1,6 +1,6 @@
 /**
  * The maintenance loop a worker runs: the sweeper always, the scheduler (cron
- * slots) unless turned off. Each service takes its turn under its own advisory
+ * slots) unless turned off, the pruner when a retention is set. Each service takes its turn under its own advisory
  * lock (see maintainer.ts).
  */
 import type pg from 'pg';
@@ -9,6 +9,7 @@ import type { MaintenanceTask } from '../db/sql.js';
 import type { SkiplockError } from '../errors.js';
 import { schedulerService } from '../schedule/scheduler.js';
 import { Maintainer } from './maintainer.js';
+import { type PruneResult, prunerServices } from './pruner.js';
 import { sweeperService } from './sweeper.js';
 
 /** What the worker's maintenance needs to know and tell. */
@@ -19,7 +20,10 @@ export interface WorkerMaintenanceOptions {
   visibilityTimeoutMs: number;
   /** Run the scheduler too. */
   schedules: boolean;
+  /** Retention of finished jobs (off unless `retentionMs` is set). */
+  retention: { pruneIntervalMs: number; retentionMs: number | undefined };
   onSwept(result: { requeued: number; dead: number }): void;
+  onPruned(result: PruneResult): void;
   onError(error: SkiplockError, service: MaintenanceTask): void;
 }
 
@@ -34,9 +38,13 @@ export function workerMaintenance(options: WorkerMaintenanceOptions): Maintainer
   return new Maintainer({
     pool: options.pool,
     schema: queries.names.schema,
-    services: options.schedules
-      ? [sweeper, schedulerService(queries, (error) => options.onError(error, 'schedule'))]
-      : [sweeper],
+    services: [
+      sweeper,
+      ...(options.schedules
+        ? [schedulerService(queries, (error) => options.onError(error, 'schedule'))]
+        : []),
+      ...prunerServices(queries, options.retention, options.onPruned),
+    ],
     onError: options.onError,
   });
 }

@@ -45,12 +45,16 @@ export interface MigrateResult {
 /**
  * Brings `schema` up to the newest version this library ships.
  *
+ * @param migrations - what to apply, in version order (the shipped files; tests pass their own).
  * @throws {SchemaVersionError} when the database's schema is newer than the
  *   library, or when a migration fails (nothing of it is kept).
  * @throws {DatabaseError} when the database cannot be reached.
  */
-export async function migrate(pool: pg.Pool, schema: string): Promise<MigrateResult> {
-  const migrations = loadMigrations();
+export async function migrate(
+  pool: pg.Pool,
+  schema: string,
+  migrations: readonly Migration[] = loadMigrations(),
+): Promise<MigrateResult> {
   const latest = migrations.at(-1)?.version ?? 0;
   const s = quoteIdent(schema);
   const table = `${s}.migrations`;

@@ -7,18 +7,25 @@ import type pg from 'pg';
 import { z } from 'zod';
 import type { JobFilter, QueueStatsRow } from '../db/queries/inspect.js';
 import type { JobQueries } from '../db/queries/jobs.js';
+import { REQUEUABLE_STATUSES } from '../db/queries/requeue.js';
 import { ValidationError } from '../errors.js';
 import { isJobId } from '../job/defaults.js';
 import { JOB_STATUSES, type JobRecord, type JobStatus } from '../job/job.js';
 import { integerInRange, parseOptions } from '../options.js';
 import { type ClientOption, clientOptionsSchema, queryable } from '../producer/job-options.js';
 
-/** Which dead/failed jobs to requeue; all given fields must match. Give a filter, or `all: true`. */
+/** A status requeue accepts. */
+type Requeuable = (typeof REQUEUABLE_STATUSES)[number];
+
+/** Which dead/failed/cancelled jobs to requeue; all given fields must match. Give a filter, or `all: true`. */
 export interface RequeueFilter extends ClientOption {
   /** Job ids (decimal strings). */
   ids?: string[];
-  /** `dead`, `failed`, or both. @default both */
-  status?: 'dead' | 'failed' | ('dead' | 'failed')[];
+  /**
+   * `dead`, `failed`, `cancelled`, or a list of them. @default dead and failed;
+   * with `ids`, cancelled too
+   */
+  status?: Requeuable | Requeuable[];
   kind?: string | string[];
   queue?: string | string[];
   /** Requeue every dead and failed job; required when no other filter is given. */
@@ -42,23 +49,26 @@ export interface ListJobsFilter extends ClientOption {
 /** Counts per queue and status, and the oldest due queued job's age. */
 export type QueueStats = QueueStatsRow;
 
-const storableName = z
+/** A queue or kind name the database can store. */
+export const storableName = z
   .string({ error: 'must be a string' })
   .refine((v) => !v.includes('\u0000') && v.isWellFormed(), { error: 'must be valid text without NUL' });
-const stringList = z.union([storableName, z.array(storableName)], {
+/** One name or a list of names. */
+export const stringList = z.union([storableName, z.array(storableName)], {
   error: 'must be a string or an array of strings',
 });
 const jobId = z.string({ error: 'must be a job id (a decimal string)' }).refine(isJobId, {
   error: 'must be a job id (a decimal string within bigint range)',
 });
-const idList = z.array(jobId, { error: 'must be an array of job ids' });
+/** A list of job ids. */
+export const idList = z.array(jobId, { error: 'must be an array of job ids' });
 
 const requeueSchema = z.strictObject({
   client: queryable.optional(),
   ids: idList.optional(),
   status: z
-    .union([z.enum(['dead', 'failed']), z.array(z.enum(['dead', 'failed']))], {
-      error: "must be 'dead' or 'failed'",
+    .union([z.enum(REQUEUABLE_STATUSES), z.array(z.enum(REQUEUABLE_STATUSES))], {
+      error: "must be 'dead', 'failed' or 'cancelled'",
     })
     .optional(),
   kind: stringList.optional(),
@@ -82,8 +92,9 @@ const listSchema = z.strictObject({
 });
 
 /**
- * Requeues dead and/or failed jobs: attempts 0, run_at now, last_error cleared;
- * wakes workers.
+ * Requeues dead, failed or cancelled jobs: attempts 0, run_at now, last_error
+ * cleared; wakes workers. Without `status`, dead and failed ones (and
+ * cancelled ones too when `ids` are given).
  *
  * @returns how many jobs were requeued.
  * @throws {ValidationError} on a bad filter, or no filter without `all: true`.
@@ -104,7 +115,10 @@ export async function requeue(queries: JobQueries, pool: pg.Pool, filter: unknow
   if (narrowed && parsed.all === true) {
     throw new ValidationError('filter.all', 'all: true cannot be combined with other filters');
   }
-  return queries.requeue.requeue(parsed.client ?? pool, toFilter(parsed));
+  const jobFilter = toFilter(parsed);
+  // Jobs named by id are requeued from any requeuable status; a broad filter leaves cancelled ones be.
+  if (jobFilter.ids && !jobFilter.status) jobFilter.status = [...REQUEUABLE_STATUSES];
+  return queries.requeue.requeue(parsed.client ?? pool, jobFilter);
 }
 
 /**

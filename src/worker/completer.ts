@@ -9,6 +9,10 @@
  * completer reads where each job stands: a result this lease already wrote
  * counts as written, a lease still held is written again, and only a lease
  * that is gone is stale.
+ *
+ * A job whose cancel was requested is left alone by the success and failure
+ * statements; the completer then ends it with the cancel statement (also
+ * fenced by the lease), so it ends `cancelled` whatever its handler returned.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { isTransient, translateError } from '../db/executor.js';
@@ -23,12 +27,16 @@ export interface FailureToWrite<T> {
   thrown: unknown;
   error: string;
   permanent: boolean;
+  /** Set when the handler snoozed the job: milliseconds until it is due again. */
+  snoozeDelayMs?: number | undefined;
 }
 
 /** What the completer needs from its worker. */
 export interface CompleterDeps<T extends LeasedJob> {
   complete(jobs: T[]): Promise<Set<string>>;
   fail(failures: FailedJob[]): Promise<FailureOutcome[]>;
+  /** Ends held jobs whose cancel was requested as `cancelled`; returns the lease keys it ended (none when absent). */
+  cancel?(jobs: T[]): Promise<Set<string>>;
   /** Where these jobs stand now; read before a write whose answer was lost is sent again. */
   leaseStates(ids: string[]): Promise<LeaseState[]>;
   /** The worker id that holds these leases. */
@@ -40,6 +48,7 @@ export interface CompleterDeps<T extends LeasedJob> {
   onStale(job: T): void;
   /** A batch was written (or given up): the worker may claim again. */
   onBatchWritten?(): void;
+  onCancelled?(job: T): void;
   onError(error: SkiplockError): void;
 }
 
@@ -109,11 +118,24 @@ export class Completer<T extends LeasedJob> {
       }
       if (pending.length === 0) return;
       const completed = await this.#deps.complete(pending);
+      const missed: T[] = [];
       for (const job of pending) {
         if (completed.has(leaseKey(job))) this.#deps.onSuccess(job);
-        else this.#deps.onStale(job);
+        else missed.push(job);
       }
+      pending = missed;
+      await this.#cancelOrStale(missed);
     });
+  }
+
+  /** Jobs a result statement left alone: cancelled when their cancel was requested, else stale. */
+  async #cancelOrStale(jobs: T[]): Promise<void> {
+    if (jobs.length === 0) return;
+    const cancelled = (await this.#deps.cancel?.(jobs)) ?? new Set<string>();
+    for (const job of jobs) {
+      if (cancelled.has(leaseKey(job))) this.#deps.onCancelled?.(job);
+      else this.#deps.onStale(job);
+    }
   }
 
   async #writeFailures(batch: FailureToWrite<T>[]): Promise<void> {
@@ -145,14 +167,18 @@ export class Completer<T extends LeasedJob> {
           leaseSeq: f.job.leaseSeq,
           error: f.error,
           permanent: f.permanent,
+          snoozeDelayMs: f.snoozeDelayMs,
         })),
       );
       const byKey = new Map(outcomes.map((o) => [leaseKey(o), o]));
+      const missed: FailureToWrite<T>[] = [];
       for (const f of pending) {
         const outcome = byKey.get(leaseKey(f.job));
         if (outcome) this.#deps.onFailure(f, outcome);
-        else this.#deps.onStale(f.job);
+        else missed.push(f);
       }
+      pending = missed;
+      await this.#cancelOrStale(missed.map((f) => f.job));
     });
   }
 
@@ -178,6 +204,8 @@ export class Completer<T extends LeasedJob> {
         this.#deps.onStale(job);
       } else if (state.status === 'running' && state.lockedBy === this.#deps.workerId) {
         held.push(job);
+      } else if (state.status === 'cancelled') {
+        this.#deps.onCancelled?.(job);
       } else if (written(state)) {
         onWritten(job, state);
       } else {

@@ -17,6 +17,7 @@ export type WorkerErrorSource =
   | 'schedule'
   | 'notifier'
   | 'release'
+  | 'prune'
   | 'listener';
 
 /** What a failed attempt led to, as written to the database. */
@@ -48,6 +49,10 @@ export interface WorkerEvents {
   'job:success': [job: Job, info: SuccessInfo];
   /** A job's failure was committed: `thrown` is what the handler threw; `outcome` what the job became. */
   'job:failure': [job: Job, thrown: unknown, outcome: FailureOutcomeInfo];
+  /** A job this worker held ended `cancelled` (its cancel was requested while it ran or waited in the buffer). */
+  'job:cancelled': [job: Job];
+  /** A handler threw a SnoozeError: the job is `queued` again, due in `delayMs`, its attempt not charged. */
+  'job:snoozed': [job: Job, info: { delayMs: number }];
   /** A result was not written because the lease had been reclaimed: the job's next attempt owns it. */
   'job:stale': [job: Job];
   /** An unfinished or buffered job was given back to `queued` without charging the attempt (stop, or too long in the buffer). */
@@ -58,6 +63,8 @@ export interface WorkerEvents {
   'worker:claim': [count: number];
   /** A sweep ran under the lock and reclaimed jobs (requeued, or dead when out of attempts). */
   'worker:sweep': [result: { requeued: number; dead: number }];
+  /** A prune (worker option `retentionMs`) ran under the lock and deleted finished rows. */
+  'worker:prune': [result: { jobs: number; archive: number }];
   /** The LISTEN connection is (re)established. */
   'worker:listen': [];
   /**

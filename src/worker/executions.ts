@@ -104,6 +104,21 @@ export class Executions {
     return taken;
   }
 
+  /** Takes the buffered jobs that `match` (a cancel, or a paused queue), keeping the others in order. */
+  takeBufferedWhere(match: (e: Execution) => boolean): Execution[] {
+    const taken: Execution[] = [];
+    const kept: Execution[] = [];
+    for (let i = this.#head; i < this.#buffer.length; i++) {
+      const e = this.#buffer[i]!;
+      (match(e) ? taken : kept).push(e);
+    }
+    if (taken.length > 0) {
+      this.#buffer = kept;
+      this.#head = 0;
+    }
+    return taken;
+  }
+
   /** Running executions, and buffered ones: every lease this worker holds. */
   leased(): Execution[] {
     const held: Execution[] = [];

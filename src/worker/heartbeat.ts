@@ -2,18 +2,23 @@
  * Refreshes `locked_at` of the worker's running jobs so that long handlers keep
  * their lease. A job the heartbeat no longer holds was reclaimed: the
  * worker aborts its handler's signal, and its late result will be fenced out.
+ * A held job whose cancel was requested is reported too: the safety net of a
+ * cancel message that did not arrive.
  */
 
 import { translateError } from '../db/executor.js';
 import { type LeasedJob, leaseKey } from '../db/queries/job-row.js';
+import type { HeartbeatResult } from '../db/queries/results.js';
 import type { SkiplockError } from '../errors.js';
 
 /** What the heartbeat needs from its worker. */
 export interface HeartbeatDeps<T extends LeasedJob> {
   intervalMs: number;
   leased(): T[];
-  beat(jobs: T[]): Promise<Set<string>>;
+  beat(jobs: T[]): Promise<HeartbeatResult>;
   onLost(job: T): void;
+  /** Held jobs whose cancel was requested (called for each beat that finds them). */
+  onCancelRequested(jobs: T[]): void;
   onError(error: SkiplockError): void;
 }
 
@@ -39,8 +44,11 @@ export class Heartbeat<T extends LeasedJob> {
     const jobs = this.#deps.leased();
     if (jobs.length === 0) return;
     try {
-      const held = await this.#deps.beat(jobs);
+      const { held, cancelRequested } = await this.#deps.beat(jobs);
       for (const job of jobs) if (!held.has(leaseKey(job))) this.#deps.onLost(job);
+      if (cancelRequested.size > 0) {
+        this.#deps.onCancelRequested(jobs.filter((job) => cancelRequested.has(leaseKey(job))));
+      }
     } catch (error) {
       this.#deps.onError(translateError(error));
     }

@@ -13,6 +13,8 @@ export interface NumberOptionSpec {
   help: string;
 }
 
+import { MAX_RETENTION_MS } from '../db/queries/prune.js';
+
 /** Longest duration a timer can wait: about 24.8 days. */
 export const MAX_TIMER_MS = 2_147_483_647;
 
@@ -66,6 +68,18 @@ export const WORKER_NUMBER_OPTIONS = {
     min: 10,
     max: MAX_TIMER_MS,
     help: 'how often to try reclaiming dead leases (default 60000)',
+  },
+  retentionMs: {
+    unit: 'milliseconds',
+    min: 0,
+    max: MAX_RETENTION_MS,
+    help: 'prune succeeded, failed and cancelled jobs (and archived ones) finished longer ago than this (default: off)',
+  },
+  pruneIntervalMs: {
+    unit: 'milliseconds',
+    min: 10,
+    max: MAX_TIMER_MS,
+    help: 'how often to prune when --retention-ms is given (default 60000)',
   },
   jobTimeoutMs: {
     unit: 'milliseconds',

@@ -8,6 +8,7 @@ import type { Job, JobMap } from '../job/job.js';
 import { assertName } from '../job/job.js';
 import { durationMs, integerInRange, parseOptions } from '../options.js';
 import {
+  MAX_TIMER_MS,
   type NumberOptionSpec,
   WORKER_CHOICE_OPTIONS,
   WORKER_NUMBER_OPTIONS,
@@ -18,8 +19,9 @@ import {
 export interface HandlerContext {
   /**
    * Fires when the worker shuts down (reason: ShutdownError), when `jobTimeoutMs`
-   * passes (JobTimeoutError) or when the lease was reclaimed (LeaseLostError).
-   * Cooperative handlers stop their work when it fires.
+   * passes (JobTimeoutError), when the lease was reclaimed (LeaseLostError) or
+   * when the job was cancelled (CancelledError; the attempt ends at once and the
+   * job ends `cancelled`). Cooperative handlers stop their work when it fires.
    */
   signal: AbortSignal;
 }
@@ -84,6 +86,16 @@ export interface WorkerOptions<Jobs extends JobMap> {
   heartbeatIntervalMs?: number;
   /** How often this worker tries to sweep dead leases (one sweep at a time across all workers). @default 60_000 */
   sweepIntervalMs?: number;
+  /**
+   * Retention: succeeded, failed and cancelled jobs (and archived ones) whose
+   * `finished_at` is older than this many milliseconds are deleted by a
+   * periodic prune (one prune at a time across all workers, in batches of
+   * 1000). Dead letters are kept for a person; prune them with
+   * `skiplock.prune({ status: 'dead', … })`. @default none (no pruning)
+   */
+  retentionMs?: number;
+  /** How often this worker tries to prune when `retentionMs` is set. @default 60_000 */
+  pruneIntervalMs?: number;
   /**
    * Handler run time after which the attempt fails (retryable), its signal is
    * aborted and its slot is freed. JavaScript cannot kill a handler that ignores
@@ -156,6 +168,8 @@ export interface ResolvedWorkerOptions {
   visibilityTimeoutMs: number;
   heartbeatIntervalMs: number;
   sweepIntervalMs: number;
+  retentionMs: number | undefined;
+  pruneIntervalMs: number;
   jobTimeoutMs: number | undefined;
   shutdownTimeoutMs: number;
   onSuccess: SuccessPolicy;
@@ -171,7 +185,15 @@ export interface ResolvedWorkerOptions {
 
 /** The zod rule of a numeric option, from its spec. */
 function numberOption(spec: NumberOptionSpec) {
-  return spec.unit === 'milliseconds' ? durationMs(spec.min) : integerInRange(spec.min, spec.max);
+  if (spec.unit === 'milliseconds' && spec.max <= MAX_TIMER_MS) return durationMs(spec.min);
+  if (spec.unit === 'milliseconds') {
+    return z
+      .number({ error: 'must be a number of milliseconds' })
+      .refine(Number.isFinite, { error: 'must be finite' })
+      .refine((v) => v >= spec.min, { error: `must be ≥ ${spec.min}` })
+      .refine((v) => v <= spec.max, { error: `must be ≤ ${spec.max}` });
+  }
+  return integerInRange(spec.min, spec.max);
 }
 
 const N = WORKER_NUMBER_OPTIONS;
@@ -196,6 +218,8 @@ const schema = z.strictObject({
   visibilityTimeoutMs: numberOption(N.visibilityTimeoutMs).optional(),
   heartbeatIntervalMs: numberOption(N.heartbeatIntervalMs).optional(),
   sweepIntervalMs: numberOption(N.sweepIntervalMs).optional(),
+  retentionMs: numberOption(N.retentionMs).optional(),
+  pruneIntervalMs: numberOption(N.pruneIntervalMs).optional(),
   jobTimeoutMs: numberOption(N.jobTimeoutMs).optional(),
   shutdownTimeoutMs: numberOption(N.shutdownTimeoutMs).optional(),
   onSuccess: z
@@ -263,6 +287,8 @@ export function resolveWorkerOptions(options: unknown): ResolvedWorkerOptions {
     visibilityTimeoutMs,
     heartbeatIntervalMs,
     sweepIntervalMs: parsed.sweepIntervalMs ?? 60_000,
+    retentionMs: parsed.retentionMs,
+    pruneIntervalMs: parsed.pruneIntervalMs ?? 60_000,
     jobTimeoutMs: parsed.jobTimeoutMs,
     shutdownTimeoutMs: parsed.shutdownTimeoutMs ?? 30_000,
     onSuccess: parsed.onSuccess ?? 'delete',

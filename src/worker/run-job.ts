@@ -3,7 +3,13 @@
  * its AbortSignal, and classifies what it threw (permanent or retryable). Never
  * rejects, whatever the handler does.
  */
-import { isPermanentError, JobTimeoutError, UnknownKindError } from '../errors.js';
+import {
+  CancelledError,
+  isPermanentError,
+  JobTimeoutError,
+  snoozeDelayMs,
+  UnknownKindError,
+} from '../errors.js';
 import { describeFailure } from '../job/failure.js';
 import type { Job } from '../job/job.js';
 import type { Handler } from './options.js';
@@ -19,6 +25,8 @@ export type RunOutcome =
       error: string;
       /** A PermanentError: the job ends `failed`, without retry. */
       permanent: boolean;
+      /** A SnoozeError's delay: the job goes back to `queued` after it, its attempt not charged. */
+      snoozeDelayMs: number | undefined;
     };
 
 const SUCCESS: RunOutcome = { ok: true };
@@ -26,7 +34,8 @@ const SUCCESS: RunOutcome = { ok: true };
 /**
  * Runs `handler` on `job`. With `timeoutMs`, an attempt still running then
  * fails with {@link JobTimeoutError} and its signal is aborted; a handler that
- * ignores its signal keeps running, but the attempt is over.
+ * ignores its signal keeps running, but the attempt is over. The same holds
+ * when the signal is aborted with a {@link CancelledError}.
  */
 export async function runJob(
   handler: Handler<string, unknown> | undefined,
@@ -39,20 +48,21 @@ export async function runJob(
   try {
     const result = handler(job, { signal: controller.signal });
     if (isThenable(result)) {
-      if (timeoutMs === undefined) {
-        await result;
-      } else {
-        const timedOut = new Promise<never>((_, reject) => {
-          timer = setTimeout(() => {
-            const error = new JobTimeoutError(timeoutMs);
-            controller.abort(error);
-            reject(error);
-          }, timeoutMs);
-        });
-        // A handler that ignores its signal may settle later; nobody listens then.
-        Promise.resolve(result).catch(() => {});
-        await Promise.race([result, timedOut]);
+      // A handler that ignores its signal may settle later; nobody listens then.
+      Promise.resolve(result).catch(() => {});
+      const racers: PromiseLike<unknown>[] = [result, whenCancelled(controller.signal)];
+      if (timeoutMs !== undefined) {
+        racers.push(
+          new Promise<never>((_, reject) => {
+            timer = setTimeout(() => {
+              const error = new JobTimeoutError(timeoutMs);
+              controller.abort(error);
+              reject(error);
+            }, timeoutMs);
+          }),
+        );
       }
+      await Promise.race(racers);
     }
     return SUCCESS;
   } catch (error) {
@@ -70,7 +80,26 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
   );
 }
 
+/** Rejects with the reason once `signal` is aborted by a cancel; never settles otherwise. */
+function whenCancelled(signal: AbortSignal): Promise<never> {
+  return new Promise<never>((_, reject) => {
+    signal.addEventListener(
+      'abort',
+      () => {
+        if (signal.reason instanceof CancelledError) reject(signal.reason);
+      },
+      { once: true },
+    );
+  });
+}
+
 /** The failure outcome of a thrown value. */
 export function failure(thrown: unknown): RunOutcome {
-  return { ok: false, thrown, error: describeFailure(thrown), permanent: isPermanentError(thrown) };
+  return {
+    ok: false,
+    thrown,
+    error: describeFailure(thrown),
+    permanent: isPermanentError(thrown),
+    snoozeDelayMs: snoozeDelayMs(thrown),
+  };
 }

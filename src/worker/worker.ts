@@ -16,7 +16,8 @@ import { LeaseLostError, SchemaVersionError, ShutdownError, SkiplockError } from
 import type { Maintainer } from '../maintenance/maintainer.js';
 import { workerMaintenance } from '../maintenance/worker-maintenance.js';
 import { assertMigrated } from '../migrations/migrator.js';
-import { Completer } from './completer.js';
+import { Cancellation } from './cancellation.js';
+import type { Completer } from './completer.js';
 import { EventReporter } from './event-reporter.js';
 import type { WorkerEvents } from './events.js';
 import { bufferedExecution, type Execution, Executions } from './executions.js';
@@ -26,6 +27,7 @@ import { listenClientConfig, Notifier } from './notifier.js';
 import type { Handler, ResolvedWorkerOptions } from './options.js';
 import { PrefetchPolicy } from './prefetch.js';
 import { releaseJobs } from './release.js';
+import { resultWriter } from './result-writer.js';
 import { type RunOutcome, runJob } from './run-job.js';
 import { deafListenerWarning, serverWarnings } from './server-check.js';
 import { forgetOnSignals, stopOnSignals } from './signals.js';
@@ -61,6 +63,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #executions = new Executions();
   readonly #fetcher: Fetcher;
   readonly #completer: Completer<Execution>;
+  readonly #cancellation: Cancellation;
   readonly #heartbeat: Heartbeat<Execution>;
   readonly #notifier: Notifier;
   /** The LISTEN connection missed a probe and no probe has come back since (warned once). */
@@ -113,43 +116,32 @@ export class Worker extends EventEmitter<WorkerEvents> {
       dispatch: (jobs) => this.#dispatch(jobs),
       onError: (error) => this.#events.error(error, 'claim'),
     });
-    this.#completer = new Completer<Execution>({
-      complete: (jobs) => queries.results.complete(pool, jobs, this.id, options.onSuccess),
-      fail: (failures) => queries.results.fail(pool, failures, this.id),
-      leaseStates: (ids) => queries.results.leaseStates(pool, ids),
+    this.#completer = resultWriter({
+      queries,
+      pool,
       workerId: this.id,
-      successLeavesRow: options.onSuccess === 'keep',
-      onSuccess: (e) => {
-        if (!this.#events.heard('job:success')) return;
-        const startedAt = performance.timeOrigin + e.startedAt;
-        this.#events.emit('job:success', e.job, {
-          durationMs: performance.now() - e.startedAt,
-          waitMs: Math.max(0, startedAt - e.job.runAt.getTime()),
-        });
-      },
-      onFailure: (failure, outcome) => {
-        if (outcome.status === 'queued') this.#fetcher.wakeAfter(outcome.retryDelayMs);
-        this.#events.emit('job:failure', failure.job.job, failure.thrown, {
-          status: outcome.status,
-          retryDelayMs: outcome.retryDelayMs,
-          lastError: failure.error,
-        });
-      },
-      onStale: (e) => this.#events.emit('job:stale', e.job),
+      onSuccess: options.onSuccess,
+      events: this.#events,
+      wakeAfter: (delayMs) => this.#fetcher.wakeAfter(delayMs),
       onBatchWritten: () => this.#fetcher.slotFreed(),
-      onError: (error) => this.#events.error(error, 'complete'),
+    });
+    this.#cancellation = new Cancellation(this.#executions, options.queues, (taken, reason) => {
+      void this.#release(taken, 10_000, reason === 'cancel' ? 'job:cancelled' : 'job:released');
     });
     this.#heartbeat = new Heartbeat<Execution>({
       intervalMs: options.heartbeatIntervalMs,
       leased: () => this.#executions.leased(),
-      beat: (jobs) => queries.results.heartbeat(pool, jobs, this.id),
+      beat: (jobs) => queries.results.beat(pool, jobs, this.id),
       onLost: (e) => this.#leaseLost(e),
+      onCancelRequested: (held) => this.#cancellation.onCancelRequested(held),
       onError: (error) => this.#events.error(error, 'heartbeat'),
     });
     const listenConfig = listenClientConfig(ctx.clientConfig, options.listenConnectionString);
     this.#notifier = new Notifier(listenConfig, queries.channel, {
-      onWakeUp: ({ queue, delayMs }) => {
-        if (queue === null || options.queues.includes(queue)) this.#fetcher.wakeAfter(delayMs);
+      onWakeUp: (message) => {
+        if (this.#cancellation.onMessage(message)) return;
+        if (message.queue === null || options.queues.includes(message.queue))
+          this.#fetcher.wakeAfter(message.delayMs);
       },
       onListening: () => {
         this.#events.emit('worker:listen');
@@ -170,6 +162,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
       visibilityTimeoutMs: options.visibilityTimeoutMs,
       schedules: options.schedules,
       onSwept: (result) => this.#events.emit('worker:sweep', result),
+      retention: options,
+      onPruned: (result) => this.#events.emit('worker:prune', result),
       onError: (error, service) => this.#events.error(error, service),
     });
   }
@@ -285,6 +279,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
           thrown: outcome.thrown,
           error: outcome.error,
           permanent: outcome.permanent,
+          snoozeDelayMs: outcome.snoozeDelayMs,
         });
     }
     this.#pump();
@@ -307,7 +302,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
     if (expired.length > 0) void this.#release(expired);
   }
 
-  async #release(executions: Execution[], deadlineMs = 10_000): Promise<void> {
+  async #release(
+    executions: Execution[],
+    deadlineMs = 10_000,
+    event: 'job:released' | 'job:cancelled' = 'job:released',
+  ): Promise<void> {
     const held = executions.filter((e) => e.state === 'buffered' || e.state === 'running');
     for (const e of held) e.state = 'released';
     if (held.length === 0) return;
@@ -315,7 +314,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       release: () => this.#ctx.queries.results.release(this.#pool.pool, held, this.id),
       jobs: held,
       deadlineMs,
-      onReleased: (e) => this.#events.emit('job:released', e.job),
+      onReleased: (e) => this.#events.emit(event, e.job),
       onError: (error) => this.#events.error(error, 'release'),
     });
   }

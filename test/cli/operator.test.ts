@@ -23,7 +23,7 @@ describe('skiplock CLI for operators', () => {
     expect(byId.code, byId.stderr).toBe(0);
     expect(byId.stdout.trim().split('\n')).toEqual([
       'requeued 0 jobs',
-      `job ${queued.id}: is queued; only dead and failed jobs can be requeued`,
+      `job ${queued.id}: is queued; only dead, failed and cancelled jobs can be requeued`,
       'job 999999999: not in the jobs table (deleted on success, archived, or never existed)',
     ]);
     const byFilter = await runCli(['requeue', '--kind', 'nothing-like-this', ...conn, '--json']);

@@ -659,9 +659,12 @@ describe('fuzz: schema names', () => {
             await t.query(`DROP SCHEMA IF EXISTS ${quoteIdent(schema as string)} CASCADE`);
           } else {
             const q = quoteIdent(schema as string);
-            await t.query(`DROP TABLE IF EXISTS ${q}.jobs, ${q}.jobs_archive, ${q}.migrations CASCADE`);
+            await t.query(
+              `DROP TABLE IF EXISTS ${q}.jobs, ${q}.jobs_archive, ${q}.queues, ${q}.schedules, ${q}.migrations CASCADE`,
+            );
             await t.query(`DROP FUNCTION IF EXISTS ${q}.jobs_notify() CASCADE`);
             await t.query(`DROP FUNCTION IF EXISTS ${q}.wake_up(text, text, text, bigint) CASCADE`);
+            await t.query(`DROP FUNCTION IF EXISTS ${q}.control(text, text, text, bigint[]) CASCADE`);
           }
         }
       }),

@@ -209,9 +209,10 @@ describe('Heartbeat', () => {
       leased: () => held,
       beat: async (jobs) => {
         beats.push(jobs.map((j) => j.id));
-        return new Set(['1#1']);
+        return { held: new Set(['1#1']), cancelRequested: new Set<string>() };
       },
       onLost: (j) => lost.push(j.id),
+      onCancelRequested: () => {},
       onError: () => {},
     });
     h.start();

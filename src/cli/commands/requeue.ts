@@ -1,5 +1,5 @@
 /**
- * `skiplock requeue [ID...]`: puts dead/failed jobs back to `queued`.
+ * `skiplock requeue [ID...]`: puts dead/failed (and cancelled) jobs back to `queued`.
  */
 import { Command } from 'commander';
 import type { RequeueFilter, Skiplock } from '../../skiplock.js';
@@ -16,7 +16,7 @@ import { printJson, printText } from '../output.js';
 import { UsageError } from '../usage-error.js';
 
 interface RequeueFlags extends ConnectionFlags {
-  status?: ('dead' | 'failed')[];
+  status?: ('dead' | 'failed' | 'cancelled')[];
   kind?: string[];
   queue?: string[];
   all?: boolean;
@@ -28,10 +28,16 @@ export function requeueCommand(): Command {
   const command = new Command('requeue')
     .summary('put dead/failed jobs back to queued')
     .description(
-      'Puts dead and failed jobs back to queued with attempts 0, run_at now and last_error cleared. Give job ids and/or filters; --all requeues every dead and failed job.',
+      'Puts dead and failed jobs back to queued with attempts 0, run_at now and last_error cleared; cancelled jobs too when named by id or --status cancelled. Give job ids and/or filters; --all requeues every dead and failed job.',
     )
     .argument('[ID...]', 'job ids')
-    .addOption(repeatableChoice('--status <status>', 'only dead or only failed jobs', ['dead', 'failed']))
+    .addOption(
+      repeatableChoice('--status <status>', 'only dead, failed or cancelled jobs', [
+        'dead',
+        'failed',
+        'cancelled',
+      ]),
+    )
     .option('--kind <kind>', 'only this kind (repeatable)', collect)
     .option('--queue <name>', 'only this queue (repeatable)', collect)
     .option('--all', 'every dead and failed job, when no id or filter is given');
@@ -89,8 +95,8 @@ async function whyNothingMatched(skiplock: Skiplock, filter: RequeueFilter): Pro
     const job = await skiplock.getJob(id);
     if (!job)
       reasons.push(`job ${id}: not in the jobs table (deleted on success, archived, or never existed)`);
-    else if (job.status !== 'dead' && job.status !== 'failed')
-      reasons.push(`job ${id}: is ${job.status}; only dead and failed jobs can be requeued`);
+    else if (job.status !== 'dead' && job.status !== 'failed' && job.status !== 'cancelled')
+      reasons.push(`job ${id}: is ${job.status}; only dead, failed and cancelled jobs can be requeued`);
     else reasons.push(`job ${id}: is ${job.status} but does not match --status, --kind or --queue`);
   }
   return reasons;

@@ -21,11 +21,12 @@ export interface JobRow {
   last_error: string | null;
   created_at: Date;
   finished_at: Date | null;
+  cancel_requested_at: Date | null;
 }
 
 /** Every column of {@link JobRow}, in one select list. */
 export const JOB_COLUMNS =
-  'id, queue, kind, payload, status, priority, run_at, attempts, max_attempts, locked_at, locked_by, lease_seq, last_error, created_at, finished_at';
+  'id, queue, kind, payload, status, priority, run_at, attempts, max_attempts, locked_at, locked_by, lease_seq, last_error, created_at, finished_at, cancel_requested_at';
 
 /** Maps a selected row to the camelCase record; the one place this mapping happens. */
 export function toJobRecord(row: JobRow): JobRecord {
@@ -45,6 +46,7 @@ export function toJobRecord(row: JobRow): JobRecord {
     leaseSeq: row.lease_seq,
     lastError: row.last_error,
     finishedAt: row.finished_at,
+    cancelRequestedAt: row.cancel_requested_at,
   };
 }
 
@@ -92,6 +94,13 @@ export function newestLeasePerJob<T extends LeasedJob>(jobs: readonly T[]): read
   }
   return byId.size === jobs.length ? jobs : [...byId.values()];
 }
+
+/**
+ * The fence of a result (success, failure, snooze): the lease fence, and no
+ * cancel requested. A job whose cancel was requested is ended by the cancel
+ * statement instead, so it ends `cancelled` whatever its handler returned.
+ */
+export const RESULT_FENCE = `${LEASE_FENCE} AND j.cancel_requested_at IS NULL`;
 
 /** The first four parameters of every fenced statement: ids, attempts, lease numbers, worker id. */
 export function leaseParams(jobs: readonly LeasedJob[], workerId: string): unknown[] {

@@ -1,17 +1,21 @@
 /**
- * Every statement on the jobs table, grouped by family (one file each): insert,
- * claim, results, sweep, requeue, inspect. Built once per Skiplock for its
+ * Every statement of one schema, grouped by family (one file each): insert,
+ * claim, results, sweep, requeue, inspect, cancel, snooze, queues, prune. Built once per Skiplock for its
  * schema; holds no connection. The schema is quoted once; every value is a bind
  * parameter; every state change of a running job is guarded by its lease.
  */
+import { CancelQueries } from './cancel.js';
 import { ClaimQueries } from './claim.js';
 import { InsertQueries } from './insert.js';
 import { InspectQueries } from './inspect.js';
 import { ProbeQueries } from './probe.js';
+import { PruneQueries } from './prune.js';
+import { QueueQueries } from './queues.js';
 import { RequeueQueries } from './requeue.js';
 import { ResultQueries } from './results.js';
 import { ScheduleQueries } from './schedules.js';
 import { type SchemaNames, schemaNames } from './schema-names.js';
+import { SnoozeQueries } from './snooze.js';
 import { SweepQueries } from './sweep.js';
 
 /** The statements of one schema, by family. */
@@ -27,6 +31,10 @@ export class JobQueries {
   readonly probe: ProbeQueries;
   /** Statements on the schedules table (cron). */
   readonly schedules: ScheduleQueries;
+  readonly cancel: CancelQueries;
+  readonly snooze: SnoozeQueries;
+  readonly queues: QueueQueries;
+  readonly prune: PruneQueries;
 
   constructor(schema: string) {
     this.names = schemaNames(schema);
@@ -38,6 +46,10 @@ export class JobQueries {
     this.inspect = new InspectQueries(this.names);
     this.probe = new ProbeQueries(this.names);
     this.schedules = new ScheduleQueries(this.names);
+    this.cancel = new CancelQueries(this.names);
+    this.snooze = new SnoozeQueries(this.names);
+    this.queues = new QueueQueries(this.names);
+    this.prune = new PruneQueries(this.names);
   }
 
   /** The LISTEN/NOTIFY channel of this schema. */

@@ -1,6 +1,6 @@
 /**
- * Requeue: dead and failed jobs back to `queued` with attempts 0, run_at now
- * and last_error cleared, waking workers for their queues.
+ * Requeue: dead, failed and cancelled jobs back to `queued` with attempts 0,
+ * run_at now and last_error cleared, waking workers for their queues.
  */
 import { type Queryable, run, type Statement } from '../executor.js';
 import { wakeUpQueuesSql } from '../wake-up.js';
@@ -8,7 +8,7 @@ import type { JobFilter } from './inspect.js';
 import type { SchemaNames } from './schema-names.js';
 
 /** Statuses a job can be requeued from. */
-export const REQUEUABLE_STATUSES = ['dead', 'failed'] as const;
+export const REQUEUABLE_STATUSES = ['dead', 'failed', 'cancelled'] as const;
 
 /** The requeue statement. */
 export class RequeueQueries {
@@ -21,8 +21,9 @@ export class RequeueQueries {
       'requeue',
       `WITH requeued AS (
          UPDATE ${names.jobs}
-         SET status = 'queued', attempts = 0, run_at = now(), last_error = NULL, finished_at = NULL
-         WHERE status IN ('dead', 'failed')
+         SET status = 'queued', attempts = 0, run_at = now(), last_error = NULL, finished_at = NULL,
+             cancel_requested_at = NULL
+         WHERE status IN ('dead', 'failed', 'cancelled')
            AND status = ANY(COALESCE($1::text[], ARRAY['dead', 'failed']))
            AND ($2::bigint[] IS NULL OR id = ANY($2::bigint[]))
            AND ($3::text[] IS NULL OR kind = ANY($3::text[]))
@@ -33,7 +34,11 @@ export class RequeueQueries {
     );
   }
 
-  /** Requeues the dead/failed jobs matching `filter` (every given field must match); returns how many. */
+  /**
+   * Requeues the jobs matching `filter` (every given field must match); without
+   * a status, dead and failed ones (cancelled jobs only when asked for).
+   * Returns how many.
+   */
   async requeue(db: Queryable, filter: JobFilter): Promise<number> {
     const { rows } = await run<{ requeued: number }>(db, this.#requeue, [
       filter.status ?? null,

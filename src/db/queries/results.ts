@@ -11,7 +11,15 @@ import type pg from 'pg';
 import type { JobStatus } from '../../job/job.js';
 import { run, type Statement } from '../executor.js';
 import { wakeUpQueuesSql } from '../wake-up.js';
-import { AT, LEASE_FENCE, type LeasedJob, leaseKeys, leaseParams, newestLeasePerJob } from './job-row.js';
+import {
+  AT,
+  LEASE_FENCE,
+  type LeasedJob,
+  leaseKeys,
+  leaseParams,
+  newestLeasePerJob,
+  RESULT_FENCE,
+} from './job-row.js';
 
 /** Whether the batch marks this row's failure permanent. */
 const PERMANENT = `($6::bool[])[${AT}]`;
@@ -25,6 +33,8 @@ export type SuccessPolicy = 'delete' | 'keep' | 'archive';
 export interface FailedJob extends LeasedJob {
   error: string;
   permanent: boolean;
+  /** Set when the handler snoozed the job (see snooze.ts); `fail` itself ignores it. */
+  snoozeDelayMs?: number | undefined;
 }
 
 /** What `fail` wrote for one job. */
@@ -45,6 +55,12 @@ export interface LeaseState {
   retryDelayMs: number;
 }
 
+/** What a heartbeat found: the lease keys still held, and those of them whose cancel was requested. */
+export interface HeartbeatResult {
+  held: Set<string>;
+  cancelRequested: Set<string>;
+}
+
 type Pool = Pick<pg.Pool, 'query'>;
 
 /** The statements a worker writes results with. */
@@ -63,21 +79,21 @@ export class ResultQueries {
       delete: statement(
         'complete_delete',
         `DELETE FROM ${jobs} j
-         ${LEASE_FENCE}
+         ${RESULT_FENCE}
          RETURNING j.id, j.lease_seq`,
       ),
       keep: statement(
         'complete_keep',
         `UPDATE ${jobs} j
          SET status = 'succeeded', locked_at = NULL, locked_by = NULL, finished_at = now()
-         ${LEASE_FENCE}
+         ${RESULT_FENCE}
          RETURNING j.id, j.lease_seq`,
       ),
       archive: statement(
         'complete_archive',
         `WITH done AS (
            DELETE FROM ${jobs} j
-           ${LEASE_FENCE}
+           ${RESULT_FENCE}
            RETURNING j.*
          )
          INSERT INTO ${names.archive}
@@ -103,7 +119,7 @@ export class ResultQueries {
                          ELSE now() + least(interval '1 second' * power(2, least(j.attempts, 12)),
                                             interval '1 hour') * (0.5 + random() * 0.5) END,
            finished_at = CASE WHEN ${PERMANENT} OR j.attempts >= j.max_attempts THEN now() END
-       ${LEASE_FENCE}
+       ${RESULT_FENCE}
        RETURNING j.id, j.attempts, j.lease_seq, j.status, j.queue,
                  GREATEST(0, EXTRACT(EPOCH FROM j.run_at - now()) * 1000)::float8 AS retry_delay_ms`,
     );
@@ -111,17 +127,21 @@ export class ResultQueries {
       'heartbeat',
       `UPDATE ${jobs} j SET locked_at = now()
        ${LEASE_FENCE}
-       RETURNING j.id, j.lease_seq`,
+       RETURNING j.id, j.lease_seq, j.cancel_requested_at IS NOT NULL AS cancel_requested`,
     );
-    // Gives jobs back without charging the attempt, and wakes other workers for them.
+    // Gives jobs back without charging the attempt, and wakes other workers for
+    // them; a job whose cancel was requested ends `cancelled` instead.
     this.#release = statement(
       'release',
       `WITH released AS (
          UPDATE ${jobs} j
-         SET status = 'queued', locked_at = NULL, locked_by = NULL, attempts = j.attempts - 1, run_at = now()
+         SET status = CASE WHEN j.cancel_requested_at IS NULL THEN 'queued' ELSE 'cancelled' END,
+             locked_at = NULL, locked_by = NULL, attempts = j.attempts - 1,
+             run_at = CASE WHEN j.cancel_requested_at IS NULL THEN now() ELSE j.run_at END,
+             finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL THEN now() END
          ${LEASE_FENCE}
-         RETURNING j.id, j.lease_seq, j.queue
-       ), woken AS (${wakeUpQueuesSql(names.wakeUp, '$5', 'release', 'released')})
+         RETURNING j.id, j.lease_seq, j.queue, j.status
+       ), woken AS (${wakeUpQueuesSql(names.wakeUp, '$5', 'release', "released WHERE status = 'queued'")})
        SELECT r.id, r.lease_seq, (SELECT count(*) FROM woken) AS woken FROM released r`,
     );
     this.#leaseStates = statement(
@@ -177,12 +197,21 @@ export class ResultQueries {
 
   /** Refreshes `locked_at` of leased jobs; returns the lease keys still held. */
   async heartbeat(pool: Pool, jobs: readonly LeasedJob[], workerId: string): Promise<Set<string>> {
-    const { rows } = await run<{ id: string; lease_seq: string }>(
+    return (await this.beat(pool, jobs, workerId)).held;
+  }
+
+  /**
+   * Refreshes `locked_at` of leased jobs; returns the lease keys still held,
+   * and among them those whose cancel was requested (the safety net of a
+   * cancel message that did not arrive).
+   */
+  async beat(pool: Pool, jobs: readonly LeasedJob[], workerId: string): Promise<HeartbeatResult> {
+    const { rows } = await run<{ id: string; lease_seq: string; cancel_requested: boolean }>(
       pool,
       this.#heartbeat,
       leaseParams(newestLeasePerJob(jobs), workerId),
     );
-    return leaseKeys(rows);
+    return { held: leaseKeys(rows), cancelRequested: leaseKeys(rows.filter((r) => r.cancel_requested)) };
   }
 
   /** Gives leased jobs back to `queued` without charging the attempt; returns the released lease keys. */

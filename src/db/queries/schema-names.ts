@@ -17,8 +17,12 @@ export interface SchemaNames {
   jobs: string;
   /** `"schema".jobs_archive` */
   archive: string;
+  /** `"schema".queues`: per-queue settings (paused). */
+  queues: string;
   /** `"schema".wake_up`: the one function that sends a wake-up message. */
   wakeUp: string;
+  /** `"schema".control`: sends a control message (cancel, pause, resume) with job ids. */
+  control: string;
   /** The LISTEN/NOTIFY channel. */
   channel: string;
   /** Makes a named statement whose name is unique to this schema. */
@@ -36,7 +40,9 @@ export function schemaNames(schema: string): SchemaNames {
     quoted,
     jobs: `${quoted}.jobs`,
     archive: `${quoted}.jobs_archive`,
+    queues: `${quoted}.queues`,
     wakeUp: `${quoted}.wake_up`,
+    control: `${quoted}.control`,
     channel: channelName(schema),
     statement: (name, text) => ({ name: prefix + name, text }),
   };

@@ -1,7 +1,8 @@
 /**
  * The sweeper's statement: running jobs whose lease outlived their visibility
  * timeout go back to `queued`, or to `dead` when out of attempts, so a job
- * that kills its worker every time does not loop forever.
+ * that kills its worker every time does not loop forever; one whose cancel
+ * was requested ends `cancelled`.
  */
 import { type Queryable, run, type Statement } from '../executor.js';
 import { wakeUpQueuesSql } from '../wake-up.js';
@@ -25,9 +26,11 @@ export class SweepQueries {
          FOR UPDATE SKIP LOCKED
        ), swept AS (
          UPDATE ${names.jobs} j
-         SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'queued' END,
+         SET status = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                           WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'queued' END,
              locked_at = NULL, locked_by = NULL, last_error = 'reclaimed: visibility timeout',
-             finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END
+             finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL OR j.attempts >= j.max_attempts
+                                THEN now() END
          WHERE j.id = ANY(ARRAY(SELECT id FROM expired))
          RETURNING j.id, j.queue, j.status
        ), woken AS (${wakeUpQueuesSql(names.wakeUp, '$3', 'sweep', "swept WHERE status = 'queued'")})
@@ -50,7 +53,8 @@ export class SweepQueries {
       limit,
       this.#channel,
     ]);
+    // A job whose cancel was requested ends `cancelled`, counted in neither.
     const dead = rows.filter((r) => r.status === 'dead').length;
-    return { requeued: rows.length - dead, dead };
+    return { requeued: rows.filter((r) => r.status === 'queued').length, dead };
   }
 }

@@ -1,0 +1,68 @@
+/**
+ * `skiplock cancel [ID...]`: ends queued jobs `cancelled` at once and asks the
+ * workers running the others to abort them.
+ */
+import { Command } from 'commander';
+import { CANCELLABLE_STATUSES, type CancellableStatus } from '../../db/queries/cancel.js';
+import type { CancelFilter } from '../../operations/cancel.js';
+import { withDatabase } from '../database.js';
+import {
+  addConnectionFlags,
+  addJsonFlag,
+  type ConnectionFlags,
+  collect,
+  examples,
+  repeatableChoice,
+} from '../flags.js';
+import { printJson, printText } from '../output.js';
+import { UsageError } from '../usage-error.js';
+
+interface CancelFlags extends ConnectionFlags {
+  status?: CancellableStatus[];
+  kind?: string[];
+  queue?: string[];
+  json?: boolean;
+}
+
+/** The `cancel` command. */
+export function cancelCommand(): Command {
+  const command = new Command('cancel')
+    .summary('cancel queued and running jobs')
+    .description(
+      'Ends queued jobs as cancelled at once; for running jobs, the worker holding each aborts its handler within about a second and the job ends cancelled, never retried. Finished jobs are left alone. Give job ids and/or filters.',
+    )
+    .argument('[ID...]', 'job ids')
+    .addOption(
+      repeatableChoice('--status <status>', 'only queued or only running jobs', CANCELLABLE_STATUSES),
+    )
+    .option('--kind <kind>', 'only this kind (repeatable)', collect)
+    .option('--queue <name>', 'only this queue (repeatable)', collect);
+  addConnectionFlags(command);
+  addJsonFlag(command);
+  return command
+    .addHelpText(
+      'after',
+      examples('skiplock cancel 42 43', 'skiplock cancel --kind send_invoice_email --status queued --json'),
+    )
+    .action(async (ids: string[], flags: CancelFlags) => {
+      const bad = ids.find((id) => !/^[1-9][0-9]{0,18}$/.test(id));
+      if (bad !== undefined) throw new UsageError(`ID must be a job id (a positive integer), got ${bad}`);
+      const filter: CancelFilter = {};
+      if (ids.length > 0) filter.ids = ids;
+      if (flags.status) filter.status = flags.status;
+      if (flags.kind) filter.kind = flags.kind;
+      if (flags.queue) filter.queue = flags.queue;
+      if (Object.keys(filter).length === 0) {
+        throw new UsageError('give job ids, --status, --kind or --queue (cancel never means every job)');
+      }
+      await withDatabase(flags, async ({ skiplock }) => {
+        const counts = await skiplock.cancel(filter);
+        if (flags.json) printJson(counts);
+        else if (counts.cancelled + counts.running === 0) printText('no queued or running job matched');
+        else
+          printText(
+            `cancelled ${counts.cancelled} queued job${counts.cancelled === 1 ? '' : 's'}; asked the workers of ${counts.running} running job${counts.running === 1 ? '' : 's'} to stop them`,
+          );
+      });
+    });
+}

@@ -1,0 +1,66 @@
+/**
+ * `skiplock prune --older-than-ms N`: deletes finished jobs and archived ones
+ * older than N milliseconds, in batches.
+ */
+import { Command } from 'commander';
+import { MAX_RETENTION_MS, PRUNABLE_STATUSES, type PrunableStatus } from '../../db/queries/prune.js';
+import { withDatabase } from '../database.js';
+import {
+  addConnectionFlags,
+  addJsonFlag,
+  type ConnectionFlags,
+  examples,
+  integer,
+  repeatableChoice,
+} from '../flags.js';
+import { printJson, printText } from '../output.js';
+
+interface PruneFlags extends ConnectionFlags {
+  olderThanMs: number;
+  status?: PrunableStatus[];
+  json?: boolean;
+}
+
+/** The `prune` command. */
+export function pruneCommand(): Command {
+  const command = new Command('prune')
+    .summary('delete old finished jobs')
+    .description(
+      'Deletes finished jobs (succeeded, failed, dead, cancelled) and archived jobs whose finished_at is older than --older-than-ms, 1000 rows per statement.',
+    )
+    .requiredOption(
+      '--older-than-ms <ms>',
+      'age of finished_at beyond which rows are deleted',
+      integer(0, MAX_RETENTION_MS),
+    )
+    .addOption(
+      repeatableChoice(
+        '--status <status>',
+        'only this status (default: every finished one)',
+        PRUNABLE_STATUSES,
+      ),
+    );
+  addConnectionFlags(command);
+  addJsonFlag(command);
+  return command
+    .addHelpText(
+      'after',
+      examples(
+        'skiplock prune --older-than-ms 604800000',
+        'skiplock prune --older-than-ms 86400000 --status succeeded',
+      ),
+    )
+    .action(async (flags: PruneFlags) => {
+      await withDatabase(flags, async ({ skiplock }) => {
+        const result = await skiplock.prune({
+          olderThanMs: flags.olderThanMs,
+          ...(flags.status && { status: flags.status }),
+        });
+        if (flags.json) printJson(result);
+        else
+          printText(
+            `deleted ${result.jobs} job${result.jobs === 1 ? '' : 's'} and ${result.archive} archived`,
+          );
+      });
+    });
+}

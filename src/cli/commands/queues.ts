@@ -1,0 +1,71 @@
+/**
+ * `skiplock queues [pause|resume NAME]`: lists queues with their state, or
+ * pauses or resumes one.
+ */
+import { Command } from 'commander';
+import { withDatabase } from '../database.js';
+import { addConnectionFlags, addJsonFlag, type ConnectionFlags, examples } from '../flags.js';
+import { printJson, printText } from '../output.js';
+import { renderTable } from '../table.js';
+
+type Flags = ConnectionFlags & { json?: boolean };
+
+/** The `queues` command and its `pause` and `resume` subcommands. */
+export function queuesCommand(): Command {
+  const command = new Command('queues')
+    .summary('list queues; pause or resume one')
+    .description(
+      'Lists every queue with jobs or settings: paused or not, queued and running jobs. A paused queue is skipped by every worker until it is resumed (it stays paused across restarts).',
+    );
+  addConnectionFlags(command);
+  addJsonFlag(command);
+  command
+    .addHelpText(
+      'after',
+      examples('skiplock queues', 'skiplock queues pause emails', 'skiplock queues resume emails'),
+    )
+    .action(async (flags: Flags) => {
+      await withDatabase(flags, async ({ skiplock }) => {
+        const queues = await skiplock.queues();
+        if (flags.json) printJson(queues);
+        else if (queues.length === 0) printText('no queues');
+        else
+          printText(
+            renderTable(
+              ['queue', 'state', 'queued', 'running', 'paused at'],
+              queues.map((q) => [
+                q.name,
+                q.paused ? 'paused' : 'running',
+                q.queued,
+                q.running,
+                q.pausedAt?.toISOString() ?? null,
+              ]),
+            ),
+          );
+      });
+    });
+  for (const action of ['pause', 'resume'] as const) {
+    const sub = new Command(action)
+      .summary(
+        action === 'pause' ? 'stop workers claiming from a queue' : 'let workers claim from a queue again',
+      )
+      .argument('NAME', 'the queue')
+      .addHelpText(
+        'after',
+        '\nConnection and --json: the flags of `skiplock queues`, given before or after NAME.',
+      );
+    // The connection flags belong to `queues`; commander hands them to the parent wherever they stand.
+    sub.action(async (name: string) => {
+      const flags = sub.optsWithGlobals<Flags>();
+      await withDatabase(flags, async ({ skiplock }) => {
+        const changed =
+          action === 'pause' ? await skiplock.pauseQueue(name) : await skiplock.resumeQueue(name);
+        if (flags.json) printJson({ queue: name, paused: action === 'pause', changed });
+        else if (action === 'pause') printText(changed ? `paused ${name}` : `${name} was paused already`);
+        else printText(changed ? `resumed ${name}` : `${name} was not paused`);
+      });
+    });
+    command.addCommand(sub);
+  }
+  return command;
+}

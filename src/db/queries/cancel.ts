@@ -1,0 +1,101 @@
+/**
+ * Cancel: queued jobs end `cancelled` at once; running ones are flagged
+ * (`cancel_requested_at`) and their holders told by a control message. The
+ * worker then ends such a job with {@link CancelQueries.finish}, fenced by its
+ * lease; every other result statement leaves a flagged job alone, so the job
+ * ends `cancelled` whatever its handler returned.
+ */
+import type pg from 'pg';
+import { type Queryable, run, type Statement } from '../executor.js';
+import type { JobFilter } from './inspect.js';
+import { LEASE_FENCE, type LeasedJob, leaseKeys, leaseParams, newestLeasePerJob } from './job-row.js';
+import type { SchemaNames } from './schema-names.js';
+
+/** Statuses a job can be cancelled from. */
+export const CANCELLABLE_STATUSES = ['queued', 'running'] as const;
+
+/** One of {@link CANCELLABLE_STATUSES}. */
+export type CancellableStatus = (typeof CANCELLABLE_STATUSES)[number];
+
+/** What a cancel did. */
+export interface CancelCounts {
+  /** Queued jobs that are now `cancelled`. */
+  cancelled: number;
+  /** Running jobs whose holder was asked to abort them; each ends `cancelled` when it stops. */
+  running: number;
+}
+
+/** The cancel statements. */
+export class CancelQueries {
+  readonly #cancel: Statement;
+  readonly #finish: Statement;
+  readonly #channel: string;
+
+  constructor(names: SchemaNames) {
+    const { jobs, statement } = names;
+    this.#channel = names.channel;
+    // One statement for both: a job that starts running between a read and a
+    // write cannot slip through. The control message goes out on commit.
+    this.#cancel = statement(
+      'cancel',
+      `WITH hit AS (
+         UPDATE ${jobs} j
+         SET status = CASE WHEN j.status = 'queued' THEN 'cancelled' ELSE j.status END,
+             finished_at = CASE WHEN j.status = 'queued' THEN now() ELSE j.finished_at END,
+             cancel_requested_at = COALESCE(j.cancel_requested_at, now())
+         WHERE j.status IN ('queued', 'running')
+           AND j.status = ANY(COALESCE($1::text[], ARRAY['queued', 'running']))
+           AND ($2::bigint[] IS NULL OR j.id = ANY($2::bigint[]))
+           AND ($3::text[] IS NULL OR j.kind = ANY($3::text[]))
+           AND ($4::text[] IS NULL OR j.queue = ANY($4::text[]))
+         RETURNING j.id, j.status
+       ), told AS (
+         SELECT ${names.control}($5, 'cancel', NULL, array_agg(id)) FROM hit
+         WHERE status = 'running' HAVING count(*) > 0
+       )
+       SELECT count(*) FILTER (WHERE status = 'cancelled')::int AS cancelled,
+              count(*) FILTER (WHERE status = 'running')::int AS running,
+              (SELECT count(*) FROM told) AS told
+       FROM hit`,
+    );
+    this.#finish = statement(
+      'cancel_finish',
+      `UPDATE ${jobs} j
+       SET status = 'cancelled', locked_at = NULL, locked_by = NULL, finished_at = now()
+       ${LEASE_FENCE} AND j.cancel_requested_at IS NOT NULL
+       RETURNING j.id, j.lease_seq`,
+    );
+  }
+
+  /**
+   * Cancels the queued and running jobs matching `filter` (every given field
+   * must match; `status` narrows to queued or running ones).
+   */
+  async cancel(db: Queryable, filter: JobFilter): Promise<CancelCounts> {
+    const { rows } = await run<{ cancelled: number; running: number }>(db, this.#cancel, [
+      filter.status ?? null,
+      filter.ids ?? null,
+      filter.kind ?? null,
+      filter.queue ?? null,
+      this.#channel,
+    ]);
+    return { cancelled: rows[0]?.cancelled ?? 0, running: rows[0]?.running ?? 0 };
+  }
+
+  /**
+   * Ends held jobs whose cancel was requested as `cancelled` (attempts
+   * unchanged), fenced by the lease; returns the lease keys it ended.
+   */
+  async finish(
+    pool: Pick<pg.Pool, 'query'>,
+    jobs: readonly LeasedJob[],
+    workerId: string,
+  ): Promise<Set<string>> {
+    const { rows } = await run<{ id: string; lease_seq: string }>(
+      pool,
+      this.#finish,
+      leaseParams(newestLeasePerJob(jobs), workerId),
+    );
+    return leaseKeys(rows);
+  }
+}

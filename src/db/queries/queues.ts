@@ -1,0 +1,97 @@
+/**
+ * The queues table: pause and resume a queue, and list queues with their
+ * state. A queue without a row is an ordinary, running queue; the claim skips
+ * paused ones (see claim.ts).
+ */
+import { type Queryable, run, type Statement } from '../executor.js';
+import type { SchemaNames } from './schema-names.js';
+
+/** A queue as operators see it. */
+export interface QueueInfo {
+  /** The queue's name. */
+  name: string;
+  /** Whether workers skip it when they claim. */
+  paused: boolean;
+  /** When it was paused (database clock); null while it runs. */
+  pausedAt: Date | null;
+  /** Jobs waiting in it (`queued`, due or not). */
+  queued: number;
+  /** Jobs of it held by workers now (`running`, buffered ones included). */
+  running: number;
+}
+
+/** The queue statements. */
+export class QueueQueries {
+  readonly #pause: Statement;
+  readonly #resume: Statement;
+  readonly #list: Statement;
+  readonly #channel: string;
+
+  constructor(names: SchemaNames) {
+    const { statement, queues, jobs } = names;
+    this.#channel = names.channel;
+    // A paused queue keeps the time it was first paused.
+    this.#pause = statement(
+      'queue_pause',
+      `WITH prior AS (SELECT paused FROM ${queues} WHERE name = $1),
+       saved AS (
+         INSERT INTO ${queues} AS q (name, paused, paused_at, updated_at) VALUES ($1, true, now(), now())
+         ON CONFLICT (name) DO UPDATE SET paused = true, paused_at = COALESCE(q.paused_at, now()), updated_at = now()
+         RETURNING q.name
+       ), told AS (SELECT ${names.wakeUp}($2, 'pause', $1, 0) FROM saved)
+       SELECT NOT COALESCE((SELECT paused FROM prior), false) AS changed, (SELECT count(*) FROM told) AS told`,
+    );
+    this.#resume = statement(
+      'queue_resume',
+      `WITH resumed AS (
+         UPDATE ${queues} SET paused = false, paused_at = NULL, updated_at = now()
+         WHERE name = $1 AND paused
+         RETURNING name
+       ), told AS (SELECT ${names.wakeUp}($2, 'resume', name, 0) FROM resumed)
+       SELECT EXISTS (SELECT FROM resumed) AS changed, (SELECT count(*) FROM told) AS told`,
+    );
+    this.#list = statement(
+      'queue_list',
+      `SELECT n.name, COALESCE(q.paused, false) AS paused, q.paused_at,
+              COALESCE(c.queued, 0)::int AS queued, COALESCE(c.running, 0)::int AS running
+       FROM (SELECT name FROM ${queues} UNION SELECT DISTINCT queue FROM ${jobs}) n (name)
+       LEFT JOIN ${queues} q ON q.name = n.name
+       LEFT JOIN (
+         SELECT queue, count(*) FILTER (WHERE status = 'queued') AS queued,
+                count(*) FILTER (WHERE status = 'running') AS running
+         FROM ${jobs} WHERE status IN ('queued', 'running') GROUP BY queue
+       ) c ON c.queue = n.name
+       ORDER BY n.name`,
+    );
+  }
+
+  /** Pauses `queue` and tells workers; returns false when it was paused already. */
+  async pause(db: Queryable, queue: string): Promise<boolean> {
+    const { rows } = await run<{ changed: boolean }>(db, this.#pause, [queue, this.#channel]);
+    return rows[0]?.changed ?? false;
+  }
+
+  /** Resumes `queue` and wakes workers; returns false when it was not paused. */
+  async resume(db: Queryable, queue: string): Promise<boolean> {
+    const { rows } = await run<{ changed: boolean }>(db, this.#resume, [queue, this.#channel]);
+    return rows[0]?.changed ?? false;
+  }
+
+  /** Every queue that has jobs or settings, by name. */
+  async list(db: Queryable): Promise<QueueInfo[]> {
+    const { rows } = await run<{
+      name: string;
+      paused: boolean;
+      paused_at: Date | null;
+      queued: number;
+      running: number;
+    }>(db, this.#list, []);
+    return rows.map((r) => ({
+      name: r.name,
+      paused: r.paused,
+      pausedAt: r.paused_at,
+      queued: r.queued,
+      running: r.running,
+    }));
+  }
+}

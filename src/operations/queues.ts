@@ -1,0 +1,63 @@
+/**
+ * Pause and resume queues, and list them. A paused queue stays paused across
+ * worker restarts (it is a row of the queues table) until it is resumed.
+ */
+import type pg from 'pg';
+import type { JobQueries } from '../db/queries/jobs.js';
+import type { QueueInfo } from '../db/queries/queues.js';
+import { ValidationError } from '../errors.js';
+import { parseOptions } from '../options.js';
+import { clientOptionsSchema } from '../producer/job-options.js';
+import { storableName } from './operations.js';
+
+export type { QueueInfo };
+
+function queueName(name: unknown): string {
+  const parsed = storableName.safeParse(name);
+  if (!parsed.success || parsed.data.length === 0) {
+    throw new ValidationError('name', 'must be a non-empty queue name (valid text without NUL)');
+  }
+  return parsed.data;
+}
+
+/**
+ * Pauses a queue: within about a second no worker claims its jobs (workers
+ * also give back jobs of it they hold in their prefetch buffer); running jobs
+ * finish. Pausing a paused queue changes nothing.
+ *
+ * @returns true when the queue was running before, false when it was paused already.
+ * @throws {ValidationError} (field `name`) when the name is empty or not storable text.
+ */
+export async function pauseQueue(
+  queries: JobQueries,
+  pool: pg.Pool,
+  name: unknown,
+  options: unknown,
+): Promise<boolean> {
+  const queue = queueName(name);
+  const parsed = parseOptions(clientOptionsSchema, options, 'options');
+  return queries.queues.pause(parsed.client ?? pool, queue);
+}
+
+/**
+ * Resumes a paused queue and wakes workers at once.
+ *
+ * @returns true when the queue was paused, false when it was not.
+ * @throws {ValidationError} (field `name`) when the name is empty or not storable text.
+ */
+export async function resumeQueue(
+  queries: JobQueries,
+  pool: pg.Pool,
+  name: unknown,
+  options: unknown,
+): Promise<boolean> {
+  const queue = queueName(name);
+  const parsed = parseOptions(clientOptionsSchema, options, 'options');
+  return queries.queues.resume(parsed.client ?? pool, queue);
+}
+
+/** Every queue with jobs or settings: paused or not, and its queued and running counts. */
+export async function listQueues(queries: JobQueries, pool: pg.Pool, options: unknown): Promise<QueueInfo[]> {
+  const parsed = parseOptions(clientOptionsSchema, options, 'options');
+  return queries.queues.list(parsed.client ?? pool);
+}

@@ -1,0 +1,57 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Skiplock } from '../../src/index.js';
+import { createTestDatabase, TEST_SCHEMA, type TestDatabase } from '../support/database.js';
+import { runCli } from './cli-process.js';
+
+let db: TestDatabase;
+let skiplock: Skiplock;
+let conn: string[];
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  skiplock = db.skiplock();
+  conn = ['--database-url', db.url, '--schema', TEST_SCHEMA];
+});
+afterAll(async () => {
+  await db?.close();
+});
+
+describe('skiplock CLI queue controls', () => {
+  it('cancel, queues pause/resume and prune', async () => {
+    const job = await skiplock.enqueue('k', {}, { queue: 'cli-q' });
+    const cancelled = await runCli(['cancel', job.id, ...conn, '--json']);
+    expect(cancelled.code, cancelled.stderr).toBe(0);
+    expect(JSON.parse(cancelled.stdout)).toEqual({ cancelled: 1, running: 0 });
+    const again = await runCli(['cancel', job.id, ...conn]);
+    expect(again.stdout.trim()).toBe('no queued or running job matched');
+    const none = await runCli(['cancel', ...conn]);
+    expect(none.code).toBe(2);
+
+    const paused = await runCli(['queues', 'pause', 'cli-q', ...conn]);
+    expect(paused.code, paused.stderr).toBe(0);
+    expect(paused.stdout.trim()).toBe('paused cli-q');
+    const listed = await runCli(['queues', ...conn, '--json']);
+    expect(JSON.parse(listed.stdout)).toEqual([
+      { name: 'cli-q', paused: true, pausedAt: expect.any(String), queued: 0, running: 0 },
+    ]);
+    const table = await runCli(['queues', ...conn]);
+    expect(table.stdout).toMatch(/cli-q\s+paused/);
+    const resumed = await runCli(['queues', 'resume', 'cli-q', ...conn]);
+    expect(resumed.stdout.trim()).toBe('resumed cli-q');
+
+    await db.query(`UPDATE ${db.jobs} SET finished_at = now() - interval '2 hours' WHERE id = $1`, [job.id]);
+    const pruned = await runCli([
+      'prune',
+      '--older-than-ms',
+      '3600000',
+      '--status',
+      'cancelled',
+      ...conn,
+      '--json',
+    ]);
+    expect(pruned.code, pruned.stderr).toBe(0);
+    expect(JSON.parse(pruned.stdout)).toEqual({ jobs: 1, archive: 0 });
+    const missing = await runCli(['prune', ...conn]);
+    expect(missing.code).toBe(2);
+  });
+});

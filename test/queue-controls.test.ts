@@ -1,0 +1,200 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Skiplock, SnoozeError, ValidationError } from '../src/index.js';
+import { createTestDatabase, type TestDatabase, waitFor } from './support/database.js';
+import { nextEvent } from './support/events.js';
+
+let db: TestDatabase;
+let skiplock: Skiplock;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  skiplock = db.skiplock();
+});
+afterAll(async () => {
+  await db?.close();
+});
+
+const fast = { handleSignals: false, pollIntervalMs: 200 } as const;
+
+async function statuses(queue: string): Promise<Record<string, number>> {
+  const rows = await db.query<{ status: string; n: number }>(
+    `SELECT status, count(*)::int AS n FROM ${db.jobs} WHERE queue = $1 GROUP BY status`,
+    [queue],
+  );
+  return Object.fromEntries(rows.map((r) => [r.status, r.n]));
+}
+
+describe('pause and resume', () => {
+  it("a paused queue's jobs are not claimed while another queue's are; resume runs them at once", async () => {
+    expect(await skiplock.pauseQueue('p-paused')).toBe(true);
+    expect(await skiplock.pauseQueue('p-paused')).toBe(false);
+    const ran: string[] = [];
+    const worker = skiplock.worker({
+      ...fast,
+      // A slow poll: resume must wake the worker, not the poll.
+      pollIntervalMs: 60_000,
+      queues: ['p-paused', 'p-open'],
+      onSuccess: 'keep',
+      handlers: { work: async (job) => void ran.push(job.queue) },
+    });
+    await worker.start();
+    await skiplock.enqueueMany([
+      ...Array.from({ length: 5 }, () => ({ kind: 'work', payload: {}, queue: 'p-paused' })),
+      ...Array.from({ length: 5 }, () => ({ kind: 'work', payload: {}, queue: 'p-open' })),
+    ]);
+    await waitFor(async () => (await statuses('p-open')).succeeded === 5, 5000, 'p-open to run');
+    expect(await statuses('p-paused')).toEqual({ queued: 5 });
+    const listed = await skiplock.queues();
+    expect(listed.find((q) => q.name === 'p-paused')).toMatchObject({ paused: true, queued: 5, running: 0 });
+    expect(listed.find((q) => q.name === 'p-paused')?.pausedAt).toBeInstanceOf(Date);
+    expect(listed.find((q) => q.name === 'p-open')).toEqual({
+      name: 'p-open',
+      paused: false,
+      pausedAt: null,
+      queued: 0,
+      running: 0,
+    });
+
+    const t0 = performance.now();
+    expect(await skiplock.resumeQueue('p-paused')).toBe(true);
+    await waitFor(async () => (await statuses('p-paused')).succeeded === 5, 5000, 'p-paused to run');
+    expect(performance.now() - t0).toBeLessThan(2000);
+    expect(ran.filter((q) => q === 'p-paused')).toHaveLength(5);
+    expect(await skiplock.resumeQueue('p-paused')).toBe(false);
+    await worker.stop();
+  });
+
+  it('pause stops claims within a second; running jobs finish; buffered ones are given back; it outlives a restart', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let blocked = false;
+    const worker = skiplock.worker({
+      ...fast,
+      queues: ['p-live'],
+      concurrency: 1,
+      prefetch: 10,
+      onSuccess: 'keep',
+      handlers: {
+        step: async () => {
+          if (!blocked && worker.bufferedCount > 0) {
+            blocked = true;
+            await gate;
+          }
+        },
+      },
+    });
+    await skiplock.enqueueMany(
+      Array.from({ length: 40 }, () => ({ kind: 'step', payload: {}, queue: 'p-live' })),
+    );
+    await worker.start();
+    await waitFor(() => blocked && worker.bufferedCount > 0, 5000, 'a blocked handler and a buffer');
+    const t0 = performance.now();
+    await skiplock.pauseQueue('p-live');
+    await waitFor(
+      () => worker.bufferedCount === 0,
+      2000,
+      `the buffer to be given back (${worker.bufferedCount})`,
+    );
+    expect(performance.now() - t0).toBeLessThan(1500);
+    // The blocked handler still runs; nothing else of the queue is held.
+    expect((await statuses('p-live')).running).toBe(1);
+    release();
+    await waitFor(
+      async () => (await statuses('p-live')).running === undefined,
+      5000,
+      'the running job to finish',
+    );
+    const paused = await statuses('p-live');
+    expect(paused.queued).toBeGreaterThan(0);
+    await worker.stop();
+
+    // A new worker (a restart) claims nothing from the paused queue: it claims
+    // a job of another queue (one claim statement serves both), yet the paused
+    // queue's jobs stay where they were.
+    const again = skiplock.worker({
+      ...fast,
+      queues: ['p-live', 'p-live-other'],
+      handlers: { step: async () => {} },
+    });
+    await again.start();
+    const other = nextEvent(again, 'job:success');
+    await skiplock.enqueue('step', {}, { queue: 'p-live-other', priority: -1 });
+    await other;
+    expect(await statuses('p-live')).toEqual(paused);
+    await again.stop();
+  });
+
+  it('refuses an empty queue name', async () => {
+    await expect(skiplock.pauseQueue('')).rejects.toBeInstanceOf(ValidationError);
+    await expect(skiplock.resumeQueue('a\u0000b')).rejects.toThrow(/name/);
+  });
+});
+
+describe('snooze', () => {
+  it('puts the job back to queued at now() + delay without charging the attempt', async () => {
+    const runs: number[] = [];
+    const worker = skiplock.worker({
+      ...fast,
+      queues: ['s-snooze'],
+      handlers: {
+        later: (job) => {
+          runs.push(job.attempts);
+          if (runs.length <= 3) throw new SnoozeError(runs.length < 3 ? 1 : 60_000);
+        },
+      },
+    });
+    await worker.start();
+    const job = await skiplock.enqueue('later', {}, { queue: 's-snooze', maxAttempts: 1 });
+    await waitFor(() => runs.length === 3, 10_000, `three runs, saw ${runs.join(',')}`);
+    const [row] = await waitFor(
+      () =>
+        db
+          .query<{ status: string; attempts: number; due_in_ms: number; last_error: string | null }>(
+            `SELECT status, attempts, (EXTRACT(EPOCH FROM run_at - now()) * 1000)::float8 AS due_in_ms, last_error
+           FROM ${db.jobs} WHERE id = $1 AND status = 'queued'`,
+            [job.id],
+          )
+          .then((r) => (r.length === 1 ? r : undefined)),
+      5000,
+      'the third snooze to be written',
+    );
+    expect(runs).toEqual([1, 1, 1]);
+    expect(row).toMatchObject({ status: 'queued', attempts: 0, last_error: null });
+    expect(row!.due_in_ms).toBeGreaterThan(58_000);
+    expect(row!.due_in_ms).toBeLessThanOrEqual(60_000);
+    // Due now: the 4th run is attempt 1 again and succeeds.
+    const succeeded = nextEvent(worker, 'job:success');
+    await db.query(`UPDATE ${db.jobs} SET run_at = now() WHERE id = $1`, [job.id]);
+    const [done] = await succeeded;
+    expect(done.attempts).toBe(1);
+    expect(runs).toEqual([1, 1, 1, 1]);
+    await worker.stop();
+  });
+
+  it('emits job:snoozed with the delay', async () => {
+    const worker = skiplock.worker({
+      ...fast,
+      queues: ['s-event'],
+      handlers: {
+        later: () => {
+          throw new SnoozeError(30_000);
+        },
+      },
+    });
+    await worker.start();
+    const snoozed = nextEvent(worker, 'job:snoozed');
+    const job = await skiplock.enqueue('later', {}, { queue: 's-event' });
+    const [seen, info] = await snoozed;
+    expect(seen.id).toBe(job.id);
+    expect(info).toEqual({ delayMs: 30_000 });
+    await worker.stop();
+  });
+
+  it('refuses a bad delay', () => {
+    expect(() => new SnoozeError(-1)).toThrow(ValidationError);
+    expect(() => new SnoozeError(Number.NaN)).toThrow(/delayMs/);
+    expect(new SnoozeError(0).code).toBe('SNOOZE');
+  });
+});
