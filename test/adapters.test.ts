@@ -178,6 +178,7 @@ describe.each(names)('%s', (name) => {
       leaseSeq: '0',
       lastError: null,
       finishedAt: null,
+      cancelRequestedAt: null,
     });
     expect(listed.map((j) => j.id)).toEqual(jobs.map((j) => j.id));
     expect(requeued).toBe(1);

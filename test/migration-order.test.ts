@@ -15,23 +15,24 @@ describe('migrator', () => {
   it('applies a migration numbered below one already applied, once, in order', async () => {
     const schema = 'late_migration';
     const shipped = loadMigrations();
+    const latest = shipped.at(-1)!.version;
     const late: Migration = { version: 3, name: 'late', sql: 'CREATE TABLE late_marker (n int)' };
     const withoutLate = shipped.filter((m) => m.version !== 3);
     const withLate = [...withoutLate, late].sort((a, b) => a.version - b.version);
 
     const first = await migrate(db.pool, schema, withoutLate);
     expect(first.applied).toEqual(withoutLate.map((m) => m.version));
-    expect(first.version).toBe(4);
+    expect(first.version).toBe(latest);
 
     const second = await migrate(db.pool, schema, withLate);
-    expect(second).toEqual({ applied: [3], version: 4 });
+    expect(second).toEqual({ applied: [3], version: latest });
     const rows = await db.query<{ version: number }>(
       'SELECT version FROM late_migration.migrations ORDER BY version',
     );
     expect(rows.map((r) => r.version)).toEqual(withLate.map((m) => m.version));
     expect(await db.query('SELECT count(*)::int AS n FROM late_migration.late_marker')).toEqual([{ n: 0 }]);
 
-    expect(await migrate(db.pool, schema, withLate)).toEqual({ applied: [], version: 4 });
+    expect(await migrate(db.pool, schema, withLate)).toEqual({ applied: [], version: latest });
   });
 
   it('a schema that lacks a shipped migration below its newest is not migrated', async () => {

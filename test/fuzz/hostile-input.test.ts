@@ -587,6 +587,18 @@ describe('fuzz: schema names', () => {
     );
   }
 
+  /** The functions of `schema`, as regprocedure text (schema-qualified, with argument types). */
+  async function functionsIn(schema: unknown): Promise<string[]> {
+    if (typeof schema !== 'string' || schema.includes('\u0000') || !schema.isWellFormed()) return [];
+    return (
+      await t.query<{ fn: string }>(
+        `SELECT p.oid::regprocedure::text AS fn FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+         WHERE n.nspname = $1`,
+        [schema],
+      )
+    ).map((r) => r.fn);
+  }
+
   const hostileSchemas: unknown[] = [
     'x"; DROP TABLE y; --',
     'y',
@@ -627,6 +639,8 @@ describe('fuzz: schema names', () => {
         // null and undefined mean the default schema; the test's own schema is not ours to drop.
         fc.pre(schema !== t.schema && schema !== null && schema !== undefined && schema !== 'skiplock');
         const before = await schemas();
+        // Functions already in the schema (an existing one such as public): all others are ours to drop.
+        const functionsBefore = await functionsIn(schema);
         let instance: Skiplock;
         try {
           instance = new Skiplock({ pool, schema: schema as string });
@@ -662,9 +676,8 @@ describe('fuzz: schema names', () => {
             await t.query(
               `DROP TABLE IF EXISTS ${q}.jobs, ${q}.jobs_archive, ${q}.queues, ${q}.schedules, ${q}.migrations CASCADE`,
             );
-            await t.query(`DROP FUNCTION IF EXISTS ${q}.jobs_notify() CASCADE`);
-            await t.query(`DROP FUNCTION IF EXISTS ${q}.wake_up(text, text, text, bigint) CASCADE`);
-            await t.query(`DROP FUNCTION IF EXISTS ${q}.control(text, text, text, bigint[]) CASCADE`);
+            for (const fn of await functionsIn(schema))
+              if (!functionsBefore.includes(fn)) await t.query(`DROP FUNCTION IF EXISTS ${fn} CASCADE`);
           }
         }
       }),
