@@ -17,6 +17,9 @@ export type SkiplockErrorCode =
   | 'ALREADY_STARTED'
   | 'LISTENER'
   | 'DRAIN_LIMIT'
+  | 'USAGE'
+  | 'EMBEDDED_SERVER'
+  | 'MISSING_DEPENDENCY'
   | 'CANCELLED'
   | 'SNOOZE';
 

@@ -39,6 +39,7 @@ import { arch, platform, userInfo } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
+import { SkiplockError } from '../errors.js';
 import { importOptional, isResolvable, MissingDependencyError } from './optional-dependency.js';
 
 /** The folder, relative to the working directory, that holds the embedded server. */
@@ -87,9 +88,9 @@ export interface RunAs {
 }
 
 /** An error of the embedded server: it cannot be set up, started or reached. */
-export class EmbeddedServerError extends Error {
+export class EmbeddedServerError extends SkiplockError {
   constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
+    super('EMBEDDED_SERVER', message, options);
     this.name = 'EmbeddedServerError';
   }
 }

@@ -5,13 +5,15 @@
  * them; a command that needs one that is missing says which package to install.
  */
 
+import { SkiplockError } from '../errors.js';
+
 /** A package a command needs is not installed. */
-export class MissingDependencyError extends Error {
+export class MissingDependencyError extends SkiplockError {
   /** The npm package to install. */
   readonly packageName: string;
 
   constructor(packageName: string, message: string, options?: { cause?: unknown }) {
-    super(message, options);
+    super('MISSING_DEPENDENCY', message, options);
     this.name = 'MissingDependencyError';
     this.packageName = packageName;
   }
