@@ -4,6 +4,7 @@
  * ends the process with exit code 2.
  */
 import { type Command, InvalidArgumentError, Option } from 'commander';
+import { UsageError } from './usage-error.js';
 
 /** Connection flags as parsed. */
 export interface ConnectionFlags {
@@ -74,4 +75,17 @@ export function choice(flags: string, description: string, choices: readonly str
 /** Help text listing examples, shown after a command's options. */
 export function examples(...lines: string[]): string {
   return `\nExamples:\n${lines.map((l) => `  $ ${l}`).join('\n')}\n`;
+}
+
+/**
+ * The PAYLOAD_JSON argument as a value.
+ *
+ * @throws {UsageError} (exit 2) when it is not valid JSON.
+ */
+export function parsePayloadArgument(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    throw new UsageError(`PAYLOAD_JSON is not valid JSON: ${(error as Error).message}`);
+  }
 }

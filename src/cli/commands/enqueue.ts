@@ -11,9 +11,9 @@ import {
   examples,
   integer,
   milliseconds,
+  parsePayloadArgument,
 } from '../flags.js';
 import { printJson, printText } from '../output.js';
-import { UsageError } from '../usage-error.js';
 
 interface EnqueueFlags extends ConnectionFlags {
   queue?: string;
@@ -46,12 +46,7 @@ export function enqueueCommand(): Command {
       ),
     )
     .action(async (kind: string, payloadJson: string, flags: EnqueueFlags) => {
-      let payload: unknown;
-      try {
-        payload = JSON.parse(payloadJson);
-      } catch (error) {
-        throw new UsageError(`PAYLOAD_JSON is not valid JSON: ${(error as Error).message}`);
-      }
+      const payload = parsePayloadArgument(payloadJson);
       const options: JobOptions = {};
       if (flags.queue !== undefined) options.queue = flags.queue;
       if (flags.priority !== undefined) options.priority = flags.priority;

@@ -12,9 +12,9 @@ import {
   choice,
   examples,
   integer,
+  parsePayloadArgument,
 } from '../flags.js';
 import { printJson, printText } from '../output.js';
-import { UsageError } from '../usage-error.js';
 
 interface ScheduleFlags extends ConnectionFlags {
   timezone?: string;
@@ -71,12 +71,7 @@ export function scheduleCommand(): Command {
       ),
     )
     .action(async (name: string, cron: string, kind: string, payloadJson: string, flags: ScheduleFlags) => {
-      let payload: unknown;
-      try {
-        payload = JSON.parse(payloadJson);
-      } catch (error) {
-        throw new UsageError(`PAYLOAD_JSON is not valid JSON: ${(error as Error).message}`);
-      }
+      const payload = parsePayloadArgument(payloadJson);
       const options: ScheduleOptions = {};
       if (flags.timezone !== undefined) options.timezone = flags.timezone;
       if (flags.queue !== undefined) options.queue = flags.queue;
