@@ -101,6 +101,20 @@ describe('unique keys', () => {
     }
   });
 
+  it("enqueueMany with a key twice in one batch, the second 'replace', keeps one job with the second's values", async () => {
+    const jobs = await skiplock.enqueueMany([
+      { kind: 'report', payload: { n: 1 }, uniqueKey: 'batch-replace', onConflict: 'replace' },
+      { kind: 'report', payload: { n: 2 }, uniqueKey: 'batch-replace', onConflict: 'replace', priority: 5 },
+    ]);
+    expect(jobs.map((j) => [j.id, j.duplicate, j.payload, j.priority])).toEqual([
+      [jobs[0]!.id, false, { n: 2 }, 5],
+      [jobs[0]!.id, true, { n: 2 }, 5],
+    ]);
+    expect(await jobsWithKey('batch-replace')).toEqual([
+      { id: jobs[0]!.id, status: 'queued', payload: { n: 2 }, unique_lock: 'batch-replace' },
+    ]);
+  });
+
   it('enqueueMany with a key twice in one batch inserts one job and reports one duplicate', async () => {
     const jobs = await skiplock.enqueueMany([
       { kind: 'a', payload: { i: 0 }, uniqueKey: 'batch-1' },

@@ -103,36 +103,30 @@ describe('unique keys against a model', () => {
                 : await skiplock.enqueueMany(
                     batch.map((e, i) => ({ kind: 'k', payload: e.payload, ...options[i] })),
                   );
-            const leaders = new Map<string, ModelJob>();
-            batch.forEach((e, i) => {
-              const leader = leaders.get(e.key);
-              const result = got[i]!;
-              if (leader) {
-                expect([result.id, result.duplicate]).toEqual([leader.id, true]);
-                return;
-              }
+            // A batch acts as consecutive enqueue calls: each job of a key after its first
+            // finds that first one holding the key (and a 'replace' rewrites it).
+            const holders = batch.map((e, i) => {
               const expected = modelEnqueue(jobs, e);
-              if (expected.job) {
-                expect([result.id, result.duplicate, result.payload]).toEqual([
-                  expected.job.id,
-                  true,
-                  expected.job.payload,
-                ]);
-                leaders.set(e.key, expected.job);
-              } else {
-                expect([result.duplicate, result.payload]).toEqual([false, e.payload]);
-                const job: ModelJob = {
-                  id: result.id,
-                  key: e.key,
-                  states: e.states,
-                  status: 'queued',
-                  payload: e.payload,
-                  holds: true,
-                  deleted: false,
-                };
-                jobs.push(job);
-                leaders.set(e.key, job);
-              }
+              if (expected.job) return { job: expected.job, duplicate: true };
+              const job: ModelJob = {
+                id: got[i]!.id,
+                key: e.key,
+                states: e.states,
+                status: 'queued',
+                payload: e.payload,
+                holds: true,
+                deleted: false,
+              };
+              jobs.push(job);
+              return { job, duplicate: false };
+            });
+            batch.forEach((_, i) => {
+              const { job, duplicate } = holders[i]!;
+              expect([got[i]!.id, got[i]!.duplicate, got[i]!.payload]).toEqual([
+                job.id,
+                duplicate,
+                job.payload,
+              ]);
             });
           } else {
             const alive = jobs.filter((j) => !j.deleted);

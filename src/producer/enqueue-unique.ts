@@ -1,7 +1,8 @@
 /**
  * Enqueueing jobs with unique keys: insert those whose key is free, then read
  * (or, with `'replace'`, rewrite) the jobs holding the others. Within a batch
- * the first job of a key acts and the later ones are its duplicates. The unique
+ * the first job of a key acts and the later ones are its duplicates; a later
+ * `'replace'` one rewrites it first, as a later enqueue call would. The unique
  * index decides every race; nothing here checks and then inserts.
  */
 import type { Queryable } from '../db/executor.js';
@@ -31,12 +32,30 @@ export async function enqueueUnique(
   jobs: readonly NewUniqueJob[],
 ): Promise<EnqueuedJob[]> {
   const leaderOfKey = new Map<string, number>();
+  // Each key's first job, as the batch's later 'replace' jobs of that key leave it
+  // when they rewrite it in turn (as consecutive enqueue calls would): their payload,
+  // run_at, priority and max_attempts, and 'replace' for a holder already there.
+  const actingOfKey = new Map<string, NewUniqueJob>();
   for (let i = 0; i < jobs.length; i++) {
-    const key = jobs[i]!.unique.key;
-    if (!leaderOfKey.has(key)) leaderOfKey.set(key, i);
+    const job = jobs[i]!;
+    const acting = actingOfKey.get(job.unique.key);
+    if (!acting) {
+      leaderOfKey.set(job.unique.key, i);
+      actingOfKey.set(job.unique.key, job);
+    } else if (job.unique.replace) {
+      actingOfKey.set(job.unique.key, {
+        ...acting,
+        payloadJson: job.payloadJson,
+        runAt: job.runAt,
+        delayMs: job.delayMs,
+        priority: job.priority,
+        maxAttempts: job.maxAttempts,
+        unique: { ...acting.unique, replace: true },
+      });
+    }
   }
   const outcome = new Map<string, { row: UniqueJobRow; duplicate: boolean }>();
-  let pending = [...leaderOfKey.values()].map((i) => jobs[i]!);
+  let pending = [...actingOfKey.values()];
   for (let round = 0; pending.length > 0; round++) {
     if (round === MAX_ROUNDS) {
       throw new SkiplockError(
