@@ -44,5 +44,15 @@ export {
   type SkiplockConfig,
 } from './skiplock.js';
 export type { FailureOutcomeInfo, SuccessInfo, WorkerErrorSource, WorkerEvents } from './worker/events.js';
-export type { Handler, HandlerContext, Handlers, SuccessPolicy, WorkerOptions } from './worker/options.js';
+export type {
+  Backoff,
+  Handler,
+  HandlerContext,
+  HandlerDefinition,
+  HandlerEntry,
+  HandlerPolicy,
+  Handlers,
+  SuccessPolicy,
+  WorkerOptions,
+} from './worker/options.js';
 export { Worker } from './worker/worker.js';

@@ -234,7 +234,6 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
         onStop: (w) => this.#workers.delete(w),
       },
       resolved,
-      options.handlers as never,
     );
     this.#workers.add(worker);
     return worker;

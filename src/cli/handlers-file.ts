@@ -1,21 +1,22 @@
 /**
  * Loads the module given to `skiplock worker --handlers FILE`: an ES module
  * (`.js`, `.mjs`) or TypeScript (`.ts`, `.mts`, through the optional package
- * `tsx`), whose default export maps kinds to handler functions.
+ * `tsx`), whose default export maps kinds to handlers (functions, or definitions
+ * `{ handle, maxAttempts, timeoutMs, backoff }`).
  */
 import { accessSync, constants, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import type { Handler } from '../worker/options.js';
+import type { HandlerEntry } from '../worker/handler-definition.js';
 import { importOptional } from './optional-dependency.js';
 import { UsageError } from './usage-error.js';
 
 /** Handlers by kind, as loaded from a file. */
-export type LoadedHandlers = Record<string, Handler<string, unknown>>;
+export type LoadedHandlers = Record<string, HandlerEntry<string, unknown>>;
 
 /**
  * Imports `file` (relative to the working directory) and returns its default
- * export, checked to be an object of functions.
+ * export, checked to be an object of handlers.
  *
  * @throws {UsageError} naming the file when it is missing or unreadable, fails
  *   to import (syntax error, a throwing top level), or has no such default export.
@@ -48,7 +49,12 @@ export async function loadHandlersFile(file: string): Promise<LoadedHandlers> {
   const kinds = Object.entries(handlers);
   if (kinds.length === 0) fail('its default export has no handlers');
   for (const [kind, handler] of kinds) {
-    if (typeof handler !== 'function') fail(`the handler of kind ${JSON.stringify(kind)} is not a function`);
+    const definition = handler as { handle?: unknown } | null;
+    if (
+      typeof handler !== 'function' &&
+      (typeof definition !== 'object' || definition === null || typeof definition.handle !== 'function')
+    )
+      fail(`the handler of kind ${JSON.stringify(kind)} is neither a function nor { handle, … }`);
   }
   return handlers as LoadedHandlers;
 }

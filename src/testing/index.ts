@@ -22,7 +22,8 @@ import { SkiplockError } from '../errors.js';
 import { DEFAULT_VISIBILITY_TIMEOUT_MS } from '../job/defaults.js';
 import type { Job, JobMap, JobRecord } from '../job/job.js';
 import type { Skiplock } from '../skiplock.js';
-import type { Handler, Handlers } from '../worker/options.js';
+import { resolveHandlers } from '../worker/handler-definition.js';
+import type { Handlers } from '../worker/options.js';
 import { runJob } from '../worker/run-job.js';
 
 /** Which jobs {@link drain} runs. */
@@ -80,8 +81,8 @@ export async function drain<Jobs extends JobMap>(
 ): Promise<DrainResult> {
   const queries = new JobQueries(skiplock.schema);
   const pool = skiplock.pool;
-  const byKind = handlers as Record<string, Handler<string, unknown> | undefined>;
-  const kinds: string[] = options.kinds ?? Object.keys(handlers);
+  const byKind = resolveHandlers(handlers as Record<string, unknown>, 'handlers');
+  const kinds: string[] = options.kinds ?? [...byKind.keys()];
   const maxJobs = options.maxJobs ?? 10_000;
   const workerId = `skiplock-testing:${process.pid}:${randomBytes(4).toString('hex')}`;
   const result: DrainResult = { succeeded: 0, failed: 0, jobs: [] };
@@ -106,7 +107,8 @@ export async function drain<Jobs extends JobMap>(
         throw new SkiplockError('DRAIN_LIMIT', `drain ran ${maxJobs} attempts and due jobs remain`);
       }
       const { leaseSeq: _lease, ...job } = claim;
-      const outcome = await runJob(byKind[job.kind], job, new AbortController(), undefined);
+      const handler = byKind.get(job.kind);
+      const outcome = await runJob(handler?.handle, job, new AbortController(), handler?.timeoutMs);
       if (outcome.ok) {
         await queries.results.complete(pool, [claim], workerId, options.onSuccess ?? 'delete');
         result.succeeded++;

@@ -4,9 +4,10 @@
 import { z } from 'zod';
 import { ValidationError } from '../errors.js';
 import { DEFAULT_QUEUE, DEFAULT_VISIBILITY_TIMEOUT_MS } from '../job/defaults.js';
-import type { Job, JobMap } from '../job/job.js';
+import type { JobMap } from '../job/job.js';
 import { assertName } from '../job/job.js';
 import { durationMs, integerInRange, parseOptions } from '../options.js';
+import { type HandlerEntry, type ResolvedHandler, resolveHandlers } from './handler-definition.js';
 import {
   MAX_TIMER_MS,
   type NumberOptionSpec,
@@ -15,25 +16,19 @@ import {
   WORKER_TEXT_OPTIONS,
 } from './option-specs.js';
 
-/** What a handler gets besides the job. */
-export interface HandlerContext {
-  /**
-   * Fires when the worker shuts down (reason: ShutdownError), when `jobTimeoutMs`
-   * passes (JobTimeoutError), when the lease was reclaimed (LeaseLostError) or
-   * when the job was cancelled (CancelledError; the attempt ends at once and the
-   * job ends `cancelled`). Cooperative handlers stop their work when it fires.
-   */
-  signal: AbortSignal;
-}
-
-/** The function that performs jobs of one kind. Delivery is at-least-once: make it idempotent. */
-export type Handler<Kind extends string, Payload> = (
-  job: Job<Kind, Payload>,
-  context: HandlerContext,
-) => unknown;
+export type {
+  Backoff,
+  Handler,
+  HandlerContext,
+  HandlerDefinition,
+  HandlerEntry,
+  HandlerPolicy,
+} from './handler-definition.js';
 
 /** Handlers by kind, typed by the kind → payload map. */
-export type Handlers<Jobs extends JobMap> = { [Kind in keyof Jobs & string]?: Handler<Kind, Jobs[Kind]> };
+export type Handlers<Jobs extends JobMap> = {
+  [Kind in keyof Jobs & string]?: HandlerEntry<Kind, Jobs[Kind]>;
+};
 
 import type { SuccessPolicy } from '../db/queries/results.js';
 
@@ -158,6 +153,8 @@ export interface WorkerOptions<Jobs extends JobMap> {
 
 /** Worker options after defaults. */
 export interface ResolvedWorkerOptions {
+  /** Handlers by kind, validated, with their kinds' defaults. */
+  handlers: Map<string, ResolvedHandler>;
   queues: string[];
   concurrency: number;
   batchSize: number;
@@ -251,11 +248,7 @@ export function resolveWorkerOptions(options: unknown): ResolvedWorkerOptions {
   if (typeof options !== 'object' || options === null)
     throw new ValidationError('worker', 'options must be an object');
   const parsed = parseOptions(schema, options, 'worker');
-  for (const [kind, handler] of Object.entries(parsed.handlers)) {
-    assertName(kind, 'worker.handlers key');
-    if (typeof handler !== 'function')
-      throw new ValidationError(`worker.handlers.${kind}`, 'must be a function');
-  }
+  const handlers = resolveHandlers(parsed.handlers, 'worker.handlers');
   const queues = (parsed.queues ?? [DEFAULT_QUEUE]) as unknown[];
   queues.forEach((q, i) => {
     assertName(q, `worker.queues[${i}]`);
@@ -277,6 +270,7 @@ export function resolveWorkerOptions(options: unknown): ResolvedWorkerOptions {
     );
   }
   return {
+    handlers,
     queues: [...new Set(queues as string[])],
     concurrency,
     batchSize: Math.min(parsed.batchSize ?? concurrency + prefetch, concurrency + prefetch),

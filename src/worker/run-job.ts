@@ -12,7 +12,7 @@ import {
 } from '../errors.js';
 import { describeFailure } from '../job/failure.js';
 import type { Job } from '../job/job.js';
-import type { Handler } from './options.js';
+import type { Handler } from './handler-definition.js';
 
 /** How one attempt ended, before it is written. */
 export type RunOutcome =

@@ -22,9 +22,10 @@ import { EventReporter } from './event-reporter.js';
 import type { WorkerEvents } from './events.js';
 import { bufferedExecution, type Execution, Executions } from './executions.js';
 import { Fetcher } from './fetcher.js';
+import type { ResolvedHandler } from './handler-definition.js';
 import { Heartbeat } from './heartbeat.js';
 import { listenClientConfig, Notifier } from './notifier.js';
-import type { Handler, ResolvedWorkerOptions } from './options.js';
+import type { ResolvedWorkerOptions } from './options.js';
 import { PrefetchPolicy } from './prefetch.js';
 import { releaseJobs } from './release.js';
 import { resultWriter } from './result-writer.js';
@@ -59,7 +60,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly id: string;
   readonly #ctx: WorkerContext;
   readonly #options: ResolvedWorkerOptions;
-  readonly #handlers: Record<string, Handler<string, unknown>>;
+  readonly #handlers: ReadonlyMap<string, ResolvedHandler>;
   readonly #executions = new Executions();
   readonly #fetcher: Fetcher;
   readonly #completer: Completer<Execution>;
@@ -82,22 +83,18 @@ export class Worker extends EventEmitter<WorkerEvents> {
   /** Handlers that called stop(): stop does not wait for them before releasing the others. */
   readonly #stopCallers = new Set<Execution>();
 
-  constructor(
-    ctx: WorkerContext,
-    options: ResolvedWorkerOptions,
-    handlers: Record<string, Handler<string, unknown>>,
-  ) {
+  constructor(ctx: WorkerContext, options: ResolvedWorkerOptions) {
     super();
     this.#ctx = ctx;
     this.#options = options;
     this.#handlersDone = new Promise<void>((resolve) => {
       this.#resolveHandlersDone = resolve;
     });
-    this.#handlers = Object.assign(Object.create(null), handlers);
+    this.#handlers = options.handlers;
     this.id = options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
     this.#events = new EventReporter(this, this.id);
     const { queries } = ctx;
-    const kinds = Object.keys(handlers);
+    const kinds = [...options.handlers.keys()];
     this.#pool = workerPool(ctx.clientConfig, options.statementTimeoutMs, options.sessionSettings);
     this.#prefetch = new PrefetchPolicy(options);
     const pool = this.#pool.pool;
@@ -258,9 +255,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
       if (!e) break;
       this.#prefetch.started(e.startedAt);
       if (this.#events.heard('job:start')) this.#events.emit('job:start', e.job);
-      const handler = this.#handlers[e.job.kind];
+      const handler = this.#handlers.get(e.job.kind);
       void currentExecution
-        .run(e, () => runJob(handler, e.job, e.controller!, jobTimeoutMs))
+        .run(e, () => runJob(handler?.handle, e.job, e.controller!, handler?.timeoutMs ?? jobTimeoutMs))
         .then((outcome) => this.#settle(e, outcome));
     }
   }

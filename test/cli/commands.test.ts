@@ -181,7 +181,7 @@ describe('skiplock CLI commands', { timeout: 240_000 }, () => {
       [files.empty, /cannot load handlers file \S*empty\.mjs: its default export has no handlers\n/],
       [
         'test/cli/fixtures/not-handlers.mjs',
-        /cannot load handlers file test\/cli\/fixtures\/not-handlers\.mjs: the handler of kind "echo" is not a function\n/,
+        /cannot load handlers file test\/cli\/fixtures\/not-handlers\.mjs: the handler of kind "echo" is neither a function nor \{ handle, … \}\n/,
       ],
     ];
     const results = await runCliEach(cases.map(([file]) => ['worker', '--handlers', file, ...conn()]));

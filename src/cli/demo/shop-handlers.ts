@@ -11,7 +11,7 @@ import pg from 'pg';
 import { quoteIdent } from '../../db/sql.js';
 import { PermanentError } from '../../errors.js';
 import type { Job } from '../../job/job.js';
-import type { HandlerContext } from '../../worker/options.js';
+import type { HandlerContext } from '../../worker/handler-definition.js';
 import type { ShopPayload } from './shop.js';
 
 const schema = process.env.SKIPLOCK_DEMO_SCHEMA;

@@ -1,0 +1,146 @@
+/**
+ * Handlers as users declare them: a bare function, or an object that also
+ * gives its kind defaults (`maxAttempts`, `timeoutMs`, `backoff`). Resolved
+ * once, when the worker is made, into one shape the worker runs.
+ */
+import { z } from 'zod';
+import { ValidationError } from '../errors.js';
+import type { Job } from '../job/job.js';
+import { assertName } from '../job/job.js';
+import { integerInRange, parseOptions } from '../options.js';
+import { MAX_TIMER_MS } from './option-specs.js';
+
+/** What a handler gets besides the job. */
+export interface HandlerContext {
+  /**
+   * Fires when the worker shuts down (reason: ShutdownError), when the job's
+   * timeout passes (JobTimeoutError), when the lease was reclaimed
+   * (LeaseLostError) or when the job was cancelled (CancelledError; the attempt
+   * ends at once and the job ends `cancelled`). Cooperative handlers stop their
+   * work when it fires.
+   */
+  signal: AbortSignal;
+}
+
+/** The function that performs jobs of one kind. Delivery is at-least-once: make it idempotent. */
+export type Handler<Kind extends string, Payload> = (
+  job: Job<Kind, Payload>,
+  context: HandlerContext,
+) => unknown;
+
+/**
+ * Delay before the retry of a failed attempt, in milliseconds: a fixed number,
+ * or a function of the attempts made so far (including the failed one, ≥ 1)
+ * that returns a finite number ≥ 0. A function that throws or returns anything
+ * else falls back to the default rule, `2^attempts` s capped at one hour, with
+ * jitter (see `backoffDelayMs`).
+ */
+export type Backoff = number | ((attempts: number) => number);
+
+/**
+ * Defaults a handler gives the jobs of its kind. Each applies only to what the
+ * job itself does not say: a job enqueued with `maxAttempts` keeps it.
+ */
+export interface HandlerPolicy {
+  /**
+   * Attempts before the dead letter for jobs of this kind enqueued without
+   * `maxAttempts` (integer 1…2147483647). @default the job's own, 20
+   */
+  maxAttempts?: number | undefined;
+  /**
+   * Run time after which an attempt of this kind fails (retryable), in
+   * milliseconds (1…2147483647). @default the worker's `jobTimeoutMs`
+   */
+  timeoutMs?: number | undefined;
+  /** Retry delay of this kind (see {@link Backoff}). @default exponential with jitter */
+  backoff?: Backoff | undefined;
+}
+
+/** A handler declared with its kind's defaults. */
+export interface HandlerDefinition<Kind extends string, Payload> extends HandlerPolicy {
+  /** Performs one job. */
+  handle: Handler<Kind, Payload>;
+}
+
+/** A handler as given in `handlers`: a function, or a definition with defaults. */
+export type HandlerEntry<Kind extends string, Payload> =
+  | Handler<Kind, Payload>
+  | HandlerDefinition<Kind, Payload>;
+
+/** A handler after validation: its function and its kind's defaults. */
+export interface ResolvedHandler extends HandlerPolicy {
+  handle: Handler<string, unknown>;
+}
+
+const definitionSchema = z.strictObject({
+  handle: z.custom<Handler<string, unknown>>((v) => typeof v === 'function', {
+    error: 'must be a function',
+  }),
+  maxAttempts: integerInRange(1, 2_147_483_647).optional(),
+  timeoutMs: z
+    .number({ error: 'must be a number of milliseconds' })
+    .refine(Number.isFinite, { error: 'must be finite' })
+    .refine((v) => v >= 1, { error: 'must be ≥ 1' })
+    .refine((v) => v <= MAX_TIMER_MS, { error: `must be ≤ ${MAX_TIMER_MS}` })
+    .optional(),
+  backoff: z
+    .union(
+      [
+        z
+          .number()
+          .refine(Number.isFinite)
+          .refine((v) => v >= 0 && v <= 2_147_483_647),
+        z.custom<(attempts: number) => number>((v) => typeof v === 'function'),
+      ],
+      { error: 'must be a number of milliseconds (0…2147483647) or a function of attempts' },
+    )
+    .optional(),
+});
+
+/**
+ * Validates `handlers` and resolves each entry to one shape.
+ *
+ * @param field - the option's name in errors, e.g. `worker.handlers`.
+ * @returns handlers by kind, in a map (kinds like `__proto__` are safe).
+ * @throws {ValidationError} naming the field (`worker.handlers.send_email.maxAttempts`…).
+ */
+export function resolveHandlers(
+  handlers: Record<string, unknown>,
+  field: string,
+): Map<string, ResolvedHandler> {
+  const resolved = new Map<string, ResolvedHandler>();
+  for (const [kind, entry] of Object.entries(handlers)) {
+    assertName(kind, `${field} key`);
+    if (typeof entry === 'function') {
+      resolved.set(kind, { handle: entry as Handler<string, unknown> });
+      continue;
+    }
+    if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) {
+      throw new ValidationError(
+        `${field}.${kind}`,
+        'must be a function or { handle, maxAttempts, timeoutMs, backoff }',
+      );
+    }
+    const parsed = parseOptions(definitionSchema, entry, `${field}.${kind}`);
+    resolved.set(kind, parsed);
+  }
+  return resolved;
+}
+
+/**
+ * The retry delay a kind's `backoff` gives after `attempts` attempts, in
+ * milliseconds; undefined for the default rule (no backoff given, or a function
+ * that threw or returned something other than a finite number ≥ 0).
+ */
+export function retryDelayMsOf(backoff: Backoff | undefined, attempts: number): number | undefined {
+  if (backoff === undefined) return undefined;
+  let delayMs: unknown;
+  try {
+    delayMs = typeof backoff === 'number' ? backoff : backoff(attempts);
+  } catch {
+    return undefined;
+  }
+  return typeof delayMs === 'number' && Number.isFinite(delayMs) && delayMs >= 0
+    ? Math.min(delayMs, 2_147_483_647)
+    : undefined;
+}
