@@ -6,10 +6,10 @@
  */
 import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freePort } from '../../src/cli/embedded.js';
 import { errorMessage } from '../../src/cli/error-report.js';
 import { createLogger } from '../../src/cli/logger.js';
 import { importOptional, MissingDependencyError } from '../../src/cli/optional-dependency.js';
+import { freePort } from '../../src/cli/postgres-programs.js';
 import { DatabaseError } from '../../src/errors.js';
 import { createTestDatabase, TEST_SCHEMA, type TestDatabase, urlFor } from '../support/database.js';
 import { runCli } from './cli-process.js';

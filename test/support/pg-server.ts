@@ -8,7 +8,7 @@
 import { chownSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { freePort, loadBinaries, postgresUser, runPostgresProgram } from '../../src/cli/embedded.js';
+import { freePort, loadBinaries, postgresUser, runPostgresProgram } from '../../src/cli/postgres-programs.js';
 
 export interface TestServer {
   /** The superuser's URL (with its password when the server requires one). */

@@ -9,7 +9,7 @@ import { chownSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { freePort, postgresUser } from '../../src/cli/embedded.js';
+import { freePort, postgresUser } from '../../src/cli/postgres-programs.js';
 import { adminUrl } from './database.js';
 
 /** A running PgBouncer. */
