@@ -279,6 +279,9 @@ describe('transactions and search_path', () => {
     await t.query(
       `CREATE FUNCTION ${e}.wake_up(text, text, text, bigint) RETURNS void LANGUAGE sql AS $$ SELECT $$`,
     );
+    await t.query(
+      `CREATE FUNCTION ${e}.now() RETURNS timestamptz LANGUAGE sql AS $$ SELECT '2000-01-01'::timestamptz $$`,
+    );
     const running = await enqueueSql(`'hostile_running'`);
     await t.query(`UPDATE ${t.jobs} SET status = 'running', attempts = 1, locked_at = now() WHERE id = $1`, [
       running,
@@ -307,11 +310,20 @@ describe('transactions and search_path', () => {
     expect(await t.query(`SELECT count(*)::int AS n FROM ${e}.jobs`)).toEqual([{ n: 0 }]);
     expect(
       await t.query(
-        `SELECT kind, status, cancel_requested_at IS NOT NULL AS requested FROM ${t.jobs} ORDER BY id`,
+        `SELECT kind, status, cancel_requested_at IS NOT NULL AS requested,
+                cancel_requested_at > now() - interval '1 hour' AS recent_request,
+                run_at > now() - interval '1 hour' AS recent_run_at
+         FROM ${t.jobs} ORDER BY id`,
       ),
     ).toEqual([
-      { kind: 'hostile_running', status: 'running', requested: true },
-      { kind: 'hostile', status: 'queued', requested: false },
+      {
+        kind: 'hostile_running',
+        status: 'running',
+        requested: true,
+        recent_request: true,
+        recent_run_at: true,
+      },
+      { kind: 'hostile', status: 'queued', requested: false, recent_request: null, recent_run_at: true },
     ]);
     // The real control message and wake-ups went out on the schema's channel.
     expect((await listener.settle()).map((w) => [w.type, w.queue, w.ids])).toEqual([

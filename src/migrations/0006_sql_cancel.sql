@@ -6,6 +6,8 @@
 --
 -- As in migration 5: SECURITY INVOKER, search_path pinned to pg_catalog, this
 -- schema, pg_temp last; schema, channel and every parameter written qualified.
+-- Each body is passed as a quoted literal (not dollar-quoted), so no schema
+-- name can end it early.
 -- Bad arguments raise invalid_parameter_value (22023) naming the argument, and
 -- change nothing, like the library's ValidationError.
 
@@ -41,7 +43,7 @@ BEGIN
     VOLATILE
     SECURITY INVOKER
     SET search_path = %2$s
-    AS $body$
+    AS %3$L $f$, s, path, pg_catalog.format($body$
     #variable_conflict use_column
     DECLARE
       states text[];
@@ -113,7 +115,7 @@ BEGIN
       END LOOP;
       RAISE EXCEPTION 'the holder of unique key %% kept finishing while it was read', enqueue.unique_key;
     END
-    $body$ $f$, s, path);
+    $body$, s));
 
   -- requeue: dead, failed and cancelled jobs back to queued (attempts 0, run_at
   -- now, last_error and cancel request cleared), waking workers for their
@@ -132,7 +134,7 @@ BEGIN
     VOLATILE
     SECURITY INVOKER
     SET search_path = %2$s
-    AS $body$
+    AS %3$L $f$, s, path, pg_catalog.format($body$
     #variable_conflict use_column
     DECLARE
       n int;
@@ -154,13 +156,13 @@ BEGIN
           AND (requeue.queues IS NULL OR queue = ANY(requeue.queues))
         RETURNING queue
       ), woken AS (
-        SELECT %1$I.wake_up(%3$L, 'requeue', q.queue, 0) FROM (SELECT DISTINCT queue FROM requeued) q
+        SELECT %1$I.wake_up(%2$L, 'requeue', q.queue, 0) FROM (SELECT DISTINCT queue FROM requeued) q
       )
       -- woken is read so that it runs.
       SELECT r.n INTO n FROM (SELECT count(*)::int AS n FROM requeued) r, (SELECT count(*) FROM woken) w;
       RETURN n;
     END
-    $body$ $f$, s, path, 'skiplock:' || s);
+    $body$, s, 'skiplock:' || s));
 
   -- cancel: the library's cancel. Queued jobs end cancelled at once; running
   -- ones get cancel_requested_at and their workers a control message (sent on
@@ -182,7 +184,7 @@ BEGIN
     VOLATILE
     SECURITY INVOKER
     SET search_path = %2$s
-    AS $body$
+    AS %3$L $f$, s, path, pg_catalog.format($body$
     #variable_conflict use_column
     DECLARE
       told_n bigint;
@@ -208,7 +210,7 @@ BEGIN
           AND (cancel.queues IS NULL OR j.queue = ANY(cancel.queues))
         RETURNING j.id, j.status
       ), told AS (
-        SELECT %1$I.control(%3$L, 'cancel', NULL, array_agg(hit.id)) FROM hit
+        SELECT %1$I.control(%2$L, 'cancel', NULL, array_agg(hit.id)) FROM hit
         WHERE hit.status = 'running' HAVING count(*) > 0
       )
       -- told is read so that it runs.
@@ -218,6 +220,6 @@ BEGIN
       INTO cancel.cancelled, cancel.running, told_n
       FROM hit;
     END
-    $body$ $f$, s, path, 'skiplock:' || s);
+    $body$, s, 'skiplock:' || s));
 END
 $migration$;
