@@ -50,3 +50,20 @@ GRANT SELECT, INSERT, UPDATE ON TABLE :"schema".queues TO :"worker_role";
 -- scheduler locks due schedules (SELECT … FOR UPDATE) and advances them.
 GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE :"schema".schedules TO :"producer_role";
 GRANT SELECT, UPDATE ON TABLE :"schema".schedules TO :"worker_role";
+
+-- SQL functions (for psql, pg_cron, triggers). They run with the caller's
+-- rights, so the table grants above decide what a role can do through them:
+-- the producer enqueues; requeue, sweep and cancel update jobs, so they are the
+-- worker role's. wake_up and control send the NOTIFY messages of the library's
+-- statements and of these functions. PostgreSQL lets every role execute a new
+-- function unless that default was revoked; these grants work either way.
+GRANT EXECUTE ON FUNCTION
+  :"schema".enqueue(text, jsonb, text, int, timestamptz, int, text, text[]),
+  :"schema".wake_up(text, text, text, bigint)
+  TO :"producer_role", :"worker_role";
+GRANT EXECUTE ON FUNCTION
+  :"schema".requeue(bigint[], text[], text[], text[]),
+  :"schema".sweep(int),
+  :"schema".cancel(bigint[], text[], text[], text[]),
+  :"schema".control(text, text, text, bigint[])
+  TO :"worker_role";

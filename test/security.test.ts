@@ -94,8 +94,21 @@ describe('security: least-privilege roles from sql/grants.sql', () => {
     }
   }
 
+  async function rowsAs(role: { name: string; password: string }, text: string): Promise<unknown[]> {
+    const client = new pg.Client({ connectionString: withUser(t.db.url, role.name, role.password) });
+    await client.connect();
+    try {
+      return (await client.query(text)).rows;
+    } finally {
+      await client.end();
+    }
+  }
+
   it.skipIf(!hasPsql())('the producer enqueues; the worker runs jobs; neither can do more', async () => {
     const run = promisify(execFile);
+    // Hardened servers revoke the default EXECUTE of every role on new functions:
+    // the script's grants alone must be enough.
+    await t.query(`REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA ${quoteIdent(t.schema)} FROM PUBLIC`);
     await run('psql', [
       t.db.url,
       '-X',
@@ -123,6 +136,11 @@ describe('security: least-privilege roles from sql/grants.sql', () => {
     ]);
     expect((await asProducer.getJob(one.id))?.status).toBe('queued');
     expect((await asProducer.stats()).some((s) => s.queue === 'sec')).toBe(true);
+    // From SQL too, unique key included; its second call returns the holder.
+    const fn = (name: string) => `${quoteIdent(t.schema)}.${name}`;
+    const sqlEnqueue = `SELECT ${fn('enqueue')}('sec_ok', queue => 'sec-sql', unique_key => 'sec:1') AS id`;
+    const [first] = (await rowsAs(producer, sqlEnqueue)) as [{ id: string }];
+    expect(await rowsAs(producer, sqlEnqueue)).toEqual([first]);
     // …and nothing else: 42501 is insufficient_privilege.
     await expect(asProducer.requeue({ status: 'dead' })).rejects.toMatchObject({ sqlState: '42501' });
     for (const text of [
@@ -134,6 +152,9 @@ describe('security: least-privilege roles from sql/grants.sql', () => {
       `CREATE TABLE ${jobs}_x (id int)`,
       `ALTER TABLE ${jobs} DISABLE TRIGGER ALL`,
       `DROP TABLE ${jobs}`,
+      `SELECT * FROM ${fn('cancel')}(queues => ARRAY['sec-sql'])`,
+      `SELECT ${fn('requeue')}(queues => ARRAY['sec-sql'])`,
+      `SELECT ${fn('sweep')}()`,
     ]) {
       expect(await sqlAs(producer, text), text).toBe('42501');
     }
@@ -191,6 +212,13 @@ describe('security: least-privilege roles from sql/grants.sql', () => {
     expect(await asWorker.resumeQueue('sec-paused')).toBe(true);
     expect((await asProducer.queues()).some((q) => q.name === 'sec-paused')).toBe(true);
     expect(await asWorker.cancel({ queue: 'sec-nothing' })).toEqual({ cancelled: 0, running: 0 });
+    expect(await rowsAs(worker, `SELECT * FROM ${fn('cancel')}(queues => ARRAY['sec-sql'])`)).toEqual([
+      { cancelled: 1, running: 0 },
+    ]);
+    expect(await rowsAs(worker, `SELECT ${fn('requeue')}(ids => ARRAY[${first.id}]::bigint[]) AS n`)).toEqual(
+      [{ n: 1 }],
+    );
+    expect(await rowsAs(worker, `SELECT ${fn('sweep')}() AS n`)).toEqual([{ n: 0 }]);
     expect((await asWorker.prune({ olderThanMs: 3_600_000 })).jobs).toBe(0);
     for (const text of [
       `TRUNCATE ${jobs}`,
