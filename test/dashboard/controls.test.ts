@@ -103,7 +103,7 @@ describe('cancel', () => {
     await page.close();
   });
 
-  it('cancels a queued job from its row of the jobs list and returns to the same filtered list', async () => {
+  it('cancels a queued job from its row of the jobs list, back to the same filtered list; requeue undoes it', async () => {
     const id = seeded.ids.queued[2]!;
     const page = await browser.newPage();
     await page.goto(new URL('jobs?status=queued&queue=emails', server.url).href);
@@ -116,6 +116,11 @@ describe('cancel', () => {
     ]);
     await expect(jobRow(id)).resolves.toEqual({ status: 'cancelled', cancel_requested: true });
     await expect(page.locator(`tr[data-job-id="${id}"]`).count()).resolves.toBe(0);
+
+    // A cancelled job's requeue button brings it back, the cancel forgotten.
+    await page.goto(new URL(`jobs/${id}`, server.url).href);
+    await confirmClick(page, 'button:text("Requeue")', 'requeued');
+    await expect(jobRow(id)).resolves.toEqual({ status: 'queued', cancel_requested: false });
     await page.close();
   });
 
