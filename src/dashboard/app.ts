@@ -12,13 +12,14 @@ import type { Dashboard, DashboardEnv } from './context.js';
 import { type DashboardOptions, resolveDashboardOptions } from './options.js';
 import { DashboardQueries } from './queries.js';
 import { registerActions } from './routes/actions.js';
+import { registerControls } from './routes/controls.js';
 import { registerPages } from './routes/pages.js';
 import { authGuard, csrfGuard, readOnlyGuard, securityHeaders } from './security.js';
 
 /**
- * Makes the dashboard of a Skiplock: pages for queues, jobs and one job, the
- * actions requeue and delete (POST, CSRF-protected, confirmed; none when
- * `readOnly`), and `/metrics` in Prometheus text. Every route lives under
+ * Makes the dashboard of a Skiplock: pages for queues, jobs, one job and
+ * schedules, the actions requeue, delete, cancel, pause and resume (POST,
+ * CSRF-protected, confirmed; none when `readOnly`), and `/metrics` in Prometheus text. Every route lives under
  * `options.basePath`.
  *
  * @example
@@ -45,6 +46,7 @@ export function createDashboard(skiplock: Skiplock, options: DashboardOptions = 
   app.use('*', ...csrfGuard(resolved));
   registerPages(app, d);
   registerActions(app, d);
+  registerControls(app, d);
   app.notFound((c) => c.text('not found', 404));
   app.onError((error, c) => {
     if (error instanceof HTTPException) return error.getResponse();

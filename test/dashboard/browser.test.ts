@@ -2,34 +2,34 @@
  * The dashboard in a real browser (system Chromium through playwright-core):
  * counts, filters, the requeue button with its confirmation, and escaping.
  */
-import { copyFileSync, mkdtempSync, rmSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type DashboardServer, serveDashboard } from '../../src/dashboard/index.js';
 import { JOB_STATUSES } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase, waitFor } from '../support/database.js';
 import { launchBrowser } from './support/browser.js';
+import { screenshot as saveScreenshot, screenshotFolder } from './support/screenshots.js';
 import { SEEDED, type Seeded, seed } from './support/seed.js';
 
 let db: TestDatabase;
 let server: DashboardServer;
 let browser: Browser;
 let seeded: Seeded;
-let shots: string;
+let shots: ReturnType<typeof screenshotFolder> | undefined;
 
 beforeAll(async () => {
   [db, browser] = await Promise.all([createTestDatabase(), launchBrowser()]);
   seeded = await seed(db);
+  // One paused queue, so the queues page (and its screenshot) shows the paused state.
+  await db.skiplock().pauseQueue('media');
   server = await serveDashboard(db.skiplock(), { port: 0, refreshIntervalMs: 0 });
-  shots = mkdtempSync(join(tmpdir(), 'skiplock-dashboard-shots-'));
+  shots = screenshotFolder();
 });
 afterAll(async () => {
   await browser?.close();
   await server?.close();
   await db?.close();
-  if (shots) rmSync(shots, { recursive: true, force: true });
+  shots?.remove();
 });
 
 /** A fresh page that records every dialog it sees (and dismisses it unless told otherwise). */
@@ -45,14 +45,7 @@ async function open(path: string): Promise<{ page: Page; dialogs: string[] }> {
 }
 
 /** Saves a screenshot; with SKIPLOCK_SCREENSHOTS=docs it also replaces docs/dashboard-NAME.png. */
-async function screenshot(page: Page, name: string): Promise<void> {
-  const file = join(shots, `${name}.png`);
-  await page.screenshot({ path: file, fullPage: true });
-  expect(statSync(file).size).toBeGreaterThan(10_000);
-  if (process.env.SKIPLOCK_SCREENSHOTS === 'docs') {
-    copyFileSync(file, new URL(`../../docs/dashboard-${name}.png`, import.meta.url));
-  }
-}
+const screenshot = (page: Page, name: string) => saveScreenshot(page, shots!.dir, name);
 
 describe('dashboard in Chromium', () => {
   it('the queues page shows the count of every queue and status, and the chart of finished jobs', async () => {

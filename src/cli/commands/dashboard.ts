@@ -28,7 +28,7 @@ export function dashboardCommand(): Command {
   const command = new Command('dashboard')
     .summary('serve the web dashboard')
     .description(
-      'Serves the web dashboard (queues, jobs, one job; requeue and delete) and /metrics (Prometheus text) over HTTP until Ctrl-C. Listens on 127.0.0.1 unless --host says otherwise; any other address needs --basic-auth or --read-only. Basic auth may also come from $SKIPLOCK_DASHBOARD_AUTH (USER:PASS), which keeps the password out of the process list.',
+      'Serves the web dashboard (queues, jobs, one job, schedules; requeue, delete, cancel, pause and resume) and /metrics (Prometheus text) over HTTP until Ctrl-C. Listens on 127.0.0.1 unless --host says otherwise; any other address needs --basic-auth or --read-only. Basic auth may also come from $SKIPLOCK_DASHBOARD_AUTH (USER:PASS), which keeps the password out of the process list.',
     )
     .option('--port <n>', 'TCP port', integer(0, 65_535), 4600)
     .option('--host <address>', 'address to listen on', '127.0.0.1')

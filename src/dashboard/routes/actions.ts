@@ -1,6 +1,6 @@
 /**
  * State changes: requeue a job, delete a job, requeue a queue's dead and
- * failed jobs. Each is a POST that passed the read-only and CSRF guards, and
+ * failed jobs (cancel, pause and resume live in controls.ts). Each is a POST that passed the read-only and CSRF guards, and
  * answers with a redirect (303) to the page it came from, with a notice.
  */
 import type { Context, Hono } from 'hono';
@@ -12,15 +12,27 @@ import { errorPage } from './render.js';
 /** Pages an action may return to: the queues page, the jobs list (any filters), one job. */
 const BACK = /^\/(jobs(\/[1-9][0-9]{0,18})?)?(\?[^#\\]*)?$/;
 
+/**
+ * Answers an action with a 303 to the page the form named in its `back` field
+ * (when it is one of the dashboard's own pages), else to `fallback`, showing `notice`.
+ */
+export function redirectBack(
+  c: Context<DashboardEnv>,
+  d: Dashboard,
+  fallback: string,
+  notice: NoticeName,
+): Response {
+  const back = c.get('form').back;
+  const path = typeof back === 'string' && BACK.test(back) ? back : fallback;
+  const url = new URL(path, 'http://dashboard');
+  url.searchParams.set('notice', notice);
+  return c.redirect(d.link(`${url.pathname}${url.search}`), 303);
+}
+
 /** Registers the action routes on `app`. */
 export function registerActions(app: Hono<DashboardEnv>, d: Dashboard): void {
-  const redirect = (c: Context<DashboardEnv>, fallback: string, notice: NoticeName) => {
-    const back = c.get('form').back;
-    const path = typeof back === 'string' && BACK.test(back) ? back : fallback;
-    const url = new URL(path, 'http://dashboard');
-    url.searchParams.set('notice', notice);
-    return c.redirect(d.link(`${url.pathname}${url.search}`), 303);
-  };
+  const redirect = (c: Context<DashboardEnv>, fallback: string, notice: NoticeName) =>
+    redirectBack(c, d, fallback, notice);
 
   app.post('/jobs/:id/requeue', async (c) => {
     const id = c.req.param('id');

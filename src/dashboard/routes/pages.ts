@@ -1,5 +1,5 @@
 /**
- * The pages: queues (`/`), jobs (`/jobs`) and one job (`/jobs/:id`). Query
+ * The pages: queues (`/`), jobs (`/jobs`), one job (`/jobs/:id`) and schedules (`/schedules`). Query
  * parameters are checked here and reach SQL only as bind parameters.
  */
 import type { Hono } from 'hono';
@@ -8,6 +8,7 @@ import type { Dashboard, DashboardEnv } from '../context.js';
 import { jobPage } from '../views/job.js';
 import { type JobsQuery, jobsPage } from '../views/jobs.js';
 import { queuesPage } from '../views/queues.js';
+import { schedulesPage } from '../views/schedules.js';
 import { errorPage, render } from './render.js';
 
 const MAX_BIGINT = 9_223_372_036_854_775_807n;
@@ -25,9 +26,15 @@ function isName(text: string): boolean {
 /** Registers the page routes on `app`. */
 export function registerPages(app: Hono<DashboardEnv>, d: Dashboard): void {
   app.get('/', async (c) => {
-    const [stats, buckets] = await Promise.all([d.skiplock.stats(), d.queries.throughput(d.pool)]);
-    return render(c, d, queuesPage(d, c.get('csrfToken'), stats, buckets));
+    const [stats, queues, buckets] = await Promise.all([
+      d.skiplock.stats(),
+      d.skiplock.queues(),
+      d.queries.throughput(d.pool),
+    ]);
+    return render(c, d, queuesPage(d, c.get('csrfToken'), stats, queues, buckets));
   });
+
+  app.get('/schedules', async (c) => render(c, d, schedulesPage(d, await d.skiplock.schedules())));
 
   app.get('/jobs', async (c) => {
     const id = c.req.query('id')?.trim();

@@ -6,7 +6,7 @@
 /** The stylesheet. */
 export const STYLE = `
 :root { --fg:#1d2330; --muted:#667085; --line:#e4e7ec; --bg:#f6f7f9; --card:#fff; --accent:#2f5bea;
-  --queued:#2f5bea; --running:#b25e09; --succeeded:#12805c; --failed:#c4320a; --dead:#7a0c2e; }
+  --queued:#2f5bea; --running:#b25e09; --succeeded:#12805c; --failed:#c4320a; --dead:#7a0c2e; --cancelled:#667085; --paused:#b54708; }
 * { box-sizing: border-box; }
 body { margin:0; font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif; color:var(--fg); background:var(--bg); }
 header { display:flex; align-items:center; gap:24px; padding:0 24px; height:52px; background:#161b26; color:#fff; }
@@ -34,6 +34,7 @@ a { color:var(--accent); }
 .status-queued { background:var(--queued); } .status-running { background:var(--running); }
 .status-succeeded { background:var(--succeeded); } .status-failed { background:var(--failed); }
 .status-dead { background:var(--dead); } .status-archived { background:#475467; }
+.status-cancelled { background:var(--cancelled); } .status-paused { background:var(--paused); }
 .muted { color:var(--muted); }
 .mono, pre, code { font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace; font-size:12.5px; }
 pre { background:#0f1522; color:#e6e9ef; padding:12px 14px; border-radius:6px; overflow:auto; max-height:420px; white-space:pre-wrap; word-break:break-word; margin:0; }
@@ -53,6 +54,7 @@ form.inline { display:inline; margin:0 4px 0 0; }
 .actions { display:flex; gap:8px; margin:12px 0; }
 .notice { padding:10px 14px; border-radius:6px; background:#ecfdf3; border:1px solid #abefc6; color:#067647; margin-bottom:16px; }
 .notice.warn { background:#fffaeb; border-color:#fedf89; color:#93370d; }
+.scroll { overflow-x:auto; }
 .pager { display:flex; gap:12px; margin-top:12px; align-items:center; }
 .chart svg { width:100%; height:auto; max-height:220px; display:block; }
 .legend { display:flex; gap:16px; font-size:12px; color:var(--muted); margin-top:6px; flex-wrap:wrap; }

@@ -23,6 +23,7 @@ export function jobPage(d: Dashboard, csrfToken: string, job: JobRecord, archive
 <dt>run at</dt><dd>${time(job.runAt)}</dd>
 <dt>created at</dt><dd>${time(job.createdAt)}</dd>
 <dt>finished at</dt><dd>${time(job.finishedAt)}</dd>
+${job.cancelRequestedAt ? html`<dt>cancel requested</dt><dd data-field="cancel-requested-at">${time(job.cancelRequestedAt)}</dd>` : ''}
 <dt>locked at</dt><dd>${time(job.lockedAt)}</dd>
 <dt>lease holder</dt><dd class="mono">${job.lockedBy ?? '—'}</dd>
 <dt>claims ever</dt><dd>${job.leaseSeq}</dd>

@@ -16,15 +16,32 @@ export interface JobsQuery {
   before?: string | undefined;
 }
 
-/** Buttons a job's state allows: requeue (dead, failed) and delete (anything not running). */
+/**
+ * Buttons a job's state allows: requeue (dead, failed, cancelled), cancel
+ * (queued, or running without a cancel asked for yet) and delete (anything not running).
+ */
 export function jobActions(d: Dashboard, csrfToken: string, job: JobRecord, back: string): Html {
   const fields = { back };
+  const cancellable = job.status === 'queued' || (job.status === 'running' && job.cancelRequestedAt === null);
   return html`${
-    job.status === 'dead' || job.status === 'failed'
+    job.status === 'dead' || job.status === 'failed' || job.status === 'cancelled'
       ? actionButton(d, csrfToken, {
           path: `/jobs/${job.id}/requeue`,
           label: 'Requeue',
           confirm: `Requeue job ${job.id} (${job.kind})? It runs again from attempt 1.`,
+          fields,
+        })
+      : ''
+  }${
+    cancellable
+      ? actionButton(d, csrfToken, {
+          path: `/jobs/${job.id}/cancel`,
+          label: 'Cancel',
+          confirm:
+            job.status === 'running'
+              ? `Cancel job ${job.id} (${job.kind})? Its worker is told to abort the handler; the job ends cancelled and is not retried.`
+              : `Cancel job ${job.id} (${job.kind})? It will not run.`,
+          danger: true,
           fields,
         })
       : ''

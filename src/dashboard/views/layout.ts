@@ -9,7 +9,7 @@ import { type Html, html, trusted } from './html.js';
 /** One page: its title, which nav entry it belongs to, a static part and a live part. */
 export interface Page {
   title: string;
-  nav: 'queues' | 'jobs';
+  nav: 'queues' | 'jobs' | 'schedules';
   /** Rendered once (filters, headings): not replaced by live refresh. */
   top?: Html;
   /** Replaced every refresh interval by the same URL's `?partial=1`. */
@@ -25,6 +25,16 @@ export const NOTICES = {
     text: 'Not deleted: the job is running (its lease belongs to a worker) or gone.',
     warn: true,
   },
+  cancelled: { text: 'Cancelled.', warn: false },
+  'cancel-requested': {
+    text: 'Cancel requested: the worker running the job is told to abort it; it ends cancelled when its handler stops.',
+    warn: false,
+  },
+  'cancel-none': { text: 'Nothing was cancelled: the job is no longer queued or running.', warn: true },
+  paused: { text: 'Paused: workers claim no more jobs of the queue; running jobs finish.', warn: false },
+  'paused-already': { text: 'The queue was paused already.', warn: true },
+  resumed: { text: 'Resumed.', warn: false },
+  'resumed-already': { text: 'The queue was not paused.', warn: true },
 } as const;
 
 /** Name of a notice. */
@@ -47,7 +57,7 @@ export function layout(d: Dashboard, nonce: string, page: Page, notice: string |
 <body data-refresh-ms="${d.options.refreshIntervalMs}">
 <header>
   <a class="brand" href="${d.link('/')}">skiplock</a>
-  <nav>${navLink('queues', 'Queues', '/')}${navLink('jobs', 'Jobs', '/jobs')}</nav>
+  <nav>${navLink('queues', 'Queues', '/')}${navLink('jobs', 'Jobs', '/jobs')}${navLink('schedules', 'Schedules', '/schedules')}</nav>
   <div class="meta">
     ${d.options.readOnly ? html`<span class="badge">read-only</span>` : ''}
     <span>schema ${d.skiplock.schema}</span>

@@ -1,25 +1,30 @@
 /**
- * The queues page: jobs per queue and status, the oldest due job's age, and
- * finished jobs per minute over the last hour.
+ * The queues page: jobs per queue and status, which queues are paused (with
+ * Pause and Resume buttons), the oldest due job's age, and finished jobs per
+ * minute over the last hour.
  */
 
 import { JOB_STATUSES } from '../../job/job.js';
+import type { QueueInfo } from '../../operations/queues.js';
 import type { QueueStats } from '../../skiplock.js';
 import type { Dashboard } from '../context.js';
 import type { ThroughputBucket } from '../queries.js';
 import { throughputChart } from './chart.js';
-import { formatDuration } from './format.js';
+import { formatDuration, formatTime } from './format.js';
 import { type Html, html } from './html.js';
-import { actionButton, type Page } from './layout.js';
+import { actionButton, type Page, statusPill } from './layout.js';
 
-/** The queues page from `stats()` and the chart's buckets. */
+/** The queues page from `stats()`, `queues()` (paused or not) and the chart's buckets. */
 export function queuesPage(
   d: Dashboard,
   csrfToken: string,
   stats: QueueStats[],
+  infos: QueueInfo[],
   buckets: ThroughputBucket[],
 ): Page {
-  const queues = [...new Set(stats.map((s) => s.queue))].sort();
+  // A paused queue without jobs has no stats row but is still listed, so it can be resumed.
+  const queues = [...new Set([...stats.map((s) => s.queue), ...infos.map((q) => q.name)])].sort();
+  const paused = new Map(infos.filter((q) => q.paused).map((q) => [q.name, q.pausedAt]));
   const count = (queue: string, status: string) =>
     stats.find((s) => s.queue === queue && s.status === status)?.count ?? 0;
   const cell = (queue: string | undefined, status: string, n: number) => {
@@ -38,11 +43,35 @@ export function queuesPage(
             fields: { queue },
           })
         : '';
-    return html`<tr data-queue-row="${queue}">
-<td><a href="${d.link(`/jobs?${new URLSearchParams({ queue })}`)}">${queue}</a></td>
+    const isPaused = paused.has(queue);
+    const pausedAt = paused.get(queue);
+    const toggle = actionButton(
+      d,
+      csrfToken,
+      isPaused
+        ? {
+            path: '/queues/resume',
+            label: 'Resume',
+            confirm: `Resume queue "${queue}"? Workers claim its jobs again at once.`,
+            fields: { queue },
+          }
+        : {
+            path: '/queues/pause',
+            label: 'Pause',
+            confirm: `Pause queue "${queue}"? Workers claim no more of its jobs until it is resumed; running jobs finish.`,
+            danger: true,
+            fields: { queue },
+          },
+    );
+    return html`<tr data-queue-row="${queue}" data-paused="${isPaused ? 'true' : 'false'}">
+<td><a href="${d.link(`/jobs?${new URLSearchParams({ queue })}`)}">${queue}</a>${
+      isPaused
+        ? html` <span title="${pausedAt ? `paused since ${formatTime(pausedAt)}` : 'paused'}">${statusPill('paused')}</span>`
+        : ''
+    }</td>
 ${JOB_STATUSES.map((status) => cell(queue, status, count(queue, status)))}
 <td class="num" data-queue="${queue}" data-oldest-due>${oldest === null ? '—' : formatDuration(oldest)}</td>
-${d.options.readOnly ? '' : html`<td class="nowrap">${requeue}</td>`}</tr>`;
+${d.options.readOnly ? '' : html`<td class="nowrap">${toggle}${requeue}</td>`}</tr>`;
   });
   const totals = JOB_STATUSES.map((status) =>
     cell(
@@ -53,7 +82,7 @@ ${d.options.readOnly ? '' : html`<td class="nowrap">${requeue}</td>`}</tr>`;
   );
   const table: Html =
     queues.length === 0
-      ? html`<div class="card muted">No jobs in the table.</div>`
+      ? html`<div class="card muted">No jobs in the table and no paused queue.</div>`
       : html`<table class="queues">
 <thead><tr><th>queue</th>${JOB_STATUSES.map((s) => html`<th class="num">${s}</th>`)}<th class="num">oldest due</th>${d.options.readOnly ? '' : html`<th></th>`}</tr></thead>
 <tbody>${rows}<tr class="total"><td>all queues</td>${totals}<td></td>${d.options.readOnly ? '' : html`<td></td>`}</tr></tbody>
