@@ -5,6 +5,7 @@
  * `getJob`, `listJobs` and `skiplock jobs show`.
  */
 import { describe, expect, it } from 'vitest';
+import { createDashboard } from '../src/dashboard/index.js';
 import { type AttemptError, SnoozeError } from '../src/index.js';
 import { runCli } from './cli/cli-process.js';
 import { waitFor } from './support/database.js';
@@ -136,7 +137,9 @@ describe('attempt history', () => {
     expect(await t.skiplock.getJob(job.id)).toMatchObject({ status: 'succeeded', attempts: 1, errors: [] });
   });
 
-  it('is printed by skiplock jobs show', { timeout: 120_000 }, async () => {
+  it('is printed by skiplock jobs show and shown on the dashboard job page', {
+    timeout: 120_000,
+  }, async () => {
     const worker = t.worker({ ...base, handlers: { k: { backoff: 0, handle: failNumbered } } });
     await worker.start();
     const job = await t.skiplock.enqueue('k', {}, { maxAttempts: 2 });
@@ -145,6 +148,13 @@ describe('attempt history', () => {
     expect(shown.code, shown.stderr).toBe(0);
     expect(shown.stdout).toMatch(/errors\s+2 failed attempts, oldest first/);
     const id = worker.id.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+    // The dashboard's job page lists them, newest first.
+    const page = await (await createDashboard(t.skiplock).request(`/jobs/${job.id}`)).text();
+    const section = page.slice(page.indexOf('<h2>Failed attempts</h2>'));
+    expect(section).toMatch(/^<h2>Failed attempts<\/h2>/);
+    expect(section.indexOf('Error: boom 2')).toBeGreaterThan(0);
+    expect(section.indexOf('Error: boom 2')).toBeLessThan(section.indexOf('Error: boom 1'));
+    expect(section).toContain(`<td class="mono">${worker.id}</td>`);
     expect(shown.stdout).toMatch(
       new RegExp(`#1 {2}\\S+Z {2}${id} {2}Error: boom 1\\n {2}#2 {2}\\S+Z {2}${id} {2}Error: boom 2`),
     );
