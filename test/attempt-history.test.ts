@@ -72,6 +72,24 @@ describe('attempt history', () => {
     expect(errors[0]!.error).toMatch(/^Error: boom 6\n/);
   });
 
+  it("cuts an entry's text after 4096 characters; lastError keeps it whole", async () => {
+    const long = 'x'.repeat(5000);
+    const worker = t.worker({
+      ...base,
+      handlers: {
+        k: () => {
+          throw long;
+        },
+      },
+    });
+    await worker.start();
+    const job = await t.skiplock.enqueue('k', {}, { maxAttempts: 1 });
+    await untilStatus(job.id, 'dead');
+    const { errors, lastError } = (await t.skiplock.getJob(job.id))!;
+    expect(lastError).toBe(long);
+    expect(errors.map((e) => e.error)).toEqual([`${'x'.repeat(4096)}… [truncated]`]);
+  });
+
   it("the sweeper's reclaim counts as a failed attempt", async () => {
     const job = await t.skiplock.enqueue('k', {});
     // A worker claimed it (attempt 1) and died long ago.

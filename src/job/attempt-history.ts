@@ -6,11 +6,22 @@
 /** Failed attempts kept per job: the newest this many (the SQL that appends keeps the same). */
 export const MAX_ATTEMPT_ERRORS = 20;
 
+/**
+ * Longest error text kept per entry, in characters; longer ones are cut with
+ * `… [truncated]` (the whole text of the last failure stays in `lastError`).
+ * Bounds the history at about 80 KB however long the stack traces.
+ */
+export const MAX_ATTEMPT_ERROR_CHARS = 4096;
+
 /** One failed attempt of a job. */
 export interface AttemptError {
   /** The attempt that failed (1 for the first run; counting restarts at a requeue). */
   attempt: number;
-  /** What the attempt failed with, as stored in `last_error` (the sweeper writes `reclaimed: visibility timeout`). */
+  /**
+   * What the attempt failed with, as `lastError` holds it, cut after
+   * {@link MAX_ATTEMPT_ERROR_CHARS} characters (`reclaimed: visibility timeout`
+   * for a lease the sweeper reclaimed).
+   */
   error: string;
   /** When the failure was recorded (database clock). */
   at: Date;
