@@ -114,7 +114,7 @@ export class ResultQueries {
     // 'failed' for a permanent error. The exponent is clamped at
     // BACKOFF_MAX_EXPONENT (job/backoff.ts) so power() stays finite. A delay in
     // $7 (the kind's backoff, computed by the worker) replaces the rule; NULL keeps it.
-    // The attempt joins the job's history (ATTEMPT_ERRORS).
+    // The attempt joins the job's history (appendAttemptError).
     this.#fail = statement(
       'fail',
       `UPDATE ${jobs} j
