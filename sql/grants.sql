@@ -40,11 +40,11 @@ GRANT SELECT ON TABLE :"schema".queues TO :"producer_role";
 GRANT SELECT, INSERT, UPDATE ON TABLE :"schema".queues TO :"worker_role";
 
 -- A producer that enqueues with onConflict 'replace' (debounce) rewrites the
--- payload, priority, run_at and max_attempts of a queued job holding the same
--- unique key. That takes the grant below, which also lets it lock job rows
--- (SELECT … FOR UPDATE), so it is not given by default; uncomment it if your
--- producers debounce:
--- GRANT UPDATE (payload, priority, run_at, max_attempts) ON TABLE :"schema".jobs TO :"producer_role";
+-- payload, priority, run_at and max_attempts (and whether it was given) of a
+-- queued job holding the same unique key. That takes the grant below, which
+-- also lets it lock job rows (SELECT … FOR UPDATE), so it is not given by
+-- default; uncomment it if your producers debounce:
+-- GRANT UPDATE (payload, priority, run_at, max_attempts, max_attempts_default) ON TABLE :"schema".jobs TO :"producer_role";
 
 -- Schedules: the producer creates, updates, lists and removes them; a worker's
 -- scheduler locks due schedules (SELECT … FOR UPDATE) and advances them.

@@ -14,18 +14,19 @@ afterAll(async () => {
 describe('migrator', () => {
   it('applies a migration numbered below one already applied, once, in order', async () => {
     const schema = 'late_migration';
-    const shipped = loadMigrations();
+    // The shipped migrations numbered ×10, so a late one fits between two of
+    // them (25: after 2, before 3) while each still finds what it builds on.
+    const shipped = loadMigrations().map((m) => ({ ...m, version: m.version * 10 }));
     const latest = shipped.at(-1)!.version;
-    const late: Migration = { version: 3, name: 'late', sql: 'CREATE TABLE late_marker (n int)' };
-    const withoutLate = shipped.filter((m) => m.version !== 3);
-    const withLate = [...withoutLate, late].sort((a, b) => a.version - b.version);
+    const late: Migration = { version: 25, name: 'late', sql: 'CREATE TABLE late_marker (n int)' };
+    const withLate = [...shipped, late].sort((a, b) => a.version - b.version);
 
-    const first = await migrate(db.pool, schema, withoutLate);
-    expect(first.applied).toEqual(withoutLate.map((m) => m.version));
+    const first = await migrate(db.pool, schema, shipped);
+    expect(first.applied).toEqual(shipped.map((m) => m.version));
     expect(first.version).toBe(latest);
 
     const second = await migrate(db.pool, schema, withLate);
-    expect(second).toEqual({ applied: [3], version: latest });
+    expect(second).toEqual({ applied: [25], version: latest });
     const rows = await db.query<{ version: number }>(
       'SELECT version FROM late_migration.migrations ORDER BY version',
     );

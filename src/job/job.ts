@@ -3,6 +3,7 @@
  * and a name must satisfy before they reach the database. Pure: no I/O.
  */
 import { ValidationError } from '../errors.js';
+import type { AttemptError } from './attempt-history.js';
 
 /** Every status a job can have (the jobs table's CHECK constraint). */
 export const JOB_STATUSES = ['queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled'] as const;
@@ -54,6 +55,13 @@ export interface JobRecord<Kind extends string = string, Payload = unknown> exte
   finishedAt: Date | null;
   /** When a cancel of this job was requested (set on every cancelled job, and on a running one until its worker ends it); null otherwise. */
   cancelRequestedAt: Date | null;
+  /**
+   * Its failed attempts, oldest first, the newest 20 kept: each attempt's
+   * number, error text, time and worker id. Requeue keeps them; a snooze or a
+   * release (shutdown) adds none; a lease reclaimed by the sweeper adds one.
+   * Empty when the job never failed.
+   */
+  errors: AttemptError[];
 }
 
 /** The job as handlers and producers see it, without the bookkeeping columns. */

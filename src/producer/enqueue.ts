@@ -8,6 +8,7 @@ import { type Queryable, withTransaction } from '../db/executor.js';
 import type { NewJob } from '../db/queries/insert.js';
 import type { JobQueries } from '../db/queries/jobs.js';
 import { ValidationError } from '../errors.js';
+import { DEFAULT_MAX_ATTEMPTS } from '../job/defaults.js';
 import { toJob } from '../job/job.js';
 import type { EnqueuedJob } from '../job/unique.js';
 import { parseOptions } from '../options.js';
@@ -117,7 +118,7 @@ async function insertPlain(
       priority: row.priority,
       runAt: db.runAt,
       attempts: 0,
-      maxAttempts: row.maxAttempts,
+      maxAttempts: row.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
       createdAt: db.createdAt,
       duplicate: false,
     };

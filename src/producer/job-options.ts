@@ -8,7 +8,7 @@ import { z } from 'zod';
 import type { Queryable } from '../db/executor.js';
 import type { NewJob } from '../db/queries/insert.js';
 import { ValidationError } from '../errors.js';
-import { DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE } from '../job/defaults.js';
+import { DEFAULT_QUEUE } from '../job/defaults.js';
 import { assertName, serializePayload } from '../job/job.js';
 import { toUniqueSpec, type UniqueOptions } from '../job/unique.js';
 import { int32, parseOptions, validDate } from '../options.js';
@@ -26,7 +26,10 @@ export interface JobOptions extends UniqueOptions {
   runAt?: Date;
   /** Milliseconds from now (database clock) before the job may run; ≥ 0. @default 0 */
   delayMs?: number;
-  /** Attempts before the dead letter; an integer ≥ 1. @default 20 */
+  /**
+   * Attempts before the dead letter; an integer ≥ 1. Given, it wins over the
+   * `maxAttempts` of the kind's handler. @default the handler's `maxAttempts`, else 20
+   */
   maxAttempts?: number;
 }
 
@@ -119,7 +122,8 @@ export function toNewJob(
     priority: options.priority ?? 0,
     runAt: options.runAt ?? null,
     delayMs: options.delayMs ?? null,
-    maxAttempts: options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
+    // Left out: null, so a kind's maxAttempts can apply (see NewJob.maxAttempts).
+    maxAttempts: options.maxAttempts ?? null,
   };
   if (
     options.uniqueKey !== undefined ||

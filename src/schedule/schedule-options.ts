@@ -4,7 +4,7 @@
  */
 import { z } from 'zod';
 import type { ScheduleRow } from '../db/queries/schedules.js';
-import { DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE } from '../job/defaults.js';
+import { DEFAULT_QUEUE } from '../job/defaults.js';
 import { assertName, serializePayload } from '../job/job.js';
 import { int32 } from '../options.js';
 import { type ClientOption, queryable } from '../producer/job-options.js';
@@ -21,7 +21,11 @@ export interface ScheduleOptions extends ClientOption {
   queue?: string;
   /** Priority of the jobs; a 32-bit integer, larger runs first. @default 0 */
   priority?: number;
-  /** Attempts of each job before the dead letter; an integer ≥ 1. @default 20 */
+  /**
+   * Attempts of each job before the dead letter; an integer ≥ 1. Left out, the
+   * jobs leave it out too (the `maxAttempts` of the kind's handler applies).
+   * @default the handler's `maxAttempts`, else 20
+   */
   maxAttempts?: number;
   /**
    * `'skip'`: no job for a slot while the schedule's previous job is queued or
@@ -97,7 +101,8 @@ export interface ValidSchedule {
   payloadJson: string;
   queue: string;
   priority: number;
-  maxAttempts: number;
+  /** null when not given (see `NewJob.maxAttempts`). */
+  maxAttempts: number | null;
   overlap: Overlap;
   catchUp: CatchUp;
   catchUpMs: number;
@@ -131,7 +136,7 @@ export function validateSchedule(
     payloadJson: serializePayload(payload, 'payload'),
     queue,
     priority: options.priority ?? 0,
-    maxAttempts: options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
+    maxAttempts: options.maxAttempts ?? null,
     overlap: options.overlap ?? 'skip',
     catchUp: options.catchUp ?? 'latest',
     catchUpMs: options.catchUpMs ?? 86_400_000,

@@ -80,7 +80,7 @@ async function enqueueSlots(
     priority: row.priority,
     runAt: slot,
     delayMs: null,
-    maxAttempts: row.max_attempts,
+    maxAttempts: row.max_attempts_default ? null : row.max_attempts,
   });
   if (row.overlap === 'skip') {
     // One job at a time: later slots of this turn would only be its duplicates.

@@ -22,7 +22,7 @@ import { SkiplockError } from '../errors.js';
 import { DEFAULT_VISIBILITY_TIMEOUT_MS } from '../job/defaults.js';
 import type { Job, JobMap, JobRecord } from '../job/job.js';
 import type { Skiplock } from '../skiplock.js';
-import { resolveHandlers } from '../worker/handler-definition.js';
+import { kindMaxAttemptsOf, kindRetryDelayMs, resolveHandlers } from '../worker/handler-definition.js';
 import type { Handlers } from '../worker/options.js';
 import { runJob } from '../worker/run-job.js';
 
@@ -82,6 +82,7 @@ export async function drain<Jobs extends JobMap>(
   const queries = new JobQueries(skiplock.schema);
   const pool = skiplock.pool;
   const byKind = resolveHandlers(handlers as Record<string, unknown>, 'handlers');
+  const kindMaxAttempts = kindMaxAttemptsOf(byKind);
   const kinds: string[] = options.kinds ?? [...byKind.keys()];
   const maxJobs = options.maxJobs ?? 10_000;
   const workerId = `skiplock-testing:${process.pid}:${randomBytes(4).toString('hex')}`;
@@ -99,6 +100,7 @@ export async function drain<Jobs extends JobMap>(
             workerId,
             visibilityTimeoutMs: DEFAULT_VISIBILITY_TIMEOUT_MS,
             prepared: false,
+            kindMaxAttempts,
           });
     if (claimed.length === 0) return result;
     for (const claim of claimed) {
@@ -116,7 +118,14 @@ export async function drain<Jobs extends JobMap>(
       } else {
         const [written] = await queries.results.fail(
           pool,
-          [{ ...claim, error: outcome.error, permanent: outcome.permanent }],
+          [
+            {
+              ...claim,
+              error: outcome.error,
+              permanent: outcome.permanent,
+              retryDelayMs: kindRetryDelayMs(handler, claim, outcome),
+            },
+          ],
           workerId,
         );
         result.failed++;

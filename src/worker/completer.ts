@@ -29,6 +29,8 @@ export interface FailureToWrite<T> {
   permanent: boolean;
   /** Set when the handler snoozed the job: milliseconds until it is due again. */
   snoozeDelayMs?: number | undefined;
+  /** Milliseconds until the retry, from the kind's backoff; undefined for the default rule. */
+  retryDelayMs?: number | undefined;
 }
 
 /** What the completer needs from its worker. */
@@ -168,6 +170,7 @@ export class Completer<T extends LeasedJob> {
           error: f.error,
           permanent: f.permanent,
           snoozeDelayMs: f.snoozeDelayMs,
+          retryDelayMs: f.retryDelayMs,
         })),
       );
       const byKey = new Map(outcomes.map((o) => [leaseKey(o), o]));

@@ -4,6 +4,7 @@
  * once, when the worker is made, into one shape the worker runs.
  */
 import { z } from 'zod';
+import type { KindMaxAttempts } from '../db/queries/claim.js';
 import { ValidationError } from '../errors.js';
 import type { Job } from '../job/job.js';
 import { assertName } from '../job/job.js';
@@ -143,4 +144,36 @@ export function retryDelayMsOf(backoff: Backoff | undefined, attempts: number): 
   return typeof delayMs === 'number' && Number.isFinite(delayMs) && delayMs >= 0
     ? Math.min(delayMs, 2_147_483_647)
     : undefined;
+}
+
+/**
+ * The retry delay of a failed attempt by its kind's `backoff`, in
+ * milliseconds; undefined (the default rule) when the kind gives none, and when
+ * no retry follows: a permanent error, a snooze, or the job's last attempt.
+ */
+export function kindRetryDelayMs(
+  handler: ResolvedHandler | undefined,
+  job: Pick<Job, 'attempts' | 'maxAttempts'>,
+  outcome: { permanent: boolean; snoozeDelayMs?: number | undefined },
+): number | undefined {
+  if (handler?.backoff === undefined || outcome.permanent || outcome.snoozeDelayMs !== undefined)
+    return undefined;
+  if (job.attempts >= job.maxAttempts) return undefined;
+  return retryDelayMsOf(handler.backoff, job.attempts);
+}
+
+/**
+ * The kinds whose handler gives `maxAttempts`, and theirs, side by side (for
+ * the claim); undefined when no handler gives one.
+ */
+export function kindMaxAttemptsOf(
+  handlers: ReadonlyMap<string, ResolvedHandler>,
+): KindMaxAttempts | undefined {
+  const policy = { kinds: [] as string[], maxAttempts: [] as number[] };
+  for (const [kind, handler] of handlers) {
+    if (handler.maxAttempts === undefined) continue;
+    policy.kinds.push(kind);
+    policy.maxAttempts.push(handler.maxAttempts);
+  }
+  return policy.kinds.length > 0 ? policy : undefined;
 }

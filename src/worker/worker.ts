@@ -22,7 +22,7 @@ import { EventReporter } from './event-reporter.js';
 import type { WorkerEvents } from './events.js';
 import { bufferedExecution, type Execution, Executions } from './executions.js';
 import { Fetcher } from './fetcher.js';
-import type { ResolvedHandler } from './handler-definition.js';
+import { kindMaxAttemptsOf, kindRetryDelayMs, type ResolvedHandler } from './handler-definition.js';
 import { Heartbeat } from './heartbeat.js';
 import { listenClientConfig, Notifier } from './notifier.js';
 import type { ResolvedWorkerOptions } from './options.js';
@@ -95,6 +95,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#events = new EventReporter(this, this.id);
     const { queries } = ctx;
     const kinds = [...options.handlers.keys()];
+    const kindMaxAttempts = kindMaxAttemptsOf(options.handlers);
     this.#pool = workerPool(ctx.clientConfig, options.statementTimeoutMs, options.sessionSettings);
     this.#prefetch = new PrefetchPolicy(options);
     const pool = this.#pool.pool;
@@ -109,6 +110,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
           workerId: this.id,
           visibilityTimeoutMs: options.visibilityTimeoutMs,
           prepared: options.preparedStatements,
+          kindMaxAttempts,
         }),
       dispatch: (jobs) => this.#dispatch(jobs),
       onError: (error) => this.#events.error(error, 'claim'),
@@ -277,6 +279,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
           error: outcome.error,
           permanent: outcome.permanent,
           snoozeDelayMs: outcome.snoozeDelayMs,
+          retryDelayMs: kindRetryDelayMs(this.#handlers.get(e.job.kind), e.job, outcome),
         });
     }
     this.#pump();

@@ -136,6 +136,10 @@ function describeJob(job: JobRecord): string {
     `finished_at   ${time(job.finishedAt)}`,
     `payload       ${JSON.stringify(job.payload)}`,
     `last_error    ${job.lastError ?? '-'}`,
+    `errors        ${job.errors.length === 0 ? '-' : `${job.errors.length} failed attempts, oldest first`}`,
+    ...job.errors.map(
+      (e) => `  #${e.attempt}  ${time(e.at)}  ${e.workerId ?? '-'}  ${firstLine(e.error) ?? ''}`,
+    ),
   ].join('\n');
 }
 

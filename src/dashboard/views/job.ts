@@ -9,6 +9,17 @@ import { html } from './html.js';
 import { jobActions } from './jobs.js';
 import { type Page, statusPill } from './layout.js';
 
+/** The failed attempts, newest first, each error's first line (the whole text on hover). */
+function attemptErrors(job: JobRecord) {
+  const rows = job.errors.toReversed().map(
+    (e) => html`<tr><td class="num">${e.attempt}</td><td class="nowrap">${formatTime(e.at)}</td>
+<td class="mono">${e.workerId ?? '—'}</td><td class="mono" title="${e.error}">${e.error.split('\n', 1)[0]!}</td></tr>`,
+  );
+  return html`<h2>Failed attempts</h2>
+<table class="jobs" data-field="errors"><thead><tr><th class="num">attempt</th><th>at</th><th>worker</th><th>error</th></tr></thead>
+<tbody>${rows}</tbody></table>`;
+}
+
 /** The job page; `archived` when the row was found in `jobs_archive`. */
 export function jobPage(d: Dashboard, csrfToken: string, job: JobRecord, archived: boolean): Page {
   const now = Date.now();
@@ -37,6 +48,7 @@ ${job.cancelRequestedAt ? html`<dt>cancel requested</dt><dd data-field="cancel-r
 ${archived || d.options.readOnly ? '' : html`<div class="actions">${jobActions(d, csrfToken, job, back)}</div>`}</div>
 <h2>Last error</h2>
 ${job.lastError === null ? html`<p class="muted">none</p>` : html`<pre class="error" data-field="last-error">${job.lastError}</pre>`}
+${job.errors.length === 0 ? '' : attemptErrors(job)}
 <h2>Payload</h2>
 <pre data-field="payload">${formatPayload(job.payload)}</pre>`,
   };

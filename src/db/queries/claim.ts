@@ -32,6 +32,18 @@ export interface ClaimRequest {
    * statements. @default true
    */
   prepared?: boolean;
+  /**
+   * Kinds whose handler gives `maxAttempts`, and theirs: a claimed job of such
+   * a kind whose producer left `maxAttempts` out takes the kind's. Absent, the
+   * claim leaves `max_attempts` as it is (and is the plain claim statement).
+   */
+  kindMaxAttempts?: KindMaxAttempts | undefined;
+}
+
+/** Kinds and their `maxAttempts`, side by side. */
+export interface KindMaxAttempts {
+  kinds: readonly string[];
+  maxAttempts: readonly number[];
 }
 
 interface ClaimRow {
@@ -47,17 +59,22 @@ interface ClaimRow {
   created_at: Date;
 }
 
-/** The claim statements: one queue, or any of several (two shapes, two statements). */
+/**
+ * The claim statements: one queue, or any of several (two shapes, two
+ * statements), each also in a variant that applies kinds' `maxAttempts`.
+ */
 export class ClaimQueries {
   readonly #one: Statement;
   readonly #any: Statement;
+  readonly #onePolicy: Statement;
+  readonly #anyPolicy: Statement;
 
   constructor(names: SchemaNames) {
     // Priority then age; only kinds the worker handles, so workers of different
     // versions share a queue without burning each other's attempts. The update
     // finds its rows by primary key (= ANY): joining the CTE instead lets a
     // generic plan, which guesses LIMIT at 10% of the table, hash the whole table.
-    const claim = (queueFilter: string) => `WITH picked AS (
+    const claim = (queueFilter: string, setMore = '') => `WITH picked AS (
          SELECT id FROM ${names.jobs}
          WHERE status = 'queued' AND ${queueFilter} AND run_at <= now() AND kind = ANY($5::text[])
          ORDER BY priority DESC, run_at
@@ -66,21 +83,26 @@ export class ClaimQueries {
        )
        UPDATE ${names.jobs} j
        SET status = 'running', locked_at = now(), attempts = j.attempts + 1, lease_seq = j.lease_seq + 1,
-           locked_by = $3, visibility_timeout_ms = $4
+           locked_by = $3, visibility_timeout_ms = $4${setMore}
        WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
        RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
                  j.lease_seq, j.created_at`;
     // Paused queues are skipped. Both filters are uncorrelated subqueries,
     // evaluated once per claim (one index probe per queue), not once per row.
-    this.#one = names.statement(
-      'claim',
-      claim(`queue = $1 AND NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = $1 AND q.paused)`),
-    );
-    this.#any = names.statement(
-      'claim_any',
-      claim(`queue = ANY(ARRAY(SELECT n FROM unnest($1::text[]) n
-                               WHERE NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = n AND q.paused)))`),
-    );
+    const one = `queue = $1 AND NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = $1 AND q.paused)`;
+    const any = `queue = ANY(ARRAY(SELECT n FROM unnest($1::text[]) n
+                               WHERE NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = n AND q.paused)))`;
+    this.#one = names.statement('claim', claim(one));
+    this.#any = names.statement('claim_any', claim(any));
+    // A job whose producer left max_attempts out takes its kind's ($6 kinds, $7
+    // their maxAttempts) at every claim, so the row holds the value its
+    // failures are judged by; a kind without one keeps the row's.
+    const policy = `,
+           max_attempts = CASE WHEN j.max_attempts_default
+                               THEN COALESCE(($7::int[])[array_position($6::text[], j.kind)], j.max_attempts)
+                               ELSE j.max_attempts END`;
+    this.#onePolicy = names.statement('claim_policy', claim(one, policy));
+    this.#anyPolicy = names.statement('claim_any_policy', claim(any, policy));
   }
 
   /**
@@ -92,13 +114,20 @@ export class ClaimQueries {
   async claim(pool: Pick<pg.Pool, 'query'>, request: ClaimRequest): Promise<ClaimedJob[]> {
     const single = request.queues.length === 1;
     const send = request.prepared === false ? run : runPrepared;
-    const { rows } = await send<ClaimRow>(pool, single ? this.#one : this.#any, [
+    const params: unknown[] = [
       single ? request.queues[0] : request.queues,
       request.limit,
       request.workerId,
       Math.round(request.visibilityTimeoutMs),
       request.kinds,
-    ]);
+    ];
+    const policy = request.kindMaxAttempts;
+    let statement = single ? this.#one : this.#any;
+    if (policy) {
+      statement = single ? this.#onePolicy : this.#anyPolicy;
+      params.push(policy.kinds, policy.maxAttempts);
+    }
+    const { rows } = await send<ClaimRow>(pool, statement, params);
     const jobs = new Array<ClaimedJob>(rows.length);
     for (let i = 0; i < rows.length; i++) {
       const r = rows[i]!;

@@ -33,16 +33,18 @@ export class UniqueInsertQueries {
 
   constructor(names: SchemaNames) {
     this.#channel = names.channel;
+    // A max_attempts left out (NULL) is the table's default, 20, marked as such.
     // NOT EXISTS spares an identity value for a key already held by a committed
     // job; ON CONFLICT settles the race with an uncommitted one (it waits for
     // that transaction, and inserts if it rolls back). Neither is a
     // check-then-insert: the unique index decides.
     this.#insert = names.statement(
       'insert_unique',
-      `INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts, unique_key, unique_states)
+      `INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts, max_attempts_default,
+                                  unique_key, unique_states)
        SELECT r.kind, r.queue, r.payload, r.priority,
-              COALESCE(r.run_at, now() + COALESCE(r.delay_ms, 0) * interval '1 millisecond'), r.max_attempts,
-              r.unique_key, r.unique_states::text[]
+              COALESCE(r.run_at, now() + COALESCE(r.delay_ms, 0) * interval '1 millisecond'),
+              COALESCE(r.max_attempts, 20), r.max_attempts IS NULL, r.unique_key, r.unique_states::text[]
        FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::int[], $5::timestamptz[], $6::float8[], $7::int[],
                    $8::text[], $9::text[])
             AS r(kind, queue, payload, priority, run_at, delay_ms, max_attempts, unique_key, unique_states)
@@ -61,7 +63,8 @@ export class UniqueInsertQueries {
            AS r(unique_key, replace, payload, priority, run_at, delay_ms, max_attempts)
        ), replaced AS (
          UPDATE ${names.jobs} j
-         SET payload = r.payload, priority = r.priority, max_attempts = r.max_attempts,
+         SET payload = r.payload, priority = r.priority, max_attempts = COALESCE(r.max_attempts, 20),
+             max_attempts_default = r.max_attempts IS NULL,
              run_at = COALESCE(r.run_at, now() + COALESCE(r.delay_ms, 0) * interval '1 millisecond')
          FROM r
          WHERE r.replace AND j.unique_lock = r.unique_key AND j.status = 'queued'

@@ -17,7 +17,12 @@ export interface NewJob {
   priority: number;
   runAt: Date | null;
   delayMs: number | null;
-  maxAttempts: number;
+  /**
+   * Attempts before the dead letter; null when the producer left it out: the
+   * row gets the table's default, 20, marked as a default
+   * (`max_attempts_default`), which a kind's `maxAttempts` replaces at the claim.
+   */
+  maxAttempts: number | null;
   /** The job's unique key; jobs with one go through {@link InsertQueries.unique}. */
   unique?: UniqueSpec | undefined;
 }
@@ -40,11 +45,13 @@ export class InsertQueries {
     // The payload arrives as JSON text, cast through text: a driver that
     // serialises jsonb parameters itself (postgres.js) would encode it twice.
     this.unique = new UniqueInsertQueries(names);
+    // A max_attempts left out (NULL) is the table's default, 20, marked as such.
     this.#one = names.statement(
       'insert_one',
-      `INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts)
+      `INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts, max_attempts_default)
        VALUES ($1, $2, $3::text::jsonb, $4,
-               COALESCE($5::timestamptz, now() + COALESCE($6::float8, 0) * interval '1 millisecond'), $7)
+               COALESCE($5::timestamptz, now() + COALESCE($6::float8, 0) * interval '1 millisecond'),
+               COALESCE($7::int, 20), $7::int IS NULL)
        RETURNING ${JOB_COLUMNS}`,
     );
     // Returns only what the database decided: the ids in input order, run_at
@@ -56,9 +63,10 @@ export class InsertQueries {
     this.#many = names.statement(
       'insert_many',
       `WITH inserted AS (
-         INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts)
+         INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts, max_attempts_default)
          SELECT r.kind, r.queue, r.payload::jsonb, r.priority,
-                COALESCE(r.run_at, now() + COALESCE(r.delay_ms, 0) * interval '1 millisecond'), r.max_attempts
+                COALESCE(r.run_at, now() + COALESCE(r.delay_ms, 0) * interval '1 millisecond'),
+                COALESCE(r.max_attempts, 20), r.max_attempts IS NULL
          FROM ROWS FROM (unnest($1::text[]), unnest($2::text[]), json_array_elements($3::text::json), unnest($4::int[]),
                          unnest($5::timestamptz[]), unnest($6::float8[]), unnest($7::int[]))
               WITH ORDINALITY AS r(kind, queue, payload, priority, run_at, delay_ms, max_attempts, ord)
@@ -94,7 +102,7 @@ export class InsertQueries {
     const priorities = new Array<number>(n);
     const runAts = new Array<Date | null>(n);
     const delays = new Array<number | null>(n);
-    const maxAttempts = new Array<number>(n);
+    const maxAttempts = new Array<number | null>(n);
     for (let i = 0; i < n; i++) {
       const j = jobs[i]!;
       kinds[i] = j.kind;

@@ -2,6 +2,7 @@
  * The jobs table as rows: the columns selected, the one mapping from snake_case
  * rows to records, and the lease a result is fenced by.
  */
+import { toAttemptErrors } from '../../job/attempt-history.js';
 import type { JobRecord, JobStatus } from '../../job/job.js';
 
 /** A job row as selected (snake_case, as PostgreSQL returns it). */
@@ -22,11 +23,13 @@ export interface JobRow {
   created_at: Date;
   finished_at: Date | null;
   cancel_requested_at: Date | null;
+  /** The failed attempts' JSON array; null until the first failure. */
+  errors: unknown;
 }
 
 /** Every column of {@link JobRow}, in one select list. */
 export const JOB_COLUMNS =
-  'id, queue, kind, payload, status, priority, run_at, attempts, max_attempts, locked_at, locked_by, lease_seq, last_error, created_at, finished_at, cancel_requested_at';
+  'id, queue, kind, payload, status, priority, run_at, attempts, max_attempts, locked_at, locked_by, lease_seq, last_error, created_at, finished_at, cancel_requested_at, errors';
 
 /** Maps a selected row to the camelCase record; the one place this mapping happens. */
 export function toJobRecord(row: JobRow): JobRecord {
@@ -47,6 +50,7 @@ export function toJobRecord(row: JobRow): JobRecord {
     lastError: row.last_error,
     finishedAt: row.finished_at,
     cancelRequestedAt: row.cancel_requested_at,
+    errors: toAttemptErrors(row.errors),
   };
 }
 

@@ -11,6 +11,7 @@ import type pg from 'pg';
 import type { JobStatus } from '../../job/job.js';
 import { run, type Statement } from '../executor.js';
 import { wakeUpQueuesSql } from '../wake-up.js';
+import { appendAttemptError } from './attempt-errors.js';
 import {
   AT,
   LEASE_FENCE,
@@ -33,6 +34,8 @@ export type SuccessPolicy = 'delete' | 'keep' | 'archive';
 export interface FailedJob extends LeasedJob {
   error: string;
   permanent: boolean;
+  /** Milliseconds until the retry, from the kind's backoff; undefined for the default rule. */
+  retryDelayMs?: number | undefined;
   /** Set when the handler snoozed the job (see snooze.ts); `fail` itself ignores it. */
   snoozeDelayMs?: number | undefined;
 }
@@ -98,16 +101,20 @@ export class ResultQueries {
          )
          INSERT INTO ${names.archive}
            (id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
-            locked_at, last_error, created_at, locked_by, lease_seq, visibility_timeout_ms, finished_at)
+            locked_at, last_error, created_at, locked_by, lease_seq, visibility_timeout_ms, finished_at,
+            max_attempts_default, errors)
          SELECT id, queue, kind, payload, 'succeeded', priority, run_at, attempts, max_attempts,
-                NULL, last_error, created_at, NULL, lease_seq, visibility_timeout_ms, now()
+                NULL, last_error, created_at, NULL, lease_seq, visibility_timeout_ms, now(),
+                max_attempts_default, errors
          FROM done
          RETURNING id, lease_seq`,
       ),
     };
     // Backoff with jitter on the database clock, dead letter after max_attempts,
     // 'failed' for a permanent error. The exponent is clamped at
-    // BACKOFF_MAX_EXPONENT (job/backoff.ts) so power() stays finite.
+    // BACKOFF_MAX_EXPONENT (job/backoff.ts) so power() stays finite. A delay in
+    // $7 (the kind's backoff, computed by the worker) replaces the rule; NULL keeps it.
+    // The attempt joins the job's history (appendAttemptError).
     this.#fail = statement(
       'fail',
       `UPDATE ${jobs} j
@@ -116,9 +123,11 @@ export class ResultQueries {
                          ELSE 'queued' END,
            locked_at = NULL, locked_by = NULL, last_error = ($5::text[])[${AT}],
            run_at = CASE WHEN ${PERMANENT} OR j.attempts >= j.max_attempts THEN j.run_at
-                         ELSE now() + least(interval '1 second' * power(2, least(j.attempts, 12)),
-                                            interval '1 hour') * (0.5 + random() * 0.5) END,
-           finished_at = CASE WHEN ${PERMANENT} OR j.attempts >= j.max_attempts THEN now() END
+                         ELSE now() + COALESCE(($7::float8[])[${AT}] * interval '1 millisecond',
+                                               least(interval '1 second' * power(2, least(j.attempts, 12)),
+                                                     interval '1 hour') * (0.5 + random() * 0.5)) END,
+           finished_at = CASE WHEN ${PERMANENT} OR j.attempts >= j.max_attempts THEN now() END,
+           errors = ${appendAttemptError(`($5::text[])[${AT}]`, '$4')}
        ${RESULT_FENCE}
        RETURNING j.id, j.attempts, j.lease_seq, j.status, j.queue,
                  GREATEST(0, EXTRACT(EPOCH FROM j.run_at - now()) * 1000)::float8 AS retry_delay_ms`,
@@ -184,6 +193,7 @@ export class ResultQueries {
       ...leaseParams(batch, workerId),
       batch.map((j) => j.error),
       batch.map((j) => j.permanent),
+      batch.map((j) => j.retryDelayMs ?? null),
     ]);
     return rows.map((r) => ({
       id: r.id,

@@ -16,6 +16,8 @@ export interface ScheduleRow {
   queue: string;
   priority: number;
   max_attempts: number;
+  /** max_attempts was not given: its jobs leave it out too. */
+  max_attempts_default: boolean;
   overlap: 'skip' | 'allow';
   catch_up: 'latest' | 'all' | 'none';
   catch_up_ms: string;
@@ -35,7 +37,8 @@ export interface NewSchedule {
   payloadJson: string;
   queue: string;
   priority: number;
-  maxAttempts: number;
+  /** null when not given: the row holds 20, marked as a default. */
+  maxAttempts: number | null;
   overlap: 'skip' | 'allow';
   catchUp: 'latest' | 'all' | 'none';
   catchUpMs: number;
@@ -43,7 +46,7 @@ export interface NewSchedule {
 }
 
 const COLUMNS =
-  'name, cron, timezone, kind, payload, queue, priority, max_attempts, overlap, catch_up, catch_up_ms, next_run_at, last_run_at, last_job_id, created_at, updated_at';
+  'name, cron, timezone, kind, payload, queue, priority, max_attempts, max_attempts_default, overlap, catch_up, catch_up_ms, next_run_at, last_run_at, last_job_id, created_at, updated_at';
 
 /** The statements of one schema's schedules table. */
 export class ScheduleQueries {
@@ -62,12 +65,13 @@ export class ScheduleQueries {
     // anything else keeps the slot it is waiting for.
     this.#upsert = names.statement(
       'schedule_upsert',
-      `INSERT INTO ${table} AS s (name, cron, timezone, kind, payload, queue, priority, max_attempts, overlap,
-                                  catch_up, catch_up_ms, next_run_at)
-       VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, $10, $11, $12)
+      `INSERT INTO ${table} AS s (name, cron, timezone, kind, payload, queue, priority, max_attempts,
+                                  max_attempts_default, overlap, catch_up, catch_up_ms, next_run_at)
+       VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, COALESCE($8::int, 20), $8::int IS NULL, $9, $10, $11, $12)
        ON CONFLICT (name) DO UPDATE
        SET cron = EXCLUDED.cron, timezone = EXCLUDED.timezone, kind = EXCLUDED.kind, payload = EXCLUDED.payload,
            queue = EXCLUDED.queue, priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts,
+           max_attempts_default = EXCLUDED.max_attempts_default,
            overlap = EXCLUDED.overlap, catch_up = EXCLUDED.catch_up, catch_up_ms = EXCLUDED.catch_up_ms,
            next_run_at = CASE WHEN s.cron = EXCLUDED.cron AND s.timezone = EXCLUDED.timezone
                               THEN s.next_run_at ELSE EXCLUDED.next_run_at END,

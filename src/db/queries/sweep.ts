@@ -2,10 +2,12 @@
  * The sweeper's statement: running jobs whose lease outlived their visibility
  * timeout go back to `queued`, or to `dead` when out of attempts, so a job
  * that kills its worker every time does not loop forever; one whose cancel
- * was requested ends `cancelled`.
+ * was requested ends `cancelled`. The reclaimed attempt joins the job's
+ * history of failed attempts.
  */
 import { type Queryable, run, type Statement } from '../executor.js';
 import { wakeUpQueuesSql } from '../wake-up.js';
+import { appendAttemptError } from './attempt-errors.js';
 import type { SchemaNames } from './schema-names.js';
 
 /** The sweep statement. */
@@ -30,7 +32,8 @@ export class SweepQueries {
                            WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'queued' END,
              locked_at = NULL, locked_by = NULL, last_error = 'reclaimed: visibility timeout',
              finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL OR j.attempts >= j.max_attempts
-                                THEN now() END
+                                THEN now() END,
+             errors = ${appendAttemptError("'reclaimed: visibility timeout'", 'j.locked_by')}
          WHERE j.id = ANY(ARRAY(SELECT id FROM expired))
          RETURNING j.id, j.queue, j.status
        ), woken AS (${wakeUpQueuesSql(names.wakeUp, '$3', 'sweep', "swept WHERE status = 'queued'")})
