@@ -351,3 +351,69 @@ describe('transactions and search_path', () => {
     ]);
   });
 });
+
+describe('SQL functions and per-kind policy, attempt history', () => {
+  it('enqueue without max_attempts lets the kind decide; with it, it wins', async () => {
+    const left = await enqueueSql(`'pk'`);
+    const given = await enqueueSql(`'pk', max_attempts => 20`);
+    const keyed = await enqueueSql(`'pk', unique_key => 'pk:1'`);
+    const rows = await t.query<{ id: string; max_attempts: number; max_attempts_default: boolean }>(
+      `SELECT id, max_attempts, max_attempts_default FROM ${t.jobs} ORDER BY id`,
+    );
+    expect(rows).toEqual([
+      { id: left, max_attempts: 20, max_attempts_default: true },
+      { id: given, max_attempts: 20, max_attempts_default: false },
+      { id: keyed, max_attempts: 20, max_attempts_default: true },
+    ]);
+    const worker = t.worker({
+      onSuccess: 'keep',
+      pollIntervalMs: 100,
+      handlers: { pk: { maxAttempts: 2, handle: () => {} } },
+    });
+    await worker.start();
+    await waitFor(async () => (await t.jobCount(`status = 'succeeded'`)) === 3, 10_000, 'the jobs to run');
+    const after = await t.query<{ id: string; max_attempts: number }>(
+      `SELECT id, max_attempts FROM ${t.jobs} ORDER BY id`,
+    );
+    expect(after).toEqual([
+      { id: left, max_attempts: 2 },
+      { id: given, max_attempts: 20 },
+      { id: keyed, max_attempts: 2 },
+    ]);
+  });
+
+  it('sweep records the reclaim in the attempt history and ends a cancel-requested job cancelled', async () => {
+    const plain = await enqueueSql(`'sw'`);
+    const asked = await enqueueSql(`'sw'`);
+    await t.query(
+      `UPDATE ${t.jobs} SET status = 'running', attempts = 1, locked_by = 'gone-worker',
+              locked_at = now() - interval '1 hour',
+              cancel_requested_at = CASE WHEN id = $1 THEN now() END`,
+      [asked],
+    );
+    const [swept] = await t.query<{ n: number }>(`SELECT ${fn('sweep')}(1000) AS n`);
+    expect(swept!.n).toBe(2);
+    const rows = await t.query<{
+      id: string;
+      status: string;
+      errors: { attempt: number; error: string; worker: string }[];
+    }>(`SELECT id, status, errors FROM ${t.jobs} ORDER BY id`);
+    expect(rows.map((r) => [r.id, r.status])).toEqual([
+      [plain, 'queued'],
+      [asked, 'cancelled'],
+    ]);
+    for (const r of rows) {
+      expect(r.errors).toEqual([
+        expect.objectContaining({
+          attempt: 1,
+          error: 'reclaimed: visibility timeout',
+          worker: 'gone-worker',
+        }),
+      ]);
+    }
+    const job = await t.skiplock.getJob(plain);
+    expect(job?.errors).toEqual([
+      { attempt: 1, error: 'reclaimed: visibility timeout', at: expect.any(Date), workerId: 'gone-worker' },
+    ]);
+  });
+});

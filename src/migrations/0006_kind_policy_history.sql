@@ -1,6 +1,6 @@
--- skiplock migration 8: per-kind attempt limits, and the history of failed attempts.
+-- skiplock migration 6: per-kind attempt limits, and the history of failed attempts.
 -- Runs with search_path set to the target schema (the migrator does this; with
--- psql: SET search_path TO skiplock; \i 0008_kind_policy_history.sql).
+-- psql: SET search_path TO skiplock; \i 0006_kind_policy_history.sql).
 
 -- true when the producer left max_attempts out: the row holds the default (20)
 -- until a worker whose handler gives its kind a maxAttempts claims it and sets

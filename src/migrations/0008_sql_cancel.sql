@@ -1,8 +1,8 @@
--- skiplock migration 6: the SQL functions catch up with the library. enqueue
+-- skiplock migration 8: the SQL functions catch up with the library. enqueue
 -- takes a unique key (and the statuses that hold it), cancel is new, and
 -- requeue takes cancelled jobs back as the library's does.
 -- Runs with search_path set to the target schema (the migrator does this; with
--- psql: SET search_path TO skiplock; \i 0006_sql_cancel.sql).
+-- psql: SET search_path TO skiplock; \i 0008_sql_cancel.sql).
 --
 -- As in migration 5: SECURITY INVOKER, search_path pinned to pg_catalog, this
 -- schema, pg_temp last; schema, channel and every parameter written qualified.
@@ -23,7 +23,9 @@ BEGIN
     ' pg_catalog.timestamptz, pg_catalog.int4)', s);
 
   -- enqueue: one job, the defaults of the jobs table; returns its id. NULL for
-  -- an optional argument means its default, as leaving it out does.
+  -- an optional argument means its default, as leaving it out does. Without
+  -- max_attempts the job takes its kind's maxAttempts from the handler that
+  -- claims it (else 20), as a library enqueue without it does.
   -- With unique_key, as the library's default (onConflict 'skip'): when a job
   -- holds the key, nothing is inserted and that job's id is returned.
   -- unique_states are the statuses in which the job holds its key (default
@@ -35,7 +37,7 @@ BEGIN
       queue         text        DEFAULT 'default',
       priority      int         DEFAULT 0,
       run_at        timestamptz DEFAULT now(),
-      max_attempts  int         DEFAULT 20,
+      max_attempts  int         DEFAULT NULL,
       unique_key    text        DEFAULT NULL,
       unique_states text[]      DEFAULT NULL
     ) RETURNS bigint
@@ -53,13 +55,14 @@ BEGIN
         IF enqueue.unique_states IS NOT NULL THEN
           RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'unique_states: needs a unique_key';
         END IF;
-        INSERT INTO %1$I.jobs (kind, payload, queue, priority, run_at, max_attempts)
+        INSERT INTO %1$I.jobs (kind, payload, queue, priority, run_at, max_attempts, max_attempts_default)
         VALUES (enqueue.kind,
                 COALESCE(enqueue.payload, '{}'),
                 COALESCE(enqueue.queue, 'default'),
                 COALESCE(enqueue.priority, 0),
                 COALESCE(enqueue.run_at, now()),
-                COALESCE(enqueue.max_attempts, 20))
+                COALESCE(enqueue.max_attempts, 20),
+                enqueue.max_attempts IS NULL)
         RETURNING id INTO job_id;
         RETURN job_id;
       END IF;
@@ -93,13 +96,15 @@ BEGIN
       -- uncommitted one), else read the holder. Each runs on a fresh snapshot
       -- (read committed), so a holder that finished in between is retried.
       FOR i IN 1..20 LOOP
-        INSERT INTO %1$I.jobs (kind, payload, queue, priority, run_at, max_attempts, unique_key, unique_states)
+        INSERT INTO %1$I.jobs (kind, payload, queue, priority, run_at, max_attempts, max_attempts_default,
+                               unique_key, unique_states)
         SELECT enqueue.kind,
                COALESCE(enqueue.payload, '{}'),
                COALESCE(enqueue.queue, 'default'),
                COALESCE(enqueue.priority, 0),
                COALESCE(enqueue.run_at, now()),
                COALESCE(enqueue.max_attempts, 20),
+               enqueue.max_attempts IS NULL,
                enqueue.unique_key,
                states
         WHERE NOT EXISTS (SELECT 1 FROM %1$I.jobs h WHERE h.unique_lock = enqueue.unique_key)
@@ -221,5 +226,50 @@ BEGIN
       FROM hit;
     END
     $body$, s, 'skiplock:' || s));
+
+  -- sweep: as the library's sweeper. A reclaimed job whose cancel was
+  -- requested ends cancelled; the reclaim is recorded in the job's attempt
+  -- history (newest 20) like a failed attempt. Same signature as before.
+  EXECUTE pg_catalog.format($f$
+    CREATE OR REPLACE FUNCTION %1$I.sweep(default_visibility_timeout_ms int DEFAULT 300000)
+    RETURNS int
+    LANGUAGE sql
+    VOLATILE
+    SECURITY INVOKER
+    SET search_path = %2$s
+    AS %3$L $f$, s, path, pg_catalog.format($body$
+      WITH locked AS (
+        SELECT pg_try_advisory_xact_lock(hashtextextended(%3$L, 0)) AS locked
+      ), expired AS (
+        SELECT id FROM %1$I.jobs
+        WHERE (SELECT locked FROM locked)
+          AND status = 'running'
+          AND locked_at < now() - COALESCE(visibility_timeout_ms, sweep.default_visibility_timeout_ms)
+                                  * interval '1 millisecond'
+        ORDER BY locked_at
+        LIMIT 1000
+        FOR UPDATE SKIP LOCKED
+      ), swept AS (
+        UPDATE %1$I.jobs j
+        SET status = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                          WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'queued' END,
+            locked_at = NULL, locked_by = NULL, last_error = 'reclaimed: visibility timeout',
+            finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL OR j.attempts >= j.max_attempts
+                               THEN now() END,
+            errors = jsonb_path_query_array(
+                       COALESCE(j.errors, '[]'::jsonb)
+                         || jsonb_build_array(jsonb_build_object(
+                              'attempt', j.attempts, 'error', 'reclaimed: visibility timeout',
+                              'at', now(), 'worker', j.locked_by)),
+                       '$[last-19 to last]')
+        WHERE j.id = ANY(ARRAY(SELECT id FROM expired))
+        RETURNING j.queue, j.status
+      ), woken AS (
+        SELECT %1$I.wake_up(%2$L, 'sweep', q.queue, 0)
+        FROM (SELECT DISTINCT queue FROM swept WHERE status = 'queued') q
+      )
+      -- woken is read so that it runs.
+      SELECT s.n FROM (SELECT count(*)::int AS n FROM swept) s, (SELECT count(*) FROM woken) w
+    $body$, s, 'skiplock:' || s, 'skiplock:sweep:' || s));
 END
 $migration$;
