@@ -1,7 +1,8 @@
 /**
  * Giving jobs back: held jobs (buffered, or running on stop) return to `queued`
- * without charging the attempt. Retried with backoff until a deadline; past it
- * the sweeper gives them back after the visibility timeout.
+ * without charging the attempt, or end `cancelled` when their cancel was
+ * requested. Retried with backoff until a deadline; past it the sweeper gives
+ * them back after the visibility timeout.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { translateError } from '../db/executor.js';
@@ -13,11 +14,12 @@ import { loopBackoffMs } from './loop-backoff.js';
 /** What releasing needs. */
 export interface ReleaseRequest {
   jobs: Execution[];
-  /** Sends the release statement; returns the lease keys it released. */
-  release(): Promise<Set<string>>;
+  /** Sends the release statement; returns the lease keys it released, with what each job became. */
+  release(): Promise<Map<string, 'queued' | 'cancelled'>>;
   /** Give up after this many milliseconds. */
   deadlineMs: number;
-  onReleased(e: Execution): void;
+  /** `status`: `cancelled` for a job whose cancel was requested, else `queued`. */
+  onReleased(e: Execution, status: 'queued' | 'cancelled'): void;
   onError(error: SkiplockError): void;
 }
 
@@ -27,7 +29,10 @@ export async function releaseJobs(request: ReleaseRequest): Promise<void> {
   for (let attempt = 0; ; attempt++) {
     try {
       const released = await request.release();
-      for (const e of request.jobs) if (released.has(leaseKey(e))) request.onReleased(e);
+      for (const e of request.jobs) {
+        const status = released.get(leaseKey(e));
+        if (status) request.onReleased(e, status);
+      }
       return;
     } catch (error) {
       request.onError(translateError(error));

@@ -124,8 +124,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
       wakeAfter: (delayMs) => this.#fetcher.wakeAfter(delayMs),
       onBatchWritten: () => this.#fetcher.slotFreed(),
     });
-    this.#cancellation = new Cancellation(this.#executions, options.queues, (taken, reason) => {
-      void this.#release(taken, 10_000, reason === 'cancel' ? 'job:cancelled' : 'job:released');
+    this.#cancellation = new Cancellation(this.#executions, options.queues, (taken) => {
+      void this.#release(taken, 10_000);
     });
     this.#heartbeat = new Heartbeat<Execution>({
       intervalMs: options.heartbeatIntervalMs,
@@ -302,19 +302,24 @@ export class Worker extends EventEmitter<WorkerEvents> {
     if (expired.length > 0) void this.#release(expired);
   }
 
-  async #release(
-    executions: Execution[],
-    deadlineMs = 10_000,
-    event: 'job:released' | 'job:cancelled' = 'job:released',
-  ): Promise<void> {
+  /** Gives held jobs back; each is reported `job:released`, or `job:cancelled` when its cancel was requested. */
+  async #release(executions: Execution[], deadlineMs = 10_000): Promise<void> {
     const held = executions.filter((e) => e.state === 'buffered' || e.state === 'running');
+    // A started job whose cancel was requested keeps its attempt; a buffered one never ran.
+    const leases = held.map((e) => ({
+      id: e.id,
+      attempts: e.attempts,
+      leaseSeq: e.leaseSeq,
+      started: e.state === 'running',
+    }));
     for (const e of held) e.state = 'released';
     if (held.length === 0) return;
     await releaseJobs({
-      release: () => this.#ctx.queries.results.release(this.#pool.pool, held, this.id),
+      release: () => this.#ctx.queries.results.releaseWithStatus(this.#pool.pool, leases, this.id),
       jobs: held,
       deadlineMs,
-      onReleased: (e) => this.#events.emit(event, e.job),
+      onReleased: (e, status) =>
+        this.#events.emit(status === 'cancelled' ? 'job:cancelled' : 'job:released', e.job),
       onError: (error) => this.#events.error(error, 'release'),
     });
   }

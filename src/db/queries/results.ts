@@ -16,6 +16,7 @@ import {
   AT,
   LEASE_FENCE,
   type LeasedJob,
+  leaseKey,
   leaseKeys,
   leaseParams,
   newestLeasePerJob,
@@ -56,6 +57,11 @@ export interface LeaseState {
   lockedBy: string | null;
   queue: string;
   retryDelayMs: number;
+}
+
+/** A lease to give back; `started`: its handler ran (a cancelled one then keeps its attempt). */
+export interface ReleasedJob extends LeasedJob {
+  started?: boolean;
 }
 
 /** What a heartbeat found: the lease keys still held, and those of them whose cancel was requested. */
@@ -139,19 +145,22 @@ export class ResultQueries {
        RETURNING j.id, j.lease_seq, j.cancel_requested_at IS NOT NULL AS cancel_requested`,
     );
     // Gives jobs back without charging the attempt, and wakes other workers for
-    // them; a job whose cancel was requested ends `cancelled` instead.
+    // them; a job whose cancel was requested ends `cancelled` instead, charged
+    // when its handler had started ($6), as every cancel of a running job is.
     this.#release = statement(
       'release',
       `WITH released AS (
          UPDATE ${jobs} j
          SET status = CASE WHEN j.cancel_requested_at IS NULL THEN 'queued' ELSE 'cancelled' END,
-             locked_at = NULL, locked_by = NULL, attempts = j.attempts - 1,
+             locked_at = NULL, locked_by = NULL,
+             attempts = CASE WHEN j.cancel_requested_at IS NOT NULL AND ($6::bool[])[${AT}]
+                             THEN j.attempts ELSE j.attempts - 1 END,
              run_at = CASE WHEN j.cancel_requested_at IS NULL THEN now() ELSE j.run_at END,
              finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL THEN now() END
          ${LEASE_FENCE}
          RETURNING j.id, j.lease_seq, j.queue, j.status
        ), woken AS (${wakeUpQueuesSql(names.wakeUp, '$5', 'release', "released WHERE status = 'queued'")})
-       SELECT r.id, r.lease_seq, (SELECT count(*) FROM woken) AS woken FROM released r`,
+       SELECT r.id, r.lease_seq, r.status, (SELECT count(*) FROM woken) AS woken FROM released r`,
     );
     this.#leaseStates = statement(
       'lease_states',
@@ -224,13 +233,30 @@ export class ResultQueries {
     return { held: leaseKeys(rows), cancelRequested: leaseKeys(rows.filter((r) => r.cancel_requested)) };
   }
 
-  /** Gives leased jobs back to `queued` without charging the attempt; returns the released lease keys. */
-  async release(pool: Pool, jobs: readonly LeasedJob[], workerId: string): Promise<Set<string>> {
-    const { rows } = await run<{ id: string; lease_seq: string }>(pool, this.#release, [
-      ...leaseParams(newestLeasePerJob(jobs), workerId),
-      this.#channel,
-    ]);
-    return leaseKeys(rows);
+  /**
+   * Gives leased jobs back to `queued` without charging the attempt (a job
+   * whose cancel was requested ends `cancelled`); returns the released lease keys.
+   */
+  async release(pool: Pool, jobs: readonly ReleasedJob[], workerId: string): Promise<Set<string>> {
+    return new Set((await this.releaseWithStatus(pool, jobs, workerId)).keys());
+  }
+
+  /**
+   * Gives leased jobs back like {@link release}; returns what each released
+   * lease key ended as: `queued`, or `cancelled` when its cancel was requested.
+   */
+  async releaseWithStatus(
+    pool: Pool,
+    jobs: readonly ReleasedJob[],
+    workerId: string,
+  ): Promise<Map<string, 'queued' | 'cancelled'>> {
+    const batch = newestLeasePerJob(jobs);
+    const { rows } = await run<{ id: string; lease_seq: string; status: 'queued' | 'cancelled' }>(
+      pool,
+      this.#release,
+      [...leaseParams(batch, workerId), this.#channel, batch.map((j) => j.started === true)],
+    );
+    return new Map(rows.map((r) => [leaseKey({ id: r.id, leaseSeq: r.lease_seq }), r.status]));
   }
 
   /**

@@ -204,14 +204,19 @@ export function useChaosDatabase(): TestContext {
   return t;
 }
 
-/** The tables the handlers write their effect to: one row per job, and one per delivery. */
+/**
+ * The tables the handlers write their effect to: one row per job, and one per
+ * delivery (`at`: when the row was written, database clock; `started_at`: when
+ * the sleeping handler started, the worker process's clock, the same machine's).
+ */
 export async function createEffectTables(db: Pick<pg.Pool, 'query'>, schema: string): Promise<void> {
   const { effects, deliveries } = effectTables(schema);
   await db.query(`
     CREATE TABLE IF NOT EXISTS ${effects} (job_id bigint PRIMARY KEY, deliveries int NOT NULL);
     CREATE TABLE IF NOT EXISTS ${deliveries} (
       job_id bigint NOT NULL, attempt int NOT NULL, pid int NOT NULL,
-      at timestamptz NOT NULL DEFAULT clock_timestamp()
+      at timestamptz NOT NULL DEFAULT clock_timestamp(),
+      started_at timestamptz
     );
   `);
 }

@@ -15,6 +15,14 @@ export interface WorkerProcessConfig {
   shutdownTimeoutMs: number;
   onSuccess: 'delete' | 'keep' | 'archive';
   handleSignals: boolean;
+  /** Extra kinds handled by the sleeping handler (payload {@link SleepPayload}). */
+  sleepKinds?: string[];
+}
+
+/** Payload of a sleeping kind: record the delivery, then sleep `ms`, honouring the signal when `cooperative`. */
+export interface SleepPayload {
+  ms: number;
+  cooperative: boolean;
 }
 
 /** Parent → child: settle a blocked handler. */
@@ -26,7 +34,7 @@ export type ChildMessage =
   | { type: 'listen' }
   | { type: 'started'; id: string; attempts: number }
   | { type: 'finish:unknown'; id: string }
-  | JobMessage<'job:start' | 'job:success' | 'job:stale' | 'job:released' | 'lease:lost'>
+  | JobMessage<'job:start' | 'job:success' | 'job:stale' | 'job:released' | 'job:cancelled' | 'lease:lost'>
   | { type: 'job:failure'; id: string; attempts: number; status: string }
   | { type: 'sweep'; requeued: number; dead: number }
   | { type: 'error'; source: string; code: string; message: string }

@@ -10,12 +10,15 @@
  * - `block`: records the delivery, reports `started`, then waits for the
  *   parent's `finish` message (or, when `payload.cooperative`, for its signal).
  * - `poison`: kills its own process with SIGKILL, every time.
+ * - each of `config.sleepKinds`: records the delivery with its start time,
+ *   then sleeps `payload.ms`, honouring the signal when `payload.cooperative`.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import { PermanentError, Skiplock } from '../../../src/index.js';
+import { type Job, PermanentError, Skiplock } from '../../../src/index.js';
 import { LISTEN, STOP, SWEEP } from '../../support/events.js';
 import { tableIn } from '../../support/sql.js';
-import type { ChildMessage, ParentMessage, WorkerProcessConfig } from './protocol.js';
+import type { ChildMessage, ParentMessage, SleepPayload, WorkerProcessConfig } from './protocol.js';
 
 const config = JSON.parse(process.env.CHAOS_CONFIG ?? '{}') as WorkerProcessConfig;
 
@@ -48,14 +51,16 @@ process.on('message', (message: ParentMessage) => {
 const effectsTable = tableIn(config.schema, 'chaos_effects');
 const deliveriesTable = tableIn(config.schema, 'chaos_deliveries');
 
-async function recordDelivery(jobId: string, attempt: number): Promise<void> {
+/** `startedAt`: when the handler started (epoch ms), for scenarios that check start times. */
+async function recordDelivery(jobId: string, attempt: number, startedAt?: number): Promise<void> {
   await effects.query(
     `WITH effect AS (
        INSERT INTO ${effectsTable} AS e (job_id, deliveries) VALUES ($1, 1)
        ON CONFLICT (job_id) DO UPDATE SET deliveries = e.deliveries + 1
      )
-     INSERT INTO ${deliveriesTable} (job_id, attempt, pid) VALUES ($1, $2, $3)`,
-    [jobId, attempt, process.pid],
+     INSERT INTO ${deliveriesTable} (job_id, attempt, pid, started_at)
+     VALUES ($1, $2, $3, to_timestamp($4::float8 / 1000))`,
+    [jobId, attempt, process.pid, startedAt ?? null],
   );
 }
 
@@ -64,6 +69,14 @@ type Jobs = {
   block: { cooperative?: boolean };
   poison: Record<string, never>;
 };
+
+/** The handler of the sleeping kinds; one that ignores its signal sleeps on after a cancel. */
+async function sleeper(job: Job, { signal }: { signal: AbortSignal }): Promise<void> {
+  const startedAt = Date.now();
+  await recordDelivery(job.id, job.attempts, startedAt);
+  const { ms, cooperative } = job.payload as SleepPayload;
+  await sleep(ms, undefined, cooperative ? { signal } : {});
+}
 
 const skiplock = new Skiplock<Jobs>({ pool, schema: config.schema });
 const worker = skiplock.worker({
@@ -95,6 +108,7 @@ const worker = skiplock.worker({
     poison: () => {
       process.kill(process.pid, 'SIGKILL');
     },
+    ...Object.fromEntries((config.sleepKinds ?? []).map((kind) => [kind, sleeper])),
   },
 });
 
@@ -106,6 +120,7 @@ worker.on('job:failure', (job, _error, outcome) =>
 );
 worker.on('job:stale', (job) => send({ type: 'job:stale', id: job.id, attempts: job.attempts }));
 worker.on('job:released', (job) => send({ type: 'job:released', id: job.id, attempts: job.attempts }));
+worker.on('job:cancelled', (job) => send({ type: 'job:cancelled', id: job.id, attempts: job.attempts }));
 worker.on('lease:lost', (job) => send({ type: 'lease:lost', id: job.id, attempts: job.attempts }));
 worker.on(SWEEP, (result) => send({ type: 'sweep', requeued: result.requeued, dead: result.dead }));
 worker.on('error', (error, source) =>
