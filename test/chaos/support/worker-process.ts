@@ -10,6 +10,9 @@
  * - `block`: records the delivery, reports `started`, then waits for the
  *   parent's `finish` message (or, when `payload.cooperative`, for its signal).
  * - `poison`: kills its own process with SIGKILL, every time.
+ * - `txn_effect` (transactional): inserts (job id, attempt, pid) into
+ *   `chaos_txn_effects` on the job's transaction, which has no unique key: a
+ *   second commit of a job's effect would show as a second row.
  */
 import pg from 'pg';
 import { PermanentError, Skiplock } from '../../../src/index.js';
@@ -46,6 +49,7 @@ process.on('message', (message: ParentMessage) => {
 });
 
 const effectsTable = tableIn(config.schema, 'chaos_effects');
+const txnEffectsTable = tableIn(config.schema, 'chaos_txn_effects');
 const deliveriesTable = tableIn(config.schema, 'chaos_deliveries');
 
 async function recordDelivery(jobId: string, attempt: number): Promise<void> {
@@ -63,6 +67,7 @@ type Jobs = {
   effect: Record<string, unknown>;
   block: { cooperative?: boolean };
   poison: Record<string, never>;
+  txn_effect: Record<string, unknown>;
 };
 
 const skiplock = new Skiplock<Jobs>({ pool, schema: config.schema });
@@ -94,6 +99,18 @@ const worker = skiplock.worker({
     },
     poison: () => {
       process.kill(process.pid, 'SIGKILL');
+    },
+    txn_effect: {
+      transactional: true,
+      handle: async (job, { client }) => {
+        await client.query(`INSERT INTO ${txnEffectsTable} (job_id, attempt, pid) VALUES ($1, $2, $3)`, [
+          job.id,
+          job.attempts,
+          process.pid,
+        ]);
+        // Widen the window between the insert and COMMIT, where a SIGKILL must leave nothing behind.
+        await new Promise((resolve) => setTimeout(resolve, Math.random() * 4));
+      },
     },
   },
 });
