@@ -111,9 +111,13 @@ export interface TransactionalHandlerDefinition<Kind extends string, Payload> ex
   handle: TransactionalHandler<Kind, Payload>;
 }
 
-/** A handler as given in `handlers`: a function, or a definition with defaults, or a transactional one. */
+/**
+ * A handler as given in `handlers`: a function, or a definition with defaults,
+ * or a transactional one.
+ */
 export type HandlerEntry<Kind extends string, Payload> =
-  | Handler<Kind, Payload>
+  // `transactional?: undefined` on the function lets TypeScript tell a definition without `transactional` from a transactional one.
+  | (Handler<Kind, Payload> & { transactional?: undefined })
   | HandlerDefinition<Kind, Payload>
   | TransactionalHandlerDefinition<Kind, Payload>;
 
