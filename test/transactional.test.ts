@@ -27,6 +27,16 @@ beforeEach(async () => {
   await t.query(`CREATE TABLE ${effects()} (job_id bigint NOT NULL, note text)`);
 });
 
+/** A deferred constraint trigger on the effects table that runs `body` (PL/pgSQL) at COMMIT. */
+async function deferredTrigger(body: string): Promise<void> {
+  const fn = tableIn(t.schema, 'txn_at_commit');
+  await t.query(`
+    CREATE FUNCTION ${fn}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN ${body}; RETURN NULL; END $$;
+    CREATE CONSTRAINT TRIGGER at_commit AFTER INSERT ON ${effects()}
+      DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ${fn}();
+  `);
+}
+
 /** A handler that inserts its effect row, then runs `then` (inside the transaction). */
 function inserting(then: (jobId: string) => unknown = () => {}): TransactionalHandler<string, unknown> {
   return async (job, { client }) => {
@@ -260,6 +270,42 @@ describe('transactional handlers', () => {
          AND datname = current_database() AND pid <> pg_backend_pid()`,
     );
     expect(pooled!.n).toBe(0);
+  });
+
+  it('roll back when COMMIT refuses (a deferred constraint), and write the failure', async () => {
+    await deferredTrigger(`RAISE EXCEPTION 'rejected at commit'`);
+    const w = worker(inserting());
+    await w.start();
+    const failed = nextEvent(w, 'job:failure');
+    const job = await t.skiplock.enqueue('txn', {}, { queue: 'txn' });
+    const [, thrown, outcome] = await failed;
+    expect((thrown as Error).message).toContain('rejected at commit');
+    expect(outcome.status).toBe('queued');
+    expect(await effectRows(job.id)).toBe(0);
+    expect(await t.row(job.id)).toMatchObject({ status: 'queued', attempts: 1, locked_by: null });
+  });
+
+  it('tell from the row whether a COMMIT whose answer was lost committed: here it did, once', async () => {
+    // COMMIT runs the trigger past the worker's deadline: the worker drops the connection, the server commits.
+    await deferredTrigger('PERFORM pg_sleep(0.8)');
+    const w = worker(inserting(), { onSuccess: 'keep', statementTimeoutMs: 300 });
+    const errors: string[] = [];
+    w.on('error', (error, source) => errors.push(`${source}: ${error.message}`));
+    const reported = Promise.race([
+      nextEvent(w, 'job:success').then(() => 'success'),
+      nextEvent(w, 'job:stale').then(() => 'stale'),
+      nextEvent(w, 'job:failure').then(() => 'failure'),
+    ]);
+    await w.start();
+    const job = await t.skiplock.enqueue('txn', {}, { queue: 'txn' });
+    // The worker's read of the row waited for the COMMIT to end, and found the job completed.
+
+    expect(await reported).toBe('success');
+    // Then the worker's read may itself wait past the deadline for the COMMIT's lock: it reads again.
+    expect(errors[0]).toBe('complete: COMMIT did not answer within 300 ms');
+    for (const error of errors.slice(1)) expect(error).toBe('complete: Query read timeout');
+    expect(await effectRows(job.id)).toBe(1);
+    expect(await t.row(job.id)).toMatchObject({ status: 'succeeded', attempts: 1, locked_by: null });
   });
 
   it('are refused unless `transactional` is a boolean', () => {

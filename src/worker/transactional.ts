@@ -20,11 +20,12 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
-import { translateError } from '../db/executor.js';
+import { isTransient, translateError } from '../db/executor.js';
 import { HeldTransaction } from '../db/held-transaction.js';
 import { leaseKey } from '../db/queries/job-row.js';
 import type { JobQueries } from '../db/queries/jobs.js';
 import type { LeaseState, SuccessPolicy } from '../db/queries/results.js';
+import { SettledLeaseQueries } from '../db/queries/settled-lease.js';
 import type { EventReporter } from './event-reporter.js';
 import type { Execution } from './executions.js';
 import type { TransactionalHandler } from './handler-definition.js';
@@ -46,6 +47,7 @@ export interface WorkerSide {
 interface TransactionalDeps extends WorkerSide {
   /** The transactional handlers' pool: one connection per slot. */
   pool: pg.Pool;
+  settledLease: SettledLeaseQueries;
   onSuccess: SuccessPolicy;
   /** Deadline of BEGIN, the completion, COMMIT and ROLLBACK, in milliseconds. */
   statementTimeoutMs: number;
@@ -73,7 +75,11 @@ export class TransactionalAttempts {
     if (![...options.handlers.values()].some((h) => h.transactional)) return undefined;
     const { concurrency, statementTimeoutMs, sessionSettings, onSuccess } = options;
     const pool = transactionPool(clientConfig, concurrency, statementTimeoutMs, sessionSettings);
-    return new TransactionalAttempts({ ...side, pool: pool.pool, onSuccess, statementTimeoutMs }, pool);
+    const settledLease = new SettledLeaseQueries(side.queries.names);
+    return new TransactionalAttempts(
+      { ...side, pool: pool.pool, settledLease, onSuccess, statementTimeoutMs },
+      pool,
+    );
   }
 
   /** Runs one attempt (see {@link runTransactional}). */
@@ -92,7 +98,7 @@ export class TransactionalAttempts {
 }
 
 /** Reads of where a job stands after a lost COMMIT answer before the sweeper is left to settle it. */
-const LEASE_STATE_TRIES = 5;
+const LEASE_STATE_TRIES = 10;
 
 /**
  * Runs one transactional attempt of the running execution `e`.
@@ -170,8 +176,10 @@ async function commitAttempt(
   try {
     await tx.commit();
   } catch (error) {
-    deps.events.error(translateError(error), 'complete');
-    return afterLostCommit(deps, e, error);
+    // A refusal (a deferred constraint) is the handler's failure; a lost answer is the worker's error too.
+    const translated = translateError(error);
+    if (isTransient(translated)) deps.events.error(translated, 'complete');
+    return afterLostCommit(deps, e, translated);
   }
   reportSuccess(deps.events, e);
   return null;
@@ -188,7 +196,10 @@ async function cancelOrStale(deps: TransactionalDeps, e: Execution): Promise<voi
   }
 }
 
-/** COMMIT's answer was lost: reads where the job stands to tell whether the transaction committed. */
+/**
+ * COMMIT's answer was lost: reads where the job stands, once the COMMIT (if
+ * the server got it) ended, to tell whether the transaction committed.
+ */
 async function afterLostCommit(
   deps: TransactionalDeps,
   e: Execution,
@@ -197,7 +208,7 @@ async function afterLostCommit(
   for (let tries = 1; ; tries++) {
     let state: LeaseState | undefined;
     try {
-      [state] = await deps.queries.results.leaseStates(deps.workerPool, [e.id]);
+      state = await deps.settledLease.settledState(deps.workerPool, e.id);
     } catch (error) {
       deps.events.error(translateError(error), 'complete');
       // Unknown: a job left running is reclaimed by the sweeper after the visibility timeout.
