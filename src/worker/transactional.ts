@@ -127,9 +127,13 @@ async function runTransactional(
     try {
       await tx.begin();
     } catch (error) {
-      return failure(error);
+      return failure(signal.aborted ? signal.reason : error);
     }
-    if (signal.aborted) onAbort();
+    // Cancelled, stopped or reclaimed while the transaction opened: the handler does not start.
+    if (signal.aborted) {
+      onAbort();
+      return failure(signal.reason);
+    }
     const { client } = tx;
     const outcome = await runJob(
       (job, context) => handle(job, { signal: context.signal, client }),
