@@ -308,6 +308,25 @@ describe('transactional handlers', () => {
     expect(await t.row(job.id)).toMatchObject({ status: 'succeeded', attempts: 1, locked_by: null });
   });
 
+  it('commit follow-up jobs enqueued on the client with the job, or not at all', async () => {
+    let fail = true;
+    const w = worker(async (job, { client }) => {
+      await t.skiplock.enqueue('follow_up', { after: job.id }, { client, queue: 'later' });
+      if (fail) throw new Error('not yet');
+    });
+    await w.start();
+    const failed = nextEvent(w, 'job:failure');
+    const job = await t.skiplock.enqueue('txn', {}, { queue: 'txn' });
+    await failed;
+    expect(await t.jobCount("kind = 'follow_up'")).toBe(0);
+    fail = false;
+    const succeeded = nextEvent(w, 'job:success');
+    await t.query(`UPDATE ${t.jobs} SET run_at = now() WHERE id = $1`, [job.id]);
+    await succeeded;
+    const followUps = await t.query(`SELECT status, payload FROM ${t.jobs} WHERE kind = 'follow_up'`);
+    expect(followUps).toEqual([{ status: 'queued', payload: { after: job.id } }]);
+  });
+
   it('are refused unless `transactional` is a boolean', () => {
     let thrown: unknown;
     try {
