@@ -12,7 +12,8 @@
  *   transaction rolls back; the job is ended `cancelled` when its cancel was
  *   requested, else reported stale;
  * - COMMIT's answer is lost: where the job stands tells whether it committed,
- *   as the completer reads it for its own lost answers.
+ *   as the completer tells for its own lost answers, read once that COMMIT
+ *   ended (the read waits for the row's lock).
  *
  * When the signal fires the handler may still be running, so its connection
  * is dropped at once: the server rolls the transaction back, and the handler's
