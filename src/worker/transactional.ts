@@ -52,6 +52,8 @@ interface TransactionalDeps extends WorkerSide {
   onSuccess: SuccessPolicy;
   /** Deadline of BEGIN, the completion, COMMIT and ROLLBACK, in milliseconds. */
   statementTimeoutMs: number;
+  /** The worker closed its pools: reads after a lost COMMIT answer stop (the sweeper settles the job). */
+  closed: boolean;
 }
 
 /** A worker's transactional attempts and the pool they run on. */
@@ -78,7 +80,7 @@ export class TransactionalAttempts {
     const pool = transactionPool(clientConfig, concurrency, statementTimeoutMs, sessionSettings);
     const settledLease = new SettledLeaseQueries(side.queries.names);
     return new TransactionalAttempts(
-      { ...side, pool: pool.pool, settledLease, onSuccess, statementTimeoutMs },
+      { ...side, pool: pool.pool, settledLease, onSuccess, statementTimeoutMs, closed: false },
       pool,
     );
   }
@@ -94,6 +96,7 @@ export class TransactionalAttempts {
 
   /** Closes the pool within `timeoutMs` (see {@link WorkerPool.close}). */
   close(timeoutMs: number): Promise<void> {
+    this.#deps.closed = true;
     return this.#pool.close(timeoutMs);
   }
 }
@@ -217,7 +220,7 @@ async function afterLostCommit(
     } catch (error) {
       deps.events.error(translateError(error), 'complete');
       // Unknown: a job left running is reclaimed by the sweeper after the visibility timeout.
-      if (tries >= LEASE_STATE_TRIES) return null;
+      if (tries >= LEASE_STATE_TRIES || deps.closed) return null;
       await sleep(loopBackoffMs(tries - 1));
       continue;
     }
