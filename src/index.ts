@@ -54,6 +54,9 @@ export type {
   HandlerPolicy,
   Handlers,
   SuccessPolicy,
+  TransactionalHandler,
+  TransactionalHandlerContext,
+  TransactionalHandlerDefinition,
   WorkerOptions,
 } from './worker/options.js';
 export { Worker } from './worker/worker.js';

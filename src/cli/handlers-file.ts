@@ -2,7 +2,7 @@
  * Loads the module given to `skiplock worker --handlers FILE`: an ES module
  * (`.js`, `.mjs`) or TypeScript (`.ts`, `.mts`, through the optional package
  * `tsx`), whose default export maps kinds to handlers (functions, or definitions
- * `{ handle, maxAttempts, timeoutMs, backoff }`).
+ * `{ handle, maxAttempts, timeoutMs, backoff }`, or `{ transactional: true, handle }`).
  */
 import { accessSync, constants, statSync } from 'node:fs';
 import { resolve } from 'node:path';

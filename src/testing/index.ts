@@ -25,6 +25,7 @@ import type { Skiplock } from '../skiplock.js';
 import { kindMaxAttemptsOf, kindRetryDelayMs, resolveHandlers } from '../worker/handler-definition.js';
 import type { Handlers } from '../worker/options.js';
 import { runJob } from '../worker/run-job.js';
+import { drainTransactional } from './drain-transactional.js';
 
 /** Which jobs {@link drain} runs. */
 export interface DrainOptions<Jobs extends JobMap = JobMap> {
@@ -110,9 +111,22 @@ export async function drain<Jobs extends JobMap>(
       }
       const { leaseSeq: _lease, ...job } = claim;
       const handler = byKind.get(job.kind);
-      const outcome = await runJob(handler?.handle, job, new AbortController(), handler?.timeoutMs);
+      const onSuccess = options.onSuccess ?? 'delete';
+      const outcome = handler?.transactional
+        ? await drainTransactional(
+            pool,
+            queries,
+            claim,
+            job,
+            handler.handle,
+            handler.timeoutMs,
+            workerId,
+            onSuccess,
+          )
+        : await runJob(handler?.handle, job, new AbortController(), handler?.timeoutMs);
       if (outcome.ok) {
-        await queries.results.complete(pool, [claim], workerId, options.onSuccess ?? 'delete');
+        // A transactional handler's job was completed in its transaction.
+        if (!handler?.transactional) await queries.results.complete(pool, [claim], workerId, onSuccess);
         result.succeeded++;
         result.jobs.push({ job, status: 'succeeded' });
       } else {

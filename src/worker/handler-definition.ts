@@ -1,8 +1,11 @@
 /**
  * Handlers as users declare them: a bare function, or an object that also
- * gives its kind defaults (`maxAttempts`, `timeoutMs`, `backoff`). Resolved
- * once, when the worker is made, into one shape the worker runs.
+ * gives its kind defaults (`maxAttempts`, `timeoutMs`, `backoff`), or a
+ * transactional handler (`transactional: true`) that runs in a transaction
+ * the job's completion commits with. Resolved once, when the worker is made,
+ * into one shape the worker runs.
  */
+import type pg from 'pg';
 import { z } from 'zod';
 import type { KindMaxAttempts } from '../db/queries/claim.js';
 import { ValidationError } from '../errors.js';
@@ -59,24 +62,76 @@ export interface HandlerPolicy {
 
 /** A handler declared with its kind's defaults. */
 export interface HandlerDefinition<Kind extends string, Payload> extends HandlerPolicy {
+  /** Not transactional: the handler's writes are its own business. @default false */
+  transactional?: false | undefined;
   /** Performs one job. */
   handle: Handler<Kind, Payload>;
 }
 
-/** A handler as given in `handlers`: a function, or a definition with defaults. */
+/** What a transactional handler gets besides the job. */
+export interface TransactionalHandlerContext extends HandlerContext {
+  /**
+   * A connection of the worker's, inside the transaction that the job's
+   * completion commits with. Run the handler's writes on it. Do not release
+   * it, and do not send BEGIN, COMMIT or ROLLBACK (SAVEPOINTs are fine; a
+   * `SET TRANSACTION ISOLATION LEVEL …` as its first statement is too): the
+   * worker ends the transaction. It is closed once `signal` fires.
+   */
+  client: pg.PoolClient;
+}
+
+/** The function that performs jobs of one kind inside the job's transaction. */
+export type TransactionalHandler<Kind extends string, Payload> = (
+  job: Job<Kind, Payload>,
+  context: TransactionalHandlerContext,
+) => unknown;
+
+/**
+ * A handler whose database writes commit together with its job's completion.
+ * The worker opens a transaction on a connection of its own, runs `handle`
+ * with it, and completes the job (fenced by its lease, by the `onSuccess`
+ * policy) in the same transaction before COMMIT. When the handler throws,
+ * times out, is cancelled or stopped, or the lease was lost, the transaction
+ * rolls back: its writes vanish with the attempt. Writes elsewhere (HTTP
+ * calls, other connections) are still at-least-once.
+ *
+ * @example
+ * handlers: {
+ *   charge_order: {
+ *     transactional: true,
+ *     handle: async (job, { client }) => {
+ *       await client.query('UPDATE orders SET charged = true WHERE id = $1', [job.payload.orderId]);
+ *     },
+ *   },
+ * }
+ */
+export interface TransactionalHandlerDefinition<Kind extends string, Payload> extends HandlerPolicy {
+  /** Run `handle` in the transaction the job's completion commits with. */
+  transactional: true;
+  /** Performs one job on the transaction's `client`. */
+  handle: TransactionalHandler<Kind, Payload>;
+}
+
+/**
+ * A handler as given in `handlers`: a function, or a definition with defaults,
+ * or a transactional one.
+ */
 export type HandlerEntry<Kind extends string, Payload> =
-  | Handler<Kind, Payload>
-  | HandlerDefinition<Kind, Payload>;
+  // `transactional?: undefined` on the function lets TypeScript tell a definition without `transactional` from a transactional one.
+  | (Handler<Kind, Payload> & { transactional?: undefined })
+  | HandlerDefinition<Kind, Payload>
+  | TransactionalHandlerDefinition<Kind, Payload>;
 
 /** A handler after validation: its function and its kind's defaults. */
-export interface ResolvedHandler extends HandlerPolicy {
-  handle: Handler<string, unknown>;
-}
+export type ResolvedHandler =
+  | (HandlerPolicy & { transactional: false; handle: Handler<string, unknown> })
+  | (HandlerPolicy & { transactional: true; handle: TransactionalHandler<string, unknown> });
 
 const definitionSchema = z.strictObject({
   handle: z.custom<Handler<string, unknown>>((v) => typeof v === 'function', {
     error: 'must be a function',
   }),
+  transactional: z.boolean({ error: 'must be a boolean' }).optional(),
   maxAttempts: integerInRange(1, 2_147_483_647).optional(),
   timeoutMs: z
     .number({ error: 'must be a number of milliseconds' })
@@ -113,17 +168,22 @@ export function resolveHandlers(
   for (const [kind, entry] of Object.entries(handlers)) {
     assertName(kind, `${field} key`);
     if (typeof entry === 'function') {
-      resolved.set(kind, { handle: entry as Handler<string, unknown> });
+      resolved.set(kind, { transactional: false, handle: entry as Handler<string, unknown> });
       continue;
     }
     if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) {
       throw new ValidationError(
         `${field}.${kind}`,
-        'must be a function or { handle, maxAttempts, timeoutMs, backoff }',
+        'must be a function or { handle, transactional, maxAttempts, timeoutMs, backoff }',
       );
     }
-    const parsed = parseOptions(definitionSchema, entry, `${field}.${kind}`);
-    resolved.set(kind, parsed);
+    const { transactional, ...parsed } = parseOptions(definitionSchema, entry, `${field}.${kind}`);
+    resolved.set(
+      kind,
+      transactional === true
+        ? { ...parsed, transactional: true, handle: parsed.handle as TransactionalHandler<string, unknown> }
+        : { ...parsed, transactional: false },
+    );
   }
   return resolved;
 }

@@ -23,6 +23,9 @@ export type {
   HandlerDefinition,
   HandlerEntry,
   HandlerPolicy,
+  TransactionalHandler,
+  TransactionalHandlerContext,
+  TransactionalHandlerDefinition,
 } from './handler-definition.js';
 
 /** Handlers by kind, typed by the kind → payload map. */

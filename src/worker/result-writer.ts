@@ -34,14 +34,7 @@ export function resultWriter(deps: ResultWriterDeps): Completer<Execution> {
     leaseStates: (ids) => queries.results.leaseStates(pool, ids),
     workerId,
     successLeavesRow: deps.onSuccess === 'keep',
-    onSuccess: (e) => {
-      if (!events.heard('job:success')) return;
-      const startedAt = performance.timeOrigin + e.startedAt;
-      events.emit('job:success', e.job, {
-        durationMs: performance.now() - e.startedAt,
-        waitMs: Math.max(0, startedAt - e.job.runAt.getTime()),
-      });
-    },
+    onSuccess: (e) => reportSuccess(events, e),
     onFailure: (failure, outcome) => {
       if (outcome.status === 'queued') deps.wakeAfter(outcome.retryDelayMs);
       if (failure.snoozeDelayMs !== undefined) {
@@ -58,6 +51,16 @@ export function resultWriter(deps: ResultWriterDeps): Completer<Execution> {
     onStale: (e) => events.emit('job:stale', e.job),
     onBatchWritten: deps.onBatchWritten,
     onError: (error) => events.error(error, 'complete'),
+  });
+}
+
+/** Emits `job:success` for a job whose success was committed. */
+export function reportSuccess(events: EventReporter, e: Execution): void {
+  if (!events.heard('job:success')) return;
+  const startedAt = performance.timeOrigin + e.startedAt;
+  events.emit('job:success', e.job, {
+    durationMs: performance.now() - e.startedAt,
+    waitMs: Math.max(0, startedAt - e.job.runAt.getTime()),
   });
 }
 

@@ -7,7 +7,8 @@
  * (`idle_in_transaction_session_timeout`), every statement has a client-side
  * deadline, and closing the pool never waits past its own deadline: connections
  * that do not answer are destroyed (their leases expire and the sweeper
- * reclaims the jobs).
+ * reclaims the jobs). Transactional handlers run on a pool of their own
+ * ({@link transactionPool}).
  */
 import pg from 'pg';
 
@@ -34,19 +35,37 @@ export function workerPool(
   statementTimeoutMs: number,
   sessionSettings = true,
 ): WorkerPool {
-  const options = [
-    config.options,
-    ...(sessionSettings ? ['-c synchronous_commit=off', '-c idle_in_transaction_session_timeout=60000'] : []),
-  ]
-    .filter(Boolean)
-    .join(' ');
-  const pool = new pg.Pool({
-    ...config,
-    ...(options ? { options } : {}),
-    max: WORKER_POOL_SIZE,
-    query_timeout: statementTimeoutMs,
+  return openPool(
+    config,
+    sessionSettings ? ['-c synchronous_commit=off', '-c idle_in_transaction_session_timeout=60000'] : [],
+    { max: WORKER_POOL_SIZE, query_timeout: statementTimeoutMs, connectionTimeoutMillis: statementTimeoutMs },
+  );
+}
+
+/**
+ * Opens the pool of transactional handlers, beside the worker's own so that a
+ * slot holding a connection for its handler's run never starves claims,
+ * results or heartbeats: one connection per slot (`concurrency`). Its commits
+ * wait for the WAL flush as the server is configured (the handler's writes are
+ * the application's data), and its statements have no client-side deadline
+ * (the handler's own queries are bounded by the job's timeout; the worker
+ * bounds its BEGIN, completion and COMMIT itself).
+ */
+export function transactionPool(
+  config: pg.ClientConfig,
+  concurrency: number,
+  statementTimeoutMs: number,
+  sessionSettings = true,
+): WorkerPool {
+  return openPool(config, sessionSettings ? ['-c idle_in_transaction_session_timeout=60000'] : [], {
+    max: concurrency,
     connectionTimeoutMillis: statementTimeoutMs,
   });
+}
+
+function openPool(config: pg.ClientConfig, settings: string[], poolConfig: pg.PoolConfig): WorkerPool {
+  const options = [config.options, ...settings].filter(Boolean).join(' ');
+  const pool = new pg.Pool({ ...config, ...(options ? { options } : {}), ...poolConfig });
   const clients = new Set<pg.Client>();
   pool.on('connect', (client) => clients.add(client));
   pool.on('remove', (client) => clients.delete(client));

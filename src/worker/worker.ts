@@ -32,6 +32,7 @@ import { resultWriter } from './result-writer.js';
 import { type RunOutcome, runJob } from './run-job.js';
 import { deafListenerWarning, serverWarnings } from './server-check.js';
 import { forgetOnSignals, stopOnSignals } from './signals.js';
+import { TransactionalAttempts } from './transactional.js';
 import { settlesWithin, type WorkerPool, workerPool } from './worker-pool.js';
 
 /** What a worker needs from its Skiplock. */
@@ -71,6 +72,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   #deaf = false;
   readonly #maintainer: Maintainer;
   readonly #pool: WorkerPool;
+  /** Runs transactional handlers on connections of their own (made only when one is declared). */
+  readonly #transactional: TransactionalAttempts | undefined;
   #bufferTimer: NodeJS.Timeout | undefined;
   readonly #events: EventReporter;
   readonly #prefetch: PrefetchPolicy;
@@ -114,6 +117,12 @@ export class Worker extends EventEmitter<WorkerEvents> {
         }),
       dispatch: (jobs) => this.#dispatch(jobs),
       onError: (error) => this.#events.error(error, 'claim'),
+    });
+    this.#transactional = TransactionalAttempts.forWorker(ctx.clientConfig, options, {
+      workerPool: pool,
+      queries,
+      workerId: this.id,
+      events: this.#events,
     });
     this.#completer = resultWriter({
       queries,
@@ -206,7 +215,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     } catch (error) {
       this.#state = 'stopped';
       this.#ctx.onStop(this);
-      await this.#pool.close(1_000);
+      await this.#closePools(1_000);
       throw error instanceof SchemaVersionError ? error : translateError(error);
     }
     this.#state = 'running';
@@ -258,19 +267,25 @@ export class Worker extends EventEmitter<WorkerEvents> {
       this.#prefetch.started(e.startedAt);
       if (this.#events.heard('job:start')) this.#events.emit('job:start', e.job);
       const handler = this.#handlers.get(e.job.kind);
+      const timeoutMs = handler?.timeoutMs ?? jobTimeoutMs;
       void currentExecution
-        .run(e, () => runJob(handler?.handle, e.job, e.controller!, handler?.timeoutMs ?? jobTimeoutMs))
+        .run(e, () =>
+          handler?.transactional
+            ? this.#transactional!.run(e, handler.handle, timeoutMs)
+            : runJob(handler?.handle, e.job, e.controller!, timeoutMs),
+        )
         .then((outcome) => this.#settle(e, outcome));
     }
   }
 
-  #settle(e: Execution, outcome: RunOutcome): void {
+  /** A handler settled; `outcome` null: a transactional attempt settled and reported its result itself. */
+  #settle(e: Execution, outcome: RunOutcome | null): void {
     this.#prefetch.finished(performance.now() - e.startedAt);
     const lost = e.state === 'lost';
     const released = e.state === 'released';
     this.#executions.finish(e);
     if (lost) this.#events.emit('job:stale', e.job);
-    else if (!released) {
+    else if (!released && outcome !== null) {
       if (outcome.ok) this.#completer.succeeded(e);
       else
         this.#completer.failed({
@@ -356,7 +371,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     if (before !== 'running') {
       this.#resolveHandlersDone();
       // Never started, or its start failed (and closed the pool already).
-      if (before !== 'stopped') await this.#pool.close(1_000);
+      if (before !== 'stopped') await this.#closePools(1_000);
       this.#state = 'stopped';
       forgetOnSignals(this);
       return;
@@ -385,11 +400,15 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#events.quiet = remaining() === 0;
     await this.#notifier.stop(Math.max(100, graceLeft()));
     this.#events.quiet = true;
-    await this.#pool.close(Math.max(100, graceLeft()));
+    await this.#closePools(Math.max(100, graceLeft()));
     this.#state = 'stopped';
     forgetOnSignals(this);
     this.#ctx.onStop(this);
     this.#events.emit('worker:stop');
+  }
+
+  async #closePools(timeoutMs: number): Promise<void> {
+    await Promise.all([this.#pool.close(timeoutMs), this.#transactional?.close(timeoutMs)]);
   }
 
   /** Warns once about server settings that defeat the jobs table's design. */

@@ -12,6 +12,9 @@
  * - `poison`: kills its own process with SIGKILL, every time.
  * - each of `config.sleepKinds`: records the delivery with its start time,
  *   then sleeps `payload.ms`, honouring the signal when `payload.cooperative`.
+ * - `txn_effect` (transactional): inserts (job id, attempt, pid) into
+ *   `chaos_txn_effects` on the job's transaction, which has no unique key: a
+ *   second commit of a job's effect would show as a second row.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
@@ -49,6 +52,7 @@ process.on('message', (message: ParentMessage) => {
 });
 
 const effectsTable = tableIn(config.schema, 'chaos_effects');
+const txnEffectsTable = tableIn(config.schema, 'chaos_txn_effects');
 const deliveriesTable = tableIn(config.schema, 'chaos_deliveries');
 
 /** `startedAt`: when the handler started (epoch ms), for scenarios that check start times. */
@@ -68,6 +72,7 @@ type Jobs = {
   effect: Record<string, unknown>;
   block: { cooperative?: boolean };
   poison: Record<string, never>;
+  txn_effect: Record<string, unknown>;
 };
 
 /** The handler of the sleeping kinds; one that ignores its signal sleeps on after a cancel. */
@@ -109,6 +114,18 @@ const worker = skiplock.worker({
       process.kill(process.pid, 'SIGKILL');
     },
     ...Object.fromEntries((config.sleepKinds ?? []).map((kind) => [kind, sleeper])),
+    txn_effect: {
+      transactional: true,
+      handle: async (job, { client }) => {
+        await client.query(`INSERT INTO ${txnEffectsTable} (job_id, attempt, pid) VALUES ($1, $2, $3)`, [
+          job.id,
+          job.attempts,
+          process.pid,
+        ]);
+        // Widen the window between the insert and COMMIT, where a SIGKILL must leave nothing behind.
+        await new Promise((resolve) => setTimeout(resolve, Math.random() * 4));
+      },
+    },
   },
 });
 
