@@ -12,6 +12,8 @@ import type { SchemaNames } from './schema-names.js';
 /** A claimed job as its handler sees it, plus the lease number its result is fenced by. */
 export interface ClaimedJob extends Job {
   leaseSeq: string;
+  /** The job's stored `trace_context` (null when none); only when the request asked for it. */
+  traceContext?: unknown;
 }
 
 /** What to claim, and for whom. */
@@ -32,6 +34,8 @@ export interface ClaimRequest {
    * statements. @default true
    */
   prepared?: boolean;
+  /** Also return each job's `trace_context` (tracing on). @default false */
+  traceContext?: boolean;
 }
 
 interface ClaimRow {
@@ -45,19 +49,22 @@ interface ClaimRow {
   max_attempts: number;
   lease_seq: string;
   created_at: Date;
+  trace_context?: unknown;
 }
 
 /** The claim statements: one queue, or any of several (two shapes, two statements). */
 export class ClaimQueries {
   readonly #one: Statement;
   readonly #any: Statement;
+  readonly #oneTraced: Statement;
+  readonly #anyTraced: Statement;
 
   constructor(names: SchemaNames) {
     // Priority then age; only kinds the worker handles, so workers of different
     // versions share a queue without burning each other's attempts. The update
     // finds its rows by primary key (= ANY): joining the CTE instead lets a
     // generic plan, which guesses LIMIT at 10% of the table, hash the whole table.
-    const claim = (queueFilter: string) => `WITH picked AS (
+    const claim = (queueFilter: string, traceColumn = '') => `WITH picked AS (
          SELECT id FROM ${names.jobs}
          WHERE status = 'queued' AND ${queueFilter} AND run_at <= now() AND kind = ANY($5::text[])
          ORDER BY priority DESC, run_at
@@ -69,18 +76,17 @@ export class ClaimQueries {
            locked_by = $3, visibility_timeout_ms = $4
        WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
        RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
-                 j.lease_seq, j.created_at`;
+                 j.lease_seq, j.created_at${traceColumn}`;
     // Paused queues are skipped. Both filters are uncorrelated subqueries,
     // evaluated once per claim (one index probe per queue), not once per row.
-    this.#one = names.statement(
-      'claim',
-      claim(`queue = $1 AND NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = $1 AND q.paused)`),
-    );
-    this.#any = names.statement(
-      'claim_any',
-      claim(`queue = ANY(ARRAY(SELECT n FROM unnest($1::text[]) n
-                               WHERE NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = n AND q.paused)))`),
-    );
+    const one = `queue = $1 AND NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = $1 AND q.paused)`;
+    const any = `queue = ANY(ARRAY(SELECT n FROM unnest($1::text[]) n
+                               WHERE NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = n AND q.paused)))`;
+    this.#one = names.statement('claim', claim(one));
+    this.#any = names.statement('claim_any', claim(any));
+    // With tracing on, statements of their own also return the trace context.
+    this.#oneTraced = names.statement('claim_traced', claim(one, ', j.trace_context'));
+    this.#anyTraced = names.statement('claim_any_traced', claim(any, ', j.trace_context'));
   }
 
   /**
@@ -92,7 +98,14 @@ export class ClaimQueries {
   async claim(pool: Pick<pg.Pool, 'query'>, request: ClaimRequest): Promise<ClaimedJob[]> {
     const single = request.queues.length === 1;
     const send = request.prepared === false ? run : runPrepared;
-    const { rows } = await send<ClaimRow>(pool, single ? this.#one : this.#any, [
+    const statement = request.traceContext
+      ? single
+        ? this.#oneTraced
+        : this.#anyTraced
+      : single
+        ? this.#one
+        : this.#any;
+    const { rows } = await send<ClaimRow>(pool, statement, [
       single ? request.queues[0] : request.queues,
       request.limit,
       request.workerId,
@@ -115,6 +128,8 @@ export class ClaimQueries {
         leaseSeq: r.lease_seq,
       };
     }
+    if (request.traceContext)
+      for (let i = 0; i < rows.length; i++) jobs[i]!.traceContext = rows[i]!.trace_context;
     return jobs;
   }
 }

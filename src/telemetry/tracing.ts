@@ -1,0 +1,166 @@
+/**
+ * OpenTelemetry tracing through `@opentelemetry/api` only: an `enqueue` span
+ * (PRODUCER) around each enqueue call, whose context is stored with its jobs in
+ * `trace_context`, and a `process` span (CONSUMER) around each handler attempt,
+ * a child of the stored context, active while the handler runs. Spans go to
+ * the globally registered tracer provider, and the context is written and read
+ * by the globally registered propagator (an SDK's default: W3C trace context
+ * and baggage); without them, nothing is recorded or stored.
+ *
+ * `@opentelemetry/api` is an optional peer dependency: it is loaded only when
+ * tracing is turned on, and a missing install is reported with the command
+ * that fixes it.
+ */
+import type * as OpenTelemetry from '@opentelemetry/api';
+import type { Attributes, Span, Tracer } from '@opentelemetry/api';
+import type { NewJob } from '../db/queries/insert.js';
+import { MissingDependencyError } from '../errors.js';
+import type { Job } from '../job/job.js';
+import type { RunOutcome } from '../worker/run-job.js';
+
+type Api = typeof OpenTelemetry;
+
+/** Span attribute names (OpenTelemetry messaging conventions; skiplock's own under `messaging.skiplock`). */
+const ATTR = {
+  system: 'messaging.system',
+  operationName: 'messaging.operation.name',
+  operationType: 'messaging.operation.type',
+  destination: 'messaging.destination.name',
+  messageId: 'messaging.message.id',
+  batchCount: 'messaging.batch.message_count',
+  errorType: 'error.type',
+  kind: 'messaging.skiplock.job.kind',
+  attempt: 'messaging.skiplock.job.attempt',
+  maxAttempts: 'messaging.skiplock.job.max_attempts',
+  duplicate: 'messaging.skiplock.job.duplicate',
+  snoozeDelayMs: 'messaging.skiplock.job.snooze_delay_ms',
+} as const;
+
+/** The `enqueue` and `process` spans of one Skiplock. */
+export class JobTracing {
+  readonly #api: Api;
+  readonly #tracer: Tracer;
+
+  constructor(api: Api) {
+    this.#api = api;
+    // A tracer from the global provider follows a provider registered later.
+    this.#tracer = api.trace.getTracer('skiplock');
+  }
+
+  /**
+   * Runs `insert` inside an `enqueue` span (a child of the active context) and
+   * gives `jobs` the span's propagation fields, to be stored in
+   * `trace_context`. A single job's id becomes `messaging.message.id`.
+   */
+  async enqueue<T extends { id: string; duplicate: boolean }>(
+    jobs: readonly NewJob[],
+    insert: () => Promise<T[]>,
+  ): Promise<T[]> {
+    const api = this.#api;
+    const first = jobs[0]!;
+    const attributes: Attributes = {
+      [ATTR.system]: 'skiplock',
+      [ATTR.operationName]: 'enqueue',
+      [ATTR.operationType]: 'send',
+    };
+    // A batch of one queue or kind says so; a mixed batch names neither.
+    if (jobs.every((j) => j.queue === first.queue)) attributes[ATTR.destination] = first.queue;
+    if (jobs.every((j) => j.kind === first.kind)) attributes[ATTR.kind] = first.kind;
+    if (jobs.length > 1) attributes[ATTR.batchCount] = jobs.length;
+    const span = this.#tracer.startSpan('enqueue', { kind: api.SpanKind.PRODUCER, attributes });
+    const active = api.trace.setSpan(api.context.active(), span);
+    const carrier: Record<string, string> = {};
+    api.propagation.inject(active, carrier);
+    // Nothing to store when no propagator is registered or the span is invalid (no SDK).
+    if (Object.keys(carrier).length > 0) {
+      const traceContext = JSON.stringify(carrier);
+      for (const job of jobs) job.traceContext = traceContext;
+    }
+    try {
+      const enqueued = await api.context.with(active, insert);
+      if (enqueued.length === 1) {
+        span.setAttribute(ATTR.messageId, enqueued[0]!.id);
+        if (enqueued[0]!.duplicate) span.setAttribute(ATTR.duplicate, true);
+      }
+      return enqueued;
+    } catch (error) {
+      this.#fail(span, error, String(error));
+      throw error;
+    } finally {
+      span.end();
+    }
+  }
+
+  /**
+   * Runs one attempt inside a `process` span, a child of the context stored
+   * with the job (a root span when there is none), with the span active so that
+   * spans the handler starts are its children. A failed attempt's span records
+   * the exception and has status ERROR; a snoozed attempt is not an error.
+   */
+  async process(job: Job, stored: unknown, attempt: () => Promise<RunOutcome>): Promise<RunOutcome> {
+    const api = this.#api;
+    // Never the worker loop's own context: that is whatever context started the worker.
+    const parent = isCarrier(stored) ? api.propagation.extract(api.ROOT_CONTEXT, stored) : api.ROOT_CONTEXT;
+    const span = this.#tracer.startSpan(
+      'process',
+      {
+        kind: api.SpanKind.CONSUMER,
+        attributes: {
+          [ATTR.system]: 'skiplock',
+          [ATTR.operationName]: 'process',
+          [ATTR.operationType]: 'process',
+          [ATTR.destination]: job.queue,
+          [ATTR.messageId]: job.id,
+          [ATTR.kind]: job.kind,
+          [ATTR.attempt]: job.attempts,
+          [ATTR.maxAttempts]: job.maxAttempts,
+        },
+      },
+      parent,
+    );
+    try {
+      const outcome = await api.context.with(api.trace.setSpan(parent, span), attempt);
+      if (!outcome.ok) {
+        if (outcome.snoozeDelayMs !== undefined) span.setAttribute(ATTR.snoozeDelayMs, outcome.snoozeDelayMs);
+        else this.#fail(span, outcome.thrown, outcome.error);
+      }
+      return outcome;
+    } finally {
+      span.end();
+    }
+  }
+
+  /** Records `thrown` on `span` and marks it failed; `described` stands for a thrown non-Error. */
+  #fail(span: Span, thrown: unknown, described: string): void {
+    const error = thrown instanceof Error;
+    span.recordException(error ? thrown : described);
+    span.setStatus({ code: this.#api.SpanStatusCode.ERROR, message: error ? thrown.message : described });
+    span.setAttribute(ATTR.errorType, error ? thrown.name : '_OTHER');
+  }
+}
+
+/** A stored context as the propagator reads it: a JSON object (of strings, when skiplock wrote it). */
+function isCarrier(value: unknown): value is Record<string, string> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/**
+ * Loads `@opentelemetry/api` and makes the spans of a Skiplock.
+ *
+ * @throws {MissingDependencyError} when `@opentelemetry/api` is not installed.
+ */
+export async function loadTracing(): Promise<JobTracing> {
+  let api: Api;
+  try {
+    api = await import('@opentelemetry/api');
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException | undefined)?.code;
+    if (code !== 'ERR_MODULE_NOT_FOUND' && code !== 'MODULE_NOT_FOUND') throw error;
+    throw new MissingDependencyError(
+      '@opentelemetry/api',
+      "skiplock tracing needs the package '@opentelemetry/api': npm install @opentelemetry/api (or turn tracing off)",
+      { cause: error },
+    );
+  }
+  return new JobTracing(api);
+}
