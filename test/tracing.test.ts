@@ -4,6 +4,8 @@
  * attempts recorded, and nothing at all with tracing off. Spans go to the SDK's
  * in-memory exporter, registered globally as an application's SDK would.
  */
+
+import { once } from 'node:events';
 import {
   context,
   propagation,
@@ -26,6 +28,7 @@ import { type Job, type JobMap, PermanentError, Skiplock, type WorkerOptions } f
 import { waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
 import { TEST_SHUTDOWN_TIMEOUT_MS, useTestDatabase } from './support/fixture.js';
+import { exited, forkScript } from './support/processes.js';
 
 const t = useTestDatabase();
 const exporter = new InMemorySpanExporter();
@@ -327,5 +330,36 @@ describe('tracing off', () => {
         .map((s) => s.name)
         .sort(),
     ).toEqual(['http request', 'import']);
+  });
+});
+
+describe('without @opentelemetry/api installed', () => {
+  it('runs jobs with tracing off, and names the package when tracing is on', async () => {
+    const child = forkScript('../processes/without-opentelemetry.ts', {
+      SKIPLOCK_URL: t.url,
+      SKIPLOCK_SCHEMA: t.schema,
+    });
+    const [report] = (await Promise.race([
+      once(child, 'message'),
+      once(child, 'exit').then(([code]) => {
+        throw new Error(`the process exited (${String(code)}) without a report`);
+      }),
+    ])) as [Record<string, unknown>];
+    await exited(child);
+    const missing = {
+      name: 'MissingDependencyError',
+      code: 'MISSING_DEPENDENCY',
+      packageName: '@opentelemetry/api',
+      message:
+        "skiplock tracing needs the package '@opentelemetry/api': npm install @opentelemetry/api (or turn tracing off)",
+    };
+    expect(report).toEqual({
+      hidden: true,
+      plainSucceeded: expect.any(String),
+      enqueue: missing,
+      enqueueMany: missing,
+      start: missing,
+    });
+    expect(await t.jobCount()).toBe(0);
   });
 });
