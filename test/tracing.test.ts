@@ -274,26 +274,33 @@ describe('tracing on', () => {
     expect(await t.jobCount()).toBe(0);
   });
 
-  it('runs a job enqueued without a context (plain SQL) in a root process span', async () => {
+  it('runs jobs without a readable context (plain SQL) in root process spans', async () => {
     const skiplock = tracedSkiplock();
-    const [row] = await t.query<{ id: string }>(
-      `INSERT INTO ${t.jobs} (kind, payload) VALUES ('from_sql', '{}') RETURNING id`,
+    const rows = await t.query<{ id: string }>(
+      `INSERT INTO ${t.jobs} (kind, payload, trace_context)
+       VALUES ('from_sql', '{}', NULL), ('from_sql', '{}', '"text"'), ('from_sql', '{}', '[1]'),
+              ('from_sql', '{}', '{"traceparent": "not a traceparent"}')
+       RETURNING id`,
     );
-    let active: SpanContext | undefined;
+    const active = new Map<string, string | undefined>();
     const worker = tracedWorker(skiplock, {
       handlers: {
-        from_sql: () => {
-          active = trace.getActiveSpan()?.spanContext();
+        from_sql: (job: Job) => {
+          active.set(job.id, trace.getActiveSpan()?.spanContext().spanId);
         },
       },
     });
-    const succeeded = nextEvent(worker, 'job:success');
     await worker.start();
-    await succeeded;
-    const [process] = await waitForSpans('process', 1);
-    expect(process!.parentSpanContext).toBeUndefined();
-    expect(process!.attributes['messaging.message.id']).toBe(row!.id);
-    expect(active?.spanId).toBe(process!.spanContext().spanId);
+    const spans = await waitForSpans('process', 4);
+    expect(spans.map((s) => s.attributes['messaging.message.id']).sort()).toEqual(
+      rows.map((r) => r.id).sort(),
+    );
+    for (const span of spans) {
+      expect(span.parentSpanContext).toBeUndefined();
+      expect(span.status.code).toBe(SpanStatusCode.UNSET);
+      expect(active.get(String(span.attributes['messaging.message.id']))).toBe(span.spanContext().spanId);
+    }
+    await waitFor(async () => (await t.jobCount()) === 0, 10_000, 'the jobs deleted on success');
   });
 
   it('refuses a tracing option that is not a boolean', () => {

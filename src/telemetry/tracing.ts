@@ -12,7 +12,7 @@
  * that fixes it.
  */
 import type * as OpenTelemetry from '@opentelemetry/api';
-import type { Attributes, Span, Tracer } from '@opentelemetry/api';
+import type { Attributes, Context, Span, Tracer } from '@opentelemetry/api';
 import type { NewJob } from '../db/queries/insert.js';
 import { MissingDependencyError } from '../errors.js';
 import type { Job } from '../job/job.js';
@@ -36,15 +36,39 @@ const ATTR = {
   snoozeDelayMs: 'messaging.skiplock.job.snooze_delay_ms',
 } as const;
 
-/** The `enqueue` and `process` spans of one Skiplock. */
-export class JobTracing {
+/**
+ * The `enqueue` and `process` spans of one Skiplock. Its declaration names no
+ * `@opentelemetry/api` type, so the package's types need not be installed.
+ */
+export interface JobTracing {
+  /**
+   * Runs `insert` inside an `enqueue` span (a child of the active context) and
+   * gives `jobs` the span's propagation fields, to be stored in `trace_context`.
+   */
+  enqueue<T extends { id: string; duplicate: boolean }>(
+    jobs: readonly NewJob[],
+    insert: () => Promise<T[]>,
+  ): Promise<T[]>;
+  /** Runs one attempt inside a `process` span, a child of the stored context (JSON text). */
+  process(
+    job: Job,
+    stored: string | null | undefined,
+    attempt: () => Promise<RunOutcome>,
+  ): Promise<RunOutcome>;
+}
+
+class OpenTelemetryTracing implements JobTracing {
   readonly #api: Api;
   readonly #tracer: Tracer;
+  /** The last stored context read and what it extracted to (jobs of one enqueue call share it). */
+  #lastStored: string | undefined;
+  #lastParent: Context;
 
   constructor(api: Api) {
     this.#api = api;
     // A tracer from the global provider follows a provider registered later.
     this.#tracer = api.trace.getTracer('skiplock');
+    this.#lastParent = api.ROOT_CONTEXT;
   }
 
   /**
@@ -93,41 +117,68 @@ export class JobTracing {
 
   /**
    * Runs one attempt inside a `process` span, a child of the context stored
-   * with the job (a root span when there is none), with the span active so that
+   * with the job (`stored`, JSON text; a root span when there is none or it
+   * cannot be read), with the span active so that
    * spans the handler starts are its children. A failed attempt's span records
    * the exception and has status ERROR; a snoozed attempt is not an error.
    */
-  async process(job: Job, stored: unknown, attempt: () => Promise<RunOutcome>): Promise<RunOutcome> {
+  process(
+    job: Job,
+    stored: string | null | undefined,
+    attempt: () => Promise<RunOutcome>,
+  ): Promise<RunOutcome> {
     const api = this.#api;
-    // Never the worker loop's own context: that is whatever context started the worker.
-    const parent = isCarrier(stored) ? api.propagation.extract(api.ROOT_CONTEXT, stored) : api.ROOT_CONTEXT;
+    const parent = this.#parentOf(stored);
     const span = this.#tracer.startSpan(
       'process',
       {
         kind: api.SpanKind.CONSUMER,
+        // Literal keys: V8 builds such an object from a template, faster than computed keys.
         attributes: {
-          [ATTR.system]: 'skiplock',
-          [ATTR.operationName]: 'process',
-          [ATTR.operationType]: 'process',
-          [ATTR.destination]: job.queue,
-          [ATTR.messageId]: job.id,
-          [ATTR.kind]: job.kind,
-          [ATTR.attempt]: job.attempts,
-          [ATTR.maxAttempts]: job.maxAttempts,
+          'messaging.system': 'skiplock',
+          'messaging.operation.name': 'process',
+          'messaging.operation.type': 'process',
+          'messaging.destination.name': job.queue,
+          'messaging.message.id': job.id,
+          'messaging.skiplock.job.kind': job.kind,
+          'messaging.skiplock.job.attempt': job.attempts,
+          'messaging.skiplock.job.max_attempts': job.maxAttempts,
         },
       },
       parent,
     );
-    try {
-      const outcome = await api.context.with(api.trace.setSpan(parent, span), attempt);
+    // No SDK (a no-op span) and no stored context: no trace to record or continue.
+    if (!api.isSpanContextValid(span.spanContext())) return attempt();
+    const settled = (outcome: RunOutcome): RunOutcome => {
       if (!outcome.ok) {
         if (outcome.snoozeDelayMs !== undefined) span.setAttribute(ATTR.snoozeDelayMs, outcome.snoozeDelayMs);
         else this.#fail(span, outcome.thrown, outcome.error);
       }
-      return outcome;
-    } finally {
       span.end();
-    }
+      return outcome;
+    };
+    // runJob never rejects; should it, the span still ends.
+    return api.context.with(api.trace.setSpan(parent, span), attempt).then(settled, (error: unknown) => {
+      span.end();
+      throw error;
+    });
+  }
+
+  /**
+   * The context a stored one extracts to; never the worker loop's own context
+   * (that is whatever context started the worker). Contexts are immutable, so
+   * the last one is reused for the next job of the same enqueue call.
+   */
+  #parentOf(stored: string | null | undefined): Context {
+    const api = this.#api;
+    if (typeof stored !== 'string') return api.ROOT_CONTEXT;
+    if (stored === this.#lastStored) return this.#lastParent;
+    // The text of a jsonb value is always JSON.
+    const carrier: unknown = JSON.parse(stored);
+    const parent = isCarrier(carrier) ? api.propagation.extract(api.ROOT_CONTEXT, carrier) : api.ROOT_CONTEXT;
+    this.#lastStored = stored;
+    this.#lastParent = parent;
+    return parent;
   }
 
   /** Records `thrown` on `span` and marks it failed; `described` stands for a thrown non-Error. */
@@ -162,5 +213,5 @@ export async function loadTracing(): Promise<JobTracing> {
       { cause: error },
     );
   }
-  return new JobTracing(api);
+  return new OpenTelemetryTracing(api);
 }

@@ -12,8 +12,8 @@ export interface Execution {
   attempts: number;
   leaseSeq: string;
   job: Job;
-  /** The job's stored trace context, when the worker traces (see telemetry/tracing.ts). */
-  traceContext: unknown;
+  /** The job's stored trace context (JSON text), when the worker traces (see telemetry/tracing.ts). */
+  traceContext: string | null | undefined;
   /** `performance.now()` when claimed; a buffered job given back after too long a wait is judged by it. */
   claimedAt: number;
   /** `performance.now()` when its handler started (0 while buffered). */

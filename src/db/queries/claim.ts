@@ -12,8 +12,8 @@ import type { SchemaNames } from './schema-names.js';
 /** A claimed job as its handler sees it, plus the lease number its result is fenced by. */
 export interface ClaimedJob extends Job {
   leaseSeq: string;
-  /** The job's stored `trace_context` (null when none); only when the request asked for it. */
-  traceContext?: unknown;
+  /** The job's stored `trace_context` as JSON text (null when none); only when the request asked for it. */
+  traceContext?: string | null;
 }
 
 /** What to claim, and for whom. */
@@ -49,7 +49,7 @@ interface ClaimRow {
   max_attempts: number;
   lease_seq: string;
   created_at: Date;
-  trace_context?: unknown;
+  trace_context?: string | null;
 }
 
 /** The claim statements: one queue, or any of several (two shapes, two statements). */
@@ -84,9 +84,11 @@ export class ClaimQueries {
                                WHERE NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = n AND q.paused)))`;
     this.#one = names.statement('claim', claim(one));
     this.#any = names.statement('claim_any', claim(any));
-    // With tracing on, statements of their own also return the trace context.
-    this.#oneTraced = names.statement('claim_traced', claim(one, ', j.trace_context'));
-    this.#anyTraced = names.statement('claim_any_traced', claim(any, ', j.trace_context'));
+    // With tracing on, statements of their own also return the trace context,
+    // as text: jobs of one enqueue call share it, and the worker parses it once.
+    const traceColumn = ', j.trace_context::text AS trace_context';
+    this.#oneTraced = names.statement('claim_traced', claim(one, traceColumn));
+    this.#anyTraced = names.statement('claim_any_traced', claim(any, traceColumn));
   }
 
   /**
@@ -129,7 +131,7 @@ export class ClaimQueries {
       };
     }
     if (request.traceContext)
-      for (let i = 0; i < rows.length; i++) jobs[i]!.traceContext = rows[i]!.trace_context;
+      for (let i = 0; i < rows.length; i++) jobs[i]!.traceContext = rows[i]!.trace_context ?? null;
     return jobs;
   }
 }
