@@ -16,7 +16,7 @@ import {
   trace,
 } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { W3CTraceContextPropagator } from '@opentelemetry/core';
+import { CompositePropagator, W3CBaggagePropagator, W3CTraceContextPropagator } from '@opentelemetry/core';
 import {
   BasicTracerProvider,
   InMemorySpanExporter,
@@ -34,13 +34,16 @@ const t = useTestDatabase();
 const exporter = new InMemorySpanExporter();
 const contextManager = new AsyncLocalStorageContextManager();
 const tracer = () => trace.getTracer('tracing-test');
+const PROVIDER = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
+/** The SDK's default propagator: trace context and baggage. */
+const SDK_PROPAGATOR = new CompositePropagator({
+  propagators: [new W3CTraceContextPropagator(), new W3CBaggagePropagator()],
+});
 
 beforeAll(() => {
   context.setGlobalContextManager(contextManager.enable());
-  trace.setGlobalTracerProvider(
-    new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }),
-  );
-  propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+  trace.setGlobalTracerProvider(PROVIDER);
+  propagation.setGlobalPropagator(SDK_PROPAGATOR);
 });
 afterEach(() => {
   exporter.reset();
@@ -279,7 +282,7 @@ describe('tracing on', () => {
     const rows = await t.query<{ id: string }>(
       `INSERT INTO ${t.jobs} (kind, payload, trace_context)
        VALUES ('from_sql', '{}', NULL), ('from_sql', '{}', '"text"'), ('from_sql', '{}', '[1]'),
-              ('from_sql', '{}', '{"traceparent": "not a traceparent"}')
+              ('from_sql', '{}', '{"traceparent": "not a traceparent"}'), ('from_sql', '{}', '{"baggage": 5}')
        RETURNING id`,
     );
     const active = new Map<string, string | undefined>();
@@ -291,7 +294,7 @@ describe('tracing on', () => {
       },
     });
     await worker.start();
-    const spans = await waitForSpans('process', 4);
+    const spans = await waitForSpans('process', 5);
     expect(spans.map((s) => s.attributes['messaging.message.id']).sort()).toEqual(
       rows.map((r) => r.id).sort(),
     );
@@ -301,6 +304,60 @@ describe('tracing on', () => {
       expect(active.get(String(span.attributes['messaging.message.id']))).toBe(span.spanContext().spanId);
     }
     await waitFor(async () => (await t.jobCount()) === 0, 10_000, 'the jobs deleted on success');
+  });
+
+  it('runs a job in a root span when the propagator throws on its stored context', async () => {
+    const skiplock = tracedSkiplock();
+    const job = await skiplock.enqueue('odd', {});
+    propagation.disable();
+    propagation.setGlobalPropagator({
+      inject: () => {},
+      extract: () => {
+        throw new Error('this propagator cannot read that');
+      },
+      fields: () => [],
+    });
+    t.defer(() => {
+      propagation.disable();
+      propagation.setGlobalPropagator(SDK_PROPAGATOR);
+    });
+    const worker = tracedWorker(skiplock, { handlers: { odd: () => {} } });
+    const succeeded = nextEvent(worker, 'job:success');
+    await worker.start();
+    await succeeded;
+    const [process] = await waitForSpans('process', 1);
+    expect(process!.parentSpanContext).toBeUndefined();
+    expect(process!.attributes['messaging.message.id']).toBe(job.id);
+  });
+
+  it('loses the spans, never the job, when the SDK throws', async () => {
+    const skiplock = tracedSkiplock();
+    const throwing = new BasicTracerProvider({
+      spanProcessors: [
+        {
+          onStart: () => {},
+          onEnd: () => {
+            throw new Error('exporter bug');
+          },
+          forceFlush: async () => {},
+          shutdown: async () => {},
+        },
+      ],
+    });
+    trace.disable();
+    trace.setGlobalTracerProvider(throwing);
+    t.defer(() => {
+      trace.disable();
+      trace.setGlobalTracerProvider(PROVIDER);
+    });
+    const job = await skiplock.enqueue('fragile', {});
+    expect(await storedContext(job.id)).toEqual({ traceparent: expect.stringMatching(/^00-/) });
+    const worker = tracedWorker(skiplock, { handlers: { fragile: () => {} } });
+    const succeeded = nextEvent(worker, 'job:success');
+    await worker.start();
+    const [done] = await succeeded;
+    expect(done.id).toBe(job.id);
+    expect(await t.jobCount()).toBe(0);
   });
 
   it('refuses a tracing option that is not a boolean', () => {

@@ -81,46 +81,47 @@ class OpenTelemetryTracing implements JobTracing {
     insert: () => Promise<T[]>,
   ): Promise<T[]> {
     const api = this.#api;
-    const first = jobs[0]!;
-    const attributes: Attributes = {
-      [ATTR.system]: 'skiplock',
-      [ATTR.operationName]: 'enqueue',
-      [ATTR.operationType]: 'send',
-    };
-    // A batch of one queue or kind says so; a mixed batch names neither.
-    if (jobs.every((j) => j.queue === first.queue)) attributes[ATTR.destination] = first.queue;
-    if (jobs.every((j) => j.kind === first.kind)) attributes[ATTR.kind] = first.kind;
-    if (jobs.length > 1) attributes[ATTR.batchCount] = jobs.length;
-    const span = this.#tracer.startSpan('enqueue', { kind: api.SpanKind.PRODUCER, attributes });
-    const active = api.trace.setSpan(api.context.active(), span);
-    const carrier: Record<string, string> = {};
-    api.propagation.inject(active, carrier);
-    // Nothing to store when no propagator is registered or the span is invalid (no SDK).
-    if (Object.keys(carrier).length > 0) {
-      const traceContext = JSON.stringify(carrier);
-      for (const job of jobs) job.traceContext = traceContext;
-    }
+    let span: Span;
+    let active: Context;
     try {
-      const enqueued = await api.context.with(active, insert);
-      if (enqueued.length === 1) {
-        span.setAttribute(ATTR.messageId, enqueued[0]!.id);
-        if (enqueued[0]!.duplicate) span.setAttribute(ATTR.duplicate, true);
+      span = this.#tracer.startSpan('enqueue', {
+        kind: api.SpanKind.PRODUCER,
+        attributes: enqueueAttributes(jobs),
+      });
+      active = api.trace.setSpan(api.context.active(), span);
+      const carrier: Record<string, string> = {};
+      api.propagation.inject(active, carrier);
+      // Nothing to store when no propagator is registered or the span is invalid (no SDK).
+      if (Object.keys(carrier).length > 0) {
+        const traceContext = JSON.stringify(carrier);
+        for (const job of jobs) job.traceContext = traceContext;
       }
-      return enqueued;
-    } catch (error) {
-      this.#fail(span, error, String(error));
-      throw error;
-    } finally {
-      span.end();
+    } catch {
+      // Tracing never stops an enqueue: an SDK or propagator that throws leaves it untraced.
+      for (const job of jobs) job.traceContext = undefined;
+      return insert();
     }
+    let enqueued: T[];
+    try {
+      enqueued = await api.context.with(active, insert);
+    } catch (error) {
+      endSpan(span, () => this.#fail(span, error, String(error)));
+      throw error;
+    }
+    endSpan(span, () => {
+      if (enqueued.length !== 1) return;
+      span.setAttribute(ATTR.messageId, enqueued[0]!.id);
+      if (enqueued[0]!.duplicate) span.setAttribute(ATTR.duplicate, true);
+    });
+    return enqueued;
   }
 
   /**
    * Runs one attempt inside a `process` span, a child of the context stored
    * with the job (`stored`, JSON text; a root span when there is none or it
-   * cannot be read), with the span active so that
-   * spans the handler starts are its children. A failed attempt's span records
-   * the exception and has status ERROR; a snoozed attempt is not an error.
+   * cannot be read), with the span active so that spans the handler starts
+   * are its children. A failed attempt's span records the exception and has
+   * status ERROR; a snoozed attempt is not an error.
    */
   process(
     job: Job,
@@ -128,40 +129,44 @@ class OpenTelemetryTracing implements JobTracing {
     attempt: () => Promise<RunOutcome>,
   ): Promise<RunOutcome> {
     const api = this.#api;
-    const parent = this.#parentOf(stored);
-    const span = this.#tracer.startSpan(
-      'process',
-      {
-        kind: api.SpanKind.CONSUMER,
-        // Literal keys: V8 builds such an object from a template, faster than computed keys.
-        attributes: {
-          'messaging.system': 'skiplock',
-          'messaging.operation.name': 'process',
-          'messaging.operation.type': 'process',
-          'messaging.destination.name': job.queue,
-          'messaging.message.id': job.id,
-          'messaging.skiplock.job.kind': job.kind,
-          'messaging.skiplock.job.attempt': job.attempts,
-          'messaging.skiplock.job.max_attempts': job.maxAttempts,
+    let parent: Context;
+    let span: Span;
+    try {
+      parent = this.#parentOf(stored);
+      span = this.#tracer.startSpan(
+        'process',
+        {
+          kind: api.SpanKind.CONSUMER,
+          // Literal keys: V8 builds such an object from a template, faster than computed keys.
+          attributes: {
+            'messaging.system': 'skiplock',
+            'messaging.operation.name': 'process',
+            'messaging.operation.type': 'process',
+            'messaging.destination.name': job.queue,
+            'messaging.message.id': job.id,
+            'messaging.skiplock.job.kind': job.kind,
+            'messaging.skiplock.job.attempt': job.attempts,
+            'messaging.skiplock.job.max_attempts': job.maxAttempts,
+          },
         },
-      },
-      parent,
-    );
+        parent,
+      );
+    } catch {
+      // Tracing never stops a job: an SDK or propagator that throws leaves it untraced.
+      return attempt();
+    }
     // No SDK (a no-op span) and no stored context: no trace to record or continue.
     if (!api.isSpanContextValid(span.spanContext())) return attempt();
+    // runJob never rejects.
     const settled = (outcome: RunOutcome): RunOutcome => {
-      if (!outcome.ok) {
+      endSpan(span, () => {
+        if (outcome.ok) return;
         if (outcome.snoozeDelayMs !== undefined) span.setAttribute(ATTR.snoozeDelayMs, outcome.snoozeDelayMs);
         else this.#fail(span, outcome.thrown, outcome.error);
-      }
-      span.end();
+      });
       return outcome;
     };
-    // runJob never rejects; should it, the span still ends.
-    return api.context.with(api.trace.setSpan(parent, span), attempt).then(settled, (error: unknown) => {
-      span.end();
-      throw error;
-    });
+    return api.context.with(api.trace.setSpan(parent, span), attempt).then(settled);
   }
 
   /**
@@ -173,9 +178,14 @@ class OpenTelemetryTracing implements JobTracing {
     const api = this.#api;
     if (typeof stored !== 'string') return api.ROOT_CONTEXT;
     if (stored === this.#lastStored) return this.#lastParent;
-    // The text of a jsonb value is always JSON.
+    // The text of a jsonb value is always JSON; what it holds is anyone's (plain SQL).
     const carrier: unknown = JSON.parse(stored);
-    const parent = isCarrier(carrier) ? api.propagation.extract(api.ROOT_CONTEXT, carrier) : api.ROOT_CONTEXT;
+    let parent = api.ROOT_CONTEXT;
+    try {
+      if (isCarrier(carrier)) parent = api.propagation.extract(api.ROOT_CONTEXT, carrier);
+    } catch {
+      // A propagator that throws on odd input leaves the job a root span.
+    }
     this.#lastStored = stored;
     this.#lastParent = parent;
     return parent;
@@ -188,6 +198,33 @@ class OpenTelemetryTracing implements JobTracing {
     span.setStatus({ code: this.#api.SpanStatusCode.ERROR, message: error ? thrown.message : described });
     span.setAttribute(ATTR.errorType, error ? thrown.name : '_OTHER');
   }
+}
+
+/**
+ * Records the outcome on `span` and ends it. A throwing SDK loses the span,
+ * never the enqueue's or the attempt's result.
+ */
+function endSpan(span: Span, record: () => void): void {
+  try {
+    record();
+    span.end();
+  } catch {
+    // The span is lost; the result is not.
+  }
+}
+
+/** The attributes of an `enqueue` span: a batch of one queue or kind says so; a mixed batch names neither. */
+function enqueueAttributes(jobs: readonly NewJob[]): Attributes {
+  const first = jobs[0]!;
+  const attributes: Attributes = {
+    [ATTR.system]: 'skiplock',
+    [ATTR.operationName]: 'enqueue',
+    [ATTR.operationType]: 'send',
+  };
+  if (jobs.every((j) => j.queue === first.queue)) attributes[ATTR.destination] = first.queue;
+  if (jobs.every((j) => j.kind === first.kind)) attributes[ATTR.kind] = first.kind;
+  if (jobs.length > 1) attributes[ATTR.batchCount] = jobs.length;
+  return attributes;
 }
 
 /** A stored context as the propagator reads it: a JSON object (of strings, when skiplock wrote it). */
