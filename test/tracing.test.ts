@@ -367,6 +367,35 @@ describe('tracing on', () => {
   });
 });
 
+describe('tracing on without an SDK', () => {
+  it('stores no context and runs the handler as without tracing', async () => {
+    trace.disable();
+    propagation.disable();
+    context.disable();
+    t.defer(() => {
+      context.setGlobalContextManager(contextManager.enable());
+      trace.setGlobalTracerProvider(PROVIDER);
+      propagation.setGlobalPropagator(SDK_PROPAGATOR);
+    });
+    const skiplock = tracedSkiplock();
+    const job = await skiplock.enqueue('plain', {});
+    expect(await storedContext(job.id)).toBeNull();
+    let active: Span | undefined;
+    const worker = tracedWorker(skiplock, {
+      handlers: {
+        plain: () => {
+          active = trace.getActiveSpan();
+        },
+      },
+    });
+    const succeeded = nextEvent(worker, 'job:success');
+    await worker.start();
+    await succeeded;
+    expect(active).toBeUndefined();
+    expect(exporter.getFinishedSpans()).toEqual([]);
+  });
+});
+
 describe('tracing off', () => {
   it('stores no context and makes no span, even inside an active span', async () => {
     const { result: job } = await inSpan('http request', () => t.skiplock.enqueue('send_email', {}));

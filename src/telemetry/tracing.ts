@@ -155,8 +155,10 @@ class OpenTelemetryTracing implements JobTracing {
       // Tracing never stops a job: an SDK or propagator that throws leaves it untraced.
       return attempt();
     }
-    // No SDK (a no-op span) and no stored context: no trace to record or continue.
-    if (!api.isSpanContextValid(span.spanContext())) return attempt();
+    // No SDK and no stored context: a no-op span with the API's invalid context
+    // (compared by identity, which is cheaper than validating it), and no trace
+    // to record or continue.
+    if (span.spanContext() === api.INVALID_SPAN_CONTEXT) return attempt();
     // runJob never rejects.
     const settled = (outcome: RunOutcome): RunOutcome => {
       endSpan(span, () => {
