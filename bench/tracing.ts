@@ -7,7 +7,9 @@
  * time; median (min–max). With tracing on, the jobs are enqueued by a traced
  * Skiplock inside a span, so each carries a stored context.
  *
- *   node --import tsx bench/tracing.ts [--sdk] [--runs 5] [--jobs 20000] [--concurrency 10]
+ *   node --import tsx bench/tracing.ts [--sdk] [--runs 5] [--jobs 20000] [--concurrency 10] [--handler-ms 0]
+ *
+ * `--handler-ms N` makes each handler wait N ms (a timer) instead of returning at once.
  *
  * Without `--sdk` no OpenTelemetry SDK is registered: tracing on costs what
  * skiplock itself does (the trace column, the context, no-op spans). With
@@ -31,11 +33,13 @@ const { values } = parseArgs({
     runs: { type: 'string', default: '5' },
     jobs: { type: 'string', default: '20000' },
     concurrency: { type: 'string', default: '10' },
+    'handler-ms': { type: 'string', default: '0' },
   },
 });
 const runs = Number(values.runs);
 const jobs = Number(values.jobs);
 const concurrency = Number(values.concurrency);
+const handlerMs = Number(values['handler-ms']);
 const serverUrl = process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const namespace = `skbench_tracing_${process.pid}_1`;
 
@@ -68,9 +72,15 @@ async function drain(mode: Mode): Promise<{ rate: number; cpuUs: number; stored:
     concurrency,
     handleSignals: false,
     handlers: {
-      noop: () => {
-        handled++;
-      },
+      noop:
+        handlerMs > 0
+          ? async () => {
+              await sleep(handlerMs);
+              handled++;
+            }
+          : () => {
+              handled++;
+            },
     },
   });
   worker.on('error', (error, source) => console.error(`skiplock ${source}: ${error.message}`));
@@ -116,7 +126,7 @@ try {
 const range = (xs: number[], digits: number) =>
   `${median(xs).toFixed(digits)} (${Math.min(...xs).toFixed(digits)}–${Math.max(...xs).toFixed(digits)})`;
 console.log(
-  `\n${jobs.toLocaleString('en-US')} no-op jobs, 1 worker × concurrency ${concurrency}, ${runs} runs each, ${values.sdk ? `an SDK sampling every span (${exportedSpans} spans exported)` : 'no SDK'}`,
+  `\n${jobs.toLocaleString('en-US')} ${handlerMs > 0 ? `${handlerMs} ms` : 'no-op'} jobs, 1 worker × concurrency ${concurrency}, ${runs} runs each, ${values.sdk ? `an SDK sampling every span (${exportedSpans} spans exported)` : 'no SDK'}`,
 );
 for (const mode of ['off', 'on'] as const)
   console.log(`tracing ${mode.padEnd(3)}: ${range(rate[mode], 0)} jobs/s, ${range(cpu[mode], 1)} µs CPU/job`);
