@@ -185,11 +185,8 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
     options: EnqueueOptions = {},
   ): Promise<EnqueuedJob<Kind, Jobs[Kind]>> {
     this.#assertOpen();
-    if (this.#tracingOn) {
-      const tracing = await this.#loadTracing();
-      return (await enqueueOne(this.#queries, this.#pool, kind, payload, options, tracing)) as never;
-    }
-    return (await enqueueOne(this.#queries, this.#pool, kind, payload, options)) as never;
+    const tracing = this.#tracingOn ? await this.#loadTracing() : undefined;
+    return (await enqueueOne(this.#queries, this.#pool, kind, payload, options, tracing)) as never;
   }
 
   /**
@@ -207,11 +204,8 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
     options: ClientOption = {},
   ): Promise<EnqueuedJob<keyof Jobs & string, Jobs[keyof Jobs & string]>[]> {
     this.#assertOpen();
-    if (this.#tracingOn) {
-      const tracing = await this.#loadTracing();
-      return (await enqueueMany(this.#queries, this.#pool, jobs, options, tracing)) as never;
-    }
-    return (await enqueueMany(this.#queries, this.#pool, jobs, options)) as never;
+    const tracing = this.#tracingOn ? await this.#loadTracing() : undefined;
+    return (await enqueueMany(this.#queries, this.#pool, jobs, options, tracing)) as never;
   }
 
   /**
