@@ -217,3 +217,19 @@ export class DatabaseError extends SkiplockError {
     this.sqlState = sqlState;
   }
 }
+
+/**
+ * An optional package that a feature needs is not installed (the embedded
+ * server, tsx, `@opentelemetry/api` for tracing). The message names the package
+ * and the command that installs it.
+ */
+export class MissingDependencyError extends SkiplockError {
+  /** The npm package to install. */
+  readonly packageName: string;
+
+  constructor(packageName: string, message: string, options?: { cause?: unknown }) {
+    super('MISSING_DEPENDENCY', message, options);
+    this.name = 'MissingDependencyError';
+    this.packageName = packageName;
+  }
+}

@@ -5,6 +5,7 @@ export {
   DatabaseError,
   JobTimeoutError,
   LeaseLostError,
+  MissingDependencyError,
   PermanentError,
   SchemaVersionError,
   ShutdownError,

@@ -32,6 +32,7 @@ import { enqueueMany, enqueueOne } from './producer/enqueue.js';
 import type { ClientOption, EnqueueOptions, JobOptions } from './producer/job-options.js';
 import type { ScheduleInfo, ScheduleOptions } from './schedule/schedule-options.js';
 import { listSchedules, schedule, unschedule } from './schedule/schedules.js';
+import { type JobTracing, loadTracing } from './telemetry/tracing.js';
 import { resolveWorkerOptions, type WorkerOptions } from './worker/options.js';
 import { Worker } from './worker/worker.js';
 
@@ -57,6 +58,18 @@ export interface SkiplockConfig {
   connectionString?: string;
   /** Schema of the jobs table; any name, always quoted. @default 'skiplock' */
   schema?: string;
+  /**
+   * OpenTelemetry tracing: an `enqueue` span (kind PRODUCER) around each
+   * `enqueue`/`enqueueMany`, whose trace context is stored with its jobs, and
+   * a `process` span (kind CONSUMER) around each attempt of this Skiplock's
+   * workers, a child of that stored context and active while the handler runs.
+   * Needs the optional package `@opentelemetry/api`, loaded on the first
+   * enqueue or worker start; spans go to the globally registered tracer
+   * provider and the context through the global propagator (set up by an
+   * OpenTelemetry SDK). Off, nothing is loaded, stored or traced.
+   * @default false
+   */
+  tracing?: boolean;
 }
 
 /** One job of `enqueueMany`, typed by the kind → payload map. */
@@ -75,6 +88,7 @@ const configSchema = z.strictObject({
     .optional(),
   connectionString: z.string({ error: 'must be a string' }).min(1, { error: 'must not be empty' }).optional(),
   schema: z.unknown().optional(),
+  tracing: z.boolean({ error: 'must be a boolean' }).optional(),
 });
 
 /**
@@ -95,12 +109,15 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   readonly #clientConfig: pg.ClientConfig;
   readonly #queries: JobQueries;
   readonly #workers = new Set<Worker>();
+  readonly #tracingOn: boolean;
+  #tracing: Promise<JobTracing> | undefined;
 
   #closed = false;
 
   /**
    * @throws {ValidationError} on an unknown option, both or neither of `pool`
-   *   and `connectionString` (without `DATABASE_URL`), or a bad schema name.
+   *   and `connectionString` (without `DATABASE_URL`), a bad schema name, or a
+   *   `tracing` that is not a boolean.
    */
   constructor(config: SkiplockConfig = {}) {
     const parsed = parseOptions(configSchema, config, '');
@@ -125,6 +142,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
     }
     listenForPoolErrors(this.#pool);
     this.#queries = new JobQueries(schema);
+    this.#tracingOn = parsed.tracing === true;
   }
 
   /** The pool skiplock runs its statements on. */
@@ -159,6 +177,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    * @returns the job as inserted (id, runAt on the database clock, …), or the key's holder.
    * @throws {ValidationError} naming the field (`kind`, `payload.x`, `options.maxAttempts`…); nothing is inserted.
    * @throws {DatabaseError} from the database.
+   * @throws {MissingDependencyError} with `tracing` on, when `@opentelemetry/api` is not installed.
    */
   async enqueue<Kind extends keyof Jobs & string>(
     kind: Kind,
@@ -166,7 +185,8 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
     options: EnqueueOptions = {},
   ): Promise<EnqueuedJob<Kind, Jobs[Kind]>> {
     this.#assertOpen();
-    return (await enqueueOne(this.#queries, this.#pool, kind, payload, options)) as never;
+    const tracing = this.#tracingOn ? await this.#loadTracing() : undefined;
+    return (await enqueueOne(this.#queries, this.#pool, kind, payload, options, tracing)) as never;
   }
 
   /**
@@ -177,13 +197,15 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    *
    * @throws {ValidationError} naming the item and field (`jobs[3].delayMs`); nothing is inserted.
    * @throws {DatabaseError} from the database.
+   * @throws {MissingDependencyError} with `tracing` on, when `@opentelemetry/api` is not installed.
    */
   async enqueueMany(
     jobs: EnqueueManyItem<Jobs>[],
     options: ClientOption = {},
   ): Promise<EnqueuedJob<keyof Jobs & string, Jobs[keyof Jobs & string]>[]> {
     this.#assertOpen();
-    return (await enqueueMany(this.#queries, this.#pool, jobs, options)) as never;
+    const tracing = this.#tracingOn ? await this.#loadTracing() : undefined;
+    return (await enqueueMany(this.#queries, this.#pool, jobs, options, tracing)) as never;
   }
 
   /**
@@ -219,7 +241,8 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   }
 
   /**
-   * Makes a worker for the given handlers. Call `start()` on it.
+   * Makes a worker for the given handlers. Call `start()` on it. With
+   * `tracing` on, it runs each attempt in a `process` span.
    *
    * @throws {ValidationError} naming the option (`worker.concurrency`…).
    */
@@ -231,6 +254,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
         clientConfig: this.#clientConfig,
         queries: this.#queries,
         schema: this.schema,
+        ...(this.#tracingOn && { tracing: () => this.#loadTracing() }),
         onStop: (w) => this.#workers.delete(w),
       },
       resolved,
@@ -363,6 +387,12 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
     await Promise.all([...this.#workers].map((w) => w.stop()));
     if (this.#ownsPool) await this.#pool.end();
     else unlistenForPoolErrors(this.#pool);
+  }
+
+  /** `@opentelemetry/api`, loaded once; a missing install fails every call alike. */
+  #loadTracing(): Promise<JobTracing> {
+    this.#tracing ??= loadTracing();
+    return this.#tracing;
   }
 
   #assertOpen(): void {

@@ -95,4 +95,23 @@ describe('package', () => {
     expect([...imported].filter((name) => !allowed.has(name))).toEqual([]);
     expect(imported.size).toBeGreaterThan(0);
   });
+
+  it("declares the main entry's types without an optional peer's types (tracing's @opentelemetry/api)", () => {
+    const seen = new Set<string>();
+    const packages = new Set<string>();
+    const visit = (file: string) => {
+      if (seen.has(file)) return;
+      seen.add(file);
+      const text = readFileSync(join(ROOT, file), 'utf8');
+      for (const [, specifier] of text.matchAll(/(?:\bfrom|\bimport)\s*\(?\s*['"]([^'"]+)['"]/g)) {
+        if (specifier!.startsWith('.'))
+          visit(posix.join(posix.dirname(file), specifier!.replace(/\.js$/, '.d.ts')));
+        else if (!specifier!.startsWith('node:')) packages.add(specifier!);
+      }
+    };
+    visit('dist/index.d.ts');
+    expect(seen.size).toBeGreaterThan(10);
+    const optionalPeers = new Set(Object.keys(pkg.peerDependenciesMeta ?? {}));
+    expect([...packages].filter((name) => optionalPeers.has(name))).toEqual([]);
+  });
 });

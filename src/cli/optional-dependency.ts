@@ -5,19 +5,9 @@
  * them; a command that needs one that is missing says which package to install.
  */
 
-import { SkiplockError } from '../errors.js';
+import { MissingDependencyError } from '../errors.js';
 
-/** A package a command needs is not installed. */
-export class MissingDependencyError extends SkiplockError {
-  /** The npm package to install. */
-  readonly packageName: string;
-
-  constructor(packageName: string, message: string, options?: { cause?: unknown }) {
-    super('MISSING_DEPENDENCY', message, options);
-    this.name = 'MissingDependencyError';
-    this.packageName = packageName;
-  }
-}
+export { MissingDependencyError };
 
 /** What {@link importOptional} needs to explain a missing package. */
 export interface OptionalDependency {

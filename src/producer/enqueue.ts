@@ -12,6 +12,7 @@ import { DEFAULT_MAX_ATTEMPTS } from '../job/defaults.js';
 import { toJob } from '../job/job.js';
 import type { EnqueuedJob } from '../job/unique.js';
 import { parseOptions } from '../options.js';
+import type { JobTracing } from '../telemetry/tracing.js';
 import { enqueueUnique, isUnique } from './enqueue-unique.js';
 import {
   clientOptionsSchema,
@@ -23,7 +24,8 @@ import {
 
 /**
  * Validates and inserts one job; with a unique key, returns the job holding
- * the key instead when there is one (`duplicate: true`).
+ * the key instead when there is one (`duplicate: true`). With `tracing`, the
+ * insert runs in an `enqueue` span whose context is stored with the job.
  *
  * @throws {ValidationError} naming the field (`kind`, `payload.x`, `options.maxAttempts`…); nothing is inserted.
  * @throws {DatabaseError} from the database.
@@ -34,11 +36,22 @@ export async function enqueueOne(
   kind: unknown,
   payload: unknown,
   options: EnqueueOptions,
+  tracing?: JobTracing,
 ): Promise<EnqueuedJob> {
   const parsed = parseOptions(enqueueOptionsSchema, options, 'options');
   const job = toNewJob(kind, payload, parsed, { kind: 'kind', payload: 'payload', options: 'options.' });
-  if (isUnique(job)) return (await enqueueUnique(queries, parsed.client ?? pool, [job]))[0]!;
-  return { ...toJob(await queries.insert.one(parsed.client ?? pool, job)), duplicate: false };
+  const db = parsed.client ?? pool;
+  if (tracing) {
+    const [enqueued] = await tracing.enqueue([job], async () => [await insertOne(queries, db, job)]);
+    return enqueued!;
+  }
+  return insertOne(queries, db, job);
+}
+
+/** One validated job: inserted, or found holding its unique key. */
+async function insertOne(queries: JobQueries, db: Queryable, job: NewJob): Promise<EnqueuedJob> {
+  if (isUnique(job)) return (await enqueueUnique(queries, db, [job]))[0]!;
+  return { ...toJob(await queries.insert.one(db, job)), duplicate: false };
 }
 
 /**
@@ -47,7 +60,8 @@ export async function enqueueOne(
  * caller's value, `{}` for undefined) and what the database decided (id, run_at,
  * created_at). Jobs with a unique key that another job holds come back as
  * that job with `duplicate: true`; a key given twice in the batch is inserted
- * once, the later items being duplicates of the first.
+ * once, the later items being duplicates of the first. With `tracing`, the
+ * inserts run in one `enqueue` span whose context is stored with every job.
  *
  * @throws {ValidationError} naming the item and field (`jobs[3].delayMs`); nothing is inserted.
  * @throws {DatabaseError} from the database.
@@ -57,14 +71,27 @@ export async function enqueueMany(
   pool: pg.Pool,
   items: unknown,
   options: unknown,
+  tracing?: JobTracing,
 ): Promise<EnqueuedJob[]> {
   if (!Array.isArray(items)) throw new ValidationError('jobs', 'must be an array');
   const parsed = parseOptions(clientOptionsSchema, options, 'options');
   if (items.length === 0) return [];
   const rows = items.map((item, i) => toNewJobOfMany(item, i));
-  if (!rows.some(isUnique)) return insertPlain(queries, parsed.client ?? pool, items, rows);
+  if (tracing) return tracing.enqueue(rows, () => insertAll(queries, pool, parsed.client, items, rows));
+  return insertAll(queries, pool, parsed.client, items, rows);
+}
+
+/** Validated jobs, in as few statements as their unique keys allow (all or none); input order. */
+function insertAll(
+  queries: JobQueries,
+  pool: pg.Pool,
+  client: Queryable | undefined,
+  items: unknown[],
+  rows: NewJob[],
+): Promise<EnqueuedJob[]> {
+  if (!rows.some(isUnique)) return insertPlain(queries, client ?? pool, items, rows);
   // Two statements or more: on skiplock's pool they share a transaction (all or none).
-  if (parsed.client) return insertMixed(queries, parsed.client, items, rows);
+  if (client) return insertMixed(queries, client, items, rows);
   return withTransaction(pool, (client) => insertMixed(queries, client, items, rows));
 }
 

@@ -12,6 +12,8 @@ export interface Execution {
   attempts: number;
   leaseSeq: string;
   job: Job;
+  /** The job's stored trace context (JSON text), when the worker traces (see telemetry/tracing.ts). */
+  traceContext: string | null | undefined;
   /** `performance.now()` when claimed; a buffered job given back after too long a wait is judged by it. */
   claimedAt: number;
   /** `performance.now()` when its handler started (0 while buffered). */
@@ -24,12 +26,13 @@ export interface Execution {
 
 /** Makes the execution of a claimed job, buffered. */
 export function bufferedExecution(claimed: ClaimedJob, now: number): Execution {
-  const { leaseSeq, ...job } = claimed;
+  const { leaseSeq, traceContext, ...job } = claimed;
   return {
     id: claimed.id,
     attempts: claimed.attempts,
     leaseSeq,
     job,
+    traceContext,
     claimedAt: now,
     startedAt: 0,
     controller: undefined,

@@ -16,6 +16,7 @@ import { LeaseLostError, SchemaVersionError, ShutdownError, SkiplockError } from
 import type { Maintainer } from '../maintenance/maintainer.js';
 import { workerMaintenance } from '../maintenance/worker-maintenance.js';
 import { assertMigrated } from '../migrations/migrator.js';
+import type { JobTracing } from '../telemetry/tracing.js';
 import { Cancellation } from './cancellation.js';
 import type { Completer } from './completer.js';
 import { EventReporter } from './event-reporter.js';
@@ -40,6 +41,8 @@ export interface WorkerContext {
   clientConfig: pg.ClientConfig;
   queries: JobQueries;
   schema: string;
+  /** Loads the spans of a Skiplock with tracing on; absent when it is off. */
+  tracing?: () => Promise<JobTracing>;
   onStop(worker: Worker): void;
 }
 
@@ -77,6 +80,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   #bufferTimer: NodeJS.Timeout | undefined;
   readonly #events: EventReporter;
   readonly #prefetch: PrefetchPolicy;
+  /** Set by start when tracing is on. */
+  #tracing: JobTracing | undefined;
   #state: 'new' | 'starting' | 'running' | 'stopping' | 'stopped' = 'new';
   #startPromise: Promise<void> | undefined;
   #stopPromise: Promise<void> | undefined;
@@ -99,6 +104,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const { queries } = ctx;
     const kinds = [...options.handlers.keys()];
     const kindMaxAttempts = kindMaxAttemptsOf(options.handlers);
+    const traced = ctx.tracing !== undefined;
     this.#pool = workerPool(ctx.clientConfig, options.statementTimeoutMs, options.sessionSettings);
     this.#prefetch = new PrefetchPolicy(options);
     const pool = this.#pool.pool;
@@ -114,6 +120,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
           visibilityTimeoutMs: options.visibilityTimeoutMs,
           prepared: options.preparedStatements,
           kindMaxAttempts,
+          traceContext: traced,
         }),
       dispatch: (jobs) => this.#dispatch(jobs),
       onError: (error) => this.#events.error(error, 'claim'),
@@ -199,6 +206,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
    * @throws {DatabaseError} when the database cannot be reached (wrong URL, password, database).
    * @throws {SchemaVersionError} when the schema was not migrated (run `migrate()` first) or is newer.
    * @throws {SkiplockError} (code `ALREADY_STARTED`) when called a second time.
+   * @throws {MissingDependencyError} with tracing on, when `@opentelemetry/api` is not installed.
    */
   start(): Promise<void> {
     if (this.#state !== 'new') {
@@ -212,6 +220,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   async #start(): Promise<void> {
     try {
       await assertMigrated(this.#pool.pool, this.#ctx.schema);
+      if (this.#ctx.tracing) this.#tracing = await this.#ctx.tracing();
     } catch (error) {
       this.#state = 'stopped';
       this.#ctx.onStop(this);
@@ -268,12 +277,12 @@ export class Worker extends EventEmitter<WorkerEvents> {
       if (this.#events.heard('job:start')) this.#events.emit('job:start', e.job);
       const handler = this.#handlers.get(e.job.kind);
       const timeoutMs = handler?.timeoutMs ?? jobTimeoutMs;
+      const attempt = handler?.transactional
+        ? () => this.#transactional!.run(e, handler.handle, timeoutMs)
+        : () => runJob(handler?.handle, e.job, e.controller!, timeoutMs);
+      const tracing = this.#tracing;
       void currentExecution
-        .run(e, () =>
-          handler?.transactional
-            ? this.#transactional!.run(e, handler.handle, timeoutMs)
-            : runJob(handler?.handle, e.job, e.controller!, timeoutMs),
-        )
+        .run(e, tracing ? () => tracing.process(e.job, e.traceContext, attempt) : attempt)
         .then((outcome) => this.#settle(e, outcome));
     }
   }

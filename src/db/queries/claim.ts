@@ -12,6 +12,8 @@ import type { SchemaNames } from './schema-names.js';
 /** A claimed job as its handler sees it, plus the lease number its result is fenced by. */
 export interface ClaimedJob extends Job {
   leaseSeq: string;
+  /** The job's stored `trace_context` as JSON text (null when none); only when the request asked for it. */
+  traceContext?: string | null;
 }
 
 /** What to claim, and for whom. */
@@ -38,6 +40,8 @@ export interface ClaimRequest {
    * claim leaves `max_attempts` as it is (and is the plain claim statement).
    */
   kindMaxAttempts?: KindMaxAttempts | undefined;
+  /** Also return each job's `trace_context` (tracing on). @default false */
+  traceContext?: boolean;
 }
 
 /** Kinds and their `maxAttempts`, side by side. */
@@ -57,24 +61,24 @@ interface ClaimRow {
   max_attempts: number;
   lease_seq: string;
   created_at: Date;
+  trace_context?: string | null;
 }
 
 /**
  * The claim statements: one queue, or any of several (two shapes, two
- * statements), each also in a variant that applies kinds' `maxAttempts`.
+ * statements), each also in variants that apply kinds' `maxAttempts` and
+ * return the trace context; the plain ones serve a worker that needs neither.
  */
 export class ClaimQueries {
-  readonly #one: Statement;
-  readonly #any: Statement;
-  readonly #onePolicy: Statement;
-  readonly #anyPolicy: Statement;
+  /** Variants by (kinds' maxAttempts ? 1 : 0) + (trace context ? 2 : 0): [one queue, any queue]. */
+  readonly #variants: [Statement, Statement][];
 
   constructor(names: SchemaNames) {
     // Priority then age; only kinds the worker handles, so workers of different
     // versions share a queue without burning each other's attempts. The update
     // finds its rows by primary key (= ANY): joining the CTE instead lets a
     // generic plan, which guesses LIMIT at 10% of the table, hash the whole table.
-    const claim = (queueFilter: string, setMore = '') => `WITH picked AS (
+    const claim = (queueFilter: string, setMore = '', traceColumn = '') => `WITH picked AS (
          SELECT id FROM ${names.jobs}
          WHERE status = 'queued' AND ${queueFilter} AND run_at <= now() AND kind = ANY($5::text[])
          ORDER BY priority DESC, run_at
@@ -86,14 +90,12 @@ export class ClaimQueries {
            locked_by = $3, visibility_timeout_ms = $4${setMore}
        WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
        RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
-                 j.lease_seq, j.created_at`;
+                 j.lease_seq, j.created_at${traceColumn}`;
     // Paused queues are skipped. Both filters are uncorrelated subqueries,
     // evaluated once per claim (one index probe per queue), not once per row.
     const one = `queue = $1 AND NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = $1 AND q.paused)`;
     const any = `queue = ANY(ARRAY(SELECT n FROM unnest($1::text[]) n
                                WHERE NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = n AND q.paused)))`;
-    this.#one = names.statement('claim', claim(one));
-    this.#any = names.statement('claim_any', claim(any));
     // A job whose producer left max_attempts out takes its kind's ($6 kinds, $7
     // their maxAttempts) at every claim, so the row holds the value its
     // failures are judged by; a kind without one keeps the row's.
@@ -101,8 +103,24 @@ export class ClaimQueries {
            max_attempts = CASE WHEN j.max_attempts_default
                                THEN COALESCE(($7::int[])[array_position($6::text[], j.kind)], j.max_attempts)
                                ELSE j.max_attempts END`;
-    this.#onePolicy = names.statement('claim_policy', claim(one, policy));
-    this.#anyPolicy = names.statement('claim_any_policy', claim(any, policy));
+    // With tracing on, statements of their own also return the trace context,
+    // as text: jobs of one enqueue call share it, and the worker parses it once.
+    const traceColumn = ', j.trace_context::text AS trace_context';
+    this.#variants = [
+      [names.statement('claim', claim(one)), names.statement('claim_any', claim(any))],
+      [
+        names.statement('claim_policy', claim(one, policy)),
+        names.statement('claim_any_policy', claim(any, policy)),
+      ],
+      [
+        names.statement('claim_traced', claim(one, '', traceColumn)),
+        names.statement('claim_any_traced', claim(any, '', traceColumn)),
+      ],
+      [
+        names.statement('claim_policy_traced', claim(one, policy, traceColumn)),
+        names.statement('claim_any_policy_traced', claim(any, policy, traceColumn)),
+      ],
+    ];
   }
 
   /**
@@ -122,11 +140,8 @@ export class ClaimQueries {
       request.kinds,
     ];
     const policy = request.kindMaxAttempts;
-    let statement = single ? this.#one : this.#any;
-    if (policy) {
-      statement = single ? this.#onePolicy : this.#anyPolicy;
-      params.push(policy.kinds, policy.maxAttempts);
-    }
+    if (policy) params.push(policy.kinds, policy.maxAttempts);
+    const statement = this.#variants[(policy ? 1 : 0) + (request.traceContext ? 2 : 0)]![single ? 0 : 1];
     const { rows } = await send<ClaimRow>(pool, statement, params);
     const jobs = new Array<ClaimedJob>(rows.length);
     for (let i = 0; i < rows.length; i++) {
@@ -144,6 +159,8 @@ export class ClaimQueries {
         leaseSeq: r.lease_seq,
       };
     }
+    if (request.traceContext)
+      for (let i = 0; i < rows.length; i++) jobs[i]!.traceContext = rows[i]!.trace_context ?? null;
     return jobs;
   }
 }

@@ -28,6 +28,7 @@ const QUALIFIED_COLUMNS = JOB_COLUMNS.split(', ')
 /** Statements of the unique-key shape. */
 export class UniqueInsertQueries {
   readonly #insert: Statement;
+  readonly #insertTraced: Statement;
   readonly #resolve: Statement;
   readonly #channel: string;
 
@@ -38,13 +39,15 @@ export class UniqueInsertQueries {
     // job; ON CONFLICT settles the race with an uncommitted one (it waits for
     // that transaction, and inserts if it rolls back). Neither is a
     // check-then-insert: the unique index decides.
-    this.#insert = names.statement(
-      'insert_unique',
-      `INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts, max_attempts_default,
-                                  unique_key, unique_states)
+    // With tracing on, a statement of its own adds trace_context ($10).
+    const insert = (name: string, traceColumn = '', traceValue = '') =>
+      names.statement(
+        name,
+        `INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts, max_attempts_default,
+                                  unique_key, unique_states${traceColumn})
        SELECT r.kind, r.queue, r.payload, r.priority,
               COALESCE(r.run_at, now() + COALESCE(r.delay_ms, 0) * interval '1 millisecond'),
-              COALESCE(r.max_attempts, 20), r.max_attempts IS NULL, r.unique_key, r.unique_states::text[]
+              COALESCE(r.max_attempts, 20), r.max_attempts IS NULL, r.unique_key, r.unique_states::text[]${traceValue}
        FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::int[], $5::timestamptz[], $6::float8[], $7::int[],
                    $8::text[], $9::text[])
             AS r(kind, queue, payload, priority, run_at, delay_ms, max_attempts, unique_key, unique_states)
@@ -52,7 +55,9 @@ export class UniqueInsertQueries {
        ORDER BY r.unique_key COLLATE "C"
        ON CONFLICT (unique_lock) WHERE unique_lock IS NOT NULL DO NOTHING
        RETURNING ${JOB_COLUMNS}, unique_key, false AS replaced`,
-    );
+      );
+    this.#insert = insert('insert_unique');
+    this.#insertTraced = insert('insert_unique_traced', ', trace_context', ', $10::text::jsonb');
     // The jobs holding the keys that were not inserted; with 'replace', a queued
     // holder is rewritten (and its queue woken, since its run_at may be sooner).
     this.#resolve = names.statement(
@@ -84,10 +89,11 @@ export class UniqueInsertQueries {
 
   /**
    * Inserts the jobs whose key no job holds (keys must be distinct); returns
-   * the rows inserted. A job whose key is held is left out, not an error.
+   * the rows inserted. A job whose key is held is left out, not an error. The
+   * first job's trace context, when it has one, is stored with every job.
    */
   async insert(db: Queryable, jobs: readonly NewUniqueJob[]): Promise<UniqueJobRow[]> {
-    const { rows } = await run<UniqueJobRow>(db, this.#insert, [
+    const values: unknown[] = [
       jobs.map((j) => j.kind),
       jobs.map((j) => j.queue),
       jobs.map((j) => j.payloadJson),
@@ -97,7 +103,14 @@ export class UniqueInsertQueries {
       jobs.map((j) => j.maxAttempts),
       jobs.map((j) => j.unique.key),
       jobs.map((j) => j.unique.statesText),
-    ]);
+    ];
+    const traceContext = jobs[0]?.traceContext;
+    if (traceContext !== undefined) values.push(traceContext);
+    const { rows } = await run<UniqueJobRow>(
+      db,
+      traceContext === undefined ? this.#insert : this.#insertTraced,
+      values,
+    );
     return rows;
   }
 

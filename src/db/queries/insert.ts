@@ -25,6 +25,12 @@ export interface NewJob {
   maxAttempts: number | null;
   /** The job's unique key; jobs with one go through {@link InsertQueries.unique}. */
   unique?: UniqueSpec | undefined;
+  /**
+   * The enqueueing span's propagation fields as JSON text (tracing on), stored
+   * in `trace_context`; the same for every job of one statement. Jobs without
+   * it are inserted by the statements that leave the column out.
+   */
+  traceContext?: string | undefined;
 }
 
 /** What the database decided for one inserted job of a batch. */
@@ -40,33 +46,41 @@ export class InsertQueries {
   readonly unique: UniqueInsertQueries;
   readonly #one: Statement;
   readonly #many: Statement;
+  readonly #oneTraced: Statement;
+  readonly #manyTraced: Statement;
 
   constructor(names: SchemaNames) {
     // The payload arrives as JSON text, cast through text: a driver that
     // serialises jsonb parameters itself (postgres.js) would encode it twice.
     this.unique = new UniqueInsertQueries(names);
     // A max_attempts left out (NULL) is the table's default, 20, marked as such.
-    this.#one = names.statement(
-      'insert_one',
-      `INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts, max_attempts_default)
+    // With tracing on, statements of their own add trace_context ($8), so the
+    // plain ones send no extra parameter.
+    const one = (name: string, traceColumn = '', traceValue = '') =>
+      names.statement(
+        name,
+        `INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts, max_attempts_default${traceColumn})
        VALUES ($1, $2, $3::text::jsonb, $4,
                COALESCE($5::timestamptz, now() + COALESCE($6::float8, 0) * interval '1 millisecond'),
-               COALESCE($7::int, 20), $7::int IS NULL)
+               COALESCE($7::int, 20), $7::int IS NULL${traceValue})
        RETURNING ${JOB_COLUMNS}`,
-    );
+      );
+    this.#one = one('insert_one');
+    this.#oneTraced = one('insert_one_traced', ', trace_context', ', $8::text::jsonb');
     // Returns only what the database decided: the ids in input order, run_at
     // only where it is not the insert time (a delay or a runAt), and the insert
     // time once. Sending payloads back, or a row and two timestamps per job, costs as
     // much as inserting them. Payloads arrive as one JSON array (no per-element
     // array escaping; `json`, whose text may exceed jsonb's 256 MiB as a whole);
     // ROWS FROM zips it with the other columns by position.
-    this.#many = names.statement(
-      'insert_many',
-      `WITH inserted AS (
-         INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts, max_attempts_default)
+    const many = (name: string, traceColumn = '', traceValue = '') =>
+      names.statement(
+        name,
+        `WITH inserted AS (
+         INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts, max_attempts_default${traceColumn})
          SELECT r.kind, r.queue, r.payload::jsonb, r.priority,
                 COALESCE(r.run_at, now() + COALESCE(r.delay_ms, 0) * interval '1 millisecond'),
-                COALESCE(r.max_attempts, 20), r.max_attempts IS NULL
+                COALESCE(r.max_attempts, 20), r.max_attempts IS NULL${traceValue}
          FROM ROWS FROM (unnest($1::text[]), unnest($2::text[]), json_array_elements($3::text::json), unnest($4::int[]),
                          unnest($5::timestamptz[]), unnest($6::float8[]), unnest($7::int[]))
               WITH ORDINALITY AS r(kind, queue, payload, priority, run_at, delay_ms, max_attempts, ord)
@@ -76,12 +90,14 @@ export class InsertQueries {
        SELECT id, run_at, CASE WHEN row_number() OVER (ORDER BY id) = 1 THEN now() END AS created_at
        FROM inserted
        ORDER BY id`,
-    );
+      );
+    this.#many = many('insert_many');
+    this.#manyTraced = many('insert_many_traced', ', trace_context', ', $8::text::jsonb');
   }
 
   /** Inserts one job; on the caller's connection when given. */
   async one(db: Queryable, job: NewJob): Promise<JobRecord> {
-    const { rows } = await run<JobRow>(db, this.#one, [
+    const values: unknown[] = [
       job.kind,
       job.queue,
       job.payloadJson,
@@ -89,7 +105,13 @@ export class InsertQueries {
       job.runAt,
       job.delayMs,
       job.maxAttempts,
-    ]);
+    ];
+    if (job.traceContext !== undefined) values.push(job.traceContext);
+    const { rows } = await run<JobRow>(
+      db,
+      job.traceContext === undefined ? this.#one : this.#oneTraced,
+      values,
+    );
     return toJobRecord(rows[0]!);
   }
 
@@ -113,7 +135,7 @@ export class InsertQueries {
       delays[i] = j.delayMs;
       maxAttempts[i] = j.maxAttempts;
     }
-    const { rows } = await run<{ id: string; run_at: Date | null; created_at: Date | null }>(db, this.#many, [
+    const values: unknown[] = [
       kinds,
       queues,
       `[${payloads.join(',')}]`,
@@ -121,7 +143,15 @@ export class InsertQueries {
       runAts,
       delays,
       maxAttempts,
-    ]);
+    ];
+    const traceContext = jobs[0]?.traceContext;
+    if (traceContext !== undefined) values.push(traceContext);
+    const statement = traceContext === undefined ? this.#many : this.#manyTraced;
+    const { rows } = await run<{ id: string; run_at: Date | null; created_at: Date | null }>(
+      db,
+      statement,
+      values,
+    );
     // Ids follow the insert's ORDER BY, so id order is input order. The insert
     // time is sent once (first row); run_at only where it differs from it.
     const createdAt = rows[0]?.created_at ?? new Date();

@@ -108,10 +108,10 @@ export class ResultQueries {
          INSERT INTO ${names.archive}
            (id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
             locked_at, last_error, created_at, locked_by, lease_seq, visibility_timeout_ms, finished_at,
-            max_attempts_default, errors)
+            max_attempts_default, errors, trace_context)
          SELECT id, queue, kind, payload, 'succeeded', priority, run_at, attempts, max_attempts,
                 NULL, last_error, created_at, NULL, lease_seq, visibility_timeout_ms, now(),
-                max_attempts_default, errors
+                max_attempts_default, errors, trace_context
          FROM done
          RETURNING id, lease_seq`,
       ),
