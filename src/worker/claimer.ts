@@ -110,6 +110,8 @@ export class Claimer {
    *   later failure are returned, and the failure is reported).
    */
   async claim(limit: number): Promise<ClaimedJob[]> {
+    // A limits message is read before the claim it precedes (its wake-up may come first).
+    if (this.#refreshing) await this.#refreshing;
     const limited = this.#limited;
     if (limited.length === 0) return this.#claimUnlimited(this.#unlimited, limit);
     const jobs: ClaimedJob[] = [];
