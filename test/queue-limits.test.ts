@@ -135,6 +135,36 @@ describe('a worker with limited queues', () => {
     expect(slowMax).toBe(1);
   });
 
+  it("a limited queue gets the worker's slots while an unlimited backlog fills its prefetch buffer", async () => {
+    await t.skiplock.setQueueLimits('lim', { concurrency: 2 });
+    await t.skiplock.enqueueMany(
+      Array.from({ length: 2000 }, () => ({ kind: 'bulk', payload: {}, queue: 'bulk' })),
+    );
+    const worker = t.worker({
+      queues: ['lim', 'bulk'],
+      concurrency: 4,
+      pollIntervalMs: 60_000,
+      onSuccess: 'keep',
+      handlers: {
+        bulk: () => new Promise((resolve) => setTimeout(resolve, 5)),
+        lim: () => new Promise((resolve) => setTimeout(resolve, 5)),
+      },
+    });
+    await worker.start();
+    await waitFor(() => worker.bufferedCount > 0, 5000, 'the bulk backlog to fill the buffer');
+    await t.skiplock.enqueueMany(
+      Array.from({ length: 10 }, () => ({ kind: 'lim', payload: {}, queue: 'lim' })),
+    );
+    await waitFor(
+      async () => (await statuses('lim')).succeeded === 10,
+      10_000,
+      'the limited queue to run',
+      () => statuses('lim'),
+    );
+    // 2000 bulk jobs of 5 ms on 4 slots take 2.5 s at least: the limited queue did not wait for them.
+    expect((await statuses('bulk')).queued).toBeGreaterThan(0);
+  });
+
   it('a running worker is told of a new limit at once, and of its removal', async () => {
     const held = gate();
     let running = 0;

@@ -45,6 +45,13 @@ export class Claimer {
   #unlimited: readonly string[];
   /** The limited queue tried first by the next claim, so each gets its turn at free slots. */
   #turn = 0;
+  /**
+   * Limited queues that may hold due jobs: their last claim took all it could
+   * (by its limits or this worker's free slots), or a wake-up or poll came for
+   * them since. While one finds no free slot here, unlimited queues are
+   * claimed without prefetch, so that slots free up for it.
+   */
+  readonly #short = new Set<string>();
   #timer: NodeJS.Timeout | undefined;
   #refreshing: Promise<void> | undefined;
   #refreshAgain = false;
@@ -61,7 +68,10 @@ export class Claimer {
     this.#limited = limited;
     const now = new Set(limited);
     this.#unlimited = this.#deps.queues.filter((q) => !now.has(q));
-    for (const queue of limited) if (!before.has(queue)) this.#deps.onLimited(queue);
+    for (const queue of limited) {
+      this.#short.add(queue);
+      if (!before.has(queue)) this.#deps.onLimited(queue);
+    }
   }
 
   /** Re-reads limits every poll interval. */
@@ -79,6 +89,13 @@ export class Claimer {
   /** A `limits` message: re-read if it concerns one of the worker's queues, then claim. */
   onLimitsMessage(queue: string | null): void {
     if (queue === null || this.#deps.queues.includes(queue)) this.#refreshSoon(true);
+  }
+
+  /** A wake-up for `queue` (null: any queue): its jobs may wait for this worker's slots. */
+  onWakeUp(queue: string | null): void {
+    if (this.#limited.length === 0) return;
+    if (queue === null) for (const q of this.#limited) this.#short.add(q);
+    else if (this.#limited.includes(queue)) this.#short.add(queue);
   }
 
   /** Re-reads limits in the background; a request during a read reads again after it. */
@@ -117,23 +134,26 @@ export class Claimer {
     const jobs: ClaimedJob[] = [];
     try {
       let free = Math.min(limit, this.#deps.freeSlots());
+      let starved = false;
       const first = this.#turn++ % limited.length;
       for (let i = 0; i < limited.length; i++) {
+        const queue = limited[(first + i) % limited.length]!;
         if (free <= 0) {
           this.#deps.retryOnSlotFreed();
-          break;
+          if (this.#short.has(queue)) starved = true;
+          continue;
         }
-        const queue = limited[(first + i) % limited.length]!;
         const claim = await this.#deps.queries.limitedClaim.claim(this.#deps.pool, {
           ...this.#deps.request,
           queues: [queue],
           limit: free,
         });
-        this.#afterLimitedClaim(claim, free);
+        if (this.#afterLimitedClaim(queue, claim, free)) starved = true;
         for (const job of claim.jobs) jobs.push(job);
         free -= claim.jobs.length;
       }
-      const rest = limit - jobs.length;
+      // A limited queue waits for this worker's slots: no prefetch for the others meanwhile.
+      const rest = starved ? Math.min(limit - jobs.length, Math.max(0, free)) : limit - jobs.length;
       if (this.#unlimited.length > 0 && rest > 0)
         for (const job of await this.#claimUnlimited(this.#unlimited, rest)) jobs.push(job);
     } catch (error) {
@@ -149,14 +169,23 @@ export class Claimer {
     return this.#deps.queries.claim.claim(this.#deps.pool, { ...this.#deps.request, queues, limit });
   }
 
-  /** Schedules the next claim of a queue whose limits, not its jobs, ended this one. */
-  #afterLimitedClaim(claim: LimitedClaim, requested: number): void {
+  /**
+   * Schedules the next claim of a queue whose limits or this worker's free
+   * slots, not its jobs, ended this one, and keeps it among the waiting
+   * queues then. Returns true when the free slots ended it.
+   */
+  #afterLimitedClaim(queue: string, claim: LimitedClaim, requested: number): boolean {
     const claimed = claim.jobs.length;
-    const allowed = Math.min(requested, claim.concurrencyRoom ?? requested, claim.rateRoom ?? requested);
+    const byLimits = Math.min(claim.concurrencyRoom ?? requested + 1, claim.rateRoom ?? requested + 1);
     // Fewer than allowed: the queue had no more due jobs; the insert wake-up brings the next.
-    if (claimed < allowed) return;
+    if (claimed < Math.min(requested, byLimits)) {
+      this.#short.delete(queue);
+      return false;
+    }
+    this.#short.add(queue);
     this.#deps.retryOnSlotFreed();
     if (claim.rateRoom !== null && claimed >= claim.rateRoom && claim.rateWaitMs !== null)
       this.#deps.wakeAfter(claim.rateWaitMs + 1);
+    return byLimits > requested;
   }
 }

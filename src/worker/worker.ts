@@ -153,8 +153,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
       onWakeUp: (message) => {
         if (message.type === 'limits') return this.#claimer.onLimitsMessage(message.queue);
         if (this.#cancellation.onMessage(message)) return;
-        if (message.queue === null || options.queues.includes(message.queue))
+        if (message.queue === null || options.queues.includes(message.queue)) {
+          this.#claimer.onWakeUp(message.queue);
           this.#fetcher.wakeAfter(message.delayMs);
+        }
       },
       onListening: () => {
         this.#events.emit('worker:listen');
