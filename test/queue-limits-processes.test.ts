@@ -17,9 +17,14 @@ beforeEach(async () => {
 });
 
 /** A worker process (processes/limits-worker-process.ts), killed after the test whatever happened. */
-async function workerProcess(queue: string, options: Record<string, unknown>, delayMs: number) {
+async function workerProcess(
+  queue: string,
+  options: Record<string, unknown>,
+  delayMs: number,
+  url = t.db.url,
+) {
   const child = forkScript('../processes/limits-worker-process.ts', {
-    SKIPLOCK_URL: t.db.url,
+    SKIPLOCK_URL: url,
     SKIPLOCK_SCHEMA: t.schema,
     HANDLER_DELAY_MS: String(delayMs),
     WORKER_OPTIONS: JSON.stringify({ queues: [queue], pollIntervalMs: 200, ...options }),
@@ -77,8 +82,12 @@ async function stopAll(children: ChildProcess[]): Promise<void> {
 describe('queue limits across processes', () => {
   it('four processes of concurrency 20 never run more than 3 jobs of a queue limited to 3', async () => {
     await t.skiplock.setQueueLimits('capped', { concurrency: 3 });
+    // Two of them default to REPEATABLE READ: the limited claim pins READ COMMITTED for itself.
+    const repeatableRead = `${t.db.url}?options=${encodeURIComponent('-c default_transaction_isolation=repeatable\\ read')}`;
     const workers = await Promise.all(
-      Array.from({ length: 4 }, () => workerProcess('capped', { concurrency: 20 }, 20)),
+      Array.from({ length: 4 }, (_, i) =>
+        workerProcess('capped', { concurrency: 20 }, 20, i < 2 ? t.db.url : repeatableRead),
+      ),
     );
     const sampler = sampleRunning('capped');
     const jobs = await t.skiplock.enqueueMany(

@@ -1,5 +1,7 @@
 /** Global queue limits in one process: the API, validation, listing, and how a worker routes its claims. */
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
+import { JobQueries } from '../src/db/queries/jobs.js';
 import { ValidationError } from '../src/index.js';
 import { tableIn, waitFor } from './support/database.js';
 import { useTestDatabase } from './support/fixture.js';
@@ -87,6 +89,55 @@ describe('setQueueLimits', () => {
       expect((error as ValidationError).field, JSON.stringify(limits)).toBe(field);
     }
     expect(await queueRow('v')).toEqual({ concurrency_limit: 3, rate_count: 5, rate_period_ms: 100 });
+  });
+});
+
+describe('the limited claim', () => {
+  it('counts the claims committed while it waited for the lock, even in a REPEATABLE READ session', async () => {
+    await t.skiplock.setQueueLimits('lw', { concurrency: 3 });
+    const jobs = await t.skiplock.enqueueMany(
+      Array.from({ length: 5 }, () => ({ kind: 'step', payload: {}, queue: 'lw' })),
+    );
+    const queries = new JobQueries(t.schema);
+    const other = new pg.Pool({
+      connectionString: `${t.url}?options=${encodeURIComponent('-c default_transaction_isolation=repeatable\\ read')}`,
+      max: 1,
+    });
+    t.defer(() => other.end());
+    // A claim in flight elsewhere: it holds the queue's lock and has taken two jobs, not committed yet.
+    const first = await t.db.pool.connect();
+    try {
+      await first.query('BEGIN');
+      await first.query(`SELECT FROM ${tableIn(t.schema, 'queues')} WHERE name = 'lw' FOR UPDATE`);
+      await first.query(
+        `UPDATE ${t.jobs} SET status = 'running', locked_at = now(), attempts = 1 WHERE id = ANY($1::bigint[])`,
+        [[jobs[0]!.id, jobs[1]!.id]],
+      );
+      const second = queries.limitedClaim.claim(other, {
+        queues: ['lw'],
+        kinds: ['step'],
+        limit: 10,
+        workerId: 'second',
+        visibilityTimeoutMs: 60_000,
+      });
+      await waitFor(
+        async () =>
+          (
+            await t.query(
+              `SELECT FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE%'`,
+            )
+          ).length === 1,
+        5000,
+        'the second claim to wait for the lock',
+      );
+      await first.query('COMMIT');
+      const claimed = await second;
+      expect(claimed.jobs.map((j) => j.id)).toEqual([jobs[2]!.id]);
+      expect(claimed.concurrencyRoom).toBe(1);
+    } finally {
+      first.release();
+    }
+    expect(await statuses('lw')).toEqual({ running: 3, queued: 2 });
   });
 });
 

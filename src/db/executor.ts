@@ -99,7 +99,8 @@ export function translateError(error: unknown): SkiplockError {
 
 /**
  * Runs `fn` inside BEGIN … COMMIT on one pooled connection; rolls back on error
- * and discards a connection that broke. The transaction sets
+ * and discards a connection that broke. `readCommitted` pins the isolation
+ * level whatever the session's default (each statement then reads a fresh snapshot). The transaction sets
  * `idle_in_transaction_session_timeout` so a frozen process cannot hold locks
  * or a snapshot for long: a long transaction stalls VACUUM for every table.
  */
@@ -107,6 +108,7 @@ export async function withTransaction<T>(
   pool: pg.Pool,
   fn: (client: pg.PoolClient) => Promise<T>,
   idleInTransactionTimeoutMs = 60_000,
+  readCommitted = false,
 ): Promise<T> {
   let client: pg.PoolClient;
   try {
@@ -122,7 +124,7 @@ export async function withTransaction<T>(
   };
   client.on('error', onError);
   try {
-    await client.query('BEGIN');
+    await client.query(readCommitted ? 'BEGIN ISOLATION LEVEL READ COMMITTED' : 'BEGIN');
     await client.query("SELECT pg_catalog.set_config('idle_in_transaction_session_timeout', $1, true)", [
       String(idleInTransactionTimeoutMs),
     ]);

@@ -39,6 +39,9 @@ interface LimitedClaimRow {
   created_at: Date;
 }
 
+/** A claim's transaction is a few milliseconds; a frozen process must not hold the queue's lock for long. */
+const IDLE_IN_TRANSACTION_TIMEOUT_MS = 10_000;
+
 /** Slots per rate period in the sliding log: starts are counted per 1/64 of the period. */
 const RATE_SLOTS_PER_PERIOD = 64;
 
@@ -120,17 +123,23 @@ export class LimitedClaimQueries {
   async claim(pool: pg.Pool, request: ClaimRequest): Promise<LimitedClaim> {
     const queue = request.queues[0];
     const send = request.prepared === false ? run : runPrepared;
-    const rows = await withTransaction(pool, async (client) => {
-      await send(client, this.#lock, [queue]);
-      const { rows } = await send<LimitedClaimRow>(client, this.#claim, [
-        queue,
-        request.limit,
-        request.workerId,
-        Math.round(request.visibilityTimeoutMs),
-        request.kinds,
-      ]);
-      return rows;
-    });
+    // READ COMMITTED whatever the session's default: the claim must see the claims committed during the lock wait.
+    const rows = await withTransaction(
+      pool,
+      async (client) => {
+        await send(client, this.#lock, [queue]);
+        const { rows } = await send<LimitedClaimRow>(client, this.#claim, [
+          queue,
+          request.limit,
+          request.workerId,
+          Math.round(request.visibilityTimeoutMs),
+          request.kinds,
+        ]);
+        return rows;
+      },
+      IDLE_IN_TRANSACTION_TIMEOUT_MS,
+      true,
+    );
     const first = rows[0];
     const jobs: ClaimedJob[] = [];
     for (const r of rows) {
