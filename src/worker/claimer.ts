@@ -158,8 +158,8 @@ export class Claimer {
         for (const job of await this.#claimUnlimited(this.#unlimited, rest)) jobs.push(job);
     } catch (error) {
       if (jobs.length === 0) throw error;
+      // The jobs are claimed: run them; the next slot, wake-up or poll claims again.
       this.#deps.onError(translateError(error));
-      this.#deps.wake();
     }
     return jobs;
   }
