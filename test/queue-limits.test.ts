@@ -256,6 +256,50 @@ describe('a worker with limited queues', () => {
     expect(max).toBe(6);
   });
 
+  it('a worker gives back the buffered jobs of a queue that becomes limited', async () => {
+    const held = gate();
+    let blocked = false;
+    const worker = t.worker({
+      queues: ['gb'],
+      concurrency: 1,
+      prefetch: 10,
+      pollIntervalMs: 60_000,
+      onSuccess: 'keep',
+      handlers: {
+        step: async () => {
+          if (!blocked && worker.bufferedCount > 0) {
+            blocked = true;
+            await held.opened;
+          }
+        },
+      },
+    });
+    await t.skiplock.enqueueMany(
+      Array.from({ length: 40 }, () => ({ kind: 'step', payload: {}, queue: 'gb' })),
+    );
+    await worker.start();
+    await waitFor(() => blocked && worker.bufferedCount > 0, 5000, 'a blocked handler and a buffer');
+    await t.skiplock.setQueueLimits('gb', { concurrency: 2 });
+    await waitFor(
+      () => worker.bufferedCount === 0,
+      5000,
+      `the buffer to be given back (${worker.bufferedCount})`,
+    );
+    // Held jobs count against the limit: only the blocked one is running now.
+    await waitFor(
+      async () => (await statuses('gb')).running === 1,
+      5000,
+      'the buffered jobs to be queued again',
+    );
+    held.open();
+    await waitFor(
+      async () => (await statuses('gb')).succeeded === 40,
+      10_000,
+      'the queue to drain',
+      () => statuses('gb'),
+    );
+  });
+
   it('a paused limited queue is not claimed; resume runs it within its limit', async () => {
     await t.skiplock.setQueueLimits('pl', { concurrency: 2 });
     await t.skiplock.pauseQueue('pl');
