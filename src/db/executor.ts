@@ -101,8 +101,9 @@ export function translateError(error: unknown): SkiplockError {
  * Runs `fn` inside BEGIN … COMMIT on one pooled connection; rolls back on error
  * and discards a connection that broke. `readCommitted` pins the isolation
  * level whatever the session's default, so each statement reads a fresh
- * snapshot. The transaction sets `idle_in_transaction_session_timeout` so a frozen process cannot hold locks
- * or a snapshot for long: a long transaction stalls VACUUM for every table.
+ * snapshot. The transaction sets `idle_in_transaction_session_timeout` so a
+ * frozen process cannot hold locks or a snapshot for long: a long transaction
+ * stalls VACUUM for every table.
  */
 export async function withTransaction<T>(
   pool: pg.Pool,
