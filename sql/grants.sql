@@ -34,8 +34,10 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE :"schema".jobs TO :"worker_role";
 -- retention (prune, worker option retentionMs) deletes old archived rows.
 GRANT SELECT, INSERT, DELETE ON TABLE :"schema".jobs_archive TO :"worker_role";
 
--- Queues: every claim reads which queues are paused; the worker role also
--- pauses and resumes them (operator tasks, like requeue). The producer lists them.
+-- Queues: every claim reads which queues are paused; the claim of a limited
+-- queue locks its row (SELECT … FOR UPDATE) and records starts in it (UPDATE);
+-- the worker role also pauses, resumes and limits them (operator tasks, like
+-- requeue). The producer lists them.
 GRANT SELECT ON TABLE :"schema".queues TO :"producer_role";
 GRANT SELECT, INSERT, UPDATE ON TABLE :"schema".queues TO :"worker_role";
 

@@ -2,7 +2,7 @@
  * The Skiplock entry: configuration, migrate, and a thin front door to the
  * producer (enqueue, enqueueMany), the operations (requeue, stats, getJob,
  * listJobs, sweep), the queue controls (cancel, pauseQueue, resumeQueue,
- * queues, prune) and `worker()`.
+ * setQueueLimits, queues, prune) and `worker()`.
  */
 import pg from 'pg';
 import { z } from 'zod';
@@ -26,6 +26,12 @@ import {
   stats,
 } from './operations/operations.js';
 import { type PruneFilter, type PruneResult, prune } from './operations/prune.js';
+import {
+  type QueueLimits,
+  type QueueLimitsOptions,
+  type RateLimit,
+  setQueueLimits,
+} from './operations/queue-limits.js';
 import { listQueues, pauseQueue, type QueueInfo, resumeQueue } from './operations/queues.js';
 import { parseOptions } from './options.js';
 import { enqueueMany, enqueueOne } from './producer/enqueue.js';
@@ -46,7 +52,10 @@ export type {
   PruneFilter,
   PruneResult,
   QueueInfo,
+  QueueLimits,
+  QueueLimitsOptions,
   QueueStats,
+  RateLimit,
   RequeueFilter,
 };
 
@@ -317,7 +326,27 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
     return resumeQueue(this.#queries, this.#pool, name, options);
   }
 
-  /** Every queue with jobs or settings, by name: paused or not, queued and running counts. */
+  /**
+   * Sets or removes a queue's global limits, across all workers and hosts:
+   * `concurrency` caps its running jobs, `rate: { count, periodMs }` caps how
+   * many of its jobs start within any window of `periodMs`. A field left out
+   * stays as it is; `null` removes that limit. Workers are told at once (and
+   * re-read limits on every poll); jobs already running finish.
+   *
+   * @returns the queue's limits now in force.
+   * @throws {ValidationError} naming the field (`concurrency`, `rate.count`,
+   *   `rate.periodMs`, …) when a value is not an integer ≥ 1, or `limits` when
+   *   neither limit is given; nothing is changed then.
+   * @example
+   * await skiplock.setQueueLimits('emails', { concurrency: 5, rate: { count: 100, periodMs: 60_000 } });
+   * await skiplock.setQueueLimits('emails', { rate: null }); // keep the concurrency limit, drop the rate
+   */
+  async setQueueLimits(name: string, limits: QueueLimitsOptions): Promise<QueueLimits> {
+    this.#assertOpen();
+    return setQueueLimits(this.#queries, this.#pool, name, limits);
+  }
+
+  /** Every queue with jobs or settings, by name: paused or not, limits, queued and running counts. */
   async queues(options: ClientOption = {}): Promise<QueueInfo[]> {
     this.#assertOpen();
     return listQueues(this.#queries, this.#pool, options);

@@ -171,6 +171,23 @@ describe('a kind’s maxAttempts', () => {
     });
   });
 
+  it('applies on a queue with global limits too (the limited claim)', async () => {
+    await t.skiplock.setQueueLimits('capped', { concurrency: 1 });
+    const worker = t.worker({
+      ...base,
+      queues: ['capped'],
+      handlers: { limited: { maxAttempts: 2, backoff: 0, handle: fail } },
+    });
+    await worker.start();
+    const job = await t.skiplock.enqueue('limited', {}, { queue: 'capped' });
+    expect(await untilStatus(job.id, 'dead')).toEqual({
+      status: 'dead',
+      attempts: 2,
+      max_attempts: 2,
+      max_attempts_default: true,
+    });
+  });
+
   it('is honoured by drain, with the kind’s backoff', async () => {
     const job = await t.skiplock.enqueue('limited', {});
     const result = await drain(t.skiplock, { limited: { maxAttempts: 3, backoff: 0, handle: fail } });

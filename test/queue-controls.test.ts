@@ -53,6 +53,7 @@ describe('pause and resume', () => {
       pausedAt: null,
       queued: 0,
       running: 0,
+      limits: { concurrency: null, rate: null },
     });
 
     const t0 = performance.now();

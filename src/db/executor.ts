@@ -99,14 +99,17 @@ export function translateError(error: unknown): SkiplockError {
 
 /**
  * Runs `fn` inside BEGIN … COMMIT on one pooled connection; rolls back on error
- * and discards a connection that broke. The transaction sets
- * `idle_in_transaction_session_timeout` so a frozen process cannot hold locks
- * or a snapshot for long: a long transaction stalls VACUUM for every table.
+ * and discards a connection that broke. `readCommitted` pins the isolation
+ * level whatever the session's default, so each statement reads a fresh
+ * snapshot. The transaction sets `idle_in_transaction_session_timeout` so a
+ * frozen process cannot hold locks or a snapshot for long: a long transaction
+ * stalls VACUUM for every table.
  */
 export async function withTransaction<T>(
   pool: pg.Pool,
   fn: (client: pg.PoolClient) => Promise<T>,
   idleInTransactionTimeoutMs = 60_000,
+  readCommitted = false,
 ): Promise<T> {
   let client: pg.PoolClient;
   try {
@@ -122,7 +125,7 @@ export async function withTransaction<T>(
   };
   client.on('error', onError);
   try {
-    await client.query('BEGIN');
+    await client.query(readCommitted ? 'BEGIN ISOLATION LEVEL READ COMMITTED' : 'BEGIN');
     await client.query("SELECT pg_catalog.set_config('idle_in_transaction_session_timeout', $1, true)", [
       String(idleInTransactionTimeoutMs),
     ]);

@@ -5,7 +5,7 @@
  * makes jobs claimable) and read here. The payload is JSON:
  * `{"type": "insert", "queue": "default", "delayMs": 0}`.
  *
- * Control messages (cancel, pause, resume) share the format; the SQL function
+ * Control messages (cancel, pause, resume, limits) share the format; the SQL function
  * `<schema>.control(channel, type, queue, ids)` (migration 0004) adds the ids
  * of the jobs a cancel concerns: `{"type": "cancel", "queue": null,
  * "delayMs": 0, "ids": ["42"]}`.
@@ -26,6 +26,7 @@ export const WAKE_UP_TYPES = [
   'cancel',
   'pause',
   'resume',
+  'limits',
 ] as const;
 
 /** One of {@link WAKE_UP_TYPES}, or `'unknown'` for a message from a newer version. */

@@ -12,7 +12,8 @@ import { storableName } from './operations.js';
 
 export type { QueueInfo };
 
-function queueName(name: unknown): string {
+/** A queue name as given to a queue operation. @throws {ValidationError} (field `name`) when empty or not storable text. */
+export function queueName(name: unknown): string {
   const parsed = storableName.safeParse(name);
   if (!parsed.success || parsed.data.length === 0) {
     throw new ValidationError('name', 'must be a non-empty queue name (valid text without NUL)');

@@ -15,7 +15,8 @@
  * });
  */
 import { randomBytes } from 'node:crypto';
-import type { ClaimedJob } from '../db/queries/claim.js';
+import type pg from 'pg';
+import type { ClaimedJob, KindMaxAttempts } from '../db/queries/claim.js';
 import { JobQueries } from '../db/queries/jobs.js';
 import type { SuccessPolicy } from '../db/queries/results.js';
 import { SkiplockError } from '../errors.js';
@@ -69,8 +70,10 @@ const DRAIN_BATCH = 100;
  * process: claims them as a worker does (attempts count, leases, results and
  * retries are the worker's), so it also runs due jobs the handlers enqueue.
  * A failed attempt is retried with backoff as usual, so its retry is not due
- * yet and is not run again by this call. Resolves when no due job of those
- * kinds is left.
+ * yet and is not run again by this call. Queues with limits are claimed
+ * within them, as a worker would: once a rate allows no more starts, their
+ * jobs are left for a later call. Resolves when no due job of those kinds is
+ * left (or none may start).
  *
  * @throws {SkiplockError} (code `DRAIN_LIMIT`) after `maxJobs` attempts.
  * @throws {DatabaseError} from the database.
@@ -91,18 +94,10 @@ export async function drain<Jobs extends JobMap>(
   if (kinds.length === 0) return result;
   for (;;) {
     const queues = await queuesOf(skiplock, kinds, options.queue);
-    const claimed: ClaimedJob[] =
+    const claimed =
       queues.length === 0
         ? []
-        : await queries.claim.claim(pool, {
-            queues,
-            kinds,
-            limit: DRAIN_BATCH,
-            workerId,
-            visibilityTimeoutMs: DEFAULT_VISIBILITY_TIMEOUT_MS,
-            prepared: false,
-            kindMaxAttempts,
-          });
+        : await claimFor(queries, skiplock.pool, queues, kinds, workerId, kindMaxAttempts);
     if (claimed.length === 0) return result;
     for (const claim of claimed) {
       if (result.jobs.length >= maxJobs) {
@@ -147,6 +142,33 @@ export async function drain<Jobs extends JobMap>(
       }
     }
   }
+}
+
+/** Claims a batch as a worker would: queues with limits through the limited claim, within their limits. */
+async function claimFor(
+  queries: JobQueries,
+  pool: pg.Pool,
+  queues: string[],
+  kinds: string[],
+  workerId: string,
+  kindMaxAttempts: KindMaxAttempts | undefined,
+): Promise<ClaimedJob[]> {
+  const request = {
+    kinds,
+    limit: DRAIN_BATCH,
+    workerId,
+    visibilityTimeoutMs: DEFAULT_VISIBILITY_TIMEOUT_MS,
+    prepared: false,
+    kindMaxAttempts,
+  };
+  const limited = await queries.queueLimits.limited(pool, queues);
+  const open = queues.filter((q) => !limited.includes(q));
+  const claimed = open.length === 0 ? [] : await queries.claim.claim(pool, { ...request, queues: open });
+  for (const queue of limited) {
+    const { jobs } = await queries.limitedClaim.claim(pool, { ...request, queues: [queue] });
+    for (const job of jobs) claimed.push(job);
+  }
+  return claimed;
 }
 
 /** The queues to claim from: the given ones, or those holding queued jobs of `kinds`. */

@@ -41,6 +41,10 @@ export class Fetcher {
   #dueTimes: number[] = [];
   #loop: Promise<void> | undefined;
   #backlog = false;
+  /** A limited queue had more jobs than this worker got: claim again when a slot frees. */
+  #retryOnSlot = false;
+  /** Slots freed so far (so that one freed during a claim is not missed). */
+  #slotsFreed = 0;
 
   constructor(deps: FetcherDeps) {
     this.#deps = deps;
@@ -99,7 +103,17 @@ export class Fetcher {
 
   /** A slot was freed: claim again if the last batch suggested more is waiting. */
   slotFreed(): void {
+    this.#slotsFreed++;
+    if (this.#retryOnSlot) {
+      this.#retryOnSlot = false;
+      this.#wanted = true;
+    }
     if (this.#wanted) this.#resume();
+  }
+
+  /** A limited queue holds jobs this worker could not take yet: claim again once a slot frees here. */
+  retryOnSlotFreed(): void {
+    this.#retryOnSlot = true;
   }
 
   #resume(): void {
@@ -121,10 +135,16 @@ export class Fetcher {
         continue;
       }
       this.#wanted = false;
+      const slotsFreed = this.#slotsFreed;
       let jobs: ClaimedJob[];
       try {
         jobs = await this.#deps.claim(limit);
         failures = 0;
+        // A slot freed while the claim was in flight may not have counted yet.
+        if (this.#retryOnSlot && this.#slotsFreed !== slotsFreed) {
+          this.#retryOnSlot = false;
+          this.#wanted = true;
+        }
       } catch (error) {
         this.#deps.onError(translateError(error));
         this.#wanted = true;

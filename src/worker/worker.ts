@@ -18,6 +18,7 @@ import { workerMaintenance } from '../maintenance/worker-maintenance.js';
 import { assertMigrated } from '../migrations/migrator.js';
 import type { JobTracing } from '../telemetry/tracing.js';
 import { Cancellation } from './cancellation.js';
+import { Claimer } from './claimer.js';
 import type { Completer } from './completer.js';
 import { EventReporter } from './event-reporter.js';
 import type { WorkerEvents } from './events.js';
@@ -67,6 +68,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #handlers: ReadonlyMap<string, ResolvedHandler>;
   readonly #executions = new Executions();
   readonly #fetcher: Fetcher;
+  readonly #claimer: Claimer;
   readonly #completer: Completer<Execution>;
   readonly #cancellation: Cancellation;
   readonly #heartbeat: Heartbeat<Execution>;
@@ -108,20 +110,33 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#pool = workerPool(ctx.clientConfig, options.statementTimeoutMs, options.sessionSettings);
     this.#prefetch = new PrefetchPolicy(options);
     const pool = this.#pool.pool;
+    this.#claimer = new Claimer({
+      pool,
+      queries,
+      queues: options.queues,
+      request: {
+        kinds,
+        workerId: this.id,
+        visibilityTimeoutMs: options.visibilityTimeoutMs,
+        prepared: options.preparedStatements,
+        kindMaxAttempts,
+        traceContext: traced,
+      },
+      pollIntervalMs: options.pollIntervalMs,
+      freeSlots: () => options.concurrency - this.#executions.runningCount - this.#executions.bufferedCount,
+      retryOnSlotFreed: () => this.#fetcher.retryOnSlotFreed(),
+      wakeAfter: (delayMs) => this.#fetcher.wakeAfter(delayMs),
+      wake: () => this.#fetcher.wake(),
+      onLimited: (queue) => {
+        const taken = this.#executions.takeBufferedWhere((e) => e.job.queue === queue);
+        if (taken.length > 0) void this.#release(taken);
+      },
+      onError: (error) => this.#events.error(error, 'claim'),
+    });
     this.#fetcher = new Fetcher({
       pollIntervalMs: options.pollIntervalMs,
       claimLimit: () => this.#claimLimit(),
-      claim: (limit) =>
-        queries.claim.claim(pool, {
-          queues: options.queues,
-          kinds,
-          limit,
-          workerId: this.id,
-          visibilityTimeoutMs: options.visibilityTimeoutMs,
-          prepared: options.preparedStatements,
-          kindMaxAttempts,
-          traceContext: traced,
-        }),
+      claim: (limit) => this.#claimer.claim(limit),
       dispatch: (jobs) => this.#dispatch(jobs),
       onError: (error) => this.#events.error(error, 'claim'),
     });
@@ -154,9 +169,12 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const listenConfig = listenClientConfig(ctx.clientConfig, options.listenConnectionString);
     this.#notifier = new Notifier(listenConfig, queries.channel, {
       onWakeUp: (message) => {
+        if (message.type === 'limits') return this.#claimer.onLimitsMessage(message.queue);
         if (this.#cancellation.onMessage(message)) return;
-        if (message.queue === null || options.queues.includes(message.queue))
+        if (message.queue === null || options.queues.includes(message.queue)) {
+          this.#claimer.onWakeUp(message.queue);
           this.#fetcher.wakeAfter(message.delayMs);
+        }
       },
       onListening: () => {
         this.#events.emit('worker:listen');
@@ -221,6 +239,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     try {
       await assertMigrated(this.#pool.pool, this.#ctx.schema);
       if (this.#ctx.tracing) this.#tracing = await this.#ctx.tracing();
+      await this.#claimer.refresh();
     } catch (error) {
       this.#state = 'stopped';
       this.#ctx.onStop(this);
@@ -232,6 +251,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#heartbeat.start();
     if (this.#options.listen) await this.#notifier.start();
     this.#fetcher.start();
+    this.#claimer.start();
     this.#maintainer.start();
     this.#bufferTimer = setInterval(
       () => this.#expireBuffered(),
@@ -405,7 +425,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
     if (this.#stopCallers.size > 0) await this.#executions.whenIdle(graceLeft());
     await settlesWithin(fetcherStopped, graceLeft());
     await this.#completer.drain(graceLeft());
-    await settlesWithin(Promise.all([this.#heartbeat.stop(), this.#maintainer.stop()]), graceLeft());
+    await settlesWithin(
+      Promise.all([this.#heartbeat.stop(), this.#maintainer.stop(), this.#claimer.stop()]),
+      graceLeft(),
+    );
     this.#events.quiet = remaining() === 0;
     await this.#notifier.stop(Math.max(100, graceLeft()));
     this.#events.quiet = true;

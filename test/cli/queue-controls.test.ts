@@ -32,7 +32,14 @@ describe('skiplock CLI queue controls', () => {
     expect(paused.stdout.trim()).toBe('paused cli-q');
     const listed = await runCli(['queues', ...conn, '--json']);
     expect(JSON.parse(listed.stdout)).toEqual([
-      { name: 'cli-q', paused: true, pausedAt: expect.any(String), queued: 0, running: 0 },
+      {
+        name: 'cli-q',
+        paused: true,
+        pausedAt: expect.any(String),
+        queued: 0,
+        running: 0,
+        limits: { concurrency: null, rate: null },
+      },
     ]);
     const table = await runCli(['queues', ...conn]);
     expect(table.stdout).toMatch(/cli-q\s+paused/);

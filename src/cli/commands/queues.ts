@@ -1,28 +1,34 @@
 /**
- * `skiplock queues [pause|resume NAME]`: lists queues with their state, or
- * pauses or resumes one.
+ * `skiplock queues [pause|resume|limits NAME]`: lists queues with their state
+ * and limits, or pauses, resumes or limits one.
  */
 import { Command } from 'commander';
 import { withDatabase } from '../database.js';
 import { addConnectionFlags, addJsonFlag, type ConnectionFlags, examples } from '../flags.js';
 import { printJson, printText } from '../output.js';
 import { renderTable } from '../table.js';
+import { formatLimits, queueLimitsCommand } from './queue-limits.js';
 
 type Flags = ConnectionFlags & { json?: boolean };
 
-/** The `queues` command and its `pause` and `resume` subcommands. */
+/** The `queues` command and its `pause`, `resume` and `limits` subcommands. */
 export function queuesCommand(): Command {
   const command = new Command('queues')
-    .summary('list queues; pause or resume one')
+    .summary('list queues; pause, resume or limit one')
     .description(
-      'Lists every queue with jobs or settings: paused or not, queued and running jobs. A paused queue is skipped by every worker until it is resumed (it stays paused across restarts).',
+      'Lists every queue with jobs or settings: paused or not, its limits, queued and running jobs. A paused queue is skipped by every worker until it is resumed (it stays paused across restarts).',
     );
   addConnectionFlags(command);
   addJsonFlag(command);
   command
     .addHelpText(
       'after',
-      examples('skiplock queues', 'skiplock queues pause emails', 'skiplock queues resume emails'),
+      examples(
+        'skiplock queues',
+        'skiplock queues pause emails',
+        'skiplock queues resume emails',
+        'skiplock queues limits emails --concurrency 5 --rate 100/1m',
+      ),
     )
     .action(async (flags: Flags) => {
       await withDatabase(flags, async ({ skiplock }) => {
@@ -32,12 +38,13 @@ export function queuesCommand(): Command {
         else
           printText(
             renderTable(
-              ['queue', 'state', 'queued', 'running', 'paused at'],
+              ['queue', 'state', 'queued', 'running', 'limits', 'paused at'],
               queues.map((q) => [
                 q.name,
                 q.paused ? 'paused' : 'running',
                 q.queued,
                 q.running,
+                formatLimits(q.limits),
                 q.pausedAt?.toISOString() ?? null,
               ]),
             ),
@@ -67,5 +74,6 @@ export function queuesCommand(): Command {
     });
     command.addCommand(sub);
   }
+  command.addCommand(queueLimitsCommand());
   return command;
 }

@@ -2,7 +2,7 @@
  * The claim: `queued → running` for a batch of due jobs, in one statement with
  * `FOR UPDATE SKIP LOCKED`, so any number of workers claim side by side without
  * blocking each other and no job is claimed twice. Jobs of paused queues are
- * not claimed.
+ * not claimed, nor jobs of limited queues (see claim-limited.ts).
  */
 import type pg from 'pg';
 import type { Job } from '../../job/job.js';
@@ -91,11 +91,14 @@ export class ClaimQueries {
        WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
        RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
                  j.lease_seq, j.created_at${traceColumn}`;
-    // Paused queues are skipped. Both filters are uncorrelated subqueries,
-    // evaluated once per claim (one index probe per queue), not once per row.
-    const one = `queue = $1 AND NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = $1 AND q.paused)`;
+    // Paused queues are skipped, and so are limited ones (the limited claim
+    // takes them), should a worker not have heard of their limits yet. Both
+    // filters are uncorrelated subqueries, evaluated once per claim (one index
+    // probe per queue), not once per row.
+    const skipped = `(q.paused OR q.concurrency_limit IS NOT NULL OR q.rate_count IS NOT NULL)`;
+    const one = `queue = $1 AND NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = $1 AND ${skipped})`;
     const any = `queue = ANY(ARRAY(SELECT n FROM unnest($1::text[]) n
-                               WHERE NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = n AND q.paused)))`;
+                               WHERE NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = n AND ${skipped})))`;
     // A job whose producer left max_attempts out takes its kind's ($6 kinds, $7
     // their maxAttempts) at every claim, so the row holds the value its
     // failures are judged by; a kind without one keeps the row's.

@@ -1,15 +1,17 @@
 /**
  * Every statement of one schema, grouped by family (one file each): insert,
- * claim, results, sweep, requeue, inspect, cancel, snooze, queues, prune. Built once per Skiplock for its
- * schema; holds no connection. The schema is quoted once; every value is a bind
+ * claim (and the limited claim), results, sweep, requeue, inspect, cancel,
+ * snooze, queues (and their limits), prune. Built once per Skiplock for its schema; holds no connection. The schema is quoted once; every value is a bind
  * parameter; every state change of a running job is guarded by its lease.
  */
 import { CancelQueries } from './cancel.js';
 import { ClaimQueries } from './claim.js';
+import { LimitedClaimQueries } from './claim-limited.js';
 import { InsertQueries } from './insert.js';
 import { InspectQueries } from './inspect.js';
 import { ProbeQueries } from './probe.js';
 import { PruneQueries } from './prune.js';
+import { QueueLimitQueries } from './queue-limits.js';
 import { QueueQueries } from './queues.js';
 import { RequeueQueries } from './requeue.js';
 import { ResultQueries } from './results.js';
@@ -23,6 +25,8 @@ export class JobQueries {
   readonly names: SchemaNames;
   readonly insert: InsertQueries;
   readonly claim: ClaimQueries;
+  /** The claim of queues with a concurrency or rate limit. */
+  readonly limitedClaim: LimitedClaimQueries;
   readonly results: ResultQueries;
   readonly sweep: SweepQueries;
   readonly requeue: RequeueQueries;
@@ -34,12 +38,14 @@ export class JobQueries {
   readonly cancel: CancelQueries;
   readonly snooze: SnoozeQueries;
   readonly queues: QueueQueries;
+  readonly queueLimits: QueueLimitQueries;
   readonly prune: PruneQueries;
 
   constructor(schema: string) {
     this.names = schemaNames(schema);
     this.insert = new InsertQueries(this.names);
     this.claim = new ClaimQueries(this.names);
+    this.limitedClaim = new LimitedClaimQueries(this.names);
     this.results = new ResultQueries(this.names);
     this.sweep = new SweepQueries(this.names);
     this.requeue = new RequeueQueries(this.names);
@@ -49,6 +55,7 @@ export class JobQueries {
     this.cancel = new CancelQueries(this.names);
     this.snooze = new SnoozeQueries(this.names);
     this.queues = new QueueQueries(this.names);
+    this.queueLimits = new QueueLimitQueries(this.names);
     this.prune = new PruneQueries(this.names);
   }
 

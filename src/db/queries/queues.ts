@@ -1,9 +1,10 @@
 /**
  * The queues table: pause and resume a queue, and list queues with their
- * state. A queue without a row is an ordinary, running queue; the claim skips
+ * state and limits. A queue without a row is an ordinary, running queue; the claim skips
  * paused ones (see claim.ts).
  */
 import { type Queryable, run, type Statement } from '../executor.js';
+import { limitsOf, type QueueLimits } from './queue-limits.js';
 import type { SchemaNames } from './schema-names.js';
 
 /** A queue as operators see it. */
@@ -18,6 +19,8 @@ export interface QueueInfo {
   queued: number;
   /** Jobs of it held by workers now (`running`, buffered ones included). */
   running: number;
+  /** Its concurrency and rate limits (null: none). */
+  limits: QueueLimits;
 }
 
 /** The queue statements. */
@@ -53,7 +56,8 @@ export class QueueQueries {
     this.#list = statement(
       'queue_list',
       `SELECT n.name, COALESCE(q.paused, false) AS paused, q.paused_at,
-              COALESCE(c.queued, 0)::int AS queued, COALESCE(c.running, 0)::int AS running
+              COALESCE(c.queued, 0)::int AS queued, COALESCE(c.running, 0)::int AS running,
+              q.concurrency_limit, q.rate_count, q.rate_period_ms
        FROM (SELECT name FROM ${queues} UNION SELECT DISTINCT queue FROM ${jobs}) n (name)
        LEFT JOIN ${queues} q ON q.name = n.name
        LEFT JOIN (
@@ -85,6 +89,9 @@ export class QueueQueries {
       paused_at: Date | null;
       queued: number;
       running: number;
+      concurrency_limit: number | null;
+      rate_count: number | null;
+      rate_period_ms: number | null;
     }>(db, this.#list, []);
     return rows.map((r) => ({
       name: r.name,
@@ -92,6 +99,7 @@ export class QueueQueries {
       pausedAt: r.paused_at,
       queued: r.queued,
       running: r.running,
+      limits: limitsOf(r),
     }));
   }
 }

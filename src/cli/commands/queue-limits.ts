@@ -1,0 +1,84 @@
+/**
+ * `skiplock queues limits NAME [--concurrency N|none] [--rate COUNT/PERIOD|none]`:
+ * sets or removes a queue's global limits, or shows them when no flag is given.
+ */
+import { Command, InvalidArgumentError } from 'commander';
+import type { QueueLimits, QueueLimitsOptions, RateLimit } from '../../skiplock.js';
+import { withDatabase } from '../database.js';
+import { type ConnectionFlags, examples, integer } from '../flags.js';
+import { printJson, printText } from '../output.js';
+
+// `none` stays a string through commander, which turns a parser's null into ''.
+type Flags = ConnectionFlags & { json?: boolean; concurrency?: number | 'none'; rate?: RateLimit | 'none' };
+
+const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
+
+/** Parses `--concurrency`: an integer ≥ 1, or `none` to remove the limit. */
+function concurrencyFlag(value: string): number | 'none' {
+  if (value === 'none') return value;
+  return integer(1, 2_147_483_647)(value);
+}
+
+/**
+ * Parses `--rate COUNT/PERIOD`: PERIOD is milliseconds, or a number with a unit
+ * `ms`, `s`, `m` or `h` (`50/1s`, `1000/1m`); `none` removes the limit.
+ */
+export function rateFlag(value: string): RateLimit | 'none' {
+  if (value === 'none') return value;
+  const match = /^(\d+)\/(\d+)(ms|s|m|h)?$/.exec(value.trim());
+  if (!match)
+    throw new InvalidArgumentError('must be COUNT/PERIOD, such as 50/1s, 100/500ms or 1000/1m, or none.');
+  return { count: Number(match[1]), periodMs: Number(match[2]) * UNIT_MS[match[3] ?? 'ms']! };
+}
+
+/** A queue's limits as one line: `concurrency 3, rate 50/1000ms`, or `none`. */
+export function formatLimits(limits: QueueLimits): string {
+  const parts: string[] = [];
+  if (limits.concurrency !== null) parts.push(`concurrency ${limits.concurrency}`);
+  if (limits.rate !== null) parts.push(`rate ${limits.rate.count}/${limits.rate.periodMs}ms`);
+  return parts.length === 0 ? 'none' : parts.join(', ');
+}
+
+/** The `queues limits` subcommand. */
+export function queueLimitsCommand(): Command {
+  const sub = new Command('limits')
+    .summary("set or remove a queue's global concurrency and rate limits")
+    .description(
+      'Caps a queue across all workers and hosts: --concurrency N jobs running at once, --rate COUNT/PERIOD job starts within any PERIOD. `none` removes a limit; a flag not given leaves its limit as it is; with no flag, shows the limits.',
+    )
+    .argument('NAME', 'the queue')
+    .option('--concurrency <n|none>', 'most jobs of the queue running at once', concurrencyFlag)
+    .option(
+      '--rate <count/period|none>',
+      'most job starts per period: 50/1s, 100/500ms, 1000/1m, 10/1h',
+      rateFlag,
+    )
+    .addHelpText(
+      'after',
+      `${examples(
+        'skiplock queues limits emails --concurrency 5',
+        'skiplock queues limits emails --rate 100/1m',
+        'skiplock queues limits emails --concurrency none --rate none',
+        'skiplock queues limits emails',
+      )}\nConnection and --json: the flags of \`skiplock queues\`, given before or after NAME.`,
+    );
+  sub.action(async (name: string) => {
+    const flags = sub.optsWithGlobals<Flags>();
+    await withDatabase(flags, async ({ skiplock }) => {
+      const change: QueueLimitsOptions = {};
+      if (flags.concurrency !== undefined)
+        change.concurrency = flags.concurrency === 'none' ? null : flags.concurrency;
+      if (flags.rate !== undefined) change.rate = flags.rate === 'none' ? null : flags.rate;
+      const changing = flags.concurrency !== undefined || flags.rate !== undefined;
+      const limits = changing
+        ? await skiplock.setQueueLimits(name, change)
+        : ((await skiplock.queues()).find((q) => q.name === name)?.limits ?? {
+            concurrency: null,
+            rate: null,
+          });
+      if (flags.json) printJson({ queue: name, limits });
+      else printText(`${name}: limits ${formatLimits(limits)}`);
+    });
+  });
+  return sub;
+}

@@ -1,0 +1,70 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Skiplock } from '../../src/index.js';
+import { createTestDatabase, TEST_SCHEMA, type TestDatabase } from '../support/database.js';
+import { runCli } from './cli-process.js';
+
+let db: TestDatabase;
+let skiplock: Skiplock;
+let conn: string[];
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  skiplock = db.skiplock();
+  conn = ['--database-url', db.url, '--schema', TEST_SCHEMA];
+});
+afterAll(async () => {
+  await db?.close();
+});
+
+describe('skiplock queues limits', () => {
+  it('sets, shows and removes limits; the listing shows them; bad flags change nothing', async () => {
+    const set = await runCli(['queues', 'limits', 'cli-l', '--concurrency', '3', '--rate', '50/1s', ...conn]);
+    expect(set.code, set.stderr).toBe(0);
+    expect(set.stdout.trim()).toBe('cli-l: limits concurrency 3, rate 50/1000ms');
+    expect((await skiplock.queues()).find((q) => q.name === 'cli-l')?.limits).toEqual({
+      concurrency: 3,
+      rate: { count: 50, periodMs: 1000 },
+    });
+
+    const rate = await runCli(['queues', 'limits', 'cli-l', '--rate', '1000/2m', ...conn, '--json']);
+    expect(rate.code, rate.stderr).toBe(0);
+    expect(JSON.parse(rate.stdout)).toEqual({
+      queue: 'cli-l',
+      limits: { concurrency: 3, rate: { count: 1000, periodMs: 120_000 } },
+    });
+    const shown = await runCli(['queues', 'limits', 'cli-l', ...conn]);
+    expect(shown.stdout.trim()).toBe('cli-l: limits concurrency 3, rate 1000/120000ms');
+    const table = await runCli(['queues', ...conn]);
+    expect(table.stdout).toMatch(/cli-l\s+running\s+0\s+0\s+concurrency 3, rate 1000\/120000ms/);
+
+    for (const bad of [
+      ['--concurrency', '0'],
+      ['--concurrency', 'x'],
+      ['--rate', '50'],
+      ['--rate', '50/1d'],
+      ['--rate', '0/1s'],
+    ]) {
+      const refused = await runCli(['queues', 'limits', 'cli-l', ...bad, ...conn]);
+      expect(refused.code, bad.join(' ')).not.toBe(0);
+    }
+    const zeroRate = await runCli(['queues', 'limits', 'cli-l', '--rate', '0/1s', ...conn]);
+    expect(zeroRate.stderr).toContain('rate.count');
+
+    const cleared = await runCli([
+      'queues',
+      'limits',
+      'cli-l',
+      '--concurrency',
+      'none',
+      '--rate',
+      'none',
+      ...conn,
+    ]);
+    expect(cleared.code, cleared.stderr).toBe(0);
+    expect(cleared.stdout.trim()).toBe('cli-l: limits none');
+    expect((await skiplock.queues()).find((q) => q.name === 'cli-l')?.limits).toEqual({
+      concurrency: null,
+      rate: null,
+    });
+  });
+});
