@@ -187,6 +187,20 @@ describe('pause and resume', () => {
     await page.close();
   });
 
+  it("shows each queue's global limits, and a dash for none", async () => {
+    await db
+      .skiplock()
+      .setQueueLimits('limited queue', { concurrency: 3, rate: { count: 50, periodMs: 1000 } });
+    const page = await browser.newPage();
+    await page.goto(server.url);
+    await expect(page.locator('td[data-queue="limited queue"][data-limits]').textContent()).resolves.toBe(
+      '≤ 3 running · 50 starts / 1 s',
+    );
+    await expect(page.locator('td[data-queue="emails"][data-limits]').textContent()).resolves.toBe('—');
+    await db.skiplock().setQueueLimits('limited queue', { concurrency: null, rate: null });
+    await page.close();
+  });
+
   it('lists a paused queue without jobs, so it can be resumed', async () => {
     await db.skiplock().pauseQueue('empty <i>queue</i>');
     const page = await browser.newPage();

@@ -25,6 +25,7 @@ export function queuesPage(
   // A paused queue without jobs has no stats row but is still listed, so it can be resumed.
   const queues = [...new Set([...stats.map((s) => s.queue), ...infos.map((q) => q.name)])].sort();
   const paused = new Map(infos.filter((q) => q.paused).map((q) => [q.name, q.pausedAt]));
+  const limits = new Map(infos.map((q) => [q.name, limitsText(q.limits)]));
   const count = (queue: string, status: string) =>
     stats.find((s) => s.queue === queue && s.status === status)?.count ?? 0;
   const cell = (queue: string | undefined, status: string, n: number) => {
@@ -71,6 +72,7 @@ export function queuesPage(
     }</td>
 ${JOB_STATUSES.map((status) => cell(queue, status, count(queue, status)))}
 <td class="num" data-queue="${queue}" data-oldest-due>${oldest === null ? '—' : formatDuration(oldest)}</td>
+<td class="nowrap" data-queue="${queue}" data-limits>${limits.get(queue) || html`<span class="muted">—</span>`}</td>
 ${d.options.readOnly ? '' : html`<td class="nowrap">${toggle}${requeue}</td>`}</tr>`;
   });
   const totals = JOB_STATUSES.map((status) =>
@@ -84,8 +86,8 @@ ${d.options.readOnly ? '' : html`<td class="nowrap">${toggle}${requeue}</td>`}</
     queues.length === 0
       ? html`<div class="card muted">No jobs in the table and no paused queue.</div>`
       : html`<table class="queues">
-<thead><tr><th>queue</th>${JOB_STATUSES.map((s) => html`<th class="num">${s}</th>`)}<th class="num">oldest due</th>${d.options.readOnly ? '' : html`<th></th>`}</tr></thead>
-<tbody>${rows}<tr class="total"><td>all queues</td>${totals}<td></td>${d.options.readOnly ? '' : html`<td></td>`}</tr></tbody>
+<thead><tr><th>queue</th>${JOB_STATUSES.map((s) => html`<th class="num">${s}</th>`)}<th class="num">oldest due</th><th>limits</th>${d.options.readOnly ? '' : html`<th></th>`}</tr></thead>
+<tbody>${rows}<tr class="total"><td>all queues</td>${totals}<td></td><td></td>${d.options.readOnly ? '' : html`<td></td>`}</tr></tbody>
 </table>`;
   return {
     title: 'Queues',
@@ -95,4 +97,13 @@ ${d.options.readOnly ? '' : html`<td class="nowrap">${toggle}${requeue}</td>`}</
 <h2>Finished jobs per minute, last hour</h2>
 <div class="card">${throughputChart(buckets)}</div>`,
   };
+}
+
+/** A queue's global limits in words ('' for none): `≤ 3 running · 50 starts / 1 s`. */
+function limitsText(limits: QueueInfo['limits']): string {
+  const parts: string[] = [];
+  if (limits.concurrency !== null) parts.push(`≤ ${limits.concurrency} running`);
+  if (limits.rate !== null)
+    parts.push(`${limits.rate.count} starts / ${formatDuration(limits.rate.periodMs)}`);
+  return parts.join(' · ');
 }
