@@ -14,6 +14,9 @@ import type { ClaimedJob, ClaimRequest } from '../db/queries/claim.js';
 import type { LimitedClaim } from '../db/queries/claim-limited.js';
 import type { JobQueries } from '../db/queries/jobs.js';
 import type { SkiplockError } from '../errors.js';
+import type { Fetcher } from './fetcher.js';
+import { kindMaxAttemptsOf } from './handler-definition.js';
+import type { ResolvedWorkerOptions } from './options.js';
 
 /** What the claimer needs from its worker. */
 export interface ClaimerDeps {
@@ -27,15 +30,31 @@ export interface ClaimerDeps {
   pollIntervalMs: number;
   /** Slots of the worker neither running nor holding a buffered job. */
   freeSlots(): number;
-  /** A limited queue may hold jobs this worker could not take yet: claim again when a slot frees. */
-  retryOnSlotFreed(): void;
-  /** Claim again in `delayMs` (when the rate allows more starts). */
-  wakeAfter(delayMs: number): void;
-  /** Claim again now. */
-  wake(): void;
+  /**
+   * The worker's fetcher: `retryOnSlotFreed` when a limited queue may hold jobs
+   * this worker could not take yet, `wakeAfter` when the rate allows more
+   * starts, `wake` to claim again now.
+   */
+  fetcher(): Pick<Fetcher, 'retryOnSlotFreed' | 'wakeAfter' | 'wake'>;
   /** `queue` became limited: jobs of it this worker buffered must be given back. */
   onLimited(queue: string): void;
   onError(error: SkiplockError): void;
+}
+
+/** The claim request of a worker's options (without queues and limit): its kinds, kinds' maxAttempts, lease. */
+export function workerClaimRequest(
+  options: ResolvedWorkerOptions,
+  workerId: string,
+  traced: boolean,
+): ClaimerDeps['request'] {
+  return {
+    kinds: [...options.handlers.keys()],
+    workerId,
+    visibilityTimeoutMs: options.visibilityTimeoutMs,
+    prepared: options.preparedStatements,
+    kindMaxAttempts: kindMaxAttemptsOf(options.handlers),
+    traceContext: traced,
+  };
 }
 
 /** The claim of one worker, across limited and unlimited queues. */
@@ -113,7 +132,7 @@ export class Claimer {
           this.#deps.onError(translateError(error));
         }
       } while (this.#refreshAgain);
-      if (wake) this.#deps.wake();
+      if (wake) this.#deps.fetcher().wake();
     })().finally(() => {
       this.#refreshing = undefined;
     });
@@ -139,7 +158,7 @@ export class Claimer {
       for (let i = 0; i < limited.length; i++) {
         const queue = limited[(first + i) % limited.length]!;
         if (free <= 0) {
-          this.#deps.retryOnSlotFreed();
+          this.#deps.fetcher().retryOnSlotFreed();
           if (this.#short.has(queue)) starved = true;
           continue;
         }
@@ -183,9 +202,9 @@ export class Claimer {
       return false;
     }
     this.#short.add(queue);
-    this.#deps.retryOnSlotFreed();
+    this.#deps.fetcher().retryOnSlotFreed();
     if (claim.rateRoom !== null && claimed >= claim.rateRoom && claim.rateWaitMs !== null)
-      this.#deps.wakeAfter(claim.rateWaitMs + 1);
+      this.#deps.fetcher().wakeAfter(claim.rateWaitMs + 1);
     return byLimits > requested;
   }
 }

@@ -8,6 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { translateError } from '../db/executor.js';
 import { leaseKey } from '../db/queries/job-row.js';
 import type { SkiplockError } from '../errors.js';
+import type { EventReporter } from './event-reporter.js';
 import type { Execution } from './executions.js';
 import { loopBackoffMs } from './loop-backoff.js';
 
@@ -41,4 +42,44 @@ export async function releaseJobs(request: ReleaseRequest): Promise<void> {
       await sleep(pause);
     }
   }
+}
+
+/** A lease to give back, and whether its handler started (a started job whose cancel was requested keeps its attempt). */
+export interface ReleasedLease {
+  id: string;
+  attempts: number;
+  leaseSeq: string;
+  started: boolean;
+}
+
+/**
+ * Gives a worker's held executions back (those still buffered or running;
+ * others ended meanwhile) and reports each `job:released`, or `job:cancelled`
+ * when its cancel was requested. Never rejects.
+ */
+export async function releaseExecutions(
+  executions: Execution[],
+  deadlineMs: number,
+  deps: {
+    release(leases: ReleasedLease[]): Promise<Map<string, 'queued' | 'cancelled'>>;
+    events: EventReporter;
+  },
+): Promise<void> {
+  const held = executions.filter((e) => e.state === 'buffered' || e.state === 'running');
+  const leases = held.map((e) => ({
+    id: e.id,
+    attempts: e.attempts,
+    leaseSeq: e.leaseSeq,
+    started: e.state === 'running',
+  }));
+  for (const e of held) e.state = 'released';
+  if (held.length === 0) return;
+  await releaseJobs({
+    release: () => deps.release(leases),
+    jobs: held,
+    deadlineMs,
+    onReleased: (e, status) =>
+      deps.events.emit(status === 'cancelled' ? 'job:cancelled' : 'job:released', e.job),
+    onError: (error) => deps.events.error(error, 'release'),
+  });
 }

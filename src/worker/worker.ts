@@ -18,23 +18,24 @@ import { workerMaintenance } from '../maintenance/worker-maintenance.js';
 import { assertMigrated } from '../migrations/migrator.js';
 import type { JobTracing } from '../telemetry/tracing.js';
 import { Cancellation } from './cancellation.js';
-import { Claimer } from './claimer.js';
+import { Claimer, workerClaimRequest } from './claimer.js';
 import type { Completer } from './completer.js';
 import { EventReporter } from './event-reporter.js';
 import type { WorkerEvents } from './events.js';
 import { bufferedExecution, type Execution, Executions } from './executions.js';
 import { Fetcher } from './fetcher.js';
-import { kindMaxAttemptsOf, kindRetryDelayMs, type ResolvedHandler } from './handler-definition.js';
+import { kindRetryDelayMs, type ResolvedHandler } from './handler-definition.js';
 import { Heartbeat } from './heartbeat.js';
-import { listenClientConfig, Notifier } from './notifier.js';
+import type { Notifier } from './notifier.js';
 import type { ResolvedWorkerOptions } from './options.js';
 import { PrefetchPolicy } from './prefetch.js';
-import { releaseJobs } from './release.js';
+import { releaseExecutions } from './release.js';
 import { resultWriter } from './result-writer.js';
 import { type RunOutcome, runJob } from './run-job.js';
-import { deafListenerWarning, serverWarnings } from './server-check.js';
+import { serverWarnings } from './server-check.js';
 import { forgetOnSignals, stopOnSignals } from './signals.js';
 import { TransactionalAttempts } from './transactional.js';
+import { workerNotifier } from './worker-notifier.js';
 import { settlesWithin, type WorkerPool, workerPool } from './worker-pool.js';
 
 /** What a worker needs from its Skiplock. */
@@ -73,8 +74,6 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #cancellation: Cancellation;
   readonly #heartbeat: Heartbeat<Execution>;
   readonly #notifier: Notifier;
-  /** The LISTEN connection missed a probe and no probe has come back since (warned once). */
-  #deaf = false;
   readonly #maintainer: Maintainer;
   readonly #pool: WorkerPool;
   /** Runs transactional handlers on connections of their own (made only when one is declared). */
@@ -104,9 +103,6 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.id = options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
     this.#events = new EventReporter(this, this.id);
     const { queries } = ctx;
-    const kinds = [...options.handlers.keys()];
-    const kindMaxAttempts = kindMaxAttemptsOf(options.handlers);
-    const traced = ctx.tracing !== undefined;
     this.#pool = workerPool(ctx.clientConfig, options.statementTimeoutMs, options.sessionSettings);
     this.#prefetch = new PrefetchPolicy(options);
     const pool = this.#pool.pool;
@@ -114,19 +110,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
       pool,
       queries,
       queues: options.queues,
-      request: {
-        kinds,
-        workerId: this.id,
-        visibilityTimeoutMs: options.visibilityTimeoutMs,
-        prepared: options.preparedStatements,
-        kindMaxAttempts,
-        traceContext: traced,
-      },
+      request: workerClaimRequest(options, this.id, ctx.tracing !== undefined),
       pollIntervalMs: options.pollIntervalMs,
       freeSlots: () => options.concurrency - this.#executions.runningCount - this.#executions.bufferedCount,
-      retryOnSlotFreed: () => this.#fetcher.retryOnSlotFreed(),
-      wakeAfter: (delayMs) => this.#fetcher.wakeAfter(delayMs),
-      wake: () => this.#fetcher.wake(),
+      fetcher: () => this.#fetcher,
       onLimited: (queue) => {
         const taken = this.#executions.takeBufferedWhere((e) => e.job.queue === queue);
         if (taken.length > 0) void this.#release(taken);
@@ -166,27 +153,15 @@ export class Worker extends EventEmitter<WorkerEvents> {
       onCancelRequested: (held) => this.#cancellation.onCancelRequested(held),
       onError: (error) => this.#events.error(error, 'heartbeat'),
     });
-    const listenConfig = listenClientConfig(ctx.clientConfig, options.listenConnectionString);
-    this.#notifier = new Notifier(listenConfig, queries.channel, {
-      onWakeUp: (message) => {
-        if (message.type === 'limits') return this.#claimer.onLimitsMessage(message.queue);
-        if (this.#cancellation.onMessage(message)) return;
-        if (message.queue === null || options.queues.includes(message.queue)) {
-          this.#claimer.onWakeUp(message.queue);
-          this.#fetcher.wakeAfter(message.delayMs);
-        }
-      },
-      onListening: () => {
-        this.#events.emit('worker:listen');
-        this.#fetcher.wake();
-      },
-      onError: (error) => this.#events.error(error, 'notifier'),
-      sendProbe: (token) => queries.probe.send(pool, token),
-      probeIntervalMs: options.listenProbeIntervalMs,
-      onHeard: () => {
-        this.#deaf = false;
-      },
-      onDeaf: (timeoutMs) => this.#onDeaf(timeoutMs),
+    this.#notifier = workerNotifier({
+      clientConfig: ctx.clientConfig,
+      options,
+      queries,
+      pool,
+      claimer: this.#claimer,
+      cancellation: this.#cancellation,
+      fetcher: () => this.#fetcher,
+      events: this.#events,
     });
     this.#maintainer = workerMaintenance({
       pool,
@@ -347,24 +322,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   /** Gives held jobs back; each is reported `job:released`, or `job:cancelled` when its cancel was requested. */
-  async #release(executions: Execution[], deadlineMs = 10_000): Promise<void> {
-    const held = executions.filter((e) => e.state === 'buffered' || e.state === 'running');
-    // A started job whose cancel was requested keeps its attempt; a buffered one never ran.
-    const leases = held.map((e) => ({
-      id: e.id,
-      attempts: e.attempts,
-      leaseSeq: e.leaseSeq,
-      started: e.state === 'running',
-    }));
-    for (const e of held) e.state = 'released';
-    if (held.length === 0) return;
-    await releaseJobs({
-      release: () => this.#ctx.queries.results.releaseWithStatus(this.#pool.pool, leases, this.id),
-      jobs: held,
-      deadlineMs,
-      onReleased: (e, status) =>
-        this.#events.emit(status === 'cancelled' ? 'job:cancelled' : 'job:released', e.job),
-      onError: (error) => this.#events.error(error, 'release'),
+  #release(executions: Execution[], deadlineMs = 10_000): Promise<void> {
+    return releaseExecutions(executions, deadlineMs, {
+      release: (leases) => this.#ctx.queries.results.releaseWithStatus(this.#pool.pool, leases, this.id),
+      events: this.#events,
     });
   }
 
@@ -446,12 +407,5 @@ export class Worker extends EventEmitter<WorkerEvents> {
   /** Warns once about server settings that defeat the jobs table's design. */
   async #warnAboutServer(): Promise<void> {
     for (const warning of await serverWarnings(this.#pool.pool)) this.#events.warn(warning);
-  }
-
-  /** Warns once per deaf spell of the LISTEN connection; the poll finds jobs meanwhile. */
-  #onDeaf(timeoutMs: number): void {
-    if (this.#deaf) return;
-    this.#deaf = true;
-    this.#events.warn(deafListenerWarning(timeoutMs, this.#options.pollIntervalMs));
   }
 }
