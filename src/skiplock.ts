@@ -5,7 +5,7 @@
  * setQueueLimits, queues, prune) and `worker()`.
  */
 import pg from 'pg';
-import { z } from 'zod';
+import { configSchema, type EnqueueManyItem, type SkiplockConfig } from './config.js';
 import { translateError } from './db/executor.js';
 import { JobQueries } from './db/queries/jobs.js';
 import { assertSchemaName, DEFAULT_SCHEMA } from './db/sql.js';
@@ -46,6 +46,7 @@ export type {
   CancelCounts,
   CancelFilter,
   ClientOption,
+  EnqueueManyItem,
   EnqueueOptions,
   JobOptions,
   ListJobsFilter,
@@ -57,48 +58,8 @@ export type {
   QueueStats,
   RateLimit,
   RequeueFilter,
+  SkiplockConfig,
 };
-
-/** How to reach the database. Give `pool` or `connectionString` (else `DATABASE_URL` is used). */
-export interface SkiplockConfig {
-  /** A pg Pool of the caller's; `close()` leaves it open. skiplock adds an `error` listener to it while open. */
-  pool?: pg.Pool;
-  /** A PostgreSQL URL; skiplock makes (and closes) its own pool. */
-  connectionString?: string;
-  /** Schema of the jobs table; any name, always quoted. @default 'skiplock' */
-  schema?: string;
-  /**
-   * OpenTelemetry tracing: an `enqueue` span (kind PRODUCER) around each
-   * `enqueue`/`enqueueMany`, whose trace context is stored with its jobs, and
-   * a `process` span (kind CONSUMER) around each attempt of this Skiplock's
-   * workers, a child of that stored context and active while the handler runs.
-   * Needs the optional package `@opentelemetry/api`, loaded on the first
-   * enqueue or worker start; spans go to the globally registered tracer
-   * provider and the context through the global propagator (set up by an
-   * OpenTelemetry SDK). Off, nothing is loaded, stored or traced.
-   * @default false
-   */
-  tracing?: boolean;
-}
-
-/** One job of `enqueueMany`, typed by the kind → payload map. */
-export type EnqueueManyItem<Jobs extends JobMap> = {
-  [Kind in keyof Jobs & string]: { kind: Kind; payload: Jobs[Kind] } & JobOptions;
-}[keyof Jobs & string];
-
-const configSchema = z.strictObject({
-  pool: z
-    .custom<pg.Pool>(
-      (v) => typeof (v as pg.Pool)?.query === 'function' && typeof (v as pg.Pool)?.connect === 'function',
-      {
-        error: 'must be a pg.Pool',
-      },
-    )
-    .optional(),
-  connectionString: z.string({ error: 'must be a string' }).min(1, { error: 'must not be empty' }).optional(),
-  schema: z.unknown().optional(),
-  tracing: z.boolean({ error: 'must be a boolean' }).optional(),
-});
 
 /**
  * A job queue in one PostgreSQL schema.

@@ -1,0 +1,49 @@
+/**
+ * What `new Skiplock(config)` takes, and its validation.
+ */
+import type pg from 'pg';
+import { z } from 'zod';
+import type { JobMap } from './job/job.js';
+import type { JobOptions } from './producer/job-options.js';
+
+/** How to reach the database. Give `pool` or `connectionString` (else `DATABASE_URL` is used). */
+export interface SkiplockConfig {
+  /** A pg Pool of the caller's; `close()` leaves it open. skiplock adds an `error` listener to it while open. */
+  pool?: pg.Pool;
+  /** A PostgreSQL URL; skiplock makes (and closes) its own pool. */
+  connectionString?: string;
+  /** Schema of the jobs table; any name, always quoted. @default 'skiplock' */
+  schema?: string;
+  /**
+   * OpenTelemetry tracing: an `enqueue` span (kind PRODUCER) around each
+   * `enqueue`/`enqueueMany`, whose trace context is stored with its jobs, and
+   * a `process` span (kind CONSUMER) around each attempt of this Skiplock's
+   * workers, a child of that stored context and active while the handler runs.
+   * Needs the optional package `@opentelemetry/api`, loaded on the first
+   * enqueue or worker start; spans go to the globally registered tracer
+   * provider and the context through the global propagator (set up by an
+   * OpenTelemetry SDK). Off, nothing is loaded, stored or traced.
+   * @default false
+   */
+  tracing?: boolean;
+}
+
+/** One job of `enqueueMany`, typed by the kind → payload map. */
+export type EnqueueManyItem<Jobs extends JobMap> = {
+  [Kind in keyof Jobs & string]: { kind: Kind; payload: Jobs[Kind] } & JobOptions;
+}[keyof Jobs & string];
+
+/** The shape of {@link SkiplockConfig}, checked by the constructor (the schema name is checked on its own). */
+export const configSchema = z.strictObject({
+  pool: z
+    .custom<pg.Pool>(
+      (v) => typeof (v as pg.Pool)?.query === 'function' && typeof (v as pg.Pool)?.connect === 'function',
+      {
+        error: 'must be a pg.Pool',
+      },
+    )
+    .optional(),
+  connectionString: z.string({ error: 'must be a string' }).min(1, { error: 'must not be empty' }).optional(),
+  schema: z.unknown().optional(),
+  tracing: z.boolean({ error: 'must be a boolean' }).optional(),
+});
