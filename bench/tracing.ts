@@ -1,5 +1,5 @@
 /**
- * Tracing A/B: the drain of scenario 2 (20,000 no-op jobs queued first, a
+ * Telemetry A/B (tracing, or with `--metrics` Prometheus metrics): the drain of scenario 2 (20,000 no-op jobs queued first, a
  * worker with skiplock's defaults, concurrency 10) with tracing off and on, in
  * one process, runs alternating (off/on, then on/off) after one warm-up drain
  * of each, so that both measure warmed-up code. jobs/s from the worker's start
@@ -7,7 +7,11 @@
  * time; median (min–max). With tracing on, the jobs are enqueued by a traced
  * Skiplock inside a span, so each carries a stored context.
  *
- *   node --import tsx bench/tracing.ts [--sdk] [--runs 5] [--jobs 20000] [--concurrency 10] [--handler-ms 0]
+ *   node --import tsx bench/tracing.ts [--sdk | --metrics] [--runs 5] [--jobs 20000] [--concurrency 10] [--handler-ms 0]
+ *
+ * `--metrics` compares a worker without metrics to one observed by
+ * `createMetrics` (counters and the run-time histogram per kind, fed by its
+ * events; scraped once per drain), tracing off in both.
  *
  * `--handler-ms N` makes each handler wait N ms (a timer) instead of returning at once.
  *
@@ -20,16 +24,19 @@
 import { parseArgs } from 'node:util';
 import { trace } from '@opentelemetry/api';
 import { Skiplock } from '../src/index.js';
+import { createMetrics } from '../src/telemetry/metrics.js';
 import { createDatabase, dropDatabase } from './database.js';
 import { median } from './report.js';
 import { payloads, sleep } from './scenarios/scenario.js';
 import { exportedSpans, registerSdk } from './tracing-sdk.js';
 
 const CHUNK = 5_000;
+const what = process.argv.includes('--metrics') ? 'metrics' : 'tracing';
 
 const { values } = parseArgs({
   options: {
     sdk: { type: 'boolean', default: false },
+    metrics: { type: 'boolean', default: false },
     runs: { type: 'string', default: '5' },
     jobs: { type: 'string', default: '20000' },
     concurrency: { type: 'string', default: '10' },
@@ -50,7 +57,7 @@ const rate: Record<Mode, number[]> = { off: [], on: [] };
 const cpu: Record<Mode, number[]> = { off: [], on: [] };
 const skiplocks: Record<Mode, Skiplock> = {
   off: new Skiplock({ connectionString: url }),
-  on: new Skiplock({ connectionString: url, tracing: true }),
+  on: new Skiplock({ connectionString: url, tracing: !values.metrics }),
 };
 
 /** Enqueues the jobs with `mode`'s Skiplock, drains them with its worker; jobs/s and µs CPU per job. */
@@ -83,6 +90,8 @@ async function drain(mode: Mode): Promise<{ rate: number; cpuUs: number; stored:
             },
     },
   });
+  const metrics = values.metrics && mode === 'on' ? await createMetrics(skiplock) : undefined;
+  const unobserve = metrics?.observeWorker(worker);
   worker.on('error', (error, source) => console.error(`skiplock ${source}: ${error.message}`));
   // The autovacuum warning of a benchmark server is expected.
   worker.on('worker:warning', () => {});
@@ -98,7 +107,9 @@ async function drain(mode: Mode): Promise<{ rate: number; cpuUs: number; stored:
     await sleep(5);
   }
   const ms = performance.now() - startedAt;
+  if (metrics) await metrics.text();
   const used = process.cpuUsage(cpuAtStart);
+  unobserve?.();
   await worker.stop();
   return { rate: jobs / (ms / 1000), cpuUs: (used.user + used.system) / jobs, stored: rows[0]!.n };
 }
@@ -112,7 +123,7 @@ try {
       rate[mode].push(result.rate);
       cpu[mode].push(result.cpuUs);
       console.log(
-        `run ${run + 1} tracing ${mode}: ${Math.round(result.rate)} jobs/s, ${result.cpuUs.toFixed(1)} µs CPU/job (${result.stored} jobs with a stored context)`,
+        `run ${run + 1} ${what} ${mode}: ${Math.round(result.rate)} jobs/s, ${result.cpuUs.toFixed(1)} µs CPU/job (${result.stored} jobs with a stored context)`,
       );
     }
   }
@@ -129,7 +140,7 @@ console.log(
   `\n${jobs.toLocaleString('en-US')} ${handlerMs > 0 ? `${handlerMs} ms` : 'no-op'} jobs, 1 worker × concurrency ${concurrency}, ${runs} runs each, ${values.sdk ? `an SDK sampling every span (${exportedSpans} spans exported)` : 'no SDK'}`,
 );
 for (const mode of ['off', 'on'] as const)
-  console.log(`tracing ${mode.padEnd(3)}: ${range(rate[mode], 0)} jobs/s, ${range(cpu[mode], 1)} µs CPU/job`);
+  console.log(`${what} ${mode.padEnd(3)}: ${range(rate[mode], 0)} jobs/s, ${range(cpu[mode], 1)} µs CPU/job`);
 console.log(
   `on / off: ${((median(rate.on) / median(rate.off)) * 100).toFixed(1)} % of the throughput, ${((median(cpu.on) / median(cpu.off)) * 100).toFixed(1)} % of the CPU per job (medians)`,
 );
