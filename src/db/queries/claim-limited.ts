@@ -9,7 +9,7 @@
  */
 import type pg from 'pg';
 import { run, runPrepared, type Statement, withTransaction } from '../executor.js';
-import type { ClaimedJob, ClaimRequest } from './claim.js';
+import { type ClaimedJob, type ClaimRequest, type ClaimRow, claimedJob } from './claim.js';
 import type { SchemaNames } from './schema-names.js';
 
 /** What one limited claim took, and what the limits left. */
@@ -23,21 +23,12 @@ export interface LimitedClaim {
   rateWaitMs: number | null;
 }
 
-interface LimitedClaimRow {
+/** The room the limits left, on every row; a claimed job's columns, or NULLs when none was claimed. */
+interface LimitedClaimRow extends Omit<ClaimRow, 'id'> {
   concurrency_room: number | null;
   rate_room: number | null;
   rate_wait_ms: string | null;
   id: string | null;
-  queue: string;
-  kind: string;
-  payload: unknown;
-  priority: number;
-  run_at: Date;
-  attempts: number;
-  max_attempts: number;
-  lease_seq: string;
-  created_at: Date;
-  trace_context: string | null;
 }
 
 /** A claim's transaction is a few milliseconds; a frozen process must not hold the queue's lock for long. */
@@ -150,20 +141,7 @@ export class LimitedClaimQueries {
     const first = rows[0];
     const jobs: ClaimedJob[] = [];
     for (const r of rows) {
-      if (r.id === null) continue;
-      jobs.push({
-        id: r.id,
-        kind: r.kind,
-        queue: r.queue,
-        payload: r.payload,
-        priority: r.priority,
-        runAt: r.run_at,
-        attempts: r.attempts,
-        maxAttempts: r.max_attempts,
-        createdAt: r.created_at,
-        leaseSeq: r.lease_seq,
-        ...(request.traceContext ? { traceContext: r.trace_context } : {}),
-      });
+      if (r.id !== null) jobs.push(claimedJob(r as ClaimRow, request.traceContext));
     }
     return {
       jobs,

@@ -50,7 +50,8 @@ export interface KindMaxAttempts {
   maxAttempts: readonly number[];
 }
 
-interface ClaimRow {
+/** A row the claim statements return. */
+export interface ClaimRow {
   id: string;
   queue: string;
   kind: string;
@@ -147,23 +148,25 @@ export class ClaimQueries {
     const statement = this.#variants[(policy ? 1 : 0) + (request.traceContext ? 2 : 0)]![single ? 0 : 1];
     const { rows } = await send<ClaimRow>(pool, statement, params);
     const jobs = new Array<ClaimedJob>(rows.length);
-    for (let i = 0; i < rows.length; i++) {
-      const r = rows[i]!;
-      jobs[i] = {
-        id: r.id,
-        kind: r.kind,
-        queue: r.queue,
-        payload: r.payload,
-        priority: r.priority,
-        runAt: r.run_at,
-        attempts: r.attempts,
-        maxAttempts: r.max_attempts,
-        createdAt: r.created_at,
-        leaseSeq: r.lease_seq,
-      };
-    }
-    if (request.traceContext)
-      for (let i = 0; i < rows.length; i++) jobs[i]!.traceContext = rows[i]!.trace_context ?? null;
+    for (let i = 0; i < rows.length; i++) jobs[i] = claimedJob(rows[i]!, request.traceContext);
     return jobs;
   }
+}
+
+/** A claimed row as its handler sees it; the trace context only when asked for (tracing on). */
+export function claimedJob(r: ClaimRow, traceContext: boolean | undefined): ClaimedJob {
+  const job: ClaimedJob = {
+    id: r.id,
+    kind: r.kind,
+    queue: r.queue,
+    payload: r.payload,
+    priority: r.priority,
+    runAt: r.run_at,
+    attempts: r.attempts,
+    maxAttempts: r.max_attempts,
+    createdAt: r.created_at,
+    leaseSeq: r.lease_seq,
+  };
+  if (traceContext) job.traceContext = r.trace_context ?? null;
+  return job;
 }
