@@ -179,6 +179,7 @@ describe.each(names)('%s', (name) => {
       lastError: null,
       finishedAt: null,
       cancelRequestedAt: null,
+      errors: [],
     });
     expect(listed.map((j) => j.id)).toEqual(jobs.map((j) => j.id));
     expect(requeued).toBe(1);
