@@ -1,6 +1,11 @@
 import type pg from 'pg';
 import { describe, expectTypeOf, it } from 'vitest';
-import type { Skiplock, TransactionalHandlerDefinition, Worker } from '../src/index.js';
+import type {
+  Skiplock,
+  TransactionalHandlerContext,
+  TransactionalHandlerDefinition,
+  Worker,
+} from '../src/index.js';
 
 type Jobs = { charge_order: { orderId: number }; send_receipt: { orderId: number } };
 declare const skiplock: Skiplock<Jobs>;
@@ -13,14 +18,17 @@ describe('transactional handlers', () => {
           charge_order: {
             transactional: true,
             maxAttempts: 5,
-            handle: async (job, { client, signal }) => {
+            handle: async (job, { client, signal }: TransactionalHandlerContext) => {
               expectTypeOf(job.payload).toEqualTypeOf<{ orderId: number }>();
               expectTypeOf(client).toEqualTypeOf<pg.PoolClient>();
               expectTypeOf(signal).toEqualTypeOf<AbortSignal>();
             },
           },
           send_receipt: {
-            handle: async (_job, context) => {
+            maxAttempts: 3,
+            handle: async (job, context) => {
+              // A definition without `transactional` types its job by its kind.
+              expectTypeOf(job.payload).toEqualTypeOf<{ orderId: number }>();
               // @ts-expect-error: only transactional handlers get a client
               void context.client;
             },

@@ -7,6 +7,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import {
   type JobMap,
   type TransactionalHandler,
+  type TransactionalHandlerContext,
   ValidationError,
   type Worker,
   type WorkerOptions,
@@ -208,7 +209,7 @@ describe('transactional handlers', () => {
         txn: {
           transactional: true,
           timeoutMs: 200,
-          handle: async (job, { client, signal }) => {
+          handle: async (job, { client, signal }: TransactionalHandlerContext) => {
             await client.query(`INSERT INTO ${effects()} (job_id, note) VALUES ($1, 'before')`, [job.id]);
             await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
             try {

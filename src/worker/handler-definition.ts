@@ -60,12 +60,24 @@ export interface HandlerPolicy {
   backoff?: Backoff | undefined;
 }
 
-/** A handler declared with its kind's defaults. */
+/**
+ * A handler declared with its kind's defaults, transactional or not.
+ *
+ * With `transactional: true`, `handle`'s context is a
+ * {@link TransactionalHandlerContext}: write its type on the parameter
+ * (`handle: async (job, { client }: TransactionalHandlerContext) => …`), or
+ * declare the definition as a {@link TransactionalHandlerDefinition}, which
+ * types it for you. (One definition type for both keeps `job` typed by its
+ * kind in the common form, which a union of the two would lose.)
+ */
 export interface HandlerDefinition<Kind extends string, Payload> extends HandlerPolicy {
-  /** Not transactional: the handler's writes are its own business. @default false */
-  transactional?: false | undefined;
+  /**
+   * Run `handle` in the transaction the job's completion commits with (see
+   * {@link TransactionalHandlerDefinition}). @default false
+   */
+  transactional?: boolean | undefined;
   /** Performs one job. */
-  handle: Handler<Kind, Payload>;
+  handle(job: Job<Kind, Payload>, context: HandlerContext): unknown;
 }
 
 /** What a transactional handler gets besides the job. */
@@ -96,10 +108,17 @@ export type TransactionalHandler<Kind extends string, Payload> = (
  * calls, other connections) are still at-least-once.
  *
  * @example
+ * const chargeOrder: TransactionalHandlerDefinition<'charge_order', { orderId: number }> = {
+ *   transactional: true,
+ *   handle: async (job, { client }) => {
+ *     await client.query('UPDATE orders SET charged = true WHERE id = $1', [job.payload.orderId]);
+ *   },
+ * };
+ * // or inline, the context's type written out:
  * handlers: {
  *   charge_order: {
  *     transactional: true,
- *     handle: async (job, { client }) => {
+ *     handle: async (job, { client }: TransactionalHandlerContext) => {
  *       await client.query('UPDATE orders SET charged = true WHERE id = $1', [job.payload.orderId]);
  *     },
  *   },
@@ -109,7 +128,7 @@ export interface TransactionalHandlerDefinition<Kind extends string, Payload> ex
   /** Run `handle` in the transaction the job's completion commits with. */
   transactional: true;
   /** Performs one job on the transaction's `client`. */
-  handle: TransactionalHandler<Kind, Payload>;
+  handle(job: Job<Kind, Payload>, context: TransactionalHandlerContext): unknown;
 }
 
 /**
@@ -117,10 +136,9 @@ export interface TransactionalHandlerDefinition<Kind extends string, Payload> ex
  * or a transactional one.
  */
 export type HandlerEntry<Kind extends string, Payload> =
-  // `transactional?: undefined` on the function lets TypeScript tell a definition without `transactional` from a transactional one.
-  | (Handler<Kind, Payload> & { transactional?: undefined })
-  | HandlerDefinition<Kind, Payload>
-  | TransactionalHandlerDefinition<Kind, Payload>;
+  | Handler<Kind, Payload>
+  // A TransactionalHandlerDefinition is one of these (its handle's context is wider).
+  | HandlerDefinition<Kind, Payload>;
 
 /** A handler after validation: its function and its kind's defaults. */
 export type ResolvedHandler =

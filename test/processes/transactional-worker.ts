@@ -8,7 +8,7 @@
  * started.
  */
 import pg from 'pg';
-import { Skiplock } from '../../src/index.js';
+import { Skiplock, type TransactionalHandlerContext } from '../../src/index.js';
 import { tableIn } from '../support/sql.js';
 
 const schema = process.env.SKIPLOCK_SCHEMA ?? 'skiplock';
@@ -23,7 +23,7 @@ const worker = skiplock.worker({
   handlers: {
     txn: {
       transactional: true,
-      handle: async (job, { client }) => {
+      handle: async (job, { client }: TransactionalHandlerContext) => {
         await client.query(`INSERT INTO ${effects} (job_id, attempts, pid) VALUES ($1, $2, $3)`, [
           job.id,
           job.attempts,

@@ -18,7 +18,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import { type Job, PermanentError, Skiplock } from '../../../src/index.js';
+import { type Job, PermanentError, Skiplock, type TransactionalHandlerContext } from '../../../src/index.js';
 import { LISTEN, STOP, SWEEP } from '../../support/events.js';
 import { tableIn } from '../../support/sql.js';
 import type { ChildMessage, ParentMessage, SleepPayload, WorkerProcessConfig } from './protocol.js';
@@ -116,7 +116,7 @@ const worker = skiplock.worker({
     ...Object.fromEntries((config.sleepKinds ?? []).map((kind) => [kind, sleeper])),
     txn_effect: {
       transactional: true,
-      handle: async (job, { client }) => {
+      handle: async (job, { client }: TransactionalHandlerContext) => {
         await client.query(`INSERT INTO ${txnEffectsTable} (job_id, attempt, pid) VALUES ($1, $2, $3)`, [
           job.id,
           job.attempts,
