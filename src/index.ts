@@ -1,4 +1,5 @@
 export type { Queryable, QueryResultLike } from './db/executor.js';
+export { TransactionMisuseError } from './db/guarded-client.js';
 export { DEFAULT_SCHEMA } from './db/sql.js';
 export {
   CancelledError,

@@ -16,10 +16,26 @@ import { translateError } from './executor.js';
  */
 const BEGIN = "BEGIN; SET LOCAL idle_in_transaction_session_timeout = '60s'";
 
+/**
+ * Ends a session on the server. Dropping the socket alone is not enough: the
+ * server notices a closed client only when it next reads from it, so a
+ * statement it is running (a long query, a lock wait) runs on, holding the
+ * transaction's locks. Sent while the connection is still open, so the pid is
+ * its own and no other session's.
+ */
+const TERMINATE = 'SELECT pg_terminate_backend($1::int)';
+
+/** How long a termination may take before the connection is dropped anyway (milliseconds). */
+const TERMINATE_TIMEOUT_MS = 2_000;
+
 /** One transaction on one checked-out connection. */
 export class HeldTransaction {
   readonly client: pg.PoolClient;
   readonly #deadlineMs: number;
+  /** Another pool, which ends this connection's session on the server when it is dropped mid-transaction. */
+  #terminator: Pick<pg.Pool, 'query'> | undefined;
+  /** The termination of this connection's session, while in flight. */
+  #terminating: Promise<unknown> | undefined;
   /** Why the connection cannot go back to the pool (it broke, or its transaction state is unknown). */
   #broken: Error | undefined;
   #open = false;
@@ -32,17 +48,28 @@ export class HeldTransaction {
    * @param deadlineMs - how long BEGIN, COMMIT and ROLLBACK may take before
    *   the connection is dropped (milliseconds).
    */
-  constructor(client: pg.PoolClient, deadlineMs: number) {
+  constructor(client: pg.PoolClient, deadlineMs: number, terminator?: Pick<pg.Pool, 'query'>) {
     this.client = client;
     this.#deadlineMs = deadlineMs;
+    this.#terminator = terminator;
     // A checked-out client whose connection dies emits 'error'; unheard, that would crash the process.
     client.on('error', this.#onError);
   }
 
-  /** Checks out a connection of `pool` and wraps it. @throws {DatabaseError} when none can be had. */
-  static async checkOut(pool: pg.Pool, deadlineMs: number): Promise<HeldTransaction> {
+  /**
+   * Checks out a connection of `pool` and wraps it. With `terminator` (a pool
+   * of other connections), a transaction dropped while open also has its
+   * server session ended (see {@link HeldTransaction.destroy}).
+   *
+   * @throws {DatabaseError} when none can be had.
+   */
+  static async checkOut(
+    pool: pg.Pool,
+    deadlineMs: number,
+    terminator?: Pick<pg.Pool, 'query'>,
+  ): Promise<HeldTransaction> {
     try {
-      return new HeldTransaction(await pool.connect(), deadlineMs);
+      return new HeldTransaction(await pool.connect(), deadlineMs, terminator);
     } catch (error) {
       throw translateError(error);
     }
@@ -82,22 +109,49 @@ export class HeldTransaction {
   }
 
   /**
-   * Drops the connection now: whatever the transaction did is rolled back by
-   * the server, and statements queued on the client (a handler still running)
-   * fail instead of running outside the transaction.
+   * Drops the connection: whatever the transaction did is rolled back by the
+   * server, and statements queued on the client (a handler still running)
+   * fail instead of running outside the transaction. With `terminate`, while
+   * a transaction is open, its server session is terminated too (from the
+   * terminator pool, within 2 s; the socket is dropped after that), so that a
+   * statement still running there — a long query, a lock wait — does not hold
+   * the transaction's locks after the attempt ended. Without it (a late
+   * COMMIT), what the server is doing finishes on its own.
    */
-  destroy(reason: unknown): void {
+  destroy(reason: unknown, terminate = false): void {
     this.#broken ??= reason instanceof Error ? reason : new Error(String(reason));
+    const terminator = this.#terminator;
+    const pid = (this.client as { processID?: unknown }).processID;
+    this.#terminator = undefined;
+    if (terminate && terminator !== undefined && this.#open && !this.#released && typeof pid === 'number') {
+      let timer: NodeJS.Timeout | undefined;
+      this.#terminating = Promise.race([
+        terminator.query(TERMINATE, [pid]),
+        new Promise((resolve) => {
+          timer = setTimeout(resolve, TERMINATE_TIMEOUT_MS);
+        }),
+      ])
+        .catch(() => {})
+        .finally(() => clearTimeout(timer));
+    }
     this.release();
   }
 
-  /** Returns the connection to the pool, or destroys it if it broke or still holds a transaction. Idempotent. */
+  /**
+   * Returns the connection to the pool, or destroys it if it broke or still
+   * holds a transaction (after a termination in flight, so that the session's
+   * pid cannot have been reused meanwhile). Idempotent.
+   */
   release(): void {
     if (this.#released) return;
     this.#released = true;
     if (this.#open) this.#broken ??= new Error('released inside a transaction');
-    if (this.#broken === undefined) this.client.off('error', this.#onError);
-    this.client.release(this.#broken);
+    const finish = () => {
+      if (this.#broken === undefined) this.client.off('error', this.#onError);
+      this.client.release(this.#broken);
+    };
+    if (this.#terminating) void this.#terminating.then(finish);
+    else finish();
   }
 
   /**

@@ -4,6 +4,7 @@
  * completion committed in the same transaction.
  */
 import type pg from 'pg';
+import { guardedClient } from '../db/guarded-client.js';
 import { HeldTransaction } from '../db/held-transaction.js';
 import type { ClaimedJob } from '../db/queries/claim.js';
 import { leaseKey } from '../db/queries/job-row.js';
@@ -35,13 +36,15 @@ export async function drainTransactional(
   workerId: string,
   onSuccess: SuccessPolicy,
 ): Promise<RunOutcome> {
-  const tx = await HeldTransaction.checkOut(pool, STATEMENT_DEADLINE_MS);
+  const tx = await HeldTransaction.checkOut(pool, STATEMENT_DEADLINE_MS, pool);
   const controller = new AbortController();
   // A timed-out handler may still use the client: drop it rather than let its statements run outside.
-  controller.signal.addEventListener('abort', () => tx.destroy(controller.signal.reason), { once: true });
+  controller.signal.addEventListener('abort', () => tx.destroy(controller.signal.reason, true), {
+    once: true,
+  });
   try {
     await tx.begin();
-    const { client } = tx;
+    const client = guardedClient(tx.client, controller.signal);
     const outcome = await runJob(
       (j, context) => handle(j, { signal: context.signal, client }),
       job,
@@ -52,7 +55,7 @@ export async function drainTransactional(
       await tx.rollback();
       return outcome;
     }
-    const completed = await queries.results.complete(client, [claim], workerId, onSuccess);
+    const completed = await queries.results.complete(tx.client, [claim], workerId, onSuccess);
     if (!completed.has(leaseKey(claim))) {
       await tx.rollback();
       throw new SkiplockError('LEASE_LOST', `lease of job ${claim.id} was lost; nothing was committed`);

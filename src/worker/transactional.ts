@@ -22,6 +22,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
 import { isTransient, translateError } from '../db/executor.js';
+import { guardedClient } from '../db/guarded-client.js';
 import { HeldTransaction } from '../db/held-transaction.js';
 import { leaseKey } from '../db/queries/job-row.js';
 import type { JobQueries } from '../db/queries/jobs.js';
@@ -121,11 +122,11 @@ async function runTransactional(
   const { signal } = e.controller!;
   let tx: HeldTransaction;
   try {
-    tx = await HeldTransaction.checkOut(deps.pool, deps.statementTimeoutMs);
+    tx = await HeldTransaction.checkOut(deps.pool, deps.statementTimeoutMs, deps.workerPool);
   } catch (error) {
     return failure(error);
   }
-  const onAbort = () => tx.destroy(signal.reason);
+  const onAbort = () => tx.destroy(signal.reason, true);
   signal.addEventListener('abort', onAbort, { once: true });
   try {
     try {
@@ -138,7 +139,7 @@ async function runTransactional(
       onAbort();
       return failure(signal.reason);
     }
-    const { client } = tx;
+    const client = guardedClient(tx.client, signal);
     const outcome = await runJob(
       (job, context) => handle(job, { signal: context.signal, client }),
       e.job,

@@ -1,0 +1,85 @@
+/**
+ * The connection a transactional handler gets: the pooled client of its job's
+ * transaction, with the two misuses that would break the transaction's
+ * guarantee refused at the call: a statement sent after the attempt ended
+ * (timeout, cancel, stop, lost lease: its transaction is being rolled back),
+ * releasing the client (the worker does, after
+ * COMMIT or ROLLBACK; a second release would also throw inside pg-pool, and a
+ * released connection could carry another job's transaction), and ending or
+ * starting the transaction with a statement of its own. Everything else passes
+ * through unchanged.
+ */
+import type pg from 'pg';
+import { SkiplockError } from '../errors.js';
+
+/**
+ * Statements that end or start a transaction. SAVEPOINT and `ROLLBACK TO
+ * SAVEPOINT` stay allowed. A transaction-control statement hidden behind
+ * another one in a multi-statement string is not seen.
+ */
+const TRANSACTION_CONTROL =
+  /^\s*(?:BEGIN|START\s+TRANSACTION|COMMIT|END|ABORT|PREPARE\s+TRANSACTION|ROLLBACK(?!\s+(?:TO|PREPARED)\b)|COMMIT\s+PREPARED|ROLLBACK\s+PREPARED)\b/i;
+
+/** The error a misuse gets; the attempt fails with it (and rolls back) unless the handler catches it. */
+export class TransactionMisuseError extends SkiplockError {
+  constructor(message: string) {
+    super('USAGE', message);
+    this.name = 'TransactionMisuseError';
+  }
+}
+
+function textOf(config: unknown): string | undefined {
+  if (typeof config === 'string') return config;
+  if (
+    typeof config === 'object' &&
+    config !== null &&
+    typeof (config as { text?: unknown }).text === 'string'
+  )
+    return (config as { text: string }).text;
+  return undefined;
+}
+
+/**
+ * Wraps `client` for a transactional handler.
+ *
+ * @param signal - the attempt's signal: once it fired, every statement is
+ *   refused with its reason.
+ * @returns a client whose `release()` throws a {@link TransactionMisuseError},
+ *   and whose `query()` refuses BEGIN, COMMIT, ROLLBACK (not `ROLLBACK TO
+ *   SAVEPOINT`), END, ABORT and PREPARE TRANSACTION with one (rejected, or
+ *   passed to the callback).
+ */
+export function guardedClient(client: pg.PoolClient, signal: AbortSignal): pg.PoolClient {
+  const release = () => {
+    throw new TransactionMisuseError(
+      "a transactional handler's client is released by the worker, after its transaction ends; do not release it",
+    );
+  };
+  const query = (...args: unknown[]) => {
+    const text = textOf(args[0]);
+    const error = signal.aborted
+      ? (signal.reason as Error)
+      : text !== undefined && TRANSACTION_CONTROL.test(text)
+        ? new TransactionMisuseError(
+            `a transactional handler runs inside its job's transaction, which the worker commits or rolls back: "${text.trim().split(/\s+/, 1)[0]}" is refused (SAVEPOINTs are fine)`,
+          )
+        : undefined;
+    if (error) {
+      const callback = args.find((a) => typeof a === 'function') as ((e: Error) => void) | undefined;
+      if (callback) {
+        process.nextTick(() => callback(error));
+        return undefined;
+      }
+      return Promise.reject(error);
+    }
+    return (client.query as (...a: unknown[]) => unknown).apply(client, args);
+  };
+  return new Proxy(client, {
+    get(target, property) {
+      if (property === 'release') return release;
+      if (property === 'query') return query;
+      const value: unknown = Reflect.get(target, property, target);
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
+}
