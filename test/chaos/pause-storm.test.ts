@@ -207,7 +207,14 @@ describe('chaos: pause storm', () => {
       byStatus: { succeeded: JOB_COUNT },
     });
     expect(await t.skiplock.queues()).toEqual(
-      QUEUES.map((name) => ({ name, paused: false, pausedAt: null, queued: 0, running: 0 })),
+      QUEUES.map((name) => ({
+        name,
+        paused: false,
+        pausedAt: null,
+        queued: 0,
+        running: 0,
+        limits: { concurrency: null, rate: null },
+      })),
     );
     await Promise.all(workers.map((p) => p.shutdown()));
     for (const p of workers) expect(p.exit).toEqual({ code: null, signal: 'SIGTERM' });
