@@ -64,7 +64,7 @@ GRANT EXECUTE ON FUNCTION
   :"schema".wake_up(text, text, text, bigint)
   TO :"producer_role", :"worker_role";
 GRANT EXECUTE ON FUNCTION
-  :"schema".requeue(bigint[], text[], text[], text[]),
+  :"schema".requeue(bigint[], text[], text[], text[], boolean),
   :"schema".sweep(int),
   :"schema".cancel(bigint[], text[], text[], text[]),
   :"schema".control(text, text, text, bigint[])

@@ -40,7 +40,7 @@ describe('migration versions with gaps', () => {
       loadMigrations().map(({ version }) => ({ version })),
     );
     // wake_up is back, and the functions of 5 that call it work.
-    expect(await db.query(`SELECT ${s}.requeue() AS n`)).toEqual([{ n: 0 }]);
+    expect(await db.query(`SELECT ${s}.requeue(all_jobs => true) AS n`)).toEqual([{ n: 0 }]);
     await skiplock.close();
   });
 });

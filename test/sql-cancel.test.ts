@@ -417,3 +417,35 @@ describe('SQL functions and per-kind policy, attempt history', () => {
     ]);
   });
 });
+
+describe('bad arguments of enqueue and requeue', () => {
+  it.each([
+    [`NULL`, 'kind: must be a non-empty name of at most 1024 bytes'],
+    [`''`, 'kind: must be a non-empty name of at most 1024 bytes'],
+    [`repeat('k', 1025)`, 'kind: must be a non-empty name of at most 1024 bytes'],
+    [`'k', queue => ''`, 'queue: must be a non-empty name of at most 1024 bytes'],
+    [`'k', max_attempts => 0`, 'max_attempts: must be at least 1'],
+    [`'k', run_at => 'infinity'`, 'run_at: must be a finite time'],
+    [`'k', run_at => '-infinity'`, 'run_at: must be a finite time'],
+  ])('enqueue(%s) raises 22023: %s, and inserts nothing', async (args, message) => {
+    expect(await failure(`SELECT ${fn('enqueue')}(${args})`)).toEqual({ code: '22023', message });
+    expect(await t.jobCount()).toBe(0);
+  });
+
+  it('requeue without a filter is refused; all_jobs => true takes every dead and failed job', async () => {
+    const dead = await enqueueSql(`'rq'`);
+    const failed = await enqueueSql(`'rq'`);
+    await t.query(
+      `UPDATE ${t.jobs} SET status = CASE WHEN id = $1 THEN 'dead' ELSE 'failed' END, attempts = 1`,
+      [dead],
+    );
+    expect(await failure(`SELECT ${fn('requeue')}()`)).toEqual({
+      code: '22023',
+      message: 'give ids, kinds, queues or statuses, or all_jobs => true for every dead and failed job',
+    });
+    expect(await t.jobCount(`status = 'queued'`)).toBe(0);
+    const [row] = await t.query<{ n: number }>(`SELECT ${fn('requeue')}(all_jobs => true) AS n`);
+    expect(row!.n).toBe(2);
+    expect(await t.jobCount(`status = 'queued' AND id IN ($1, $2)`, [dead, failed])).toBe(2);
+  });
+});

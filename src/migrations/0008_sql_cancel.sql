@@ -51,6 +51,19 @@ BEGIN
       states text[];
       job_id bigint;
     BEGIN
+      -- The library's limits on names and values, so that SQL callers get the same answers.
+      IF enqueue.kind IS NULL OR enqueue.kind = '' OR octet_length(enqueue.kind) > 1024 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'kind: must be a non-empty name of at most 1024 bytes';
+      END IF;
+      IF enqueue.queue = '' OR octet_length(enqueue.queue) > 1024 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'queue: must be a non-empty name of at most 1024 bytes';
+      END IF;
+      IF enqueue.max_attempts < 1 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'max_attempts: must be at least 1';
+      END IF;
+      IF NOT isfinite(enqueue.run_at) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'run_at: must be a finite time';
+      END IF;
       IF enqueue.unique_key IS NULL THEN
         IF enqueue.unique_states IS NOT NULL THEN
           RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'unique_states: needs a unique_key';
@@ -126,14 +139,18 @@ BEGIN
   -- now, last_error and cancel request cleared), waking workers for their
   -- queues; returns how many. Every given filter must match. Without statuses:
   -- dead and failed jobs, and cancelled ones too when ids are given (jobs
-  -- named by id come back from any of the three). With no filter at all,
-  -- every dead and failed job.
+  -- named by id come back from any of the three). No filter at all is refused
+  -- (like the library's requeue({})), unless all_jobs => true: every dead and
+  -- failed job. A new signature: replaced, not overloaded.
+  EXECUTE pg_catalog.format(
+    'DROP FUNCTION %I.requeue(pg_catalog.int8[], pg_catalog.text[], pg_catalog.text[], pg_catalog.text[])', s);
   EXECUTE pg_catalog.format($f$
-    CREATE OR REPLACE FUNCTION %1$I.requeue(
+    CREATE FUNCTION %1$I.requeue(
       ids      bigint[] DEFAULT NULL,
       kinds    text[]   DEFAULT NULL,
       queues   text[]   DEFAULT NULL,
-      statuses text[]   DEFAULT NULL
+      statuses text[]   DEFAULT NULL,
+      all_jobs boolean  DEFAULT false
     ) RETURNS int
     LANGUAGE plpgsql
     VOLATILE
@@ -144,6 +161,11 @@ BEGIN
     DECLARE
       n int;
     BEGIN
+      IF requeue.ids IS NULL AND requeue.kinds IS NULL AND requeue.queues IS NULL AND requeue.statuses IS NULL
+         AND NOT COALESCE(requeue.all_jobs, false) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+          MESSAGE = 'give ids, kinds, queues or statuses, or all_jobs => true for every dead and failed job';
+      END IF;
       IF EXISTS (SELECT 1 FROM unnest(requeue.statuses) AS t(state)
                  WHERE t.state IS NULL OR t.state NOT IN ('dead', 'failed', 'cancelled')) THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'statuses: must be dead, failed or cancelled';
