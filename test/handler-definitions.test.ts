@@ -52,3 +52,11 @@ describe('handler definitions', () => {
     expect(await t.row(plain.id)).toBeUndefined();
   });
 });
+
+describe('handler definition messages', () => {
+  it.each([-5, Number.NaN, 2 ** 31, '100'])('backoff %s says what it must be', (backoff) => {
+    expect(() => t.skiplock.worker({ handlers: { k: { handle: () => {}, backoff } } as never })).toThrow(
+      'worker.handlers.k.backoff: must be a number of milliseconds (0…2147483647) or a function of attempts',
+    );
+  });
+});
