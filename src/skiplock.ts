@@ -237,7 +237,9 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    * Puts dead, failed or cancelled jobs back to `queued` with attempts 0,
    * run_at now and last_error cleared, and wakes workers. Give a filter
    * (`ids`, `status`, `kind`, `queue`), or `all: true` for every dead and
-   * failed job. Cancelled jobs are requeued when named by id or by status.
+   * failed job. Cancelled jobs are requeued when named by id or by status. A
+   * job with a unique key runs without it once requeued (a job never takes its
+   * key back), beside any job that took the key meanwhile.
    *
    * @returns how many jobs were requeued.
    * @throws {ValidationError} on a bad filter, or none without `all: true`.

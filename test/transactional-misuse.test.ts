@@ -97,29 +97,53 @@ describe('a transactional handler that misuses its client', () => {
     expect((await succeeded)[0].id).toBe(next.id);
   });
 
-  it.each(['COMMIT', 'commit;', ' ROLLBACK', 'END', 'BEGIN', 'START TRANSACTION', 'ABORT'])(
-    '%s: refused, nothing of the attempt commits',
-    async (statement) => {
-      const refused: unknown[] = [];
-      const w = worker(async (job, { client }) => {
-        await client.query(`INSERT INTO ${effects()} VALUES ($1, 'first')`, [job.id]);
-        try {
-          await client.query(statement);
-        } catch (error) {
-          refused.push(error);
-          throw error;
-        }
-      });
-      await w.start();
-      const failed = nextEvent(w, 'job:failure');
-      const job = await t.skiplock.enqueue('txn', {}, { queue: 'misuse' });
-      await failed;
-      expect(refused).toHaveLength(1);
-      expect((refused[0] as Error).name).toBe('TransactionMisuseError');
-      expect(await countRows(t.db.pool, effects())).toBe(0);
-      expect(await t.row(job.id)).toMatchObject({ status: 'queued', attempts: 1 });
-    },
-  );
+  it.each([
+    'COMMIT',
+    'commit;',
+    ' ROLLBACK',
+    'END',
+    'BEGIN',
+    'START TRANSACTION',
+    'ABORT',
+    '/* c */ COMMIT',
+    '-- x\nCOMMIT',
+    '; ROLLBACK',
+  ])('%s: refused, nothing of the attempt commits', async (statement) => {
+    const refused: unknown[] = [];
+    const w = worker(async (job, { client }) => {
+      await client.query(`INSERT INTO ${effects()} VALUES ($1, 'first')`, [job.id]);
+      try {
+        await client.query(statement);
+      } catch (error) {
+        refused.push(error);
+        throw error;
+      }
+    });
+    await w.start();
+    const failed = nextEvent(w, 'job:failure');
+    const job = await t.skiplock.enqueue('txn', {}, { queue: 'misuse' });
+    await failed;
+    expect(refused).toHaveLength(1);
+    expect((refused[0] as Error).name).toBe('TransactionMisuseError');
+    expect(await countRows(t.db.pool, effects())).toBe(0);
+    expect(await t.row(job.id)).toMatchObject({ status: 'queued', attempts: 1 });
+  });
+
+  it('a COMMIT hidden in a multi-statement string: the job is not completed, and ends failed (no retry)', async () => {
+    const w = worker(async (job, { client }) => {
+      await client.query(`INSERT INTO ${effects()} VALUES (${Number(job.id)}, 'sneaky'); COMMIT`);
+    });
+    await w.start();
+    const failed = nextEvent(w, 'job:failure');
+    const job = await t.skiplock.enqueue('txn', {}, { queue: 'misuse' });
+    const [, thrown, outcome] = await failed;
+    expect((thrown as Error).name).toBe('TransactionMisuseError');
+    expect(outcome.status).toBe('failed');
+    expect(await t.row(job.id)).toMatchObject({ status: 'failed', attempts: 1 });
+    // What the handler committed itself stays: the error says so.
+    expect((await t.row(job.id))!.last_error).toMatch(/what the handler committed stays/);
+    expect(await countRows(t.db.pool, effects())).toBe(1);
+  });
 
   it('SAVEPOINT and ROLLBACK TO SAVEPOINT pass', async () => {
     const w = worker(async (job, { client }) => {

@@ -14,11 +14,12 @@ import { SkiplockError } from '../errors.js';
 
 /**
  * Statements that end or start a transaction. SAVEPOINT and `ROLLBACK TO
- * SAVEPOINT` stay allowed. A transaction-control statement hidden behind
- * another one in a multi-statement string is not seen.
+ * SAVEPOINT` stay allowed; leading comments and semicolons are skipped. A
+ * transaction-control statement hidden behind another one in a multi-statement
+ * string is not seen here: {@link transactionEnded} catches what it did.
  */
 const TRANSACTION_CONTROL =
-  /^\s*(?:BEGIN|START\s+TRANSACTION|COMMIT|END|ABORT|PREPARE\s+TRANSACTION|ROLLBACK(?!\s+(?:TO|PREPARED)\b)|COMMIT\s+PREPARED|ROLLBACK\s+PREPARED)\b/i;
+  /^(?:\s|;|--[^\n]*(?:\n|$)|\/\*[\s\S]*?\*\/)*(?:BEGIN|START\s+TRANSACTION|COMMIT|END|ABORT|PREPARE\s+TRANSACTION|ROLLBACK(?!\s+(?:TO|PREPARED)\b)|COMMIT\s+PREPARED|ROLLBACK\s+PREPARED)\b/i;
 
 /** The error a misuse gets; the attempt fails with it (and rolls back) unless the handler catches it. */
 export class TransactionMisuseError extends SkiplockError {
@@ -61,7 +62,7 @@ export function guardedClient(client: pg.PoolClient, signal: AbortSignal): pg.Po
       ? (signal.reason as Error)
       : text !== undefined && TRANSACTION_CONTROL.test(text)
         ? new TransactionMisuseError(
-            `a transactional handler runs inside its job's transaction, which the worker commits or rolls back: "${text.trim().split(/\s+/, 1)[0]}" is refused (SAVEPOINTs are fine)`,
+            `a transactional handler runs inside its job's transaction, which the worker commits or rolls back: "${text.trim().slice(0, 40)}" is refused (SAVEPOINTs are fine)`,
           )
         : undefined;
     if (error) {
@@ -82,4 +83,17 @@ export function guardedClient(client: pg.PoolClient, signal: AbortSignal): pg.Po
       return typeof value === 'function' ? value.bind(target) : value;
     },
   });
+}
+
+/**
+ * The misuse a handler's own COMMIT or ROLLBACK leaves behind, when the guard
+ * did not see it (inside a multi-statement string): the connection is no
+ * longer in a transaction when the handler returns. Undefined while it is.
+ */
+export function transactionEnded(client: pg.PoolClient): TransactionMisuseError | undefined {
+  const status = (client as { getTransactionStatus?: () => string | null }).getTransactionStatus?.();
+  if (status === undefined || status === null || status === 'T' || status === 'E') return undefined;
+  return new TransactionMisuseError(
+    "the handler's transaction was ended by the handler (a COMMIT or ROLLBACK sent on its client): the job is not completed, and what the handler committed stays",
+  );
 }

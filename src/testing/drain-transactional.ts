@@ -4,7 +4,7 @@
  * completion committed in the same transaction.
  */
 import type pg from 'pg';
-import { guardedClient } from '../db/guarded-client.js';
+import { guardedClient, transactionEnded } from '../db/guarded-client.js';
 import { HeldTransaction } from '../db/held-transaction.js';
 import type { ClaimedJob } from '../db/queries/claim.js';
 import { leaseKey } from '../db/queries/job-row.js';
@@ -13,7 +13,7 @@ import type { SuccessPolicy } from '../db/queries/results.js';
 import { SkiplockError } from '../errors.js';
 import type { Job } from '../job/job.js';
 import type { TransactionalHandler } from '../worker/handler-definition.js';
-import { type RunOutcome, runJob } from '../worker/run-job.js';
+import { permanentFailure, type RunOutcome, runJob } from '../worker/run-job.js';
 
 /** Deadline of BEGIN, COMMIT and ROLLBACK in `drain`, in milliseconds. */
 const STATEMENT_DEADLINE_MS = 30_000;
@@ -54,6 +54,11 @@ export async function drainTransactional(
     if (!outcome.ok) {
       await tx.rollback();
       return outcome;
+    }
+    const ended = transactionEnded(tx.client);
+    if (ended) {
+      await tx.rollback();
+      return permanentFailure(ended);
     }
     const completed = await queries.results.complete(tx.client, [claim], workerId, onSuccess);
     if (!completed.has(leaseKey(claim))) {

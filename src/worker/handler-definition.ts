@@ -160,11 +160,9 @@ const definitionSchema = z.strictObject({
   backoff: z
     .union(
       [
-        z
-          .number()
-          .refine((v) => Number.isFinite(v) && v >= 0 && v <= 2_147_483_647, {
-            error: 'must be a number of milliseconds (0…2147483647) or a function of attempts',
-          }),
+        z.number().refine((v) => Number.isFinite(v) && v >= 0 && v <= 2_147_483_647, {
+          error: 'must be a number of milliseconds (0…2147483647) or a function of attempts',
+        }),
         z.custom<(attempts: number) => number>((v) => typeof v === 'function'),
       ],
       { error: 'must be a number of milliseconds (0…2147483647) or a function of attempts' },

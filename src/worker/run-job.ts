@@ -103,3 +103,8 @@ export function failure(thrown: unknown): RunOutcome {
     snoozeDelayMs: snoozeDelayMs(thrown),
   };
 }
+
+/** The failure outcome of `thrown`, without retry (the job ends `failed`) whatever it is. */
+export function permanentFailure(thrown: unknown): RunOutcome {
+  return { ...(failure(thrown) as Extract<RunOutcome, { ok: false }>), permanent: true };
+}

@@ -22,7 +22,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type pg from 'pg';
 import { isTransient, translateError } from '../db/executor.js';
-import { guardedClient } from '../db/guarded-client.js';
+import { guardedClient, transactionEnded } from '../db/guarded-client.js';
 import { HeldTransaction } from '../db/held-transaction.js';
 import { leaseKey } from '../db/queries/job-row.js';
 import type { JobQueries } from '../db/queries/jobs.js';
@@ -34,7 +34,7 @@ import type { TransactionalHandler } from './handler-definition.js';
 import { loopBackoffMs } from './loop-backoff.js';
 import type { ResolvedWorkerOptions } from './options.js';
 import { reportSuccess } from './result-writer.js';
-import { failure, type RunOutcome, runJob } from './run-job.js';
+import { failure, permanentFailure, type RunOutcome, runJob } from './run-job.js';
 import { transactionPool, type WorkerPool } from './worker-pool.js';
 
 /** What transactional attempts need from their worker. */
@@ -149,6 +149,12 @@ async function runTransactional(
     if (!outcome.ok || e.state !== 'running' || signal.aborted) {
       await tx.rollback();
       return outcome;
+    }
+    const ended = transactionEnded(tx.client);
+    if (ended) {
+      // A retry would repeat what the handler committed: the job ends `failed`.
+      await tx.rollback();
+      return permanentFailure(ended);
     }
     // The attempt is over: no heartbeat, cancel or stop touches it while its result commits.
     e.state = 'done';
