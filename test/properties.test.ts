@@ -130,7 +130,8 @@ describe('option validation', () => {
             // An option given as undefined takes its default.
             const defaults: Record<string, unknown> = { priority: 0, maxAttempts: 20, queue: 'default' };
             if (value === undefined) value = defaults[name];
-            if (name === 'priority') expect(read?.priority).toBe(value);
+            // An int column has no -0: it reads back as 0.
+            if (name === 'priority') expect(read?.priority).toBe(value === 0 ? 0 : value);
             if (name === 'maxAttempts') expect(read?.maxAttempts).toBe(value);
             if (name === 'queue') expect(read?.queue).toBe(value);
             if (name === 'runAt' && value !== undefined)
