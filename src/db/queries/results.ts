@@ -28,6 +28,32 @@ const PERMANENT = `($6::bool[])[${AT}]`;
 
 import type { SchemaNames } from './schema-names.js';
 
+/** The columns a {@link LeaseState} is read from. */
+export const LEASE_STATE_COLUMNS = `id, lease_seq, status, locked_by, queue,
+       GREATEST(0, EXTRACT(EPOCH FROM run_at - now()) * 1000)::float8 AS retry_delay_ms`;
+
+/** A row of {@link LEASE_STATE_COLUMNS}. */
+export interface LeaseStateRow {
+  id: string;
+  lease_seq: string;
+  status: JobStatus;
+  locked_by: string | null;
+  queue: string;
+  retry_delay_ms: number;
+}
+
+/** A lease state from its row. */
+export function leaseStateOf(r: LeaseStateRow): LeaseState {
+  return {
+    id: r.id,
+    leaseSeq: r.lease_seq,
+    status: r.status,
+    lockedBy: r.locked_by,
+    queue: r.queue,
+    retryDelayMs: r.retry_delay_ms,
+  };
+}
+
 /** What happens to a succeeded job's row. */
 export type SuccessPolicy = 'delete' | 'keep' | 'archive';
 
@@ -164,9 +190,7 @@ export class ResultQueries {
     );
     this.#leaseStates = statement(
       'lease_states',
-      `SELECT id, lease_seq, status, locked_by, queue,
-              GREATEST(0, EXTRACT(EPOCH FROM run_at - now()) * 1000)::float8 AS retry_delay_ms
-       FROM ${jobs} WHERE id = ANY($1::bigint[])`,
+      `SELECT ${LEASE_STATE_COLUMNS} FROM ${jobs} WHERE id = ANY($1::bigint[])`,
     );
   }
 
@@ -265,21 +289,7 @@ export class ResultQueries {
    * lease that was reclaimed.
    */
   async leaseStates(pool: Pool, ids: readonly string[]): Promise<LeaseState[]> {
-    const { rows } = await run<{
-      id: string;
-      lease_seq: string;
-      status: JobStatus;
-      locked_by: string | null;
-      queue: string;
-      retry_delay_ms: number;
-    }>(pool, this.#leaseStates, [ids]);
-    return rows.map((r) => ({
-      id: r.id,
-      leaseSeq: r.lease_seq,
-      status: r.status,
-      lockedBy: r.locked_by,
-      queue: r.queue,
-      retryDelayMs: r.retry_delay_ms,
-    }));
+    const { rows } = await run<LeaseStateRow>(pool, this.#leaseStates, [ids]);
+    return rows.map(leaseStateOf);
   }
 }
