@@ -4,7 +4,6 @@
  * completion committed in the same transaction.
  */
 import type pg from 'pg';
-import { guardedClient, transactionEnded } from '../db/guarded-client.js';
 import { HeldTransaction } from '../db/held-transaction.js';
 import type { ClaimedJob } from '../db/queries/claim.js';
 import { leaseKey } from '../db/queries/job-row.js';
@@ -13,7 +12,8 @@ import type { SuccessPolicy } from '../db/queries/results.js';
 import { SkiplockError } from '../errors.js';
 import type { Job } from '../job/job.js';
 import type { TransactionalHandler } from '../worker/handler-definition.js';
-import { permanentFailure, type RunOutcome, runJob } from '../worker/run-job.js';
+import type { RunOutcome } from '../worker/run-job.js';
+import { runInTransaction } from '../worker/transactional.js';
 
 /** Deadline of BEGIN, COMMIT and ROLLBACK in `drain`, in milliseconds. */
 const STATEMENT_DEADLINE_MS = 30_000;
@@ -44,21 +44,10 @@ export async function drainTransactional(
   });
   try {
     await tx.begin();
-    const client = guardedClient(tx.client, controller.signal);
-    const outcome = await runJob(
-      (j, context) => handle(j, { signal: context.signal, client }),
-      job,
-      controller,
-      timeoutMs,
-    );
+    const outcome = await runInTransaction(tx, handle, job, controller, timeoutMs);
     if (!outcome.ok) {
       await tx.rollback();
       return outcome;
-    }
-    const ended = transactionEnded(tx.client);
-    if (ended) {
-      await tx.rollback();
-      return permanentFailure(ended);
     }
     const completed = await queries.results.complete(tx.client, [claim], workerId, onSuccess);
     if (!completed.has(leaseKey(claim))) {

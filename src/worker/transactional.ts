@@ -28,6 +28,7 @@ import { leaseKey } from '../db/queries/job-row.js';
 import type { JobQueries } from '../db/queries/jobs.js';
 import type { LeaseState, SuccessPolicy } from '../db/queries/results.js';
 import { SettledLeaseQueries } from '../db/queries/settled-lease.js';
+import type { Job } from '../job/job.js';
 import type { EventReporter } from './event-reporter.js';
 import type { Execution } from './executions.js';
 import type { TransactionalHandler } from './handler-definition.js';
@@ -139,22 +140,10 @@ async function runTransactional(
       onAbort();
       return failure(signal.reason);
     }
-    const client = guardedClient(tx.client, signal);
-    const outcome = await runJob(
-      (job, context) => handle(job, { signal: context.signal, client }),
-      e.job,
-      e.controller!,
-      timeoutMs,
-    );
+    const outcome = await runInTransaction(tx, handle, e.job, e.controller!, timeoutMs);
     if (!outcome.ok || e.state !== 'running' || signal.aborted) {
       await tx.rollback();
       return outcome;
-    }
-    const ended = transactionEnded(tx.client);
-    if (ended) {
-      // A retry would repeat what the handler committed: the job ends `failed`.
-      await tx.rollback();
-      return permanentFailure(ended);
     }
     // The attempt is over: no heartbeat, cancel or stop touches it while its result commits.
     e.state = 'done';
@@ -164,6 +153,30 @@ async function runTransactional(
     signal.removeEventListener('abort', onAbort);
     tx.release();
   }
+}
+
+/**
+ * Runs `handle` on `tx`'s connection, guarded (see guardedClient). A handler
+ * that ended the transaction itself fails without retry, since a retry would
+ * repeat what it committed. Never rejects; the caller rolls back or commits.
+ */
+export async function runInTransaction(
+  tx: HeldTransaction,
+  handle: TransactionalHandler<string, unknown>,
+  job: Job,
+  controller: AbortController,
+  timeoutMs: number | undefined,
+): Promise<RunOutcome> {
+  const client = guardedClient(tx.client, controller.signal);
+  const outcome = await runJob(
+    (j, context) => handle(j, { signal: context.signal, client }),
+    job,
+    controller,
+    timeoutMs,
+  );
+  if (!outcome.ok) return outcome;
+  const ended = transactionEnded(tx.client);
+  return ended ? permanentFailure(ended) : outcome;
 }
 
 async function commitAttempt(
