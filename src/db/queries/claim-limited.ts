@@ -9,7 +9,7 @@
  */
 import type pg from 'pg';
 import { run, runPrepared, type Statement, withTransaction } from '../executor.js';
-import { type ClaimedJob, type ClaimRequest, type ClaimRow, claimedJob } from './claim.js';
+import { type ClaimedJob, type ClaimRequest, type ClaimRow, claimedJob, KIND_MAX_ATTEMPTS } from './claim.js';
 import type { SchemaNames } from './schema-names.js';
 
 /** What one limited claim took, and what the limits left. */
@@ -79,11 +79,7 @@ export class LimitedClaimQueries {
        ), claimed AS (
          UPDATE ${jobs} j
          SET status = 'running', locked_at = now(), attempts = j.attempts + 1, lease_seq = j.lease_seq + 1,
-             locked_by = $3, visibility_timeout_ms = $4,
-             -- The kinds' maxAttempts ($6 kinds, $7 theirs; NULL for none), as the plain claim's policy variant.
-             max_attempts = CASE WHEN j.max_attempts_default
-                                 THEN COALESCE(($7::int[])[array_position($6::text[], j.kind)], j.max_attempts)
-                                 ELSE j.max_attempts END
+             locked_by = $3, visibility_timeout_ms = $4, ${KIND_MAX_ATTEMPTS}
          WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
          RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
                    j.lease_seq, j.created_at, j.trace_context::text AS trace_context

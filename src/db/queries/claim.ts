@@ -44,6 +44,16 @@ export interface ClaimRequest {
   traceContext?: boolean;
 }
 
+/**
+ * The SET item of a claim that applies kinds' `maxAttempts` ($6 kinds, $7
+ * theirs): a job whose producer left max_attempts out takes its kind's at
+ * every claim, so the row holds the value its failures are judged by; a kind
+ * without one (or NULL arrays) keeps the row's.
+ */
+export const KIND_MAX_ATTEMPTS = `max_attempts = CASE WHEN j.max_attempts_default
+                          THEN COALESCE(($7::int[])[array_position($6::text[], j.kind)], j.max_attempts)
+                          ELSE j.max_attempts END`;
+
 /** Kinds and their `maxAttempts`, side by side. */
 export interface KindMaxAttempts {
   kinds: readonly string[];
@@ -100,13 +110,7 @@ export class ClaimQueries {
     const one = `queue = $1 AND NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = $1 AND ${skipped})`;
     const any = `queue = ANY(ARRAY(SELECT n FROM unnest($1::text[]) n
                                WHERE NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = n AND ${skipped})))`;
-    // A job whose producer left max_attempts out takes its kind's ($6 kinds, $7
-    // their maxAttempts) at every claim, so the row holds the value its
-    // failures are judged by; a kind without one keeps the row's.
-    const policy = `,
-           max_attempts = CASE WHEN j.max_attempts_default
-                               THEN COALESCE(($7::int[])[array_position($6::text[], j.kind)], j.max_attempts)
-                               ELSE j.max_attempts END`;
+    const policy = `, ${KIND_MAX_ATTEMPTS}`;
     // With tracing on, statements of their own also return the trace context,
     // as text: jobs of one enqueue call share it, and the worker parses it once.
     const traceColumn = ', j.trace_context::text AS trace_context';
