@@ -11,6 +11,7 @@ import type { JobQueries } from '../db/queries/jobs.js';
 import type { SuccessPolicy } from '../db/queries/results.js';
 import { SkiplockError } from '../errors.js';
 import type { Job } from '../job/job.js';
+import { AttemptControl } from '../worker/attempt-control.js';
 import type { TransactionalHandler } from '../worker/handler-definition.js';
 import type { RunOutcome } from '../worker/run-job.js';
 import { runInTransaction } from '../worker/transactional.js';
@@ -37,14 +38,12 @@ export async function drainTransactional(
   onSuccess: SuccessPolicy,
 ): Promise<RunOutcome> {
   const tx = await HeldTransaction.checkOut(pool, STATEMENT_DEADLINE_MS, pool);
-  const controller = new AbortController();
+  const control = new AttemptControl();
   // A timed-out handler may still use the client: drop it rather than let its statements run outside.
-  controller.signal.addEventListener('abort', () => tx.destroy(controller.signal.reason, true), {
-    once: true,
-  });
+  control.signal.addEventListener('abort', () => tx.destroy(control.reason, true), { once: true });
   try {
     await tx.begin();
-    const outcome = await runInTransaction(tx, handle, job, controller, timeoutMs);
+    const outcome = await runInTransaction(tx, handle, job, control, timeoutMs);
     if (!outcome.ok) {
       await tx.rollback();
       return outcome;

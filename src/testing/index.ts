@@ -25,6 +25,7 @@ import type { Job, JobMap, JobRecord } from '../job/job.js';
 import type { Skiplock } from '../skiplock.js';
 import { kindMaxAttemptsOf, kindRetryDelayMs, resolveHandlers } from '../worker/handler-definition.js';
 import type { Handlers } from '../worker/options.js';
+import { AttemptControl } from '../worker/attempt-control.js';
 import { runJob } from '../worker/run-job.js';
 import { drainTransactional } from './drain-transactional.js';
 
@@ -118,7 +119,7 @@ export async function drain<Jobs extends JobMap>(
             workerId,
             onSuccess,
           )
-        : await runJob(handler?.handle, job, new AbortController(), handler?.timeoutMs);
+        : await runJob(handler?.handle, job, new AttemptControl(), handler?.timeoutMs);
       if (outcome.ok) {
         // A transactional handler's job was completed in its transaction.
         if (!handler?.transactional) await queries.results.complete(pool, [claim], workerId, onSuccess);

@@ -67,9 +67,7 @@ export class Cancellation {
     const buffered = this.#executions.takeBufferedWhere(match);
     if (buffered.length > 0) this.#giveBack(buffered, 'cancel');
     for (const e of this.#executions.running()) {
-      if (e.state === 'running' && match(e) && e.controller && !e.controller.signal.aborted) {
-        e.controller.abort(new CancelledError(e.id));
-      }
+      if (e.state === 'running' && match(e)) e.control?.abort(new CancelledError(e.id));
     }
   }
 }

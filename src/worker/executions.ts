@@ -5,6 +5,7 @@
  */
 import type { ClaimedJob } from '../db/queries/claim.js';
 import type { Job } from '../job/job.js';
+import { AttemptControl } from './attempt-control.js';
 
 /** One claimed job from buffer to result, with what its lease is fenced by. */
 export interface Execution {
@@ -18,8 +19,8 @@ export interface Execution {
   claimedAt: number;
   /** `performance.now()` when its handler started (0 while buffered). */
   startedAt: number;
-  /** Created when the handler starts. */
-  controller: AbortController | undefined;
+  /** Made when the handler starts: aborts the attempt (timeout, cancel, stop, lost lease). */
+  control: AttemptControl | undefined;
   /** `buffered` → `running` → `done`; or `released` (given back), or `lost` (reclaimed by the sweeper). */
   state: 'buffered' | 'running' | 'done' | 'released' | 'lost';
 }
@@ -35,7 +36,7 @@ export function bufferedExecution(claimed: ClaimedJob, now: number): Execution {
     traceContext,
     claimedAt: now,
     startedAt: 0,
-    controller: undefined,
+    control: undefined,
     state: 'buffered',
   };
 }
@@ -80,7 +81,7 @@ export class Executions {
     if (e === undefined) return undefined;
     e.state = 'running';
     e.startedAt = now;
-    e.controller = new AbortController();
+    e.control = new AttemptControl();
     this.#running.add(e);
     return e;
   }

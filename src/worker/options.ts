@@ -62,7 +62,7 @@ export interface WorkerOptions<Jobs extends JobMap> {
    * than its handlers should start within about 100 ms by their recent run
    * times: an idle queue's few jobs, and slow jobs, go to free slots of any
    * worker. 0 turns prefetch off.
-   * @default 4 × concurrency
+   * @default the larger of 4 × concurrency and 500
    */
   prefetch?: number;
   /**
@@ -153,6 +153,13 @@ export interface WorkerOptions<Jobs extends JobMap> {
    */
   schedules?: boolean;
 }
+
+/**
+ * The least default prefetch: fast jobs are claimed up to this many per round
+ * trip (the horizon of their run times still caps the buffer, so slow jobs are
+ * not held back from other workers).
+ */
+const DEFAULT_MIN_PREFETCH = 500;
 
 /** Worker options after defaults. */
 export interface ResolvedWorkerOptions {
@@ -257,7 +264,7 @@ export function resolveWorkerOptions(options: unknown): ResolvedWorkerOptions {
     assertName(q, `worker.queues[${i}]`);
   });
   const concurrency = parsed.concurrency ?? 10;
-  const prefetch = parsed.prefetch ?? 4 * concurrency;
+  const prefetch = parsed.prefetch ?? Math.max(4 * concurrency, DEFAULT_MIN_PREFETCH);
   const visibilityTimeoutMs = parsed.visibilityTimeoutMs ?? DEFAULT_VISIBILITY_TIMEOUT_MS;
   const heartbeatIntervalMs = parsed.heartbeatIntervalMs ?? visibilityTimeoutMs / 5;
   if (parsed.listen === false && parsed.listenConnectionString !== undefined) {

@@ -12,6 +12,7 @@ import {
 } from '../errors.js';
 import { describeFailure } from '../job/failure.js';
 import type { Job } from '../job/job.js';
+import { type AttemptControl, HandlerContext } from './attempt-control.js';
 import type { Handler } from './handler-definition.js';
 
 /** How one attempt ended, before it is written. */
@@ -33,43 +34,53 @@ const SUCCESS: RunOutcome = { ok: true };
 
 /**
  * Runs `handler` on `job`. With `timeoutMs`, an attempt still running then
- * fails with {@link JobTimeoutError} and its signal is aborted; a handler that
- * ignores its signal keeps running, but the attempt is over. The same holds
- * when the signal is aborted with a {@link CancelledError}.
+ * fails with {@link JobTimeoutError} and is aborted; a handler that ignores its
+ * signal keeps running, but the attempt is over. The same holds when the
+ * attempt is aborted with a {@link CancelledError}. One promise per attempt,
+ * no listener: a handler that never reads its signal costs no AbortSignal.
  */
-export async function runJob(
+export function runJob(
   handler: Handler<string, unknown> | undefined,
   job: Job,
-  controller: AbortController,
+  control: AttemptControl,
   timeoutMs: number | undefined,
 ): Promise<RunOutcome> {
-  if (!handler) return failure(new UnknownKindError(job.kind));
-  let timer: NodeJS.Timeout | undefined;
+  if (!handler) return Promise.resolve(failure(new UnknownKindError(job.kind)));
+  let result: unknown;
   try {
-    const result = handler(job, { signal: controller.signal });
-    if (isThenable(result)) {
-      // A handler that ignores its signal may settle later; nobody listens then.
-      Promise.resolve(result).catch(() => {});
-      const racers: PromiseLike<unknown>[] = [result, whenCancelled(controller.signal)];
-      if (timeoutMs !== undefined) {
-        racers.push(
-          new Promise<never>((_, reject) => {
-            timer = setTimeout(() => {
-              const error = new JobTimeoutError(timeoutMs);
-              controller.abort(error);
-              reject(error);
-            }, timeoutMs);
-          }),
-        );
-      }
-      await Promise.race(racers);
-    }
-    return SUCCESS;
+    result = handler(job, new HandlerContext(control));
   } catch (error) {
-    return failure(error);
-  } finally {
-    clearTimeout(timer);
+    return Promise.resolve(failure(error));
   }
+  if (!isThenable(result)) return Promise.resolve(SUCCESS);
+  const pending = result;
+  return new Promise<RunOutcome>((resolve) => {
+    let timer: NodeJS.Timeout | undefined;
+    // The first call decides; a handler that settles after a timeout or cancel is not heard.
+    const settle = (outcome: RunOutcome) => {
+      clearTimeout(timer);
+      control.onAbort = undefined;
+      resolve(outcome);
+    };
+    pending.then(
+      () => settle(SUCCESS),
+      (error: unknown) => settle(failure(error)),
+    );
+    if (control.aborted) {
+      if (control.reason instanceof CancelledError) settle(failure(control.reason));
+      return;
+    }
+    control.onAbort = (reason) => {
+      if (reason instanceof CancelledError) settle(failure(reason));
+    };
+    if (timeoutMs !== undefined) {
+      timer = setTimeout(() => {
+        const error = new JobTimeoutError(timeoutMs);
+        control.abort(error);
+        settle(failure(error));
+      }, timeoutMs);
+    }
+  });
 }
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
@@ -78,19 +89,6 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
     (typeof value === 'object' || typeof value === 'function') &&
     typeof (value as { then?: unknown }).then === 'function'
   );
-}
-
-/** Rejects with the reason once `signal` is aborted by a cancel; never settles otherwise. */
-function whenCancelled(signal: AbortSignal): Promise<never> {
-  return new Promise<never>((_, reject) => {
-    signal.addEventListener(
-      'abort',
-      () => {
-        if (signal.reason instanceof CancelledError) reject(signal.reason);
-      },
-      { once: true },
-    );
-  });
 }
 
 /** The failure outcome of a thrown value. */

@@ -29,6 +29,7 @@ import type { JobQueries } from '../db/queries/jobs.js';
 import type { LeaseState, SuccessPolicy } from '../db/queries/results.js';
 import { SettledLeaseQueries } from '../db/queries/settled-lease.js';
 import type { Job } from '../job/job.js';
+import type { AttemptControl } from './attempt-control.js';
 import type { EventReporter } from './event-reporter.js';
 import type { Execution } from './executions.js';
 import type { TransactionalHandler } from './handler-definition.js';
@@ -120,7 +121,7 @@ async function runTransactional(
   handle: TransactionalHandler<string, unknown>,
   timeoutMs: number | undefined,
 ): Promise<RunOutcome | null> {
-  const { signal } = e.controller!;
+  const { signal } = e.control!;
   let tx: HeldTransaction;
   try {
     tx = await HeldTransaction.checkOut(deps.pool, deps.statementTimeoutMs, deps.workerPool);
@@ -140,7 +141,7 @@ async function runTransactional(
       onAbort();
       return failure(signal.reason);
     }
-    const outcome = await runInTransaction(tx, handle, e.job, e.controller!, timeoutMs);
+    const outcome = await runInTransaction(tx, handle, e.job, e.control!, timeoutMs);
     if (!outcome.ok || e.state !== 'running' || signal.aborted) {
       await tx.rollback();
       return outcome;
@@ -164,14 +165,14 @@ export async function runInTransaction(
   tx: HeldTransaction,
   handle: TransactionalHandler<string, unknown>,
   job: Job,
-  controller: AbortController,
+  control: AttemptControl,
   timeoutMs: number | undefined,
 ): Promise<RunOutcome> {
-  const client = guardedClient(tx.client, controller.signal);
+  const client = guardedClient(tx.client, control.signal);
   const outcome = await runJob(
     (j, context) => handle(j, { signal: context.signal, client }),
     job,
-    controller,
+    control,
     timeoutMs,
   );
   if (!outcome.ok) return outcome;

@@ -274,7 +274,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       const timeoutMs = handler?.timeoutMs ?? jobTimeoutMs;
       const attempt = handler?.transactional
         ? () => this.#transactional!.run(e, handler.handle, timeoutMs)
-        : () => runJob(handler?.handle, e.job, e.controller!, timeoutMs);
+        : () => runJob(handler?.handle, e.job, e.control!, timeoutMs);
       const tracing = this.#tracing;
       void currentExecution
         .run(e, tracing ? () => tracing.process(e.job, e.traceContext, attempt) : attempt)
@@ -310,7 +310,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     if (e.state !== 'running' && e.state !== 'buffered') return;
     const wasRunning = e.state === 'running';
     e.state = 'lost';
-    if (wasRunning) e.controller?.abort(new LeaseLostError(e.id));
+    if (wasRunning) e.control?.abort(new LeaseLostError(e.id));
     this.#events.emit('lease:lost', e.job);
   }
 
@@ -379,7 +379,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const unfinished = this.#executions
       .running()
       .filter((e) => e.state === 'running' && !this.#stopCallers.has(e));
-    for (const e of unfinished) e.controller?.abort(new ShutdownError());
+    for (const e of unfinished) e.control?.abort(new ShutdownError());
     await Promise.all([releasingBuffered, this.#release(unfinished, graceLeft())]);
     this.#resolveHandlersDone();
     // Handlers that called stop() end by their own result, within the deadline.

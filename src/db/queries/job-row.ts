@@ -67,22 +67,30 @@ export interface LeasedJob {
 }
 
 /**
- * Where a row's job stands in the batch arrays ($1 ids, $2 attempts, $3 lease
- * numbers, and any further per-job array): `($n::type[])[AT]`. A batch holds
- * each job id once: see {@link newestLeasePerJob}.
+ * Where a row's job stands in the batch arrays ($1 ids, and any per-job array
+ * after the fence's parameters): `($n::type[])[AT]`. A lookup by position is
+ * linear in the batch, so only statements that need per-job values use it
+ * (failures, snoozes, releases); the fence itself does not. A batch holds each
+ * job id once: see {@link newestLeasePerJob}.
  */
 export const AT = 'array_position($1::bigint[], j.id)';
 
 /**
  * The lease fence of every result, heartbeat and release: rows of the batch's
- * jobs ($1 ids) whose attempt ($2) and lease number ($3) are the ones in the
- * batch, held by worker $4, still running. The batch is read by position, not
- * joined: a join of the batch with the table lets a plan built on stale
- * statistics rescan the batch for every row (quadratic in the batch), while
- * this finds the rows through the primary key and checks each in the arrays.
+ * jobs ($1 ids) held by worker $3, still running, whose lease key — id,
+ * attempt and lease number, see {@link leaseFenceKey} — is one of the batch's
+ * ($2). The rows are found through the primary key; the key test is one hashed
+ * lookup per row (PostgreSQL hashes `= ANY` of a constant array), so the fence
+ * costs O(n) in the batch. A join of the batch with the table is avoided: a plan
+ * built on stale statistics may rescan the batch for every row.
  */
-export const LEASE_FENCE = `WHERE j.id = ANY($1::bigint[]) AND j.status = 'running' AND j.locked_by = $4
-             AND j.lease_seq = ($3::bigint[])[${AT}] AND j.attempts = ($2::int[])[${AT}]`;
+export const LEASE_FENCE = `WHERE j.id = ANY($1::bigint[]) AND j.status = 'running' AND j.locked_by = $3
+             AND (j.id::text || '/' || j.attempts::text || '/' || j.lease_seq::text) = ANY($2::text[])`;
+
+/** The key {@link LEASE_FENCE} compares: `id/attempts/leaseSeq`, as PostgreSQL prints the row's. */
+export function leaseFenceKey(job: LeasedJob): string {
+  return `${job.id}/${job.attempts}/${job.leaseSeq}`;
+}
 
 /**
  * The batch with one lease per job: where a worker holds two leases of a job
@@ -106,18 +114,16 @@ export function newestLeasePerJob<T extends LeasedJob>(jobs: readonly T[]): read
  */
 export const RESULT_FENCE = `${LEASE_FENCE} AND j.cancel_requested_at IS NULL`;
 
-/** The first four parameters of every fenced statement: ids, attempts, lease numbers, worker id. */
+/** The first three parameters of every fenced statement: ids, lease keys, worker id. */
 export function leaseParams(jobs: readonly LeasedJob[], workerId: string): unknown[] {
   const ids = new Array<string>(jobs.length);
-  const attempts = new Array<number>(jobs.length);
-  const leaseSeqs = new Array<string>(jobs.length);
+  const keys = new Array<string>(jobs.length);
   for (let i = 0; i < jobs.length; i++) {
     const job = jobs[i]!;
     ids[i] = job.id;
-    attempts[i] = job.attempts;
-    leaseSeqs[i] = job.leaseSeq;
+    keys[i] = leaseFenceKey(job);
   }
-  return [ids, attempts, leaseSeqs, workerId];
+  return [ids, keys, workerId];
 }
 
 /** Identifies one lease of a job: `id#leaseSeq` (never repeats). */

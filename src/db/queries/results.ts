@@ -4,8 +4,9 @@
  * attempt, lease number, worker id, `status = 'running'`): a lease that was
  * reclaimed changes nothing, and the rows not returned say which.
  *
- * These statements read the batch from arrays by position (see LEASE_FENCE);
- * they are sent unnamed so that PostgreSQL plans each with the batch's ids.
+ * The fence finds the batch's rows by primary key and checks each lease key in
+ * a hashed array (see LEASE_FENCE); per-job values are read by position. The
+ * statements are sent unnamed so that PostgreSQL plans each with the batch's ids.
  */
 import type pg from 'pg';
 import type { JobStatus } from '../../job/job.js';
@@ -24,7 +25,7 @@ import {
 } from './job-row.js';
 
 /** Whether the batch marks this row's failure permanent. */
-const PERMANENT = `($6::bool[])[${AT}]`;
+const PERMANENT = `($5::bool[])[${AT}]`;
 
 import type { SchemaNames } from './schema-names.js';
 
@@ -145,7 +146,7 @@ export class ResultQueries {
     // Backoff with jitter on the database clock, dead letter after max_attempts,
     // 'failed' for a permanent error. The exponent is clamped at
     // BACKOFF_MAX_EXPONENT (job/backoff.ts) so power() stays finite. A delay in
-    // $7 (the kind's backoff, computed by the worker) replaces the rule; NULL keeps it.
+    // $6 (the kind's backoff, computed by the worker) replaces the rule; NULL keeps it.
     // The attempt joins the job's history (appendAttemptError).
     this.#fail = statement(
       'fail',
@@ -153,13 +154,13 @@ export class ResultQueries {
        SET status = CASE WHEN ${PERMANENT} THEN 'failed'
                          WHEN j.attempts >= j.max_attempts THEN 'dead'
                          ELSE 'queued' END,
-           locked_at = NULL, locked_by = NULL, last_error = ($5::text[])[${AT}],
+           locked_at = NULL, locked_by = NULL, last_error = ($4::text[])[${AT}],
            run_at = CASE WHEN ${PERMANENT} OR j.attempts >= j.max_attempts THEN j.run_at
-                         ELSE now() + COALESCE(($7::float8[])[${AT}] * interval '1 millisecond',
+                         ELSE now() + COALESCE(($6::float8[])[${AT}] * interval '1 millisecond',
                                                least(interval '1 second' * power(2, least(j.attempts, 12)),
                                                      interval '1 hour') * (0.5 + random() * 0.5)) END,
            finished_at = CASE WHEN ${PERMANENT} OR j.attempts >= j.max_attempts THEN now() END,
-           errors = ${appendAttemptError(`($5::text[])[${AT}]`, '$4')}
+           errors = ${appendAttemptError(`($4::text[])[${AT}]`, '$3')}
        ${RESULT_FENCE}
        RETURNING j.id, j.attempts, j.lease_seq, j.status, j.queue,
                  GREATEST(0, EXTRACT(EPOCH FROM j.run_at - now()) * 1000)::float8 AS retry_delay_ms`,
@@ -172,20 +173,20 @@ export class ResultQueries {
     );
     // Gives jobs back without charging the attempt, and wakes other workers for
     // them; a job whose cancel was requested ends `cancelled` instead, charged
-    // when its handler had started ($6), as every cancel of a running job is.
+    // when its handler had started ($5), as every cancel of a running job is.
     this.#release = statement(
       'release',
       `WITH released AS (
          UPDATE ${jobs} j
          SET status = CASE WHEN j.cancel_requested_at IS NULL THEN 'queued' ELSE 'cancelled' END,
              locked_at = NULL, locked_by = NULL,
-             attempts = CASE WHEN j.cancel_requested_at IS NOT NULL AND ($6::bool[])[${AT}]
+             attempts = CASE WHEN j.cancel_requested_at IS NOT NULL AND ($5::bool[])[${AT}]
                              THEN j.attempts ELSE j.attempts - 1 END,
              run_at = CASE WHEN j.cancel_requested_at IS NULL THEN now() ELSE j.run_at END,
              finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL THEN now() END
          ${LEASE_FENCE}
          RETURNING j.id, j.lease_seq, j.queue, j.status
-       ), woken AS (${wakeUpQueuesSql(names.wakeUp, '$5', 'release', "released WHERE status = 'queued'")})
+       ), woken AS (${wakeUpQueuesSql(names.wakeUp, '$4', 'release', "released WHERE status = 'queued'")})
        SELECT r.id, r.lease_seq, r.status, (SELECT count(*) FROM woken) AS woken FROM released r`,
     );
     this.#leaseStates = statement(

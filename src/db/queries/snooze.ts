@@ -29,9 +29,9 @@ export class SnoozeQueries {
       'snooze',
       `UPDATE ${names.jobs} j
        SET status = 'queued', locked_at = NULL, locked_by = NULL, attempts = j.attempts - 1,
-           run_at = now() + ($5::float8[])[${AT}] * interval '1 millisecond'
+           run_at = now() + ($4::float8[])[${AT}] * interval '1 millisecond'
        ${RESULT_FENCE}
-       RETURNING j.id, j.attempts + 1 AS attempts, j.lease_seq, j.queue, ($5::float8[])[${AT}] AS delay_ms`,
+       RETURNING j.id, j.attempts + 1 AS attempts, j.lease_seq, j.queue, ($4::float8[])[${AT}] AS delay_ms`,
     );
   }
 

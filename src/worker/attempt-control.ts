@@ -1,0 +1,63 @@
+/**
+ * The abort side of one attempt. Its AbortSignal is made only when the handler
+ * (or the transactional runner) asks for it, since most handlers never read
+ * it and a signal with its listeners costs more than the rest of a no-op
+ * attempt; a timeout, cancel, stop or lost lease aborts the attempt all the
+ * same, and a signal made afterwards is already aborted with the same reason.
+ */
+export class AttemptControl {
+  #controller: AbortController | undefined;
+  #aborted = false;
+  #reason: unknown;
+  #onAbort: ((reason: unknown) => void) | undefined;
+
+  /** The attempt's signal, made on first use. */
+  get signal(): AbortSignal {
+    if (this.#controller === undefined) {
+      this.#controller = new AbortController();
+      if (this.#aborted) this.#controller.abort(this.#reason);
+    }
+    return this.#controller.signal;
+  }
+
+  /** Whether the attempt was aborted. */
+  get aborted(): boolean {
+    return this.#aborted;
+  }
+
+  /** Why the attempt was aborted (undefined while it was not). */
+  get reason(): unknown {
+    return this.#reason;
+  }
+
+  /** The one internal listener (the runner's): called once, when the attempt is aborted. */
+  set onAbort(listener: ((reason: unknown) => void) | undefined) {
+    this.#onAbort = listener;
+  }
+
+  /** Aborts the attempt with `reason`; false when it was aborted already (the first reason stands). */
+  abort(reason: unknown): boolean {
+    if (this.#aborted) return false;
+    this.#aborted = true;
+    this.#reason = reason;
+    this.#controller?.abort(reason);
+    const listener = this.#onAbort;
+    this.#onAbort = undefined;
+    listener?.(reason);
+    return true;
+  }
+}
+
+/** What a handler gets beside its job: the attempt's signal, made when read. */
+export class HandlerContext {
+  readonly #control: AttemptControl;
+
+  constructor(control: AttemptControl) {
+    this.#control = control;
+  }
+
+  /** Fires on shutdown, on the job's timeout, on a cancel, or when the lease was lost. */
+  get signal(): AbortSignal {
+    return this.#control.signal;
+  }
+}
