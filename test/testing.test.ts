@@ -3,7 +3,7 @@
  * completion, with the worker's rules; enqueued lists what waits.
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { PermanentError, type Skiplock, SkiplockError } from '../src/index.js';
+import { PermanentError, type Skiplock, SkiplockError, SnoozeError } from '../src/index.js';
 import { drain, enqueued } from '../src/testing/index.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 
@@ -69,6 +69,36 @@ describe('drain()', () => {
     ]);
     // Not its kinds, and not due: still waiting.
     expect((await enqueued(skiplock)).map((j) => j.kind).sort()).toEqual(['charge', 'send_email']);
+  });
+
+  it('runs a snoozing handler as a worker does: attempt not charged, no history, due after the snooze delay', async () => {
+    const { id } = await skiplock.enqueue('flaky', {});
+    const result = await drain(skiplock, {
+      flaky: () => {
+        throw new SnoozeError(600_000);
+      },
+    });
+    expect({ succeeded: result.succeeded, failed: result.failed, snoozed: result.snoozed }).toEqual({
+      succeeded: 0,
+      failed: 0,
+      snoozed: 1,
+    });
+    expect(result.jobs.map((j) => [j.job.kind, j.status, j.job.attempts])).toEqual([['flaky', 'snoozed', 1]]);
+    const [row] = await db.query<{
+      status: string;
+      attempts: number;
+      errors: unknown;
+      last_error: string | null;
+      due_in_s: number;
+    }>(
+      `SELECT status, attempts, errors, last_error, EXTRACT(EPOCH FROM run_at - now())::float8 AS due_in_s
+       FROM ${db.jobs} WHERE id = $1`,
+      [id],
+    );
+    expect(row).toMatchObject({ status: 'queued', attempts: 0, errors: null, last_error: null });
+    // Ten minutes from now (the snooze), not the default backoff's second or two.
+    expect(row!.due_in_s).toBeGreaterThan(590);
+    expect(row!.due_in_s).toBeLessThanOrEqual(600);
   });
 
   it('records failures as a worker does: retry with backoff, permanent failure', async () => {

@@ -23,9 +23,10 @@ import { SkiplockError } from '../errors.js';
 import { DEFAULT_VISIBILITY_TIMEOUT_MS } from '../job/defaults.js';
 import type { Job, JobMap, JobRecord } from '../job/job.js';
 import type { Skiplock } from '../skiplock.js';
+import { AttemptControl } from '../worker/attempt-control.js';
 import { kindMaxAttemptsOf, kindRetryDelayMs, resolveHandlers } from '../worker/handler-definition.js';
 import type { Handlers } from '../worker/options.js';
-import { AttemptControl } from '../worker/attempt-control.js';
+import { failOrSnooze } from '../worker/result-writer.js';
 import { runJob } from '../worker/run-job.js';
 import { drainTransactional } from './drain-transactional.js';
 
@@ -47,8 +48,12 @@ export interface DrainOptions<Jobs extends JobMap = JobMap> {
 /** One attempt {@link drain} ran, and what the job became. */
 export interface DrainedJob {
   job: Job;
-  /** `succeeded`, or after a failure: `queued` (a retry, due after its backoff), `failed` or `dead`. */
-  status: 'succeeded' | 'queued' | 'failed' | 'dead';
+  /**
+   * `succeeded`; `snoozed` (the handler threw a SnoozeError: queued again after
+   * its delay, the attempt not charged); or after a failure: `queued` (a retry,
+   * due after its backoff), `failed` or `dead`.
+   */
+  status: 'succeeded' | 'snoozed' | 'queued' | 'failed' | 'dead';
   /** What the handler threw, as stored in `last_error` (failures only). */
   error?: string;
 }
@@ -59,6 +64,8 @@ export interface DrainResult {
   succeeded: number;
   /** Attempts that failed (retried later, failed, or dead). */
   failed: number;
+  /** Attempts that snoozed their job (due again after the delay, not charged). */
+  snoozed: number;
   /** Every attempt, in the order run. */
   jobs: DrainedJob[];
 }
@@ -70,8 +77,9 @@ const DRAIN_BATCH = 100;
  * Runs every due job of the given kinds to completion, one at a time, in this
  * process: claims them as a worker does (attempts count, leases, results and
  * retries are the worker's), so it also runs due jobs the handlers enqueue.
- * A failed attempt is retried with backoff as usual, so its retry is not due
- * yet and is not run again by this call. Queues with limits are claimed
+ * A failed attempt is retried with backoff as usual, and a snoozed job is due
+ * after its delay, so neither runs again in this call unless it is already due
+ * (a snooze of 0 ms runs again at once). Queues with limits are claimed
  * within them, as a worker would: once a rate allows no more starts, their
  * jobs are left for a later call. Resolves when no due job of those kinds is
  * left (or none may start).
@@ -91,7 +99,7 @@ export async function drain<Jobs extends JobMap>(
   const kinds: string[] = options.kinds ?? [...byKind.keys()];
   const maxJobs = options.maxJobs ?? 10_000;
   const workerId = `skiplock-testing:${process.pid}:${randomBytes(4).toString('hex')}`;
-  const result: DrainResult = { succeeded: 0, failed: 0, jobs: [] };
+  const result: DrainResult = { succeeded: 0, failed: 0, snoozed: 0, jobs: [] };
   if (kinds.length === 0) return result;
   for (;;) {
     const queues = await queuesOf(skiplock, kinds, options.queue);
@@ -126,20 +134,27 @@ export async function drain<Jobs extends JobMap>(
         result.succeeded++;
         result.jobs.push({ job, status: 'succeeded' });
       } else {
-        const [written] = await queries.results.fail(
+        const [written] = await failOrSnooze(
+          queries,
           pool,
           [
             {
               ...claim,
               error: outcome.error,
               permanent: outcome.permanent,
+              snoozeDelayMs: outcome.snoozeDelayMs,
               retryDelayMs: kindRetryDelayMs(handler, claim, outcome),
             },
           ],
           workerId,
         );
-        result.failed++;
-        result.jobs.push({ job, status: written?.status ?? 'queued', error: outcome.error });
+        if (outcome.snoozeDelayMs !== undefined) {
+          result.snoozed++;
+          result.jobs.push({ job, status: 'snoozed' });
+        } else {
+          result.failed++;
+          result.jobs.push({ job, status: written?.status ?? 'queued', error: outcome.error });
+        }
       }
     }
   }

@@ -64,8 +64,14 @@ export function reportSuccess(events: EventReporter, e: Execution): void {
   });
 }
 
-/** Writes failures with the failure statement and snoozes with the snooze statement, side by side. */
-async function failOrSnooze(
+/**
+ * Writes failed attempts, fenced by their leases: failures with the failure
+ * statement (retry with backoff, dead letter, failed) and snoozes with the
+ * snooze statement (back to `queued` after the delay, attempt not charged),
+ * side by side. The worker's completer and `drain()` in `skiplock/testing`
+ * both write through it, so a test runs a job's outcome as a worker does.
+ */
+export async function failOrSnooze(
   queries: JobQueries,
   pool: Pick<pg.Pool, 'query'>,
   failures: FailedJob[],
