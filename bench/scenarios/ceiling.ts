@@ -1,11 +1,12 @@
 /**
  * Scenario 7, the limit: skiplock's claim-and-delete cycle in bare SQL through
- * `pg` (batch 1 and 100, 1 and 4 connections) and under `pgbench` (8 clients),
- * on 20,000 jobs like the drain scenario (batch 1: fewer, as each job costs a
- * commit). The row skiplock's best drain is held against ("same statement
- * count") runs skiplock's path without the library: its claim (LIMIT 100, kinds
- * filter) and one fenced DELETE per batch on 4 connections, at
- * `synchronous_commit = off` like skiplock's worker pool.
+ * `pg` (batch 1 and 100, 1 and 4 connections), and the one-statement DELETE …
+ * SKIP LOCKED also under `pgbench` (8 clients), on 20,000 jobs like the drain
+ * scenario (batch 1: fewer, as each job costs a commit). The rows skiplock's
+ * drains are held against ("same statements") run skiplock's own claim and
+ * fenced complete statements without the rest of the library, on one
+ * connection per claim loop, with the worker pool's session settings: at 100
+ * jobs a claim, and at the claim size of skiplock's defaults.
  */
 import { adminQuery } from '../database.js';
 import {
@@ -19,8 +20,8 @@ import {
 } from '../systems/raw-pg.js';
 import { type BenchContext, namespaceFor, type Scenario } from './scenario.js';
 
-/** Claim size and connections of the ceiling row. */
-const CEILING_BATCH = 100;
+/** Claim sizes of the ceiling rows: 100, and what skiplock's defaults claim at concurrency 10 (10 + 500). */
+const CEILING_BATCHES = [100, 510] as const;
 const CEILING_CONNECTIONS = 4;
 
 export const ceilingScenario: Scenario = {
@@ -41,19 +42,21 @@ export const ceilingScenario: Scenario = {
         : 'DELETE … SKIP LOCKED (1 statement)';
     try {
       for (let run = 0; run < ctx.runs; run++) {
-        await adminTruncate(url);
-        await prefill(url, jobsOf(CEILING_BATCH));
-        const ceiling = await rawDrain(url, 'claim+delete', CEILING_BATCH, CEILING_CONNECTIONS, true);
-        ctx.record(
-          {
-            scenario,
-            case: `same statement count as skiplock: claim LIMIT ${CEILING_BATCH} + one DELETE per batch, ${jobsOf(CEILING_BATCH)} jobs, ${CEILING_CONNECTIONS} connections, synchronous_commit off (the ceiling)`,
-            unit: 'jobs/s',
-            system: 'raw-pg',
-            tag: 'ceiling.same-statements',
-          },
-          ceiling,
-        );
+        for (const batch of CEILING_BATCHES) {
+          await adminTruncate(url);
+          await prefill(url, jobsOf(batch));
+          const ceiling = await rawDrain(url, 'claim+delete', batch, CEILING_CONNECTIONS, true);
+          ctx.record(
+            {
+              scenario,
+              case: `skiplock's own statements: claim LIMIT ${batch} + one fenced DELETE per batch, ${jobsOf(batch)} jobs, ${CEILING_CONNECTIONS} connections, worker session settings (the ceiling at ${batch})`,
+              unit: 'jobs/s',
+              system: 'raw-pg',
+              tag: batch === 100 ? 'ceiling.same-statements' : 'ceiling.same-statements-large',
+            },
+            ceiling,
+          );
+        }
         for (const cycle of ['claim+delete', 'delete'] as const) {
           for (const batch of [1, 100]) {
             for (const connections of [1, 4]) {
@@ -70,10 +73,10 @@ export const ceilingScenario: Scenario = {
                 value,
               );
             }
-            if (pgbench) {
+            if (pgbench && cycle === 'delete') {
               await adminTruncate(url);
               await prefill(url, jobsOf(batch));
-              const value = await pgbenchDrain(url, cycle, batch, 8, jobsOf(batch));
+              const value = await pgbenchDrain(url, batch, 8, jobsOf(batch));
               ctx.record(
                 {
                   scenario,

@@ -7,8 +7,8 @@
 import pg from 'pg';
 import { adminQuery } from '../database.js';
 import { quantile } from '../report.js';
-import { CLAIM, COMPLETE, KINDS } from '../systems/raw-pg.js';
-import { skiplockSystem } from '../systems/skiplock.js';
+import { KINDS } from '../systems/raw-pg.js';
+import { loadStatements, skiplockSystem } from '../systems/skiplock.js';
 import type { SystemClient, Target } from '../systems/system.js';
 import { drainOnce } from './drain.js';
 import { type BenchContext, namespaceFor, type Scenario } from './scenario.js';
@@ -26,19 +26,20 @@ async function claimLatencies(target: Target, claims: number): Promise<number[]>
       `INSERT INTO skiplock.jobs (kind, payload) SELECT 'noop', '{}' FROM generate_series(1, $1::int)`,
       [claims * CLAIM_BATCH],
     );
+    const { JobQueries } = await loadStatements();
+    const queries = new JobQueries('skiplock');
     const latencies: number[] = [];
     for (let k = 0; k < claims; k++) {
       const startedAt = performance.now();
-      const { rows } = await client.query<{ id: string; attempts: number; lease_seq: string }>({
-        name: 'claim',
-        text: CLAIM,
-        values: ['default', CLAIM_BATCH, 'bench', 300_000, KINDS],
+      const claimed = await queries.claim.claim(client, {
+        queues: ['default'],
+        kinds: KINDS,
+        limit: CLAIM_BATCH,
+        workerId: 'bench',
+        visibilityTimeoutMs: 300_000,
       });
       latencies.push(performance.now() - startedAt);
-      await client.query({
-        text: COMPLETE,
-        values: [rows.map((r) => r.id), rows.map((r) => r.attempts), rows.map((r) => r.lease_seq), 'bench'],
-      });
+      await queries.results.complete(client, claimed, 'bench', 'delete');
     }
     return latencies;
   } finally {
@@ -54,9 +55,18 @@ async function explainClaim(target: Target): Promise<string> {
     await client.query(
       `INSERT INTO skiplock.jobs (kind, payload) SELECT 'noop', '{}' FROM generate_series(1, 100)`,
     );
+    const { JobQueries } = await loadStatements();
+    const { statement, params } = new JobQueries('skiplock').claim.statementFor({
+      queues: ['default'],
+      kinds: KINDS,
+      limit: CLAIM_BATCH,
+      workerId: 'bench',
+      visibilityTimeoutMs: 300_000,
+    });
     await client.query('BEGIN');
     const { rows } = await client.query<{ 'QUERY PLAN': string }>(
-      `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) ${CLAIM.replace('$1', "'default'").replace('$2', String(CLAIM_BATCH)).replace('$3', "'bench'").replace('$4', '300000').replace('$5::text[]', "ARRAY['noop']")}`,
+      `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) ${statement.text}`,
+      params,
     );
     await client.query('ROLLBACK');
     await client.query(`DELETE FROM skiplock.jobs WHERE status = 'queued' AND run_at <= now()`);

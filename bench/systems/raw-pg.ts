@@ -1,8 +1,9 @@
 /**
- * The ceiling: skiplock's own claim and complete statements run in a bare
- * loop through `pg` (no handlers, no events, no batching of results), and the
- * same cycle under `pgbench`. Also the one-statement variant (DELETE … SKIP
- * LOCKED … RETURNING), the least work any SKIP LOCKED queue can do per job.
+ * The ceiling: skiplock's own claim and complete statements (loaded from the
+ * engine, not copied) run in a bare loop through `pg` (no handlers, no events,
+ * no batching of results). Also the one-statement variant (DELETE … SKIP
+ * LOCKED … RETURNING), the least work any SKIP LOCKED queue can do per job,
+ * in the loop and under `pgbench`.
  */
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -11,44 +12,43 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import pg from 'pg';
 import { adminQuery, createDatabase, dropDatabase, withDatabase } from '../database.js';
-import { loadEngine } from './skiplock.js';
+import { loadEngine, loadStatements } from './skiplock.js';
 
 const run = promisify(execFile);
 
 /** The two statements of skiplock's cycle (claim, then delete under the lease), and the one-statement variant. */
 export type Cycle = 'claim+delete' | 'delete';
 
-/**
- * skiplock's claim statement (src/db/queries/claim.ts, one queue), in the
- * default schema: $1 queue, $2 limit, $3 worker id, $4 visibility timeout,
- * $5 the worker's kinds.
- */
-export const CLAIM = `WITH picked AS (
-  SELECT id FROM skiplock.jobs
-  WHERE status = 'queued' AND queue = $1 AND run_at <= now() AND kind = ANY($5::text[])
-  ORDER BY priority DESC, run_at
-  LIMIT $2
-  FOR UPDATE SKIP LOCKED
-)
-UPDATE skiplock.jobs j
-SET status = 'running', locked_at = now(), attempts = j.attempts + 1, lease_seq = j.lease_seq + 1,
-    locked_by = $3, visibility_timeout_ms = $4
-WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
-          j.lease_seq, j.created_at`;
-
-/**
- * skiplock's complete statement for `onSuccess: 'delete'` (src/db/queries/results.ts),
- * fenced by the lease: $1 ids, $2 attempts, $3 lease numbers, $4 worker id.
- */
-export const COMPLETE = `DELETE FROM skiplock.jobs j
-USING unnest($1::bigint[], $2::int[], $3::bigint[]) AS r(id, attempts, lease_seq)
-WHERE j.id = ANY($1::bigint[]) AND j.id = r.id AND j.attempts = r.attempts
-  AND j.lease_seq = r.lease_seq AND j.status = 'running' AND j.locked_by = $4
-RETURNING j.id, j.lease_seq`;
-
-/** The kinds parameter ($5) of {@link CLAIM}: the benchmark's one kind. */
+/** The kinds of the claim: the benchmark's one kind. */
 export const KINDS = ['noop'];
+
+/** skiplock's own statements in the default schema, as its worker sends them. */
+async function engineStatements() {
+  const { JobQueries } = await loadStatements();
+  return new JobQueries('skiplock');
+}
+
+/**
+ * One turn of skiplock's cycle on `client`: its claim (named, as the worker
+ * sends it) of up to `batch` jobs, then its fenced complete statement for
+ * `onSuccess: 'delete'` (unnamed, as the worker sends it). Returns the jobs done.
+ */
+export async function claimAndComplete(
+  queries: Awaited<ReturnType<typeof engineStatements>>,
+  client: pg.ClientBase,
+  batch: number,
+  workerId: string,
+): Promise<number> {
+  const claimed = await queries.claim.claim(client, {
+    queues: ['default'],
+    kinds: KINDS,
+    limit: batch,
+    workerId,
+    visibilityTimeoutMs: 300_000,
+  });
+  if (claimed.length === 0) return 0;
+  return (await queries.results.complete(client, claimed, workerId, 'delete')).size;
+}
 
 const CLAIM_DELETE = `WITH picked AS (
   SELECT id FROM skiplock.jobs
@@ -88,8 +88,9 @@ export async function prefill(url: string, jobs: number): Promise<void> {
 /**
  * Drains the jobs table with `connections` loops of the bare cycle, each
  * claiming `batch` jobs at a time; returns jobs/s until every loop finds
- * nothing left. `asyncCommit` runs the loops at `synchronous_commit = off`,
- * as skiplock's worker pool does.
+ * nothing left. `asyncCommit` runs the loops with the session settings of
+ * skiplock's worker pool (`synchronous_commit = off`, one generic plan per
+ * prepared statement).
  */
 export async function rawDrain(
   url: string,
@@ -102,12 +103,15 @@ export async function rawDrain(
     Array.from({ length: connections }, async () => {
       const client = new pg.Client({
         connectionString: url,
-        ...(asyncCommit ? { options: '-c synchronous_commit=off' } : {}),
+        ...(asyncCommit
+          ? { options: '-c synchronous_commit=off -c plan_cache_mode=force_generic_plan' }
+          : {}),
       });
       await client.connect();
       return client;
     }),
   );
+  const queries = await engineStatements();
   let done = 0;
   try {
     const startedAt = performance.now();
@@ -124,23 +128,9 @@ export async function rawDrain(
             if (!rowCount) return;
             done += rowCount;
           } else {
-            const { rows } = await client.query<{ id: string; attempts: number; lease_seq: string }>({
-              name: 'claim',
-              text: CLAIM,
-              values: ['default', batch, workerId, 300_000, KINDS],
-            });
-            if (rows.length === 0) return;
-            // Unnamed, like skiplock's results: planned with the batch's real size.
-            const { rowCount } = await client.query({
-              text: COMPLETE,
-              values: [
-                rows.map((r) => r.id),
-                rows.map((r) => r.attempts),
-                rows.map((r) => r.lease_seq),
-                workerId,
-              ],
-            });
-            done += rowCount ?? 0;
+            const n = await claimAndComplete(queries, client, batch, workerId);
+            if (n === 0) return;
+            done += n;
           }
         }
       }),
@@ -162,40 +152,18 @@ export async function hasPgbench(): Promise<boolean> {
 }
 
 /**
- * Drains the prefilled jobs table with `pgbench` (`clients` connections,
- * prepared statements, `jobs / clients / batch` transactions each); returns
- * jobs/s, from the rows deleted and pgbench's time without connection setup.
+ * Drains the prefilled jobs table with `pgbench` running the one-statement
+ * cycle (DELETE … SKIP LOCKED, `clients` connections, prepared statements,
+ * `jobs / clients / batch` transactions each); returns jobs/s, from the rows
+ * deleted and pgbench's time without connection setup.
  */
 export async function pgbenchDrain(
   url: string,
-  cycle: Cycle,
   batch: number,
   clients: number,
   jobs: number,
 ): Promise<number> {
-  const script =
-    cycle === 'delete'
-      ? `${CLAIM_DELETE.replace('$1', "'default'").replace('$2', String(batch)).replace(/\n/g, ' ')};\n`
-      : [
-          // A batch's ids travel to the second statement as array text (a bind parameter under -M prepared);
-          // a data-modifying WITH must be at the top, so the claim becomes one more CTE.
-          `${CLAIM.replace('$1', "'default'")
-            .replace('$2', String(batch))
-            .replace('$3', "'pgbench'")
-            .replace('$4', '300000')
-            .replace('$5::text[]', "ARRAY['noop']")
-            .replace('UPDATE skiplock.jobs j', ', claimed AS (UPDATE skiplock.jobs j')
-            .replace(
-              /\n/g,
-              ' ',
-            )}) SELECT coalesce(array_agg(id)::text, '{}') AS ids, coalesce(array_agg(attempts)::text, '{}') AS att, coalesce(array_agg(lease_seq)::text, '{}') AS seq FROM claimed \\gset`,
-          `${COMPLETE.replaceAll('$1::bigint[]', ':ids::bigint[]')
-            .replace('$2::int[]', ':att::int[]')
-            .replace('$3::bigint[]', ':seq::bigint[]')
-            .replace('$4', "'pgbench'")
-            .replace(/\n/g, ' ')};`,
-          '',
-        ].join('\n');
+  const script = `${CLAIM_DELETE.replace('$1', "'default'").replace('$2', String(batch)).replace(/\n/g, ' ')};\n`;
   const dir = mkdtempSync(join(tmpdir(), 'skbench-pgbench-'));
   const file = join(dir, 'cycle.sql');
   writeFileSync(file, script);

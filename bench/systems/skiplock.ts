@@ -4,13 +4,28 @@
  * `SKIPLOCK_BENCH_SRC` points the adapter at another copy of the engine's
  * `src/index.ts`, to compare an engine change against this tree in one run.
  */
-import { resolve } from 'node:path';
+import { dirname, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import type * as StatementsModule from '../../src/db/queries/jobs.js';
 import type * as SkiplockModule from '../../src/index.js';
 import { createDatabase, dropDatabase, relationStats, withDatabase } from '../database.js';
 import type { BenchPayload, BenchSystem, SystemClient, Target } from './system.js';
 
 type Engine = typeof SkiplockModule;
+type Statements = typeof StatementsModule;
+
+/**
+ * The engine's own statements (its `JobQueries`), from the same tree as
+ * {@link loadEngine}: the bare-SQL rows run exactly what the worker sends.
+ */
+export async function loadStatements(): Promise<Statements> {
+  const override = process.env.SKIPLOCK_BENCH_SRC;
+  if (override) {
+    const jobs = resolve(dirname(resolve(override)), 'db/queries/jobs.ts');
+    return (await import(pathToFileURL(jobs).href)) as Statements;
+  }
+  return import('../../src/db/queries/jobs.js');
+}
 
 /** The engine under test: this tree's, or the copy named by `SKIPLOCK_BENCH_SRC`. */
 export async function loadEngine(): Promise<Engine> {
@@ -25,7 +40,7 @@ export const skiplockSystem: BenchSystem = {
   name: 'skiplock',
   postgres: true,
   settings:
-    'defaults (concurrency as given, prefetch 4 × concurrency while a backlog waits, batchSize concurrency + prefetch, pollIntervalMs 2000, onSuccess delete); pool max 10',
+    'defaults (concurrency as given, prefetch the larger of 4 × concurrency and 500 while a backlog waits, capped by recent run times, batchSize concurrency + prefetch, pollIntervalMs 2000, onSuccess delete); pool max 10',
   available: async () => true,
 
   async create(serverUrl, namespace) {

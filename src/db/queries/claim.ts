@@ -138,8 +138,17 @@ export class ClaimQueries {
    * @throws {DatabaseError} from the database.
    */
   async claim(pool: Pick<pg.Pool, 'query'>, request: ClaimRequest): Promise<ClaimedJob[]> {
-    const single = request.queues.length === 1;
     const send = request.prepared === false ? run : runPrepared;
+    const { statement, params } = this.statementFor(request);
+    const { rows } = await send<ClaimRow>(pool, statement, params);
+    const jobs = new Array<ClaimedJob>(rows.length);
+    for (let i = 0; i < rows.length; i++) jobs[i] = claimedJob(rows[i]!, request.traceContext);
+    return jobs;
+  }
+
+  /** The statement and parameters {@link claim} sends for `request` (also what the benchmark's ceiling runs). */
+  statementFor(request: ClaimRequest): { statement: Statement; params: unknown[] } {
+    const single = request.queues.length === 1;
     const params: unknown[] = [
       single ? request.queues[0] : request.queues,
       request.limit,
@@ -150,10 +159,7 @@ export class ClaimQueries {
     const policy = request.kindMaxAttempts;
     if (policy) params.push(policy.kinds, policy.maxAttempts);
     const statement = this.#variants[(policy ? 1 : 0) + (request.traceContext ? 2 : 0)]![single ? 0 : 1];
-    const { rows } = await send<ClaimRow>(pool, statement, params);
-    const jobs = new Array<ClaimedJob>(rows.length);
-    for (let i = 0; i < rows.length; i++) jobs[i] = claimedJob(rows[i]!, request.traceContext);
-    return jobs;
+    return { statement, params };
   }
 }
 
