@@ -50,6 +50,7 @@ export {
   type SkiplockConfig,
 } from './skiplock.js';
 export type { FailureOutcomeInfo, SuccessInfo, WorkerErrorSource, WorkerEvents } from './worker/events.js';
+export type { Middleware } from './worker/executor.js';
 export type {
   Backoff,
   Handler,

@@ -16,7 +16,7 @@ import type { Attributes, Context, Span, Tracer } from '@opentelemetry/api';
 import type { NewJob } from '../db/queries/insert.js';
 import { MissingDependencyError } from '../errors.js';
 import type { Job } from '../job/job.js';
-import type { RunOutcome } from '../worker/run-job.js';
+import type { RunOutcome } from '../worker/executor.js';
 
 type Api = typeof OpenTelemetry;
 

@@ -12,8 +12,8 @@ import type { SuccessPolicy } from '../db/queries/results.js';
 import { SkiplockError } from '../errors.js';
 import type { Job } from '../job/job.js';
 import { AttemptControl } from '../worker/attempt-control.js';
+import type { RunOutcome } from '../worker/executor.js';
 import type { TransactionalHandler } from '../worker/handler-definition.js';
-import type { RunOutcome } from '../worker/run-job.js';
 import { runInTransaction } from '../worker/transactional.js';
 
 /** Deadline of BEGIN, COMMIT and ROLLBACK in `drain`, in milliseconds. */

@@ -19,15 +19,15 @@ import type pg from 'pg';
 import type { ClaimedJob, KindMaxAttempts } from '../db/queries/claim.js';
 import { JobQueries } from '../db/queries/jobs.js';
 import type { SuccessPolicy } from '../db/queries/results.js';
-import { SkiplockError } from '../errors.js';
+import { SkiplockError, ValidationError } from '../errors.js';
 import { DEFAULT_VISIBILITY_TIMEOUT_MS } from '../job/defaults.js';
 import type { Job, JobMap, JobRecord } from '../job/job.js';
 import type { Skiplock } from '../skiplock.js';
 import { AttemptControl } from '../worker/attempt-control.js';
+import { type Middleware, runJob, withMiddleware } from '../worker/executor.js';
 import { kindMaxAttemptsOf, kindRetryDelayMs, resolveHandlers } from '../worker/handler-definition.js';
 import type { Handlers } from '../worker/options.js';
 import { failOrSnooze } from '../worker/result-writer.js';
-import { runJob } from '../worker/run-job.js';
 import { drainTransactional } from './drain-transactional.js';
 
 /** Which jobs {@link drain} runs. */
@@ -43,6 +43,8 @@ export interface DrainOptions<Jobs extends JobMap = JobMap> {
    * that keep enqueueing due jobs would never let it finish. @default 10_000
    */
   maxJobs?: number;
+  /** Hooks around every attempt, as the worker option of that name. @default [] */
+  middleware?: Middleware[];
 }
 
 /** One attempt {@link drain} ran, and what the job became. */
@@ -85,6 +87,7 @@ const DRAIN_BATCH = 100;
  * left (or none may start).
  *
  * @throws {SkiplockError} (code `DRAIN_LIMIT`) after `maxJobs` attempts.
+ * @throws {ValidationError} naming `options.middleware` when it is not an array of functions.
  * @throws {DatabaseError} from the database.
  */
 export async function drain<Jobs extends JobMap>(
@@ -94,7 +97,10 @@ export async function drain<Jobs extends JobMap>(
 ): Promise<DrainResult> {
   const queries = new JobQueries(skiplock.schema);
   const pool = skiplock.pool;
-  const byKind = resolveHandlers(handlers as Record<string, unknown>, 'handlers');
+  const middleware = options.middleware ?? [];
+  if (!Array.isArray(middleware) || middleware.some((m) => typeof m !== 'function'))
+    throw new ValidationError('options.middleware', 'must be an array of functions');
+  const byKind = withMiddleware(resolveHandlers(handlers as Record<string, unknown>, 'handlers'), middleware);
   const kindMaxAttempts = kindMaxAttemptsOf(byKind);
   const kinds: string[] = options.kinds ?? [...byKind.keys()];
   const maxJobs = options.maxJobs ?? 10_000;

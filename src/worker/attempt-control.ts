@@ -1,3 +1,5 @@
+import type { HandlerContext } from './handler-definition.js';
+
 /**
  * The abort side of one attempt. Its AbortSignal is made only when the handler
  * (or the transactional runner) asks for it, since most handlers never read
@@ -49,7 +51,7 @@ export class AttemptControl {
 }
 
 /** What a handler gets beside its job: the attempt's signal, made when read. */
-export class HandlerContext {
+export class AttemptContext implements HandlerContext {
   readonly #control: AttemptControl;
 
   constructor(control: AttemptControl) {

@@ -7,6 +7,7 @@ import { DEFAULT_QUEUE, DEFAULT_VISIBILITY_TIMEOUT_MS } from '../job/defaults.js
 import type { JobMap } from '../job/job.js';
 import { assertName } from '../job/job.js';
 import { durationMs, integerInRange, parseOptions } from '../options.js';
+import { type Middleware, withMiddleware } from './executor.js';
 import { type HandlerEntry, type ResolvedHandler, resolveHandlers } from './handler-definition.js';
 import {
   MAX_TIMER_MS,
@@ -152,6 +153,13 @@ export interface WorkerOptions<Jobs extends JobMap> {
    * job. Turn off for workers that should only run jobs. @default true
    */
   schedules?: boolean;
+  /**
+   * Hooks around every attempt of this worker's handlers, the first the
+   * outermost (see {@link Middleware}): each gets the job, the handler's
+   * context and `next`. Composed once when the worker is made; an empty list
+   * costs nothing. @default []
+   */
+  middleware?: Middleware[];
 }
 
 /**
@@ -188,6 +196,8 @@ export interface ResolvedWorkerOptions {
   preparedStatements: boolean;
   sessionSettings: boolean;
   schedules: boolean;
+  /** The middleware, already composed into `handlers`. */
+  middleware: Middleware[];
 }
 
 /** The zod rule of a numeric option, from its spec. */
@@ -247,6 +257,12 @@ const schema = z.strictObject({
   listenProbeIntervalMs: numberOption(N.listenProbeIntervalMs).optional(),
   preparedStatements: z.boolean({ error: 'must be a boolean' }).optional(),
   sessionSettings: z.boolean({ error: 'must be a boolean' }).optional(),
+  middleware: z
+    .array(
+      z.custom<Middleware>((v) => typeof v === 'function', { error: 'must be a function' }),
+      { error: 'must be an array of functions' },
+    )
+    .optional(),
 });
 
 /**
@@ -280,7 +296,7 @@ export function resolveWorkerOptions(options: unknown): ResolvedWorkerOptions {
     );
   }
   return {
-    handlers,
+    handlers: withMiddleware(handlers, parsed.middleware ?? []),
     queues: [...new Set(queues as string[])],
     concurrency,
     batchSize: Math.min(parsed.batchSize ?? concurrency + prefetch, concurrency + prefetch),
@@ -304,5 +320,6 @@ export function resolveWorkerOptions(options: unknown): ResolvedWorkerOptions {
     preparedStatements: parsed.preparedStatements ?? true,
     sessionSettings: parsed.sessionSettings ?? true,
     schedules: parsed.schedules ?? true,
+    middleware: parsed.middleware ?? [],
   };
 }

@@ -32,11 +32,11 @@ import type { Job } from '../job/job.js';
 import type { AttemptControl } from './attempt-control.js';
 import type { EventReporter } from './event-reporter.js';
 import type { Execution } from './executions.js';
+import { failure, permanentFailure, type RunOutcome, runJob } from './executor.js';
 import type { TransactionalHandler } from './handler-definition.js';
 import { loopBackoffMs } from './loop-backoff.js';
 import type { ResolvedWorkerOptions } from './options.js';
 import { reportSuccess } from './result-writer.js';
-import { failure, permanentFailure, type RunOutcome, runJob } from './run-job.js';
 import { transactionPool, type WorkerPool } from './worker-pool.js';
 
 /** What transactional attempts need from their worker. */

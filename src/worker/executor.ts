@@ -1,7 +1,10 @@
 /**
- * Runs one handler to an outcome: honours the job timeout, hands the handler
- * its AbortSignal, and classifies what it threw (permanent or retryable). Never
- * rejects, whatever the handler does.
+ * The executor of one attempt: runs the handler (through the worker's
+ * middleware, composed once per kind) to an outcome — honouring the job
+ * timeout and a cancel, handing the handler its AbortSignal, and classifying
+ * what it threw (permanent, snooze or retryable). Never rejects, whatever the
+ * handler does. The worker and `drain()` in `skiplock/testing` both run
+ * attempts through it.
  */
 import {
   CancelledError,
@@ -12,8 +15,8 @@ import {
 } from '../errors.js';
 import { describeFailure } from '../job/failure.js';
 import type { Job } from '../job/job.js';
-import { type AttemptControl, HandlerContext } from './attempt-control.js';
-import type { Handler } from './handler-definition.js';
+import { AttemptContext, type AttemptControl } from './attempt-control.js';
+import type { Handler, HandlerContext, ResolvedHandler } from './handler-definition.js';
 
 /** How one attempt ended, before it is written. */
 export type RunOutcome =
@@ -48,7 +51,7 @@ export function runJob(
   if (!handler) return Promise.resolve(failure(new UnknownKindError(job.kind)));
   let result: unknown;
   try {
-    result = handler(job, new HandlerContext(control));
+    result = handler(job, new AttemptContext(control));
   } catch (error) {
     return Promise.resolve(failure(error));
   }
@@ -105,4 +108,56 @@ export function failure(thrown: unknown): RunOutcome {
 /** The failure outcome of `thrown`, without retry (the job ends `failed`) whatever it is. */
 export function permanentFailure(thrown: unknown): RunOutcome {
   return { ...(failure(thrown) as Extract<RunOutcome, { ok: false }>), permanent: true };
+}
+
+/**
+ * A hook around every attempt of a worker's handlers — logging, metrics,
+ * context propagation, a guard that refuses some jobs. It gets the job, the
+ * handler's context (with `client` for a transactional handler) and `next`,
+ * which runs the rest of the chain and then the handler and resolves with the
+ * handler's return value (or rejects with what it threw). What the middleware
+ * itself returns or throws is the attempt's outcome: a throw fails the attempt
+ * as a handler's would (`PermanentError` and `SnoozeError` included), and not
+ * calling `next` ends the attempt without running the handler. The job's
+ * timeout, a cancel and the signal cover the whole chain.
+ *
+ * @example
+ * const timing: Middleware = async (job, _context, next) => {
+ *   const startedAt = performance.now();
+ *   try {
+ *     return await next();
+ *   } finally {
+ *     log.info({ kind: job.kind, id: job.id, ms: performance.now() - startedAt });
+ *   }
+ * };
+ * skiplock.worker({ handlers, middleware: [timing] });
+ */
+export type Middleware = (
+  job: Job<string, unknown>,
+  context: HandlerContext,
+  next: () => Promise<unknown>,
+) => unknown;
+
+/**
+ * The handlers with `middleware` around each (the first is the outermost),
+ * composed once here so an attempt pays only for the middleware it has: none
+ * when the list is empty.
+ */
+export function withMiddleware(
+  handlers: Map<string, ResolvedHandler>,
+  middleware: readonly Middleware[],
+): Map<string, ResolvedHandler> {
+  if (middleware.length === 0) return handlers;
+  const wrapped = new Map<string, ResolvedHandler>();
+  for (const [kind, handler] of handlers) {
+    const handle = handler.handle as (job: Job<string, unknown>, context: HandlerContext) => unknown;
+    let chained = handle;
+    for (let i = middleware.length - 1; i >= 0; i--) {
+      const outer = middleware[i]!;
+      const inner = chained;
+      chained = (job, context) => outer(job, context, async () => inner(job, context));
+    }
+    wrapped.set(kind, { ...handler, handle: chained } as ResolvedHandler);
+  }
+  return wrapped;
 }
