@@ -279,6 +279,39 @@ describe('rows the scheduler cannot use', () => {
     expect((await jobsOf('by-sql')).length).toBe(1);
   });
 
+  it('a schedule whose jobs the database refuses is parked; the slots of the others in that turn stay enqueued', async () => {
+    // Stands for any constraint on jobs a schedule row can break.
+    const jobsTable = db.jobs;
+    await db.query(
+      `CREATE OR REPLACE FUNCTION public.refuse_kind() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN RAISE EXCEPTION 'kind refused here' USING ERRCODE = 'check_violation'; END $$`,
+    );
+    await db.query(
+      `CREATE TRIGGER refuse_kind BEFORE INSERT ON ${jobsTable} FOR EACH ROW WHEN (NEW.kind = 'refused')
+       EXECUTE FUNCTION public.refuse_kind()`,
+    );
+    try {
+      for (const name of ['a-first', 'b-refused', 'c-last']) {
+        await skiplock.schedule(name, '* * * * * *', name === 'b-refused' ? 'refused' : name, {});
+      }
+      await db.query(`UPDATE ${schedules} SET next_run_at = now() - interval '1 second'`);
+      const result = await turn();
+      expect(result.enqueued).toBe(2);
+      expect(result.parked).toEqual([
+        { name: 'b-refused', reason: 'the database refused its jobs: kind refused here (SQLSTATE 23514)' },
+      ]);
+      expect((await jobsOf('a-first')).length).toBe(1);
+      expect((await jobsOf('c-last')).length).toBe(1);
+      expect(await parkedReasons()).toEqual({
+        'a-first': null,
+        'b-refused': 'the database refused its jobs: kind refused here (SQLSTATE 23514)',
+        'c-last': null,
+      });
+    } finally {
+      await db.query(`DROP TRIGGER refuse_kind ON ${jobsTable}`);
+    }
+  });
+
   it('the database refuses a catch-up window over 10 years and a slot that is not an instant', async () => {
     const refused = async (row: Record<string, unknown>) => {
       const error = await insertRow({ name: 'x', cron: '* * * * *', kind: 'k', ...row }).catch(

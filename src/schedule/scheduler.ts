@@ -93,6 +93,7 @@ export async function runDueSchedules(db: Queryable, queries: JobQueries): Promi
 /** The row's due slots, or why the row cannot be scheduled. */
 function dueSlotsOf(row: ScheduleRow, now: Date, limit: number): DueSlots | string {
   try {
+    assertName(row.name, 'name');
     assertName(row.kind, 'kind');
     assertName(row.queue, 'queue');
     const rule = parseCron(row.cron, row.timezone);
