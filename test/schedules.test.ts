@@ -2,13 +2,14 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { withTransaction } from '../src/db/executor.js';
 import { JobQueries } from '../src/db/queries/jobs.js';
 import { type Skiplock, ValidationError } from '../src/index.js';
+import { loadMigrations, migrate } from '../src/migrations/migrator.js';
 import {
   MAX_JOBS_PER_TURN,
   runDueSchedules,
   SCHEDULE_CHECK_MS,
   schedulerService,
 } from '../src/schedule/scheduler.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase } from './support/database.js';
+import { createTestDatabase, TEST_SCHEMA, type TestDatabase, tableIn } from './support/database.js';
 
 let db: TestDatabase;
 let skiplock: Skiplock;
@@ -360,5 +361,42 @@ describe('rows the scheduler cannot use', () => {
     ]);
     expect((await jobsOf('on-time')).length).toBe(1);
     expect(service.intervalMs).toBe(SCHEDULE_CHECK_MS);
+  });
+});
+
+describe('upgrading', () => {
+  it('the bounds migration brings rows stored before it inside the bounds, and applies', async () => {
+    const old = await createTestDatabase(false);
+    try {
+      const bounds = loadMigrations().find((m) => m.name === 'schedule_bounds')!;
+      await migrate(
+        old.pool,
+        TEST_SCHEMA,
+        loadMigrations().filter((m) => m.version < bounds.version),
+      );
+      const table = tableIn(TEST_SCHEMA, 'schedules');
+      await old.query(
+        `INSERT INTO ${table} (name, cron, kind, catch_up_ms, next_run_at, last_run_at) VALUES
+           ('centuries', '* * * * *', 'k', 31536000000000, now(), '-infinity'),
+           ('never', '* * * * *', 'k', 0, 'infinity', NULL)`,
+      );
+      const applied = await migrate(old.pool, TEST_SCHEMA);
+      expect(applied.applied).toContain(bounds.version);
+      const rows = await old.query<Record<string, unknown>>(
+        `SELECT name, catch_up_ms, isfinite(next_run_at) AS finite, last_run_at, parked_reason FROM ${table} ORDER BY name`,
+      );
+      expect(rows).toEqual([
+        {
+          name: 'centuries',
+          catch_up_ms: '315360000000',
+          finite: true,
+          last_run_at: null,
+          parked_reason: null,
+        },
+        { name: 'never', catch_up_ms: '0', finite: true, last_run_at: null, parked_reason: null },
+      ]);
+    } finally {
+      await old.close();
+    }
   });
 });

@@ -41,7 +41,11 @@ export interface ScheduleOptions extends ClientOption {
    * @default 'latest'
    */
   catchUp?: CatchUp;
-  /** How far back `catchUp: 'all'` goes, in milliseconds. @default 86_400_000 (one day) */
+  /**
+   * How far back `catchUp: 'all'` goes, in milliseconds: an integer from 0 to
+   * 315_360_000_000 (10 years; the database refuses more, from any client).
+   * @default 86_400_000 (one day)
+   */
   catchUpMs?: number;
 }
 
