@@ -60,8 +60,8 @@ export function dashboardApp(
   const app = base ? root.basePath(base) : root;
   app.use(
     '*',
-    hostGuard(accepts),
     securityHeaders(),
+    hostGuard(accepts),
     authGuard(resolved),
     readOnlyGuard(resolved),
     bodyGuard(),
