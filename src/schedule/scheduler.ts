@@ -104,9 +104,14 @@ function dueSlotsOf(row: ScheduleRow, now: Date, limit: number): DueSlots | stri
   }
 }
 
-/** A data exception (22) or integrity violation (23): this row's jobs, not the database, are at fault. */
+/**
+ * A data exception (22) or integrity violation (23): this row's jobs, not the
+ * database, are at fault. A unique violation (23505) is a race with another
+ * insert, worth the next turn's try.
+ */
 function isBadRowError(error: SkiplockError): boolean {
-  return error instanceof DatabaseError && /^2[23]/.test(error.sqlState ?? '');
+  const state = error instanceof DatabaseError ? (error.sqlState ?? '') : '';
+  return /^2[23]/.test(state) && state !== '23505';
 }
 
 /** Inserts the jobs of `slots`; returns the last one inserted and how many. */
