@@ -80,9 +80,13 @@ export async function serveDashboard(
   const app = dashboardApp(skiplock, dashboardOptions, listenHostRule(host));
   await assertMigrated(skiplock.pool, skiplock.schema);
   const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
-    const s = serve({ fetch: app.fetch, port, hostname: host, overrideGlobalObjects: false }, () =>
-      resolve(s),
-    );
+    // The server is the dashboard's alone: a browser's icon request at the
+    // root, outside the base path, gets an empty answer rather than a 404.
+    const fetch = (request: Request) =>
+      new URL(request.url).pathname === '/favicon.ico'
+        ? new Response(null, { status: 204 })
+        : app.fetch(request);
+    const s = serve({ fetch, port, hostname: host, overrideGlobalObjects: false }, () => resolve(s));
     s.once('error', reject);
   });
   const address = server.address();

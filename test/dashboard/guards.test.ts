@@ -226,6 +226,9 @@ describe('icon', () => {
     expect(icon.status).toBe(204);
     expect((await createDashboard(db.skiplock()).request('/favicon.ico')).status).toBe(204);
     await expect((await app.request('/admin')).text()).resolves.toContain('<link rel="icon" href="data:,">');
+    const server = await serve({ basePath: '/ops' });
+    expect((await fetch(new URL('/favicon.ico', server.url))).status).toBe(204);
+    expect((await fetch(new URL('/ops/favicon.ico', server.url))).status).toBe(204);
   });
 });
 
