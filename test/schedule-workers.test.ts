@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Skiplock } from '../src/index.js';
 import { createTestDatabase, type TestDatabase, waitFor } from './support/database.js';
+import { record } from './support/events.js';
 
 let db: TestDatabase;
 let skiplock: Skiplock;
@@ -120,5 +121,53 @@ describe('the scheduler in a worker', () => {
     }
     const seconds = (await jobsOf('through')).map((j) => j.run_at.getTime() / 1000);
     expect(seconds).toEqual(seconds.map((_, i) => seconds[0]! + i));
+  });
+
+  it('a schedule row that does not parse is parked and reported once by name; the others keep firing and the scheduler does not spin', async () => {
+    await db.query(
+      `INSERT INTO ${schedules} (name, cron, kind, next_run_at) VALUES ('broken', 'every day', 'k', now() - interval '1 second')`,
+    );
+    await skiplock.schedule('tick', '* * * * * *', 'tick', {}, { overlap: 'allow', queue: 'ticks' });
+    // Scheduler work, counted by the server: scans of the schedules table (a
+    // turn makes two or three). The counters reach the view within about a
+    // second of a busy backend's statements, so a read lags, never leads.
+    const scans = async () =>
+      (
+        await db.query<{ n: number }>(
+          `SELECT (seq_scan + COALESCE(idx_scan, 0))::int AS n FROM pg_stat_user_tables WHERE relid = $1::regclass`,
+          [schedules],
+        )
+      )[0]!.n;
+    const before = await scans();
+    const worker = skiplock.worker({
+      queues: ['elsewhere'],
+      handlers: { elsewhere: () => {} },
+      handleSignals: false,
+    });
+    const warnings = record(worker, 'worker:warning');
+    const errors = record(worker, 'error');
+    let ticks = 0;
+    let scanned = 0;
+    await worker.start();
+    try {
+      // The period is set by the good schedule's progress: six of its slots.
+      await waitFor(async () => (await jobsOf('tick')).length >= 6, 20_000, 'six ticks');
+      scanned = (await scans()) - before;
+      ticks = (await jobsOf('tick')).length;
+    } finally {
+      await worker.stop();
+    }
+    // A busy loop makes hundreds of turns per slot; waiting for the next slot, about one.
+    expect(scanned).toBeLessThanOrEqual(20 * ticks + 20);
+    // (The test server may also warn about its autovacuum setting.)
+    expect(warnings.map(([message]) => message).filter((m) => m.startsWith('schedule '))).toEqual([
+      'schedule "broken" parked, no jobs until its row is updated (schedule() or UPDATE): invalid cron: must have 5 or 6 fields (or be a nickname such as @hourly), got 2',
+    ]);
+    expect(errors).toEqual([]);
+    expect((await skiplock.schedules()).map((s) => [s.name, s.parkedReason])).toEqual([
+      ['broken', 'invalid cron: must have 5 or 6 fields (or be a nickname such as @hourly), got 2'],
+      ['tick', null],
+    ]);
+    expect(await jobsOf('k')).toEqual([]);
   });
 });

@@ -2,8 +2,14 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { withTransaction } from '../src/db/executor.js';
 import { JobQueries } from '../src/db/queries/jobs.js';
 import { type Skiplock, ValidationError } from '../src/index.js';
-import { runDueSchedules } from '../src/schedule/scheduler.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase } from './support/database.js';
+import { loadMigrations, migrate } from '../src/migrations/migrator.js';
+import {
+  MAX_JOBS_PER_TURN,
+  runDueSchedules,
+  SCHEDULE_CHECK_MS,
+  schedulerService,
+} from '../src/schedule/scheduler.js';
+import { createTestDatabase, TEST_SCHEMA, type TestDatabase, tableIn } from './support/database.js';
 
 let db: TestDatabase;
 let skiplock: Skiplock;
@@ -209,5 +215,188 @@ describe('the scheduler', () => {
     expect(turns.reduce((n, t) => n + t.enqueued, 0)).toBe(5);
     const expected = await Promise.all([4, 3, 2, 1, 0].map((d) => midnight(d)));
     expect((await jobsOf('race')).map((j) => j.run_at)).toEqual(expected);
+  });
+});
+
+/** A schedule row inserted by plain SQL, as a producer role may; due a second ago unless told otherwise. */
+async function insertRow(row: Record<string, unknown>) {
+  const columns = { next_run_at: new Date(Date.now() - 1000), ...row };
+  const names = Object.keys(columns);
+  await db.query(
+    `INSERT INTO ${schedules} (${names.join(', ')}) VALUES (${names.map((_, i) => `$${i + 1}`).join(', ')})`,
+    Object.values(columns),
+  );
+}
+
+async function parkedReasons() {
+  return Object.fromEntries((await skiplock.schedules()).map((s) => [s.name, s.parkedReason]));
+}
+
+describe('rows the scheduler cannot use', () => {
+  it('a row whose cron or time zone does not parse is parked once with its reason; the other schedules keep their slots', async () => {
+    await insertRow({ name: 'bad-cron', cron: 'every day', kind: 'k' });
+    await insertRow({ name: 'bad-zone', cron: '* * * * *', timezone: 'Europe/Atlantis', kind: 'k' });
+    await insertRow({ name: 'bad-kind', cron: '* * * * *', kind: '' });
+    await skiplock.schedule('good', '* * * * * *', 'good', {}, { overlap: 'allow' });
+    await db.query(`UPDATE ${schedules} SET next_run_at = now() - interval '1 second' WHERE name = 'good'`);
+
+    const first = await turn();
+    expect([...first.parked].sort((a, b) => a.name.localeCompare(b.name))).toEqual([
+      {
+        name: 'bad-cron',
+        reason: 'invalid cron: must have 5 or 6 fields (or be a nickname such as @hourly), got 2',
+      },
+      { name: 'bad-kind', reason: 'invalid kind: must not be empty' },
+      { name: 'bad-zone', reason: 'invalid timezone: unknown time zone "Europe/Atlantis"' },
+    ]);
+    expect(first.enqueued).toBe(1);
+    // Parked rows are not due: the next turn neither reports them again nor counts them as due.
+    const second = await turn();
+    expect(second.parked).toEqual([]);
+    expect(second.untilNextMs).toBeGreaterThan(0);
+    expect(await parkedReasons()).toEqual({
+      'bad-cron': 'invalid cron: must have 5 or 6 fields (or be a nickname such as @hourly), got 2',
+      'bad-kind': 'invalid kind: must not be empty',
+      'bad-zone': 'invalid timezone: unknown time zone "Europe/Atlantis"',
+      good: null,
+    });
+    expect(await jobsOf('k')).toEqual([]);
+  });
+
+  it('an update un-parks a row: schedule() again, or a plain UPDATE that fixes it', async () => {
+    await insertRow({ name: 'by-api', cron: 'every day', kind: 'by-api' });
+    await insertRow({ name: 'by-sql', cron: 'every day', kind: 'by-sql' });
+    expect((await turn()).parked.map((p) => p.name).sort()).toEqual(['by-api', 'by-sql']);
+
+    await skiplock.schedule('by-api', '* * * * * *', 'by-api', {});
+    await db.query(
+      `UPDATE ${schedules} SET cron = '* * * * * *', next_run_at = now() - interval '1 second' WHERE name = 'by-sql'`,
+    );
+    expect(await parkedReasons()).toEqual({ 'by-api': null, 'by-sql': null });
+    await db.query(`UPDATE ${schedules} SET next_run_at = now() - interval '1 second'`);
+    const after = await turn();
+    expect(after).toMatchObject({ enqueued: 2, parked: [] });
+    expect((await jobsOf('by-api')).length).toBe(1);
+    expect((await jobsOf('by-sql')).length).toBe(1);
+  });
+
+  it('a schedule whose jobs the database refuses is parked; the slots of the others in that turn stay enqueued', async () => {
+    // Stands for any constraint on jobs a schedule row can break.
+    const jobsTable = db.jobs;
+    await db.query(
+      `CREATE OR REPLACE FUNCTION public.refuse_kind() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN RAISE EXCEPTION 'kind refused here' USING ERRCODE = 'check_violation'; END $$`,
+    );
+    await db.query(
+      `CREATE TRIGGER refuse_kind BEFORE INSERT ON ${jobsTable} FOR EACH ROW WHEN (NEW.kind = 'refused')
+       EXECUTE FUNCTION public.refuse_kind()`,
+    );
+    try {
+      for (const name of ['a-first', 'b-refused', 'c-last']) {
+        await skiplock.schedule(name, '* * * * * *', name === 'b-refused' ? 'refused' : name, {});
+      }
+      await db.query(`UPDATE ${schedules} SET next_run_at = now() - interval '1 second'`);
+      const result = await turn();
+      expect(result.enqueued).toBe(2);
+      expect(result.parked).toEqual([
+        { name: 'b-refused', reason: 'the database refused its jobs: kind refused here (SQLSTATE 23514)' },
+      ]);
+      expect((await jobsOf('a-first')).length).toBe(1);
+      expect((await jobsOf('c-last')).length).toBe(1);
+      expect(await parkedReasons()).toEqual({
+        'a-first': null,
+        'b-refused': 'the database refused its jobs: kind refused here (SQLSTATE 23514)',
+        'c-last': null,
+      });
+    } finally {
+      await db.query(`DROP TRIGGER refuse_kind ON ${jobsTable}`);
+    }
+  });
+
+  it('the database refuses a catch-up window over 10 years and a slot that is not an instant', async () => {
+    const refused = async (row: Record<string, unknown>) => {
+      const error = await insertRow({ name: 'x', cron: '* * * * *', kind: 'k', ...row }).catch(
+        (e: unknown) => e,
+      );
+      return (error as { code?: string }).code;
+    };
+    expect(await refused({ catch_up_ms: 315_360_000_001 })).toBe('23514');
+    expect(await refused({ catch_up_ms: '9000000000000000' })).toBe('23514');
+    expect(await refused({ next_run_at: 'infinity' })).toBe('23514');
+    expect(await refused({ next_run_at: '-infinity' })).toBe('23514');
+    expect(await refused({ last_run_at: '-infinity' })).toBe('23514');
+    await insertRow({ name: 'y', cron: '* * * * *', kind: 'k', catch_up_ms: 315_360_000_000 });
+    const update = await db
+      .query(`UPDATE ${schedules} SET catch_up_ms = 3153600000000000 WHERE name = 'y'`)
+      .catch((e: unknown) => e);
+    expect((update as { code?: string }).code).toBe('23514');
+    expect(await db.query(`SELECT name, catch_up_ms FROM ${schedules}`)).toEqual([
+      { name: 'y', catch_up_ms: '315360000000' },
+    ]);
+  });
+
+  it('a turn enqueues at most MAX_JOBS_PER_TURN catch-up jobs, every due schedule still gets its slot, and the next turn waits', async () => {
+    const hourAgo = (await db.query<{ at: Date }>(`SELECT now() - interval '1 hour' AS at`))[0]!.at;
+    for (const name of ['catch-up-1', 'catch-up-2', 'catch-up-3']) {
+      await insertRow({
+        name,
+        cron: '* * * * * *',
+        kind: 'catch-up',
+        overlap: 'allow',
+        catch_up: 'all',
+        catch_up_ms: 315_360_000_000,
+        next_run_at: hourAgo,
+      });
+    }
+    await skiplock.schedule('on-time', '* * * * * *', 'on-time', {}, { overlap: 'allow' });
+    await db.query(
+      `UPDATE ${schedules} SET next_run_at = now() - interval '1 second' WHERE name = 'on-time'`,
+    );
+
+    const service = schedulerService(queries, () => {});
+    await withTransaction(db.pool, (client) => service.run(client));
+    // The first catch-up takes the turn's budget; the others and the on-time schedule get one slot each.
+    expect(await db.query(`SELECT count(*)::int AS n FROM ${db.jobs}`)).toEqual([
+      { n: MAX_JOBS_PER_TURN + 3 },
+    ]);
+    expect((await jobsOf('on-time')).length).toBe(1);
+    expect(service.intervalMs).toBe(SCHEDULE_CHECK_MS);
+  });
+});
+
+describe('upgrading', () => {
+  it('the bounds migration brings rows stored before it inside the bounds, and applies', async () => {
+    const old = await createTestDatabase(false);
+    try {
+      const bounds = loadMigrations().find((m) => m.name === 'schedule_bounds')!;
+      await migrate(
+        old.pool,
+        TEST_SCHEMA,
+        loadMigrations().filter((m) => m.version < bounds.version),
+      );
+      const table = tableIn(TEST_SCHEMA, 'schedules');
+      await old.query(
+        `INSERT INTO ${table} (name, cron, kind, catch_up_ms, next_run_at, last_run_at) VALUES
+           ('centuries', '* * * * *', 'k', 31536000000000, now(), '-infinity'),
+           ('never', '* * * * *', 'k', 0, 'infinity', NULL)`,
+      );
+      const applied = await migrate(old.pool, TEST_SCHEMA);
+      expect(applied.applied).toContain(bounds.version);
+      const rows = await old.query<Record<string, unknown>>(
+        `SELECT name, catch_up_ms, isfinite(next_run_at) AS finite, last_run_at, parked_reason FROM ${table} ORDER BY name`,
+      );
+      expect(rows).toEqual([
+        {
+          name: 'centuries',
+          catch_up_ms: '315360000000',
+          finite: true,
+          last_run_at: null,
+          parked_reason: null,
+        },
+        { name: 'never', catch_up_ms: '0', finite: true, last_run_at: null, parked_reason: null },
+      ]);
+    } finally {
+      await old.close();
+    }
   });
 });

@@ -14,7 +14,7 @@ import { DashboardQueries } from './queries.js';
 import { registerActions } from './routes/actions.js';
 import { registerControls } from './routes/controls.js';
 import { registerPages } from './routes/pages.js';
-import { authGuard, csrfGuard, readOnlyGuard, securityHeaders } from './security.js';
+import { authGuard, bodyGuard, csrfGuard, hostGuard, readOnlyGuard, securityHeaders } from './security.js';
 
 /**
  * Makes the dashboard of a Skiplock: pages for queues, jobs, one job and
@@ -29,7 +29,24 @@ import { authGuard, csrfGuard, readOnlyGuard, securityHeaders } from './security
  * @throws {ValidationError} naming the option (`options.basePath`…).
  */
 export function createDashboard(skiplock: Skiplock, options: DashboardOptions = {}): Hono<DashboardEnv> {
+  return dashboardApp(skiplock, options);
+}
+
+/**
+ * {@link createDashboard}, with the Host rule `serveDashboard` adds for the
+ * address it listens on.
+ */
+export function dashboardApp(
+  skiplock: Skiplock,
+  options: DashboardOptions,
+  acceptsHost?: (host: string) => boolean,
+): Hono<DashboardEnv> {
   const resolved = resolveDashboardOptions(options);
+  const names = resolved.allowedHosts;
+  const accepts =
+    acceptsHost || names
+      ? (host: string) => (names?.includes(host) ?? false) || (acceptsHost?.(host) ?? false)
+      : undefined;
   const base = resolved.basePath;
   const d: Dashboard = {
     skiplock,
@@ -41,7 +58,16 @@ export function createDashboard(skiplock: Skiplock, options: DashboardOptions = 
   };
   const root = new Hono<DashboardEnv>({ strict: false });
   const app = base ? root.basePath(base) : root;
-  app.use('*', securityHeaders(), authGuard(resolved), readOnlyGuard(resolved));
+  app.use(
+    '*',
+    securityHeaders(),
+    hostGuard(accepts),
+    authGuard(resolved),
+    readOnlyGuard(resolved),
+    bodyGuard(),
+  );
+  // Pages declare an empty icon; this answers a browser that asks anyway.
+  app.get('/favicon.ico', (c) => c.body(null, 204));
   if (resolved.metrics !== false) app.get('/metrics', metricsHandler(skiplock, resolved.metrics));
   app.use('*', ...csrfGuard(resolved));
   registerPages(app, d);

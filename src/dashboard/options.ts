@@ -10,9 +10,26 @@ import type { SkiplockMetrics } from '../telemetry/metrics.js';
 export interface DashboardOptions {
   /**
    * Path prefix the dashboard is mounted under (`/admin/jobs`): every route and
-   * link starts with it. Starts with `/`, no trailing `/`. @default '' (the root)
+   * link starts with it. A plain path: `/`-separated segments of letters,
+   * digits, `.`, `_`, `~` and `-` (no empty, `.` or `..` segment, no `%`); a
+   * trailing `/` is dropped, so `/admin/jobs/` is `/admin/jobs` and `/` is the root.
+   * @default '' (the root)
+   * @throws {ValidationError} (`options.basePath`) for anything else, such as `//evil.example`.
    */
   basePath?: string;
+  /**
+   * Host names (or IP addresses) the dashboard answers to, as sent in the
+   * `Host` header (without the port). A request naming any other host gets 421:
+   * this defends against DNS rebinding, where a page of another site, through a
+   * name of its own resolving to your address, reads and drives the dashboard
+   * from the visitor's browser. Given to `createDashboard`, only these names
+   * are accepted; not given, the host app decides (no check). `serveDashboard`
+   * always checks: the address it listens on (every loopback name for a
+   * loopback address; any IP address for `0.0.0.0` or `::`) plus these names.
+   * @default none
+   * @example ['jobs.example.com']
+   */
+  allowedHosts?: string[];
   /** Show no actions and refuse every POST with 403. @default false */
   readOnly?: boolean;
   /** Require HTTP basic auth with these credentials on every route (401 otherwise). @default none */
@@ -32,6 +49,8 @@ export interface DashboardOptions {
 /** The options with their defaults applied. */
 export interface ResolvedDashboardOptions {
   basePath: string;
+  /** Lower-case names, or undefined: no Host check of its own. */
+  allowedHosts: string[] | undefined;
   readOnly: boolean;
   basicAuth: { username: string; password: string } | undefined;
   metrics: boolean | SkiplockMetrics;
@@ -39,12 +58,28 @@ export interface ResolvedDashboardOptions {
   pageSize: number;
 }
 
+/** `/`-separated segments of unreserved characters, none empty, `.` or `..`. */
+const PLAIN_PATH = /^(\/(?!\.\.?(?:\/|$))[A-Za-z0-9._~-]+)+$/;
+
+/** A host name or IP address as a Host header carries it, without port; IPv6 with or without brackets. */
+const HOST_NAME = /^[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.?$|^\[?[0-9A-Fa-f:.]+\]?$/;
+
 const schema = z.strictObject({
   basePath: z
     .string({ error: 'must be a string' })
-    .refine((v) => v === '' || (/^\/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*$/.test(v) && !v.endsWith('/')), {
-      error: "must be '' or a path starting with / and not ending with /",
+    .refine((v) => v === '' || v === '/' || PLAIN_PATH.test(v.replace(/\/$/, '')), {
+      error:
+        "must be '' or a plain path such as /admin/jobs (segments of letters, digits, '.', '_', '~', '-'; none empty, '.' or '..')",
     })
+    .optional(),
+  allowedHosts: z
+    .array(
+      z
+        .string({ error: 'must be a string' })
+        .max(253, { error: 'must be at most 253 characters' })
+        .refine((v) => HOST_NAME.test(v), { error: 'must be a host name or IP address, without port' }),
+      { error: 'must be an array of host names' },
+    )
     .optional(),
   readOnly: z.boolean({ error: 'must be a boolean' }).optional(),
   basicAuth: z
@@ -79,11 +114,20 @@ const schema = z.strictObject({
 export function resolveDashboardOptions(options: DashboardOptions): ResolvedDashboardOptions {
   const parsed = parseOptions(schema, options, 'options');
   return {
-    basePath: parsed.basePath ?? '',
+    basePath: (parsed.basePath ?? '').replace(/\/$/, ''),
+    allowedHosts: parsed.allowedHosts?.map(normalizeHost),
     readOnly: parsed.readOnly ?? false,
     basicAuth: parsed.basicAuth,
     metrics: parsed.metrics ?? true,
     refreshIntervalMs: parsed.refreshIntervalMs ?? 5000,
     pageSize: parsed.pageSize ?? 50,
   };
+}
+
+/** A host as compared: lower case, without IPv6 brackets or a trailing dot. */
+export function normalizeHost(host: string): string {
+  return host
+    .toLowerCase()
+    .replace(/^\[(.*)\]$/, '$1')
+    .replace(/\.$/, '');
 }

@@ -1,7 +1,9 @@
 /**
  * The dashboard's own statements, for what the Skiplock API does not offer:
- * one job from the archive, delete by id, and finished jobs per minute. Every value is a bind parameter; the schema is the
- * only identifier that varies, and it is quoted once here.
+ * one job from the archive, delete by id, finished jobs per minute, which jobs
+ * still wait for their kind's `maxAttempts`, and which job ids are still
+ * stored. Every value is a bind parameter; the schema is the only identifier
+ * that varies, and it is quoted once here.
  */
 import type pg from 'pg';
 import { JOB_COLUMNS, type JobRow, toJobRecord } from '../db/queries/job-row.js';
@@ -23,6 +25,8 @@ export class DashboardQueries {
   readonly #archived: string;
   readonly #delete: string;
   readonly #throughput: string;
+  readonly #kindDecides: string;
+  readonly #stored: string;
 
   constructor(schema: string) {
     const s = quoteIdent(schema);
@@ -37,6 +41,26 @@ export class DashboardQueries {
             SELECT status, finished_at FROM ${s}.jobs_archive WHERE finished_at > now() - interval '1 hour') f
       WHERE finished_at <= now()
       GROUP BY 1 ORDER BY 1`;
+    // Never claimed, max_attempts left out: the row's 20 is a placeholder
+    // until a worker whose handler gives the kind a maxAttempts claims it.
+    this.#kindDecides = `SELECT id::text AS id FROM ${s}.jobs
+      WHERE id = ANY($1::bigint[]) AND max_attempts_default AND lease_seq = 0`;
+    this.#stored = `SELECT id::text AS id FROM ${s}.jobs WHERE id = ANY($1::bigint[])
+      UNION SELECT id::text FROM ${s}.jobs_archive WHERE id = ANY($1::bigint[])`;
+  }
+
+  /** Of `ids`, the jobs whose attempt limit their kind's handler sets at the first claim. */
+  async kindDecidesMaxAttempts(pool: pg.Pool, ids: readonly string[]): Promise<Set<string>> {
+    if (ids.length === 0) return new Set();
+    const { rows } = await pool.query<{ id: string }>(this.#kindDecides, [ids]);
+    return new Set(rows.map((r) => r.id));
+  }
+
+  /** Of `ids`, the jobs still in the jobs table or the archive. */
+  async storedJobIds(pool: pg.Pool, ids: readonly string[]): Promise<Set<string>> {
+    if (ids.length === 0) return new Set();
+    const { rows } = await pool.query<{ id: string }>(this.#stored, [ids]);
+    return new Set(rows.map((r) => r.id));
   }
 
   /** A job moved to `jobs_archive` on success, or undefined. */

@@ -1,15 +1,22 @@
 /**
- * The dashboard's guards: basic auth, read-only mode, CSRF (same-origin check
- * plus a double-submit token) and response headers with a per-request nonce,
- * so only the dashboard's own inline script and style run.
+ * The dashboard's guards: the Host check (DNS rebinding), basic auth with
+ * throttled guessing, read-only mode, a bound on request bodies, CSRF
+ * (same-origin check plus a double-submit token) and response headers with a
+ * per-request nonce, so only the dashboard's own inline script and style run.
  */
-import { randomBytes, timingSafeEqual } from 'node:crypto';
-import type { MiddlewareHandler } from 'hono';
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import type { Context, MiddlewareHandler } from 'hono';
 import { basicAuth } from 'hono/basic-auth';
+import { bodyLimit } from 'hono/body-limit';
 import { getCookie, setCookie } from 'hono/cookie';
 import { csrf } from 'hono/csrf';
+import { AuthThrottle } from './auth-throttle.js';
 import type { DashboardEnv } from './context.js';
-import type { ResolvedDashboardOptions } from './options.js';
+import { normalizeHost, type ResolvedDashboardOptions } from './options.js';
+
+/** Largest request body the dashboard reads, in bytes: its forms send a token and a few short fields. */
+export const MAX_BODY_BYTES = 64 * 1024;
 
 /** Name of the cookie holding the CSRF token (HttpOnly, SameSite=Strict, path = the base path). */
 export const CSRF_COOKIE = 'skiplock_csrf';
@@ -35,11 +42,82 @@ export function securityHeaders(): MiddlewareHandler<DashboardEnv> {
   };
 }
 
-/** HTTP basic auth on every route when credentials are configured (401 with a realm otherwise). */
+/**
+ * Answers 421 to a request whose `Host` header names a host `accepts` refuses
+ * (or is missing or malformed); no check when `accepts` is undefined.
+ */
+export function hostGuard(accepts: ((host: string) => boolean) | undefined): MiddlewareHandler<DashboardEnv> {
+  if (!accepts) return async (_, next) => next();
+  return async (c, next) => {
+    const host = hostnameOf(c.req.header('host') ?? new URL(c.req.url).host);
+    if (host === undefined || !accepts(host)) {
+      return c.text(
+        `misdirected request: this dashboard does not answer to host ${JSON.stringify(host ?? '')} (allowedHosts, --allowed-host)`,
+        421,
+      );
+    }
+    return next();
+  };
+}
+
+/** The host name of a Host header value (`example.com:4600`, `[::1]:4600`), normalized; undefined when malformed. */
+export function hostnameOf(header: string): string | undefined {
+  if (header === '' || /[/\\?#@\s]/.test(header)) return undefined;
+  try {
+    return normalizeHost(new URL(`http://${header}`).hostname);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * HTTP basic auth on every route when credentials are configured (401 with a
+ * realm otherwise). A client (by its address) that failed too often in a
+ * minute gets 429 with `Retry-After`, whatever it sends, until the minute ends.
+ */
 export function authGuard(options: ResolvedDashboardOptions): MiddlewareHandler<DashboardEnv> {
   const credentials = options.basicAuth;
   if (!credentials) return async (_, next) => next();
-  return basicAuth({ ...credentials, realm: 'skiplock dashboard' });
+  const throttle = new AuthThrottle();
+  const check = basicAuth({
+    realm: 'skiplock dashboard',
+    verifyUser: (username, password, c) => {
+      // Both compared, always, so the time taken says nothing about which was wrong.
+      const right = sameSecret(username, credentials.username) & sameSecret(password, credentials.password);
+      if (right) throttle.succeed(clientOf(c));
+      else throttle.fail(clientOf(c));
+      return right === 1;
+    },
+  });
+  return async (c, next) => {
+    const waitMs = throttle.retryAfterMs(clientOf(c));
+    if (waitMs > 0) {
+      return c.text('too many failed logins: try again later', 429, {
+        'Retry-After': String(Math.ceil(waitMs / 1000)),
+      });
+    }
+    return check(c, next);
+  };
+}
+
+/** The client's address as the socket saw it; one key for all when unknown (a request made in-process). */
+function clientOf(c: Context): string {
+  const incoming = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming;
+  return incoming?.socket?.remoteAddress ?? 'unknown';
+}
+
+/** 1 when equal, else 0, in time that depends on neither value's length. */
+function sameSecret(given: string, expected: string): number {
+  const hash = (text: string) => createHash('sha256').update(text).digest();
+  return timingSafeEqual(hash(given), hash(expected)) ? 1 : 0;
+}
+
+/** Refuses a request body over {@link MAX_BODY_BYTES} with 413, before anything reads it. */
+export function bodyGuard(): MiddlewareHandler<DashboardEnv> {
+  return bodyLimit({
+    maxSize: MAX_BODY_BYTES,
+    onError: (c) => c.text(`request body too large: at most ${MAX_BODY_BYTES} bytes`, 413),
+  });
 }
 
 /** In read-only mode every request other than GET/HEAD is refused with 403. */

@@ -25,6 +25,8 @@ export interface WorkerMaintenanceOptions {
   onSwept(result: { requeued: number; dead: number }): void;
   onPruned(result: PruneResult): void;
   onError(error: SkiplockError, service: MaintenanceTask): void;
+  /** Something the operator should fix (a parked schedule). */
+  onWarning(message: string): void;
 }
 
 /** Makes the worker's maintenance loop (not started). */
@@ -41,7 +43,13 @@ export function workerMaintenance(options: WorkerMaintenanceOptions): Maintainer
     services: [
       sweeper,
       ...(options.schedules
-        ? [schedulerService(queries, (error) => options.onError(error, 'schedule'))]
+        ? [
+            schedulerService(queries, ({ name, reason }) =>
+              options.onWarning(
+                `schedule ${JSON.stringify(name)} parked, no jobs until its row is updated (schedule() or UPDATE): ${reason}`,
+              ),
+            ),
+          ]
         : []),
       ...prunerServices(queries, options.retention, options.onPruned),
     ],

@@ -102,7 +102,8 @@ export const ON_TIME_MS = 10_000;
  * The slots due at `now` from `nextRunAt` (the first slot not yet enqueued), and
  * the next slot after them:
  * - `'latest'`: the most recent due slot, once;
- * - `'all'`: every due slot at most `catchUpMs` old (up to {@link MAX_SLOTS_PER_TURN} per turn);
+ * - `'all'`: every due slot at most `catchUpMs` old (up to `limit`, default
+ *   {@link MAX_SLOTS_PER_TURN}, per turn);
  * - `'none'`: the most recent due slot only if it is at most {@link ON_TIME_MS} late.
  *
  * @returns null when the rule never fires again after `nextRunAt`.
@@ -113,6 +114,7 @@ export function dueSlots(
   now: Date,
   catchUp: CatchUp,
   catchUpMs: number,
+  limit = MAX_SLOTS_PER_TURN,
 ): DueSlots | null {
   if (nextRunAt.getTime() > now.getTime()) return { enqueue: [], nextRunAt };
   if (catchUp !== 'all') {
@@ -126,7 +128,7 @@ export function dueSlots(
   const oldest = now.getTime() - catchUpMs;
   let slot: Date | null = nextRunAt.getTime() >= oldest ? nextRunAt : rule.next(new Date(oldest - 1));
   const enqueue: Date[] = [];
-  while (slot !== null && slot.getTime() <= now.getTime() && enqueue.length < MAX_SLOTS_PER_TURN) {
+  while (slot !== null && slot.getTime() <= now.getTime() && enqueue.length < limit) {
     enqueue.push(slot);
     slot = rule.next(slot);
   }

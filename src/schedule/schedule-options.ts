@@ -41,7 +41,11 @@ export interface ScheduleOptions extends ClientOption {
    * @default 'latest'
    */
   catchUp?: CatchUp;
-  /** How far back `catchUp: 'all'` goes, in milliseconds. @default 86_400_000 (one day) */
+  /**
+   * How far back `catchUp: 'all'` goes, in milliseconds: an integer from 0 to
+   * 315_360_000_000 (10 years; the database refuses more, from any client).
+   * @default 86_400_000 (one day)
+   */
   catchUpMs?: number;
 }
 
@@ -66,6 +70,15 @@ export interface ScheduleInfo {
   lastJobId: string | null;
   createdAt: Date;
   updatedAt: Date;
+  /**
+   * Why the scheduler set this schedule aside, or null while it runs: its cron
+   * or time zone does not parse (a row stored by plain SQL, or a time zone this
+   * Node.js does not know), its kind or queue is not a usable name, it has no
+   * slot left, or the database refused its jobs. A parked schedule enqueues
+   * nothing until its row is updated (`schedule()` again, or an UPDATE), which
+   * un-parks it.
+   */
+  parkedReason: string | null;
 }
 
 /** The longest `catchUpMs`: 10 years. */
@@ -162,5 +175,6 @@ export function toScheduleInfo(row: ScheduleRow): ScheduleInfo {
     lastJobId: row.last_job_id,
     createdAt: row.created_at,
     updatedAt: row.updated_at,
+    parkedReason: row.parked_reason,
   };
 }

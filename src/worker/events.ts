@@ -69,9 +69,10 @@ export interface WorkerEvents {
   'worker:listen': [];
   /**
    * Something about the database or the network that the operator should fix:
-   * autovacuum is off, or the LISTEN connection hears nothing (a half-open
+   * autovacuum is off, the LISTEN connection hears nothing (a half-open
    * socket, LISTEN through a transaction pooler; once per spell, while the
-   * worker polls and replaces the connection).
+   * worker polls and replaces the connection), or the scheduler parked a
+   * schedule it cannot use (once, naming it; see `ScheduleInfo.parkedReason`).
    */
   'worker:warning': [message: string];
   /** The worker stopped: no handler of it is running and its results are written. */

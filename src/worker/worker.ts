@@ -173,6 +173,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       retention: options,
       onPruned: (result) => this.#events.emit('worker:prune', result),
       onError: (error, service) => this.#events.error(error, service),
+      onWarning: (message) => this.#events.warn(message),
     });
   }
 

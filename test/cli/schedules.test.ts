@@ -56,6 +56,31 @@ describe('skiplock schedule, schedules, unschedule', () => {
     expect((await runCli(['schedules', ...conn])).stdout.trim()).toBe('no schedules');
   });
 
+  it('lists a parked schedule as parked, with the reason', async () => {
+    const schedules = db.jobs.replace(/\.jobs$/, '.schedules');
+    await db.query(
+      `INSERT INTO ${schedules} (name, cron, kind, next_run_at, parked_reason)
+       VALUES ('broken', 'every day', 'k', now(), 'invalid cron: must have 5 or 6 fields (or be a nickname such as @hourly), got 2')`,
+    );
+    try {
+      const table = await runCli(['schedules', ...conn]);
+      expect(table.code, table.stderr).toBe(0);
+      expect(table.stdout.split('\n')[0]).toMatch(/next run\s+last run\s+parked$/);
+      expect(table.stdout).toMatch(
+        /broken\s+every day\s+UTC\s+k\s+default\s+skip\s+latest\s+parked\s+-\s+invalid cron: must have 5 or 6 fields \(or be a nickname such as @hourly\), got 2$/m,
+      );
+      const listed = await runCli(['schedules', '--json', ...conn]);
+      expect(JSON.parse(listed.stdout)).toMatchObject([
+        {
+          name: 'broken',
+          parkedReason: 'invalid cron: must have 5 or 6 fields (or be a nickname such as @hourly), got 2',
+        },
+      ]);
+    } finally {
+      await db.query(`DELETE FROM ${schedules}`);
+    }
+  });
+
   it('refuses a bad cron or time zone naming it (exit 2), storing nothing', async () => {
     const badCron = await runCli(['schedule', 'x', '61 * * * *', 'k', ...conn]);
     expect(badCron.code).toBe(2);

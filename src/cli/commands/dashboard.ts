@@ -6,6 +6,7 @@ import { serveDashboard } from '../../dashboard/serve.js';
 import { openDatabase } from '../database.js';
 import { addConnectionFlags, type ConnectionFlags, examples, integer } from '../flags.js';
 import { printText } from '../output.js';
+import { UsageError } from '../usage-error.js';
 
 interface DashboardFlags extends ConnectionFlags {
   port: number;
@@ -13,6 +14,7 @@ interface DashboardFlags extends ConnectionFlags {
   readOnly?: boolean;
   basicAuth?: { username: string; password: string };
   basePath?: string;
+  allowedHost: string[];
 }
 
 /** Parses `USER:PASS` (the password may contain `:`). */
@@ -21,6 +23,15 @@ function credentials(value: string): { username: string; password: string } {
   if (at <= 0 || at === value.length - 1)
     throw new InvalidArgumentError('must be USER:PASS, both non-empty.');
   return { username: value.slice(0, at), password: value.slice(at + 1) };
+}
+
+/** `$SKIPLOCK_DASHBOARD_AUTH` as credentials; set but unusable is an error, never a dashboard without auth. */
+function envCredentials(value: string): { username: string; password: string } {
+  try {
+    return credentials(value);
+  } catch (error) {
+    throw new UsageError(`invalid $SKIPLOCK_DASHBOARD_AUTH: ${(error as Error).message}`);
+  }
 }
 
 /** The `dashboard` command. */
@@ -34,7 +45,13 @@ export function dashboardCommand(): Command {
     .option('--host <address>', 'address to listen on', '127.0.0.1')
     .option('--read-only', 'show no actions and refuse every POST (403)')
     .option('--basic-auth <user:pass>', 'require HTTP basic auth with these credentials', credentials)
-    .option('--base-path <path>', 'path prefix of every page, e.g. /skiplock (default: none)');
+    .option('--base-path <path>', 'path prefix of every page, e.g. /skiplock (default: none)')
+    .option(
+      '--allowed-host <name>',
+      'a host name the dashboard answers to besides its address (repeatable), e.g. jobs.example.com behind a proxy',
+      (value: string, previous: string[]) => [...previous, value],
+      [] as string[],
+    );
   addConnectionFlags(command);
   return command
     .addHelpText(
@@ -47,7 +64,7 @@ export function dashboardCommand(): Command {
     )
     .action(async (flags: DashboardFlags) => {
       const fromEnv = process.env.SKIPLOCK_DASHBOARD_AUTH;
-      const basicAuth = flags.basicAuth ?? (fromEnv ? credentials(fromEnv) : undefined);
+      const basicAuth = flags.basicAuth ?? (fromEnv === undefined ? undefined : envCredentials(fromEnv));
       const db = await openDatabase(flags);
       let server: Awaited<ReturnType<typeof serveDashboard>>;
       try {
@@ -57,6 +74,7 @@ export function dashboardCommand(): Command {
           readOnly: flags.readOnly ?? false,
           ...(basicAuth ? { basicAuth } : {}),
           ...(flags.basePath === undefined ? {} : { basePath: flags.basePath }),
+          ...(flags.allowedHost.length > 0 ? { allowedHosts: flags.allowedHost } : {}),
         });
       } catch (error) {
         await db.close();

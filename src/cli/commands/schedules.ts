@@ -12,7 +12,7 @@ export function schedulesCommand(): Command {
   const command = new Command('schedules')
     .summary('list recurring (cron) jobs')
     .description(
-      'Lists every schedule with its cron expression, time zone, kind, queue and next run (database clock).',
+      'Lists every schedule with its cron expression, time zone, kind, queue and next run (database clock). A schedule the scheduler parked (its row does not parse, e.g. stored by plain SQL) shows "parked" as its next run and why in the last column; it enqueues nothing until `skiplock schedule` (or an UPDATE of its row) fixes it.',
     );
   addConnectionFlags(command);
   addJsonFlag(command);
@@ -31,7 +31,18 @@ export function schedulesCommand(): Command {
         }
         printText(
           renderTable(
-            ['name', 'cron', 'timezone', 'kind', 'queue', 'overlap', 'catch up', 'next run', 'last run'],
+            [
+              'name',
+              'cron',
+              'timezone',
+              'kind',
+              'queue',
+              'overlap',
+              'catch up',
+              'next run',
+              'last run',
+              'parked',
+            ],
             schedules.map((s) => [
               s.name,
               s.cron,
@@ -40,8 +51,9 @@ export function schedulesCommand(): Command {
               s.queue,
               s.overlap,
               s.catchUp,
-              s.nextRunAt.toISOString(),
+              s.parkedReason === null ? s.nextRunAt.toISOString() : 'parked',
               s.lastRunAt?.toISOString() ?? null,
+              s.parkedReason,
             ]),
           ),
         );

@@ -34,7 +34,11 @@ export function registerPages(app: Hono<DashboardEnv>, d: Dashboard): void {
     return render(c, d, queuesPage(d, c.get('csrfToken'), stats, queues, buckets));
   });
 
-  app.get('/schedules', async (c) => render(c, d, schedulesPage(d, await d.skiplock.schedules())));
+  app.get('/schedules', async (c) => {
+    const schedules = await d.skiplock.schedules();
+    const lastJobs = schedules.flatMap((s) => (s.lastJobId === null ? [] : [s.lastJobId]));
+    return render(c, d, schedulesPage(d, schedules, await d.queries.storedJobIds(d.pool, lastJobs)));
+  });
 
   app.get('/jobs', async (c) => {
     const id = c.req.query('id')?.trim();
@@ -71,7 +75,11 @@ export function registerPages(app: Hono<DashboardEnv>, d: Dashboard): void {
     const url = new URL(c.req.url);
     url.searchParams.delete('partial');
     const back = `/jobs${url.search}`;
-    return render(c, d, jobsPage(d, c.get('csrfToken'), query, queues, jobs, back));
+    const kindDecides = await d.queries.kindDecidesMaxAttempts(
+      d.pool,
+      jobs.map((j) => j.id),
+    );
+    return render(c, d, jobsPage(d, c.get('csrfToken'), query, queues, jobs, back, kindDecides));
   });
 
   app.get('/jobs/:id', async (c) => {
@@ -87,6 +95,7 @@ export function registerPages(app: Hono<DashboardEnv>, d: Dashboard): void {
         `Job ${id} is not in the jobs table or the archive: it never existed, succeeded and was deleted (the default), or was deleted.`,
       );
     }
-    return render(c, d, jobPage(d, c.get('csrfToken'), (job ?? archived)!, !job));
+    const kindDecides = job ? (await d.queries.kindDecidesMaxAttempts(d.pool, [id])).has(id) : false;
+    return render(c, d, jobPage(d, c.get('csrfToken'), (job ?? archived)!, !job, kindDecides));
   });
 }

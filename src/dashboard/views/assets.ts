@@ -34,7 +34,7 @@ a { color:var(--accent); }
 .status-queued { background:var(--queued); } .status-running { background:var(--running); }
 .status-succeeded { background:var(--succeeded); } .status-failed { background:var(--failed); }
 .status-dead { background:var(--dead); } .status-archived { background:#475467; }
-.status-cancelled { background:var(--cancelled); } .status-paused { background:var(--paused); }
+.status-cancelled { background:var(--cancelled); } .status-paused, .status-parked { background:var(--paused); }
 .muted { color:var(--muted); }
 .mono, pre, code { font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace; font-size:12.5px; }
 pre { background:#0f1522; color:#e6e9ef; padding:12px 14px; border-radius:6px; overflow:auto; max-height:420px; white-space:pre-wrap; word-break:break-word; margin:0; }

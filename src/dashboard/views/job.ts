@@ -6,7 +6,7 @@ import type { JobRecord } from '../../job/job.js';
 import type { Dashboard } from '../context.js';
 import { formatAge, formatPayload, formatTime } from './format.js';
 import { html } from './html.js';
-import { jobActions } from './jobs.js';
+import { jobActions, KIND_DECIDES_TITLE } from './jobs.js';
 import { type Page, statusPill } from './layout.js';
 
 /** The failed attempts, newest first, each error's first line (the whole text on hover). */
@@ -20,8 +20,17 @@ function attemptErrors(job: JobRecord) {
 <tbody>${rows}</tbody></table>`;
 }
 
-/** The job page; `archived` when the row was found in `jobs_archive`. */
-export function jobPage(d: Dashboard, csrfToken: string, job: JobRecord, archived: boolean): Page {
+/**
+ * The job page; `archived` when the row was found in `jobs_archive`;
+ * `kindDecides` when its attempt limit is its kind's, not yet known.
+ */
+export function jobPage(
+  d: Dashboard,
+  csrfToken: string,
+  job: JobRecord,
+  archived: boolean,
+  kindDecides = false,
+): Page {
   const now = Date.now();
   const time = (at: Date | null) =>
     at ? html`${formatTime(at)} <span class="muted">(${formatAge(at, now)})</span>` : html`—`;
@@ -30,8 +39,8 @@ export function jobPage(d: Dashboard, csrfToken: string, job: JobRecord, archive
 <dt>kind</dt><dd class="mono" data-field="kind">${job.kind}</dd>
 <dt>queue</dt><dd class="mono" data-field="queue">${job.queue}</dd>
 <dt>priority</dt><dd>${job.priority}</dd>
-<dt>attempts</dt><dd data-field="attempts">${job.attempts} of ${job.maxAttempts}</dd>
-<dt>run at</dt><dd>${time(job.runAt)}</dd>
+<dt>attempts</dt><dd data-field="attempts">${job.attempts} of ${kindDecides ? html`<abbr title="${KIND_DECIDES_TITLE}">the kind's maxAttempts</abbr> <span class="muted">(set at the first claim; 20 when its handler gives none)</span>` : job.maxAttempts}</dd>
+<dt>run at</dt><dd data-field="run-at">${job.status === 'cancelled' ? html`${formatTime(job.runAt)} <span class="muted">(cancelled: it will not run)</span>` : time(job.runAt)}</dd>
 <dt>created at</dt><dd>${time(job.createdAt)}</dd>
 <dt>finished at</dt><dd>${time(job.finishedAt)}</dd>
 ${job.cancelRequestedAt ? html`<dt>cancel requested</dt><dd data-field="cancel-requested-at">${time(job.cancelRequestedAt)}</dd>` : ''}

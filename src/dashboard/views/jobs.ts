@@ -58,7 +58,11 @@ export function jobActions(d: Dashboard, csrfToken: string, job: JobRecord, back
   }`;
 }
 
-/** The jobs page. `back` is this page's own path and query, where actions return to. */
+/** Why a job shows no attempt limit of its own yet. */
+export const KIND_DECIDES_TITLE =
+  "enqueued without maxAttempts: its kind's handler sets the limit when a worker first claims it (20 when the handler gives none)";
+
+/** The jobs page. `back` is this page's own path and query, where actions return to. `kindDecides`: ids whose limit is their kind's, not yet known. */
 export function jobsPage(
   d: Dashboard,
   csrfToken: string,
@@ -66,6 +70,7 @@ export function jobsPage(
   queues: string[],
   jobs: JobRecord[],
   back: string,
+  kindDecides: ReadonlySet<string> = new Set(),
 ): Page {
   const now = Date.now();
   const option = (value: string, label: string, selected: boolean) =>
@@ -88,8 +93,12 @@ export function jobsPage(
     (job) => html`<tr data-job-id="${job.id}" data-status="${job.status}">
 <td class="mono"><a href="${d.link(`/jobs/${job.id}`)}">${job.id}</a></td>
 <td>${job.kind}</td><td>${job.queue}</td><td>${statusPill(job.status)}</td>
-<td class="num">${job.attempts}/${job.maxAttempts}</td>
-<td class="nowrap" title="${formatTime(job.runAt)}">${formatAge(job.runAt, now)}</td>
+<td class="num" data-field="attempts">${job.attempts}/${kindDecides.has(job.id) ? html`<abbr title="${KIND_DECIDES_TITLE}">kind's</abbr>` : job.maxAttempts}</td>
+${
+  job.status === 'cancelled'
+    ? html`<td class="muted" data-field="run-at" title="cancelled: it will not run">—</td>`
+    : html`<td class="nowrap" data-field="run-at" title="${formatTime(job.runAt)}">${formatAge(job.runAt, now)}</td>`
+}
 <td class="nowrap" title="${formatTime(job.createdAt)}">${formatAge(job.createdAt, now)}</td>
 <td class="mono">${truncate(job.lastError ?? '', 120)}</td>
 ${d.options.readOnly ? '' : html`<td class="nowrap">${jobActions(d, csrfToken, job, back)}</td>`}</tr>`,

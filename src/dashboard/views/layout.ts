@@ -51,6 +51,7 @@ export function layout(d: Dashboard, nonce: string, page: Page, notice: string |
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
 <title>${page.title} · skiplock</title>
 <style nonce="${nonce}">${trusted(STYLE)}</style>
 </head>

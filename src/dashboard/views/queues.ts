@@ -89,11 +89,18 @@ ${d.options.readOnly ? '' : html`<td class="nowrap">${toggle}${requeue}</td>`}</
 <thead><tr><th>queue</th>${JOB_STATUSES.map((s) => html`<th class="num">${s}</th>`)}<th class="num">oldest due</th><th>limits</th>${d.options.readOnly ? '' : html`<th></th>`}</tr></thead>
 <tbody>${rows}<tr class="total"><td>all queues</td>${totals}<td></td><td></td>${d.options.readOnly ? '' : html`<td></td>`}</tr></tbody>
 </table>`;
+  // Succeeded jobs are deleted by default: with none stored, zeros would read as "nothing ran".
+  const succeededStored =
+    stats.some((s) => s.status === 'succeeded' && s.count > 0) || buckets.some((b) => b.succeeded > 0);
+  const note = succeededStored
+    ? ''
+    : html`<div class="card muted" data-field="succeeded-note">No succeeded jobs are stored, so none are counted above or in the chart: a job that succeeds is deleted by default (<code>onSuccess: 'delete'</code>). To see them here, keep or archive them (<code>onSuccess: 'keep'</code> or <code>'archive'</code>, with <code>retentionMs</code> to prune); for throughput, read the workers' <code>/metrics</code> counters.</div>`;
   return {
     title: 'Queues',
     nav: 'queues',
     top: html`<h1>Queues</h1>`,
     live: html`${table}
+${note}
 <h2>Finished jobs per minute, last hour</h2>
 <div class="card">${throughputChart(buckets)}</div>`,
   };

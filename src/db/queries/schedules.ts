@@ -26,6 +26,8 @@ export interface ScheduleRow {
   last_job_id: string | null;
   created_at: Date;
   updated_at: Date;
+  /** Why the scheduler set the row aside; null while it runs. */
+  parked_reason: string | null;
 }
 
 /** A schedule to store, validated; `nextRunAt` is its first slot after the database's now. */
@@ -46,7 +48,7 @@ export interface NewSchedule {
 }
 
 const COLUMNS =
-  'name, cron, timezone, kind, payload, queue, priority, max_attempts, max_attempts_default, overlap, catch_up, catch_up_ms, next_run_at, last_run_at, last_job_id, created_at, updated_at';
+  'name, cron, timezone, kind, payload, queue, priority, max_attempts, max_attempts_default, overlap, catch_up, catch_up_ms, next_run_at, last_run_at, last_job_id, created_at, updated_at, parked_reason';
 
 /** The statements of one schema's schedules table. */
 export class ScheduleQueries {
@@ -57,6 +59,10 @@ export class ScheduleQueries {
   readonly #lockDue: Statement;
   readonly #advance: Statement;
   readonly #untilNext: Statement;
+  readonly #park: Statement;
+  readonly #savepoint: Statement;
+  readonly #rollbackToSavepoint: Statement;
+  readonly #releaseSavepoint: Statement;
 
   constructor(names: SchemaNames) {
     const table = `${names.quoted}.schedules`;
@@ -75,7 +81,7 @@ export class ScheduleQueries {
            overlap = EXCLUDED.overlap, catch_up = EXCLUDED.catch_up, catch_up_ms = EXCLUDED.catch_up_ms,
            next_run_at = CASE WHEN s.cron = EXCLUDED.cron AND s.timezone = EXCLUDED.timezone
                               THEN s.next_run_at ELSE EXCLUDED.next_run_at END,
-           updated_at = now()
+           updated_at = now(), parked_reason = NULL
        RETURNING ${COLUMNS}`,
     );
     this.#remove = names.statement('schedule_remove', `DELETE FROM ${table} WHERE name = $1 RETURNING name`);
@@ -83,7 +89,7 @@ export class ScheduleQueries {
     this.#lockDue = names.statement(
       'schedule_lock_due',
       `SELECT ${COLUMNS}, now() AS now FROM ${table}
-       WHERE next_run_at <= now()
+       WHERE next_run_at <= now() AND parked_reason IS NULL
        ORDER BY next_run_at
        LIMIT $1
        FOR UPDATE SKIP LOCKED`,
@@ -95,9 +101,24 @@ export class ScheduleQueries {
        SET next_run_at = $2, last_run_at = COALESCE($3, last_run_at), last_job_id = COALESCE($4, last_job_id)
        WHERE name = $1`,
     );
+    // Also under the caller's row lock; setting the column is what keeps the
+    // unpark trigger from clearing it.
+    this.#park = names.statement('schedule_park', `UPDATE ${table} SET parked_reason = $2 WHERE name = $1`);
+    // One schedule's jobs go in under a savepoint, so a row whose jobs the
+    // database refuses is parked without undoing the other schedules' slots.
+    this.#savepoint = names.statement('schedule_savepoint', 'SAVEPOINT skiplock_schedule');
+    this.#rollbackToSavepoint = names.statement(
+      'schedule_rollback_to_savepoint',
+      'ROLLBACK TO SAVEPOINT skiplock_schedule',
+    );
+    this.#releaseSavepoint = names.statement(
+      'schedule_release_savepoint',
+      'RELEASE SAVEPOINT skiplock_schedule',
+    );
     this.#untilNext = names.statement(
       'schedule_until_next',
-      `SELECT (EXTRACT(EPOCH FROM min(next_run_at) - clock_timestamp()) * 1000)::float8 AS ms FROM ${table}`,
+      `SELECT (EXTRACT(EPOCH FROM min(next_run_at) - clock_timestamp()) * 1000)::float8 AS ms FROM ${table}
+       WHERE parked_reason IS NULL`,
     );
   }
 
@@ -156,9 +177,31 @@ export class ScheduleQueries {
     await run(db, this.#advance, [name, nextRunAt, last?.runAt ?? null, last?.jobId ?? null]);
   }
 
+  /** Sets a schedule locked by {@link lockDue} aside: it is not due again until its row is updated. */
+  async park(db: Queryable, name: string, reason: string): Promise<void> {
+    await run(db, this.#park, [name, reason]);
+  }
+
+  /**
+   * Runs `fn` under a savepoint of the caller's transaction: when it throws,
+   * what it did is undone and the transaction goes on; the error is rethrown.
+   */
+  async underSavepoint<T>(db: Queryable, fn: () => Promise<T>): Promise<T> {
+    await run(db, this.#savepoint, []);
+    try {
+      const result = await fn();
+      await run(db, this.#releaseSavepoint, []);
+      return result;
+    } catch (error) {
+      await run(db, this.#rollbackToSavepoint, []);
+      throw error;
+    }
+  }
+
   /**
    * Milliseconds from the database's clock (this instant, not the transaction's
-   * start) to the earliest next slot (negative: due), or null without schedules.
+   * start) to the earliest next slot (negative: due), or null without
+   * schedules that are not parked.
    */
   async untilNext(db: Queryable): Promise<number | null> {
     const { rows } = await run<{ ms: number | null }>(db, this.#untilNext, []);
