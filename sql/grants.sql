@@ -1,11 +1,12 @@
--- skiplock: the least privileges of a producer role and a worker role.
+-- skiplock: the least privileges of a producer role, a worker role and,
+-- optionally, a read-only role (a read-only dashboard, monitoring).
 --
 -- Run as the owner of the skiplock schema (the role that ran `skiplock migrate`),
--- after every migration (GRANT is idempotent), with psql:
+-- after every migration (GRANT and REVOKE are idempotent), with psql:
 --
 --   psql "$DATABASE_URL" -v ON_ERROR_STOP=1 \
 --        -v schema=skiplock -v producer_role=app_producer -v worker_role=app_worker \
---        -f sql/grants.sql
+--        [-v reader_role=app_reader] -f sql/grants.sql
 --
 -- The roles must exist (CREATE ROLE app_worker LOGIN PASSWORD '…'). Every name is
 -- an identifier variable (:"name"), so psql quotes it: any schema or role name
@@ -22,8 +23,16 @@ GRANT SELECT ON TABLE :"schema".migrations TO :"producer_role", :"worker_role";
 
 -- Producer: enqueue (INSERT … RETURNING the job, which needs SELECT on the
 -- returned columns), getJob, listJobs and stats (SELECT). It cannot claim,
--- complete, fail, requeue, delete or truncate jobs.
-GRANT SELECT, INSERT ON TABLE :"schema".jobs TO :"producer_role";
+-- complete, fail, requeue, delete or truncate jobs. Its INSERT names only the
+-- columns an enqueue sets, so every job it makes starts queued, with no lease,
+-- attempts or result (a table-level INSERT granted by an older version of this
+-- script is revoked first); the table's insert guard refuses such a row from
+-- any role without UPDATE on jobs as well.
+REVOKE INSERT ON TABLE :"schema".jobs FROM :"producer_role";
+GRANT SELECT ON TABLE :"schema".jobs TO :"producer_role";
+GRANT INSERT (kind, queue, payload, priority, run_at, max_attempts, max_attempts_default,
+              unique_key, unique_states, trace_context)
+  ON TABLE :"schema".jobs TO :"producer_role";
 
 -- Worker: claim (SELECT … FOR UPDATE SKIP LOCKED, UPDATE), heartbeat, fail,
 -- release, sweep and requeue (UPDATE), complete with onSuccess 'delete'
@@ -43,13 +52,18 @@ GRANT SELECT, INSERT, UPDATE ON TABLE :"schema".queues TO :"worker_role";
 
 -- A producer that enqueues with onConflict 'replace' (debounce) rewrites the
 -- payload, priority, run_at and max_attempts (and whether it was given) of a
--- queued job holding the same unique key. That takes the grant below, which
--- also lets it lock job rows (SELECT … FOR UPDATE), so it is not given by
--- default; uncomment it if your producers debounce:
+-- queued job holding the same unique key. The library's enqueue that meets a
+-- held key runs that statement whatever the mode, so PostgreSQL asks for the
+-- grant below then too (the SQL enqueue() does not). It also lets the producer
+-- lock job rows (SELECT … FOR UPDATE), so it is not given by default; uncomment
+-- it if your producers use unique keys through the library:
 -- GRANT UPDATE (payload, priority, run_at, max_attempts, max_attempts_default) ON TABLE :"schema".jobs TO :"producer_role";
 
 -- Schedules: the producer creates, updates, lists and removes them; a worker's
--- scheduler locks due schedules (SELECT … FOR UPDATE) and advances them.
+-- scheduler locks due schedules (SELECT … FOR UPDATE) and advances them. A
+-- schedule row only names what to enqueue (kind, payload, queue, priority,
+-- max_attempts) and when; the scheduler enqueues its jobs queued, as an enqueue
+-- does, so a producer gets nothing through a schedule it could not enqueue.
 GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE :"schema".schedules TO :"producer_role";
 GRANT SELECT, UPDATE ON TABLE :"schema".schedules TO :"worker_role";
 
@@ -69,3 +83,13 @@ GRANT EXECUTE ON FUNCTION
   :"schema".cancel(bigint[], text[], text[], text[]),
   :"schema".control(text, text, text, bigint[])
   TO :"worker_role";
+
+-- Reader (optional, -v reader_role=…): reads everything skiplock keeps and
+-- changes nothing: getJob, listJobs, stats, queues, schedules, the archive, and
+-- a dashboard with readOnly: true (`skiplock dashboard --read-only`).
+\if :{?reader_role}
+GRANT USAGE ON SCHEMA :"schema" TO :"reader_role";
+GRANT SELECT ON TABLE
+  :"schema".jobs, :"schema".jobs_archive, :"schema".queues, :"schema".schedules, :"schema".migrations
+  TO :"reader_role";
+\endif

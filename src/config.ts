@@ -12,8 +12,23 @@ export interface SkiplockConfig {
   pool?: pg.Pool;
   /** A PostgreSQL URL; skiplock makes (and closes) its own pool. */
   connectionString?: string;
-  /** Schema of the jobs table; any name, always quoted. @default 'skiplock' */
+  /**
+   * Schema of the jobs table; any name, always quoted, except names starting
+   * with `pg_` and, unless {@link SkiplockConfig.allowSharedSchema}, `public`
+   * and `information_schema`. @default 'skiplock'
+   */
   schema?: string;
+  /**
+   * Lets `schema` be `public` or `information_schema`. Risky: every role finds
+   * `public` on its default search path and, on PostgreSQL 14 and older (or
+   * wherever `CREATE` on it was not revoked), every role may create objects in
+   * it, so any role that can connect may plant a function or an operator there
+   * that your roles' statements, and a superuser's, then run. Only for an
+   * existing installation in such a schema, on a server where no untrusted role
+   * has `CREATE` on it (see docs/security.md).
+   * @default false
+   */
+  allowSharedSchema?: boolean;
   /**
    * OpenTelemetry tracing: an `enqueue` span (kind PRODUCER) around each
    * `enqueue`/`enqueueMany`, whose trace context is stored with its jobs, and
@@ -45,5 +60,6 @@ export const configSchema = z.strictObject({
     .optional(),
   connectionString: z.string({ error: 'must be a string' }).min(1, { error: 'must not be empty' }).optional(),
   schema: z.unknown().optional(),
+  allowSharedSchema: z.boolean({ error: 'must be a boolean' }).optional(),
   tracing: z.boolean({ error: 'must be a boolean' }).optional(),
 });

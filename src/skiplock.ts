@@ -86,13 +86,14 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
 
   /**
    * @throws {ValidationError} on an unknown option, both or neither of `pool`
-   *   and `connectionString` (without `DATABASE_URL`), a bad schema name, or a
-   *   `tracing` that is not a boolean.
+   *   and `connectionString` (without `DATABASE_URL`), a bad schema name
+   *   (`public` and `information_schema` included, unless `allowSharedSchema`),
+   *   or a `tracing` or `allowSharedSchema` that is not a boolean.
    */
   constructor(config: SkiplockConfig = {}) {
     const parsed = parseOptions(configSchema, config, '');
     const schema = parsed.schema === undefined ? DEFAULT_SCHEMA : parsed.schema;
-    assertSchemaName(schema);
+    assertSchemaName(schema, parsed.allowSharedSchema === true);
     this.schema = schema;
     if (parsed.pool && parsed.connectionString) {
       throw new ValidationError('connectionString', 'give either pool or connectionString, not both');

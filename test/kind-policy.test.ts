@@ -125,6 +125,50 @@ describe('a kind’s maxAttempts', () => {
     });
   });
 
+  it('applies to a plain SQL insert without max_attempts; one that names it (5, or 20) keeps it', async () => {
+    const insert = async (columns: string, values: string) =>
+      (
+        await t.query<{ id: string }>(`INSERT INTO ${t.jobs} (${columns}) VALUES (${values}) RETURNING id`)
+      )[0]!.id;
+    const left = await insert('kind, payload', `'limited', '{}'`);
+    const keyed = await insert('kind, unique_key', `'limited', 'plain:1'`);
+    const five = await insert('kind, max_attempts', `'limited', 5`);
+    const twenty = await insert('kind, max_attempts', `'limited', 20`);
+    // What a reader sees before any claim: the default, 20, marked as one.
+    expect(await policyRow(left)).toEqual({
+      status: 'queued',
+      attempts: 0,
+      max_attempts: 20,
+      max_attempts_default: true,
+    });
+    expect(await policyRow(twenty)).toMatchObject({ max_attempts: 20, max_attempts_default: false });
+    const worker = t.worker({
+      ...base,
+      handlers: { limited: { maxAttempts: 2, backoff: 0, handle: fail } },
+    });
+    await worker.start();
+    for (const id of [left, keyed]) {
+      expect(await untilStatus(id, 'dead')).toEqual({
+        status: 'dead',
+        attempts: 2,
+        max_attempts: 2,
+        max_attempts_default: true,
+      });
+    }
+    expect(await untilStatus(five, 'dead')).toEqual({
+      status: 'dead',
+      attempts: 5,
+      max_attempts: 5,
+      max_attempts_default: false,
+    });
+    expect(await untilStatus(twenty, 'dead', 60_000)).toEqual({
+      status: 'dead',
+      attempts: 20,
+      max_attempts: 20,
+      max_attempts_default: false,
+    });
+  });
+
   it("a 'replace' without maxAttempts gives the holder back to the kind; with it, pins it", async () => {
     const held = await t.skiplock.enqueue('limited', { v: 1 }, { uniqueKey: 'k', maxAttempts: 9 });
     await t.skiplock.enqueue('limited', { v: 2 }, { uniqueKey: 'k', onConflict: 'replace' });

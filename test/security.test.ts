@@ -104,12 +104,9 @@ describe('security: least-privilege roles from sql/grants.sql', () => {
     }
   }
 
-  it.skipIf(!hasPsql())('the producer enqueues; the worker runs jobs; neither can do more', async () => {
-    const run = promisify(execFile);
-    // Hardened servers revoke the default EXECUTE of every role on new functions:
-    // the script's grants alone must be enough.
-    await t.query(`REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA ${quoteIdent(t.schema)} FROM PUBLIC`);
-    await run('psql', [
+  /** Runs the shipped script for this test's schema and the two roles. */
+  async function runGrants(): Promise<void> {
+    await promisify(execFile)('psql', [
       t.db.url,
       '-X',
       '-q',
@@ -124,6 +121,13 @@ describe('security: least-privilege roles from sql/grants.sql', () => {
       '-f',
       GRANTS,
     ]);
+  }
+
+  it.skipIf(!hasPsql())('the producer enqueues; the worker runs jobs; neither can do more', async () => {
+    // Hardened servers revoke the default EXECUTE of every role on new functions:
+    // the script's grants alone must be enough.
+    await t.query(`REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA ${quoteIdent(t.schema)} FROM PUBLIC`);
+    await runGrants();
     const { jobs, archive } = t;
 
     // Producer: migrate() is a harmless check on a current schema; enqueue and read work.
@@ -232,6 +236,60 @@ describe('security: least-privilege roles from sql/grants.sql', () => {
       expect(await sqlAs(worker, text), text).toBe('42501');
     }
   });
+
+  it.skipIf(!hasPsql())(
+    'a producer inserts only queued jobs without lease, attempts or result, whatever it was granted',
+    async () => {
+      await runGrants();
+      const { jobs } = t;
+      const forged = [
+        `INSERT INTO ${jobs} (kind, status, attempts, lease_seq, locked_at, locked_by, visibility_timeout_ms)
+         VALUES ('sec_forged', 'running', 1, 1, now(), 'forged-worker', 86400000)`,
+        `INSERT INTO ${jobs} (kind, status, finished_at) VALUES ('sec_forged', 'succeeded', now())`,
+        `INSERT INTO ${jobs} (kind, status) VALUES ('sec_forged', 'dead')`,
+        `INSERT INTO ${jobs} (kind, status) VALUES ('sec_forged', 'cancelled')`,
+        `INSERT INTO ${jobs} (kind, attempts) VALUES ('sec_forged', 19)`,
+        `INSERT INTO ${jobs} (kind, locked_by, locked_at) VALUES ('sec_forged', 'forged-worker', now())`,
+        `INSERT INTO ${jobs} (kind, lease_seq) VALUES ('sec_forged', 7)`,
+        `INSERT INTO ${jobs} (kind, cancel_requested_at) VALUES ('sec_forged', now())`,
+        `INSERT INTO ${jobs} (kind, last_error, errors) VALUES ('sec_forged', 'x', '[]')`,
+      ];
+      // With the script's grants: the columns are not the producer's to set.
+      for (const text of forged) expect(await sqlAs(producer, text), text).toBe('42501');
+      // With a table-wide INSERT (as an older script gave): the table's guard refuses the same rows.
+      await t.query(`GRANT INSERT ON TABLE ${jobs} TO ${quoteIdent(producer.name)}`);
+      for (const text of forged) expect(await sqlAs(producer, text), text).toBe('42501');
+      expect(await t.query(`SELECT id FROM ${jobs} WHERE kind = 'sec_forged'`)).toEqual([]);
+      // What an enqueue sets is fine either way, and a plain insert starts queued.
+      const plain = `INSERT INTO ${jobs} (kind, payload, queue, priority, run_at, max_attempts, unique_key)
+                     VALUES ('sec_plain', '{"n": 1}', 'sec', 3, now(), 4, 'sec-plain:1')
+                     RETURNING status, attempts, lease_seq, locked_by, max_attempts`;
+      const expected = { status: 'queued', attempts: 0, lease_seq: '0', locked_by: null, max_attempts: 4 };
+      expect(await rowsAs(producer, plain)).toEqual([expected]);
+      // The script takes the table-wide INSERT back.
+      await runGrants();
+      expect(await sqlAs(producer, forged[0]!)).toBe('42501');
+      expect(await rowsAs(producer, plain.replace('sec-plain:1', 'sec-plain:2'))).toEqual([expected]);
+      // The library's enqueue paths and the producer's schedules work under the column grants.
+      const asProducer = open(producer);
+      await asProducer.enqueue('sec_ok', {}, { uniqueKey: 'sec-lib:1' });
+      await asProducer.enqueueMany([{ kind: 'sec_ok', payload: {}, runAt: new Date(Date.now() + 60_000) }]);
+      await asProducer.schedule('sec-schedule', '0 3 * * *', 'sec_ok', { n: 1 });
+      expect((await asProducer.schedules()).map((x) => x.name)).toEqual(['sec-schedule']);
+      expect(await asProducer.unschedule('sec-schedule')).toBe(true);
+      expect(
+        await t.query(`SELECT kind, status, count(*)::int AS n FROM ${jobs} GROUP BY 1, 2 ORDER BY 1`),
+      ).toEqual([
+        { kind: 'sec_ok', status: 'queued', n: 2 },
+        { kind: 'sec_plain', status: 'queued', n: 2 },
+      ]);
+      // The owner (and the worker role, which may update jobs) may still insert any state.
+      await t.query(`INSERT INTO ${jobs} (kind, status, attempts) VALUES ('sec_owner', 'dead', 3)`);
+      expect(
+        await sqlAs(worker, `INSERT INTO ${jobs} (kind, status, attempts) VALUES ('sec_worker', 'dead', 3)`),
+      ).toBeUndefined();
+    },
+  );
 });
 
 describe('security: no value in SQL text, identifiers quoted', () => {

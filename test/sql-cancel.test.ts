@@ -333,17 +333,16 @@ describe('transactions and search_path', () => {
     ]);
   });
 
-  it('the new functions run with the caller’s rights and a pinned search_path', async () => {
+  it('the new functions run with the caller’s rights and search_path pg_catalog, pg_temp', async () => {
     const rows = await t.query(
       `SELECT p.proname, p.prosecdef, p.proconfig, pg_get_function_arguments(p.oid) LIKE '%unique_states text[]%' AS wide
        FROM pg_proc p WHERE p.pronamespace = $1::regnamespace AND p.proname IN ('enqueue', 'requeue', 'cancel')
        ORDER BY 1`,
       [quoteIdent(t.schema)],
     );
-    const [{ quoted }] = (await t.query('SELECT format($$%I$$, $1::text) AS quoted', [t.schema])) as [
-      { quoted: string },
-    ];
-    const path = [`search_path=pg_catalog, ${quoted}, pg_temp`];
+    // Not even this schema is on the path: its objects are named qualified, so
+    // nothing planted in it (a now(), an operator) is ever resolved.
+    const path = ['search_path=pg_catalog, pg_temp'];
     expect(rows).toEqual([
       { proname: 'cancel', prosecdef: false, proconfig: path, wide: false },
       { proname: 'enqueue', prosecdef: false, proconfig: path, wide: true },

@@ -312,16 +312,15 @@ describe('a hostile search_path', () => {
     expect(wakeUps.filter((w) => w.queue === 'q-guarded').map((w) => w.type)).toEqual(['insert', 'requeue']);
   });
 
-  it('the functions run with the caller’s rights and a pinned search_path', async () => {
+  it('the functions run with the caller’s rights and search_path pg_catalog, pg_temp', async () => {
     const rows = await db.query(
       `SELECT p.proname, p.prosecdef, p.proconfig FROM pg_proc p
        WHERE p.pronamespace = $1::regnamespace AND p.proname IN ('enqueue', 'requeue', 'sweep') ORDER BY 1`,
       [s],
     );
-    const [{ quoted }] = (await db.query('SELECT format($$%I$$, $1::text) AS quoted', [TEST_SCHEMA])) as [
-      { quoted: string },
-    ];
-    const path = [`search_path=pg_catalog, ${quoted}, pg_temp`];
+    // Not even this schema is on the path: its objects are named qualified, so
+    // nothing planted in it (a now(), an operator) is ever resolved.
+    const path = ['search_path=pg_catalog, pg_temp'];
     expect(rows).toEqual([
       { proname: 'enqueue', prosecdef: false, proconfig: path },
       { proname: 'requeue', prosecdef: false, proconfig: path },

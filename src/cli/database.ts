@@ -79,7 +79,8 @@ export function checkDatabaseUrl(url: string, source: string): string {
  * Opens the command's database.
  *
  * @throws {UsageError} on a database URL that is not a postgres:// URL.
- * @throws {ValidationError} on a bad schema name.
+ * @throws {ValidationError} on a bad schema name (`public` and
+ *   `information_schema` included, unless `--allow-shared-schema`).
  * @throws {MissingDependencyError} when the embedded server is needed and not installed.
  * @throws {EmbeddedServerError} when the embedded server cannot start.
  */
@@ -87,7 +88,11 @@ export async function openDatabase(flags: ConnectionFlags): Promise<CliDatabase>
   const { url, embedded } = await resolveDatabaseUrl(flags);
   let skiplock: Skiplock;
   try {
-    skiplock = new Skiplock({ connectionString: url, schema: flags.schema });
+    skiplock = new Skiplock({
+      connectionString: url,
+      schema: flags.schema,
+      allowSharedSchema: flags.allowSharedSchema === true,
+    });
   } catch (error) {
     await embedded?.release();
     throw error;

@@ -12,16 +12,22 @@ export interface ConnectionFlags {
   databaseUrl?: string;
   /** `--schema`: the schema of the jobs table. */
   schema: string;
+  /** `--allow-shared-schema`: lets `--schema` be `public` or `information_schema` (see docs/security.md). */
+  allowSharedSchema?: boolean;
 }
 
-/** Adds `--database-url URL` and `--schema NAME` (default `skiplock`). */
+/** Adds `--database-url URL`, `--schema NAME` (default `skiplock`) and `--allow-shared-schema`. */
 export function addConnectionFlags(command: Command): Command {
   return command
     .option(
       '--database-url <url>',
       'PostgreSQL URL (default: $DATABASE_URL, else the embedded server under ./.skiplock)',
     )
-    .option('--schema <name>', 'schema of the jobs table', 'skiplock');
+    .option('--schema <name>', 'schema of the jobs table', 'skiplock')
+    .option(
+      '--allow-shared-schema',
+      'let --schema be public or information_schema (risky: any role that can create objects there can plant code your roles run)',
+    );
 }
 
 /** Adds `--json`: machine-readable output on stdout. */

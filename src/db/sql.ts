@@ -15,12 +15,23 @@ export const DEFAULT_SCHEMA = 'skiplock';
 export const MAX_SCHEMA_BYTES = 54;
 
 /**
- * Checks a schema name. Any characters are allowed (the name is always quoted),
- * except NUL and lone surrogates; the prefix `pg_` is PostgreSQL's.
- *
- * @throws {ValidationError} (field `schema`) when empty, too long or unstorable.
+ * Schemas every role may find on its search path or that PostgreSQL keeps for
+ * itself; refused unless the caller opts in (see {@link assertSchemaName}).
  */
-export function assertSchemaName(schema: unknown): asserts schema is string {
+export const SHARED_SCHEMAS: readonly string[] = ['public', 'information_schema'];
+
+/**
+ * Checks a schema name. Any characters are allowed (the name is always quoted),
+ * except NUL and lone surrogates; the prefix `pg_` is PostgreSQL's. `public`
+ * and `information_schema` are refused unless `allowSharedSchema` is true:
+ * `public` is on every role's default search path and, on PostgreSQL 14 and
+ * older, every role may create objects in it, so any role could plant a
+ * function or operator there that a privileged role's statements then call.
+ *
+ * @throws {ValidationError} (field `schema`) when empty, too long, unstorable,
+ *   starting with `pg_`, or a shared schema without `allowSharedSchema`.
+ */
+export function assertSchemaName(schema: unknown, allowSharedSchema = false): asserts schema is string {
   if (typeof schema !== 'string' || schema.length === 0)
     throw new ValidationError('schema', 'must be a non-empty string');
   if (schema.includes('\u0000') || !schema.isWellFormed())
@@ -30,6 +41,13 @@ export function assertSchemaName(schema: unknown): asserts schema is string {
   }
   if (schema.startsWith('pg_'))
     throw new ValidationError('schema', 'names starting with pg_ are reserved by PostgreSQL');
+  if (SHARED_SCHEMAS.includes(schema) && !allowSharedSchema) {
+    throw new ValidationError(
+      'schema',
+      `${JSON.stringify(schema)} is shared with every role: give skiplock a schema of its own ` +
+        '(or set allowSharedSchema: true, see docs/security.md)',
+    );
+  }
 }
 
 /** Quotes an identifier the way PostgreSQL's `quote_ident` does: `"` doubled, always quoted. */

@@ -71,6 +71,11 @@ export async function migrate(
     await client.query('SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended($1, 0))', [
       advisoryLockKey('migrate', schema),
     ]);
+    // Unqualified names in migrations create objects in the schema, and resolve
+    // pg_catalog first: PostgreSQL searches pg_catalog before a path that does
+    // not name it, so nothing planted in the schema (a now(), a ceil()) shadows
+    // a built-in. pg_temp, named, comes last.
+    await client.query("SELECT pg_catalog.set_config('search_path', $1, true)", [`${s}, pg_temp`]);
     await client.query(`CREATE SCHEMA IF NOT EXISTS ${s}`);
     await client.query(
       `CREATE TABLE IF NOT EXISTS ${table} (
@@ -84,7 +89,6 @@ export async function migrate(
     const version = Math.max(0, ...done);
     assertNotNewer(version, latest);
     const applied: number[] = [];
-    await client.query("SELECT pg_catalog.set_config('search_path', $1, true)", [`${s}, pg_catalog`]);
     for (const migration of migrations.filter((m) => !done.has(m.version))) {
       try {
         await client.query(migration.sql);
