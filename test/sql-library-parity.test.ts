@@ -91,10 +91,15 @@ const leases: Seed[] = [
 ];
 const inAnHour = new Date(Date.now() + 3_600_000);
 
+/** A case's name: its arguments as JSON, long strings by their length. */
+const label = (v: unknown) =>
+  JSON.stringify(v, (k, x) =>
+    k === 'runAt' ? 'in an hour' : typeof x === 'string' && x.length > 20 ? `${x[0]} × ${x.length}` : x,
+  );
 /** One case per options object (or filter), on the jobs of `mixed`. */
 const enqueues = (list: object[], kind = 'e'): Case[] =>
   list.map((options) => ({
-    name: `enqueue ${JSON.stringify(kind)}: ${JSON.stringify(options, (k, v) => (k === 'runAt' ? 'in an hour' : v))}`,
+    name: `enqueue ${label(kind)}: ${label(options)}`,
     seed: mixed,
     run: { op: 'enqueue', kind, payload: { b: [1, 'two'] }, options: options as JobOptions },
   }));
@@ -104,15 +109,11 @@ const sweep = (name: string, seed: Seed[], options: Omit<Op & { op: 'sweep' }, '
   run: { op: 'sweep', ...options },
 });
 const filtered = (op: 'requeue' | 'cancel', list: object[]): Case[] =>
-  list.map((filter) => ({ name: `${op}: ${JSON.stringify(filter)}`, seed: mixed, run: { op, filter } }));
+  list.map((filter) => ({ name: `${op}: ${label(filter)}`, seed: mixed, run: { op, filter } }));
 
 // Bad arguments are in the table too: both sides refuse them and change nothing.
 const cases: Case[] = [
-  {
-    name: 'enqueue: defaults, no other jobs',
-    seed: [],
-    run: { op: 'enqueue', kind: 'e', payload: { a: 1 } },
-  },
+  { name: 'enqueue: no payload, no other jobs', seed: [], run: { op: 'enqueue', kind: 'e' } },
   // The SQL enqueue has no onConflict (a held key always means 'skip'), so
   // 'replace' is left out; nor a delay: delayMs goes to it as run_at => now() + delay.
   ...enqueues([
@@ -135,8 +136,15 @@ const cases: Case[] = [
     { uniqueKey: '' },
     { uniqueKey: 'k', uniqueStates: ['running'] },
     { uniqueStates: ['queued'] },
+    // Names and keys at and past their limits (in bytes of UTF-8).
+    { queue: 'é'.repeat(512) },
+    { queue: 'q'.repeat(1025) },
+    { uniqueKey: 'é'.repeat(1024) },
+    { uniqueKey: 'k'.repeat(2049) },
   ]),
   ...enqueues([{}], ''),
+  ...enqueues([{}], 'é'.repeat(512)),
+  ...enqueues([{}], 'é'.repeat(513)),
   // The SQL requeue accepts all_jobs together with filters (they narrow it);
   // the library refuses `all` with a filter, so that combination is left out.
   ...filtered('requeue', [
@@ -217,20 +225,12 @@ afterAll(async () => {
 async function reset(db: TestDatabase, seed: Seed[]): Promise<number> {
   await db.query(`DELETE FROM ${db.jobs}`);
   await db.query(`SELECT setval(pg_get_serial_sequence($1, 'id'), 1, false)`, [db.jobs]);
-  // Rows are spelled out here, not with generate_series in SQL: its row estimates made the planner JIT-compile.
+  // Copies are made here, not with generate_series in SQL: its row estimates made the planner JIT-compile.
   const rows = seed.flatMap((s) =>
     Array.from({ length: s.copies ?? 1 }, (_, copy) => ({
-      kind: s.kind ?? 'k',
-      queue: s.queue ?? 'q1',
-      status: s.status ?? 'queued',
-      attempts: s.attempts ?? 0,
-      max_attempts: s.maxAttempts ?? 20,
-      kind_default: s.kindDefault ?? false,
-      locked_ago_s: (s.lockedAgoS ?? 1) + copy,
-      visibility_ms: s.visibilityMs ?? null,
-      unique_key: s.uniqueKey ?? null,
-      unique_states: s.uniqueStates ?? null,
-      cancel_ago_s: s.cancelRequestedAgoS ?? null,
+      ...{ kind: 'k', queue: 'q1', status: 'queued', attempts: 0, maxAttempts: 20, kindDefault: false },
+      ...s,
+      lockedAgoS: (s.lockedAgoS ?? 1) + copy,
       errors: s.errors
         ? Array.from({ length: s.errors }, (_, i) => ({ attempt: i + 1, error: 'boom', worker: 'worker-0' }))
         : null,
@@ -240,19 +240,16 @@ async function reset(db: TestDatabase, seed: Seed[]): Promise<number> {
     `INSERT INTO ${db.jobs} (kind, queue, status, run_at, attempts, max_attempts, max_attempts_default,
                              locked_at, locked_by, lease_seq, visibility_timeout_ms, last_error, finished_at,
                              unique_key, unique_states, cancel_requested_at, errors)
-     SELECT r.kind, r.queue, r.status, now() - interval '1 second', r.attempts, r.max_attempts, r.kind_default,
-            CASE WHEN r.status = 'running' THEN now() - r.locked_ago_s * interval '1 second' END,
-            CASE WHEN r.status = 'running' THEN 'worker-1' END, r.attempts, r.visibility_ms,
+     SELECT r.kind, r.queue, r.status, now() - interval '1 second', r.attempts, r."maxAttempts", r."kindDefault",
+            CASE WHEN r.status = 'running' THEN now() - r."lockedAgoS" * interval '1 second' END,
+            CASE WHEN r.status = 'running' THEN 'worker-1' END, r.attempts, r."visibilityMs",
             CASE WHEN r.status IN ('dead', 'failed') THEN 'boom' END,
             CASE WHEN r.status NOT IN ('queued', 'running') THEN now() END,
-            r.unique_key, r.unique_states, now() - r.cancel_ago_s * interval '1 second', r.errors
-     FROM ROWS FROM (jsonb_to_recordset($1::jsonb)
-            AS (kind text, queue text, status text, attempts int, max_attempts int, kind_default boolean,
-                locked_ago_s int, visibility_ms int, unique_key text, unique_states text[], cancel_ago_s int,
-                errors jsonb)) WITH ORDINALITY
-            AS r(kind, queue, status, attempts, max_attempts, kind_default, locked_ago_s, visibility_ms,
-                 unique_key, unique_states, cancel_ago_s, errors, ord)
-     ORDER BY r.ord`,
+            r."uniqueKey", r."uniqueStates", now() - r."cancelRequestedAgoS" * interval '1 second', r.errors
+     FROM ROWS FROM (jsonb_to_recordset($1::jsonb) AS (kind text, queue text, status text, attempts int,
+            "maxAttempts" int, "kindDefault" boolean, "lockedAgoS" int, "visibilityMs" int, "uniqueKey" text,
+            "uniqueStates" text[], "cancelRequestedAgoS" int, errors jsonb)) WITH ORDINALITY AS r
+     ORDER BY r.ordinality`,
     [JSON.stringify(rows)],
   );
   return rows.length;
