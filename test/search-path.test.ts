@@ -183,6 +183,7 @@ describe('a function planted in the skiplock schema', () => {
       'jobs_unique_release',
       'jobs_unique_take',
       'requeue',
+      'schedules_unpark',
       'sweep',
       'wake_up',
     ]);
