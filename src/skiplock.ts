@@ -244,7 +244,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    * @returns how many jobs were requeued.
    * @throws {ValidationError} on a bad filter, or none without `all: true`.
    */
-  async requeue(filter: RequeueFilter): Promise<number> {
+  async requeue(filter: RequeueFilter<keyof Jobs & string>): Promise<number> {
     this.#assertOpen();
     return requeue(this.#queries, this.#pool, filter);
   }
@@ -261,7 +261,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    * @example
    * await skiplock.cancel({ kind: 'send_invoice_email', queue: 'emails' });
    */
-  async cancel(filter: CancelFilter): Promise<CancelCounts> {
+  async cancel(filter: CancelFilter<keyof Jobs & string>): Promise<CancelCounts> {
     this.#assertOpen();
     return cancel(this.#queries, this.#pool, filter);
   }

@@ -5,6 +5,7 @@
  */
 import { serve } from '@hono/node-server';
 import { ValidationError } from '../errors.js';
+import type { JobMap } from '../job/job.js';
 import type { Skiplock } from '../skiplock.js';
 import { createDashboard } from './app.js';
 import type { DashboardOptions } from './options.js';
@@ -42,8 +43,8 @@ export function isLoopback(host: string): boolean {
  *   `basicAuth` or `readOnly`; (field `port`) for a bad port; others from `createDashboard`.
  * @throws {Error} when the address cannot be listened on (in use, not local).
  */
-export async function serveDashboard(
-  skiplock: Skiplock,
+export async function serveDashboard<Jobs extends JobMap>(
+  skiplock: Skiplock<Jobs>,
   options: ServeDashboardOptions = {},
 ): Promise<DashboardServer> {
   const { port = 4600, host = '127.0.0.1', ...dashboardOptions } = options;

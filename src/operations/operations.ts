@@ -18,7 +18,7 @@ import { type ClientOption, clientOptionsSchema, queryable } from '../producer/j
 type Requeuable = (typeof REQUEUABLE_STATUSES)[number];
 
 /** Which dead/failed/cancelled jobs to requeue; all given fields must match. Give a filter, or `all: true`. */
-export interface RequeueFilter extends ClientOption {
+export interface RequeueFilter<Kind extends string = string> extends ClientOption {
   /** Job ids (decimal strings). */
   ids?: string[];
   /**
@@ -26,7 +26,8 @@ export interface RequeueFilter extends ClientOption {
    * with `ids`, cancelled too
    */
   status?: Requeuable | Requeuable[];
-  kind?: string | string[];
+  /** Only jobs of these kinds (kinds of the Skiplock's kind map, when it has one). */
+  kind?: Kind | Kind[];
   queue?: string | string[];
   /** Requeue every dead and failed job; required when no other filter is given. */
   all?: boolean;

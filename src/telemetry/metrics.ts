@@ -10,7 +10,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import { z } from 'zod';
-import { JOB_STATUSES } from '../job/job.js';
+import { JOB_STATUSES, type JobMap } from '../job/job.js';
 import { parseOptions } from '../options.js';
 import type { QueueStats, Skiplock } from '../skiplock.js';
 import type { Worker } from '../worker/worker.js';
@@ -102,8 +102,8 @@ export async function loadPromClient(): Promise<PromClient> {
  * @throws {ValidationError} on a bad option.
  * @throws {Error} when prom-client is not installed.
  */
-export async function createMetrics(
-  skiplock: Skiplock,
+export async function createMetrics<Jobs extends JobMap>(
+  skiplock: Skiplock<Jobs>,
   options: MetricsOptions = {},
 ): Promise<SkiplockMetrics> {
   const parsed = parseOptions(optionsSchema, options, 'options');
@@ -190,7 +190,7 @@ export async function createMetrics(
  * gauges one after the other in the microtasks that follow the query's result,
  * so the result is shared until the next turn of the event loop, never longer.
  */
-function sharedStats(skiplock: Skiplock): () => Promise<QueueStats[]> {
+function sharedStats<Jobs extends JobMap>(skiplock: Skiplock<Jobs>): () => Promise<QueueStats[]> {
   let current: Promise<QueueStats[]> | undefined;
   return () => {
     if (!current) {
@@ -270,8 +270,8 @@ export async function serveMetrics(
  *
  * @throws {Error} when prom-client is not installed or the port cannot be listened on.
  */
-export async function serveWorkerMetrics(
-  skiplock: Skiplock,
+export async function serveWorkerMetrics<Jobs extends JobMap>(
+  skiplock: Skiplock<Jobs>,
   worker: Worker,
   options: { port: number; host?: string },
 ): Promise<MetricsServer> {
