@@ -28,6 +28,27 @@ export interface SkiplockConfig {
   tracing?: boolean;
 }
 
+/** Why a database URL is refused; the text never repeats the URL, which may hold a password. */
+export const NOT_A_POSTGRES_URL =
+  'not a postgres:// URL (expected postgres://user:password@host:port/database)';
+
+/**
+ * Whether `value` is a connection string skiplock accepts: a `postgres://` or
+ * `postgresql://` URL, or node-postgres's Unix-socket forms (`socket:/dir?db=app`,
+ * `/dir app`). A misspelled scheme (`postgress://`), another scheme (`http://`)
+ * or text that is no URL (`localhost:5432/app`) is refused rather than read
+ * by node-postgres as some other host.
+ */
+export function isPostgresUrl(value: string): boolean {
+  if (value.startsWith('/')) return true;
+  try {
+    const { protocol } = new URL(value);
+    return protocol === 'postgres:' || protocol === 'postgresql:' || protocol === 'socket:';
+  } catch {
+    return false;
+  }
+}
+
 /** One job of `enqueueMany`, typed by the kind → payload map. */
 export type EnqueueManyItem<Jobs extends JobMap> = {
   [Kind in keyof Jobs & string]: { kind: Kind; payload: Jobs[Kind] } & JobOptions;

@@ -5,7 +5,13 @@
  * setQueueLimits, queues, prune) and `worker()`.
  */
 import pg from 'pg';
-import { configSchema, type EnqueueManyItem, type SkiplockConfig } from './config.js';
+import {
+  configSchema,
+  type EnqueueManyItem,
+  isPostgresUrl,
+  NOT_A_POSTGRES_URL,
+  type SkiplockConfig,
+} from './config.js';
 import { translateError } from './db/executor.js';
 import { JobQueries } from './db/queries/jobs.js';
 import { assertSchemaName, DEFAULT_SCHEMA } from './db/sql.js';
@@ -86,8 +92,9 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
 
   /**
    * @throws {ValidationError} on an unknown option, both or neither of `pool`
-   *   and `connectionString` (without `DATABASE_URL`), a bad schema name, or a
-   *   `tracing` that is not a boolean.
+   *   and `connectionString` (without `DATABASE_URL`), a connection string (or
+   *   `DATABASE_URL`) that is not a `postgres://` or `postgresql://` URL (such as
+   *   `postgress://…`), a bad schema name, or a `tracing` that is not a boolean.
    */
   constructor(config: SkiplockConfig = {}) {
     const parsed = parseOptions(configSchema, config, '');
@@ -105,6 +112,12 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
       const connectionString = parsed.connectionString ?? process.env.DATABASE_URL;
       if (!connectionString) {
         throw new ValidationError('connectionString', 'give pool or connectionString (or set DATABASE_URL)');
+      }
+      if (!isPostgresUrl(connectionString)) {
+        throw new ValidationError(
+          parsed.connectionString === undefined ? 'DATABASE_URL' : 'connectionString',
+          NOT_A_POSTGRES_URL,
+        );
       }
       this.#clientConfig = { connectionString, application_name: 'skiplock' };
       this.#pool = new pg.Pool({ ...this.#clientConfig, max: 10 });

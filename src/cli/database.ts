@@ -2,6 +2,7 @@
  * Which database a command uses: `--database-url`, else `DATABASE_URL`, else
  * the shared embedded server under `./.skiplock/`.
  */
+import { isPostgresUrl, NOT_A_POSTGRES_URL } from '../config.js';
 import { Skiplock } from '../skiplock.js';
 import { attachEmbedded, type EmbeddedServer, maskUrl } from './embedded.js';
 import type { ConnectionFlags } from './flags.js';
@@ -53,25 +54,16 @@ export async function resolveDatabaseUrl(
 }
 
 /**
- * Checks that `url` is a `postgres://` or `postgresql://` URL, and returns it.
- * `source` names where it came from (`--database-url` or `DATABASE_URL`).
+ * Checks that `url` is a `postgres://` or `postgresql://` URL (the library's
+ * own check, {@link isPostgresUrl}), and returns it. `source` names where it
+ * came from (`--database-url` or `DATABASE_URL`).
  *
  * @throws {UsageError} `--database-url: not a postgres:// URL (…)` for anything
  *   else (text that does not parse as a URL, `http://…`); the message never
  *   repeats the URL, which may hold a password.
  */
 export function checkDatabaseUrl(url: string, source: string): string {
-  let protocol: string | undefined;
-  try {
-    protocol = new URL(url).protocol;
-  } catch {
-    protocol = undefined;
-  }
-  if (protocol !== 'postgres:' && protocol !== 'postgresql:') {
-    throw new UsageError(
-      `${source}: not a postgres:// URL (expected postgres://user:password@host:port/database)`,
-    );
-  }
+  if (!isPostgresUrl(url)) throw new UsageError(`${source}: ${NOT_A_POSTGRES_URL}`);
   return url;
 }
 

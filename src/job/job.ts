@@ -157,7 +157,7 @@ function checkJsonValue(value: unknown, path: string, seen: Set<object>, depth: 
     if (proto !== Object.prototype && proto !== null) {
       throw new ValidationError(
         path,
-        `${typeName(value)} is not a plain JSON object (convert it first, e.g. date.toISOString())`,
+        `${typeName(value)} is not a plain JSON object (${conversionHint(value)})`,
       );
     }
     for (const key of Object.keys(value)) {
@@ -168,6 +168,17 @@ function checkJsonValue(value: unknown, path: string, seen: Set<object>, depth: 
       throw new ValidationError(path, 'symbol keys are not JSON');
   }
   seen.delete(value);
+}
+
+/** How to turn a non-plain object into JSON, for the error message. */
+function conversionHint(value: object): string {
+  if (value instanceof Date) return 'convert it first, e.g. date.toISOString()';
+  if (value instanceof Map)
+    return 'convert it first, e.g. Object.fromEntries(map), or [...map] for non-string keys';
+  if (value instanceof Set) return 'convert it first, e.g. [...set]';
+  if (ArrayBuffer.isView(value)) return 'convert it first, e.g. Buffer.from(bytes).toString("base64")';
+  if (value instanceof URL) return 'convert it first, e.g. url.href';
+  return 'copy its fields into a plain object first';
 }
 
 function assertStorableString(value: string, field: string): void {
