@@ -4,6 +4,7 @@
 import type pg from 'pg';
 import { z } from 'zod';
 import type { JobMap } from './job/job.js';
+import { durationMs } from './options.js';
 import type { JobOptions } from './producer/job-options.js';
 
 /** How to reach the database. Give `pool` or `connectionString` (else `DATABASE_URL` is used). */
@@ -12,6 +13,26 @@ export interface SkiplockConfig {
   pool?: pg.Pool;
   /** A PostgreSQL URL; skiplock makes (and closes) its own pool. */
   connectionString?: string;
+  /**
+   * Client-side deadline, in milliseconds, for opening a connection of the pool
+   * skiplock makes (TCP connect, TLS and authentication) or waiting for a free
+   * one: past it the call fails with a `DatabaseError` (`timeout exceeded when
+   * trying to connect`), so a server that accepts TCP and never answers fails
+   * `enqueue`, `stats`, the dashboard… instead of hanging. Only with
+   * `connectionString` (a pool of your own keeps its own settings).
+   * @default 10_000
+   */
+  connectTimeoutMs?: number;
+  /**
+   * Client-side deadline, in milliseconds, of each statement on the pool
+   * skiplock makes: past it the call fails with a `DatabaseError` (`Query read
+   * timeout`) and the connection is discarded. `migrate()` is not bound by it
+   * (a migration of a large table may take long) but by `connectTimeoutMs`
+   * only. Workers have their own (`statementTimeoutMs` of `worker()`). Only
+   * with `connectionString`.
+   * @default 30_000
+   */
+  statementTimeoutMs?: number;
   /** Schema of the jobs table; any name, always quoted. @default 'skiplock' */
   schema?: string;
   /**
@@ -27,6 +48,11 @@ export interface SkiplockConfig {
    */
   tracing?: boolean;
 }
+
+/** Default of {@link SkiplockConfig.connectTimeoutMs}. */
+export const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
+/** Default of {@link SkiplockConfig.statementTimeoutMs}. */
+export const DEFAULT_STATEMENT_TIMEOUT_MS = 30_000;
 
 /** Why a database URL is refused; the text never repeats the URL, which may hold a password. */
 export const NOT_A_POSTGRES_URL =
@@ -65,6 +91,8 @@ export const configSchema = z.strictObject({
     )
     .optional(),
   connectionString: z.string({ error: 'must be a string' }).min(1, { error: 'must not be empty' }).optional(),
+  connectTimeoutMs: durationMs(1).optional(),
+  statementTimeoutMs: durationMs(1).optional(),
   schema: z.unknown().optional(),
   tracing: z.boolean({ error: 'must be a boolean' }).optional(),
 });

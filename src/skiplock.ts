@@ -7,6 +7,8 @@
 import pg from 'pg';
 import {
   configSchema,
+  DEFAULT_CONNECT_TIMEOUT_MS,
+  DEFAULT_STATEMENT_TIMEOUT_MS,
   type EnqueueManyItem,
   isPostgresUrl,
   NOT_A_POSTGRES_URL,
@@ -82,6 +84,8 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   readonly schema: string;
   readonly #pool: pg.Pool;
   readonly #ownsPool: boolean;
+  /** Connect deadline of the pool skiplock made; undefined for a caller's pool. */
+  readonly #connectTimeoutMs: number | undefined;
   readonly #clientConfig: pg.ClientConfig;
   readonly #queries: JobQueries;
   readonly #workers = new Set<Worker>();
@@ -104,7 +108,12 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
     if (parsed.pool && parsed.connectionString) {
       throw new ValidationError('connectionString', 'give either pool or connectionString, not both');
     }
+    this.#connectTimeoutMs = undefined;
     if (parsed.pool) {
+      for (const field of ['connectTimeoutMs', 'statementTimeoutMs'] as const) {
+        if (parsed[field] !== undefined)
+          throw new ValidationError(field, 'applies to the pool skiplock makes: set it on your own pool');
+      }
       this.#pool = parsed.pool;
       this.#ownsPool = false;
       this.#clientConfig = { ...(parsed.pool as unknown as { options: pg.ClientConfig }).options };
@@ -120,7 +129,15 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
         );
       }
       this.#clientConfig = { connectionString, application_name: 'skiplock' };
-      this.#pool = new pg.Pool({ ...this.#clientConfig, max: 10 });
+      this.#connectTimeoutMs = parsed.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+      // Client-side deadlines: a server that accepts TCP and never answers fails calls instead of hanging them.
+      this.#pool = new pg.Pool({
+        ...this.#clientConfig,
+        max: 10,
+        connectionTimeoutMillis: this.#connectTimeoutMs,
+        query_timeout: parsed.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS,
+        keepAlive: true,
+      });
       this.#ownsPool = true;
     }
     listenForPoolErrors(this.#pool);
@@ -138,14 +155,29 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    * from many processes at once).
    *
    * @throws {SchemaVersionError} when the database's schema is newer than this library.
-   * @throws {DatabaseError} when the database cannot be reached.
+   * @throws {DatabaseError} when the database cannot be reached (within
+   *   `connectTimeoutMs` with skiplock's own pool; the migration's statements
+   *   themselves have no client-side deadline).
    */
   async migrate(): Promise<MigrateResult> {
     this.#assertOpen();
+    // A migration of a large table may outlast the statement deadline: it runs on a pool of its own.
+    const pool =
+      this.#connectTimeoutMs === undefined
+        ? this.#pool
+        : new pg.Pool({
+            ...this.#clientConfig,
+            max: 1,
+            connectionTimeoutMillis: this.#connectTimeoutMs,
+            keepAlive: true,
+          });
+    if (pool !== this.#pool) pool.on('error', ignorePoolError);
     try {
-      return await migrate(this.#pool, this.schema);
+      return await migrate(pool, this.schema);
     } catch (error) {
       throw translateError(error);
+    } finally {
+      if (pool !== this.#pool) await pool.end();
     }
   }
 

@@ -280,6 +280,7 @@ async function runningPort(dir: string, state: ServerState): Promise<number | un
   const client = new pg.Client({
     connectionString: urlOf({ ...state, port }),
     connectionTimeoutMillis: 3000,
+    query_timeout: 3000,
   });
   client.on('error', () => {});
   try {

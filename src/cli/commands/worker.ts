@@ -164,7 +164,7 @@ export function workerCommand(): Command {
     });
 }
 
-/** How long the start-up check waits for a connection. */
+/** How long the start-up check waits for a connection, and for its answer. */
 const CONNECT_TIMEOUT_MS = 10_000;
 
 /**
@@ -173,7 +173,11 @@ const CONNECT_TIMEOUT_MS = 10_000;
  * or its schema is not migrated. Once started, outages are retried instead.
  */
 async function assertDatabaseUsable(db: CliDatabase): Promise<void> {
-  const client = new pg.Client({ connectionString: db.url, connectionTimeoutMillis: CONNECT_TIMEOUT_MS });
+  const client = new pg.Client({
+    connectionString: db.url,
+    connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+    query_timeout: CONNECT_TIMEOUT_MS,
+  });
   client.on('error', () => {});
   try {
     await client.connect();
