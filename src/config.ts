@@ -4,7 +4,7 @@
 import type pg from 'pg';
 import { z } from 'zod';
 import type { JobMap } from './job/job.js';
-import { durationMs } from './options.js';
+import { durationMs, integerInRange } from './options.js';
 import type { JobOptions } from './producer/job-options.js';
 
 /** How to reach the database. Give `pool` or `connectionString` (else `DATABASE_URL` is used). */
@@ -33,6 +33,14 @@ export interface SkiplockConfig {
    * @default 30_000
    */
   statementTimeoutMs?: number;
+  /**
+   * Largest payload `enqueue` and `enqueueMany` accept, in bytes of its UTF-8
+   * JSON text (1 to 268435456, jsonb's own limit); a larger one is a
+   * `ValidationError` naming `payload` (`jobs[i].payload`) and nothing is
+   * inserted. Payloads should carry ids and small arguments: every claim reads
+   * them. @default 1_048_576 (1 MiB, the message limit of Amazon SQS)
+   */
+  maxPayloadBytes?: number;
   /** Schema of the jobs table; any name, always quoted. @default 'skiplock' */
   schema?: string;
   /**
@@ -91,6 +99,7 @@ export const configSchema = z.strictObject({
     )
     .optional(),
   connectionString: z.string({ error: 'must be a string' }).min(1, { error: 'must not be empty' }).optional(),
+  maxPayloadBytes: integerInRange(1, 2 ** 28).optional(),
   connectTimeoutMs: durationMs(1).optional(),
   statementTimeoutMs: durationMs(1).optional(),
   schema: z.unknown().optional(),

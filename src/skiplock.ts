@@ -19,7 +19,7 @@ import { JobQueries } from './db/queries/jobs.js';
 import { assertSchemaName, DEFAULT_SCHEMA } from './db/sql.js';
 import { SkiplockError, ValidationError } from './errors.js';
 import { DEFAULT_VISIBILITY_TIMEOUT_MS } from './job/defaults.js';
-import type { JobMap, JobRecord } from './job/job.js';
+import { DEFAULT_MAX_PAYLOAD_BYTES, type JobMap, type JobRecord, type JobSummary } from './job/job.js';
 import type { EnqueuedJob } from './job/unique.js';
 import { type SweepResult, sweep as sweepOnce } from './maintenance/sweeper.js';
 import { type MigrateResult, migrate } from './migrations/migrator.js';
@@ -90,6 +90,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   readonly #queries: JobQueries;
   readonly #workers = new Set<Worker>();
   readonly #tracingOn: boolean;
+  readonly #maxPayloadBytes: number;
   #tracing: Promise<JobTracing> | undefined;
 
   #closed = false;
@@ -143,6 +144,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
     listenForPoolErrors(this.#pool);
     this.#queries = new JobQueries(schema);
     this.#tracingOn = parsed.tracing === true;
+    this.#maxPayloadBytes = parsed.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
   }
 
   /** The pool skiplock runs its statements on. */
@@ -190,7 +192,8 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    * @param kind - the job's kind (non-empty; any text).
    * @param payload - JSON arguments; `undefined` means `{}`.
    * @returns the job as inserted (id, runAt on the database clock, …), or the key's holder.
-   * @throws {ValidationError} naming the field (`kind`, `payload.x`, `options.maxAttempts`…); nothing is inserted.
+   * @throws {ValidationError} naming the field (`kind`, `payload.x`, `options.maxAttempts`…), or
+   *   `payload` when its JSON is larger than `maxPayloadBytes` (1 MiB by default); nothing is inserted.
    * @throws {DatabaseError} from the database.
    * @throws {MissingDependencyError} with `tracing` on, when `@opentelemetry/api` is not installed.
    */
@@ -201,7 +204,15 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   ): Promise<EnqueuedJob<Kind, Jobs[Kind]>> {
     this.#assertOpen();
     const tracing = this.#tracingOn ? await this.#loadTracing() : undefined;
-    return (await enqueueOne(this.#queries, this.#pool, kind, payload, options, tracing)) as never;
+    return (await enqueueOne(
+      this.#queries,
+      this.#pool,
+      kind,
+      payload,
+      options,
+      tracing,
+      this.#maxPayloadBytes,
+    )) as never;
   }
 
   /**
@@ -210,7 +221,8 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    * (id, runAt, createdAt). An item whose unique key is held comes back as the
    * holding job with `duplicate: true`; a key given twice is inserted once.
    *
-   * @throws {ValidationError} naming the item and field (`jobs[3].delayMs`); nothing is inserted.
+   * @throws {ValidationError} naming the item and field (`jobs[3].delayMs`; `jobs[3].payload` when
+   *   larger than `maxPayloadBytes`); nothing is inserted.
    * @throws {DatabaseError} from the database.
    * @throws {MissingDependencyError} with `tracing` on, when `@opentelemetry/api` is not installed.
    */
@@ -220,7 +232,14 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   ): Promise<EnqueuedJob<keyof Jobs & string, Jobs[keyof Jobs & string]>[]> {
     this.#assertOpen();
     const tracing = this.#tracingOn ? await this.#loadTracing() : undefined;
-    return (await enqueueMany(this.#queries, this.#pool, jobs, options, tracing)) as never;
+    return (await enqueueMany(
+      this.#queries,
+      this.#pool,
+      jobs,
+      options,
+      tracing,
+      this.#maxPayloadBytes,
+    )) as never;
   }
 
   /**
@@ -316,7 +335,8 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    * it; running jobs finish. Other queues run on.
    *
    * @returns false when the queue was paused already.
-   * @throws {ValidationError} (field `name`) on an empty or unstorable name.
+   * @throws {ValidationError} (field `name`) on an empty or unstorable name, or one longer
+   *   than 1024 bytes of UTF-8 (as `enqueue` refuses it).
    */
   async pauseQueue(name: string, options: ClientOption = {}): Promise<boolean> {
     this.#assertOpen();
@@ -327,7 +347,8 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    * Resumes a paused queue and wakes workers at once.
    *
    * @returns false when the queue was not paused.
-   * @throws {ValidationError} (field `name`) on an empty or unstorable name.
+   * @throws {ValidationError} (field `name`) on an empty or unstorable name, or one longer
+   *   than 1024 bytes of UTF-8 (as `enqueue` refuses it).
    */
   async resumeQueue(name: string, options: ClientOption = {}): Promise<boolean> {
     this.#assertOpen();
@@ -343,8 +364,8 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    *
    * @returns the queue's limits now in force.
    * @throws {ValidationError} naming the field (`concurrency`, `rate.count`,
-   *   `rate.periodMs`, …) when a value is not an integer ≥ 1, or `limits` when
-   *   neither limit is given; nothing is changed then.
+   *   `rate.periodMs`, …) when a value is not an integer ≥ 1, `limits` when
+   *   neither limit is given, or `name` as `pauseQueue` does; nothing is changed then.
    * @example
    * await skiplock.setQueueLimits('emails', { concurrency: 5, rate: { count: 100, periodMs: 60_000 } });
    * await skiplock.setQueueLimits('emails', { rate: null }); // keep the concurrency limit, drop the rate
@@ -394,11 +415,19 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
 
   /**
    * A page of jobs matching the filter, newest first unless `order: 'oldest'`;
-   * pass the last id as `after` for the next page.
+   * pass the last id as `after` for the next page. With `payloadPreviewChars`,
+   * each job's payload is read only as its first characters (a
+   * {@link JobSummary}): what list views should use, as a payload may be large.
    *
    * @throws {ValidationError} on a bad filter.
+   * @example
+   * const page = await skiplock.listJobs({ status: 'dead', limit: 50, payloadPreviewChars: 200 });
+   * for (const job of page) console.log(job.id, job.payloadPreview, job.payloadTruncated ? '…' : '');
    */
-  async listJobs(filter: ListJobsFilter = {}): Promise<JobRecord[]> {
+  async listJobs(filter: ListJobsFilter & { payloadPreviewChars: number }): Promise<JobSummary[]>;
+  async listJobs(filter?: ListJobsFilter & { payloadPreviewChars?: undefined }): Promise<JobRecord[]>;
+  async listJobs(filter?: ListJobsFilter): Promise<JobRecord[] | JobSummary[]>;
+  async listJobs(filter: ListJobsFilter = {}): Promise<JobRecord[] | JobSummary[]> {
     this.#assertOpen();
     return listJobs(this.#queries, this.#pool, filter);
   }

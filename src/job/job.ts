@@ -64,6 +64,18 @@ export interface JobRecord<Kind extends string = string, Payload = unknown> exte
   errors: AttemptError[];
 }
 
+/**
+ * A job as list views read it (`listJobs` with `payloadPreviewChars`): every
+ * field of {@link JobRecord} but the payload, of which only the start of its
+ * JSON text is read.
+ */
+export interface JobSummary<Kind extends string = string> extends Omit<JobRecord<Kind>, 'payload'> {
+  /** The first `payloadPreviewChars` characters of the payload's JSON text (as PostgreSQL writes jsonb). */
+  payloadPreview: string;
+  /** Whether the payload's JSON text is longer than the preview. */
+  payloadTruncated: boolean;
+}
+
 /** The job as handlers and producers see it, without the bookkeeping columns. */
 export function toJob(record: JobRecord): Job {
   return {
@@ -84,6 +96,13 @@ export const MAX_NAME_BYTES = 1024;
 
 /** Largest payload JSON text, in UTF-8 bytes: jsonb's 256 MiB. */
 const MAX_PAYLOAD_BYTES = 2 ** 28;
+
+/**
+ * Default largest payload accepted by `enqueue`, in bytes of UTF-8 JSON: 1 MiB,
+ * the message limit of Amazon SQS. A job's payload should carry ids and small
+ * arguments, not documents; larger data belongs in a table or object store.
+ */
+export const DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576;
 
 /** Deepest payload nesting accepted. */
 export const MAX_PAYLOAD_DEPTH = 1000;
@@ -124,6 +143,20 @@ export function serializePayload(payload: unknown, field = 'payload'): string {
     throw new ValidationError(field, 'larger than PostgreSQL jsonb can hold (256 MiB)');
   }
   return json;
+}
+
+/**
+ * Checks a payload's JSON text against a size limit.
+ *
+ * @throws {ValidationError} naming `field` when it is longer than `maxBytes` bytes of UTF-8.
+ */
+export function assertPayloadSize(json: string, field: string, maxBytes: number): void {
+  // A UTF-16 unit is at most 3 bytes of UTF-8: most payloads need no byte count at all.
+  if (json.length * 3 <= maxBytes) return;
+  const bytes = Buffer.byteLength(json, 'utf8');
+  if (bytes > maxBytes) {
+    throw new ValidationError(field, `is ${bytes} bytes of JSON, more than maxPayloadBytes (${maxBytes})`);
+  }
 }
 
 function checkJsonValue(value: unknown, path: string, seen: Set<object>, depth: number): void {
