@@ -47,10 +47,28 @@ export async function resolveDatabaseUrl(
     return { url, embedded: undefined };
   }
   const embedded = await attachEmbedded();
-  process.stderr.write(
-    `skiplock: database ${maskUrl(embedded.url)} (embedded PostgreSQL, data in ${embedded.dir}, ${embedded.started ? 'started' : 'already running'})\n`,
-  );
+  process.stderr.write(`${embeddedNotice(embedded, process.env)}\n`);
   return { url: embedded.url, embedded };
+}
+
+/**
+ * The line a command prints when it falls back to the embedded server: that no
+ * URL was given, the server and where its data lives, and, when another
+ * variable holds a postgres:// URL (`DATABSE_URL`), that it may be the one
+ * meant, so a misspelling is noticed before work goes to a throwaway database.
+ */
+export function embeddedNotice(
+  embedded: Pick<EmbeddedServer, 'url' | 'dir' | 'started'>,
+  env: NodeJS.ProcessEnv,
+): string {
+  const lookalikes = Object.keys(env)
+    .filter((name) => name !== 'DATABASE_URL' && /^postgres(ql)?:\/\//.test(env[name] ?? ''))
+    .sort();
+  const hint =
+    lookalikes.length > 0
+      ? `; ${lookalikes.join(', ')} holds a postgres:// URL: did you mean DATABASE_URL?`
+      : '';
+  return `skiplock: database ${maskUrl(embedded.url)} (embedded PostgreSQL, data in ${embedded.dir}, ${embedded.started ? 'started' : 'already running'}): no --database-url or DATABASE_URL set${hint}`;
 }
 
 /**

@@ -132,23 +132,34 @@ export async function attachEmbedded(options: AttachOptions = {}): Promise<Embed
   };
 }
 
+/** What {@link stopEmbedded} did. */
+export type StopResult =
+  | { stopped: true }
+  | { stopped: false; reason: 'not-running' }
+  | { stopped: false; reason: 'in-use'; pids: number[] };
+
 /**
- * Stops the embedded server under `<cwd>/.skiplock/` whoever uses it, and clears
- * its stay-up mark (`skiplock dev --stop`).
- *
- * @returns false when no server was running there.
+ * Stops the embedded server under `<cwd>/.skiplock/` and clears its stay-up
+ * mark (`skiplock dev --stop`). While other live processes use it (a worker, a
+ * dashboard, `skiplock dev`), it is left running unless `force` is true: they
+ * would lose their database, and a later command would start a new server on
+ * another port under them.
  */
-export async function stopEmbedded(cwd = process.cwd()): Promise<boolean> {
+export async function stopEmbedded(cwd = process.cwd(), force = false): Promise<StopResult> {
   const dir = resolve(cwd, EMBEDDED_DIR);
-  if (!existsSync(join(dir, 'data', 'PG_VERSION'))) return false;
+  if (!existsSync(join(dir, 'data', 'PG_VERSION'))) return { stopped: false, reason: 'not-running' };
   const binaries = await loadBinaries();
   const runAs = postgresUser();
-  return withLock(dir, async () => {
+  return withLock(dir, async (): Promise<StopResult> => {
     const state = readState(dir);
-    if (state?.keepRunning) writeState(dir, { ...state, keepRunning: false });
-    if (state === undefined || (await runningPort(dir, state)) === undefined) return false;
+    if (state === undefined || (await runningPort(dir, state)) === undefined)
+      return { stopped: false, reason: 'not-running' };
+    mkdirSync(join(dir, 'clients'), { recursive: true });
+    const pids = liveClients(dir).filter((pid) => pid !== process.pid);
+    if (pids.length > 0 && !force) return { stopped: false, reason: 'in-use', pids };
+    if (state.keepRunning) writeState(dir, { ...state, keepRunning: false });
     await stopServer(dir, binaries, runAs);
-    return true;
+    return { stopped: true };
   });
 }
 
