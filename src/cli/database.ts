@@ -66,7 +66,7 @@ export function embeddedNotice(
     .sort();
   const hint =
     lookalikes.length > 0
-      ? `; ${lookalikes.join(', ')} holds a postgres:// URL: did you mean DATABASE_URL?`
+      ? `; ${lookalikes.join(', ')} ${lookalikes.length === 1 ? 'holds' : 'hold'} a postgres:// URL: did you mean DATABASE_URL?`
       : '';
   return `skiplock: database ${maskUrl(embedded.url)} (embedded PostgreSQL, data in ${embedded.dir}, ${embedded.started ? 'started' : 'already running'}): no --database-url or DATABASE_URL set${hint}`;
 }

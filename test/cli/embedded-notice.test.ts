@@ -21,7 +21,7 @@ describe('the embedded fallback notice', () => {
       { DATABSE_URL: 'postgres://u:secret@db/app', PG_URL: 'postgresql://db/app', OTHER: 'http://x' },
     );
     expect(line).toMatch(
-      /already running\): no --database-url or DATABASE_URL set; DATABSE_URL, PG_URL holds a postgres:\/\/ URL: did you mean DATABASE_URL\?$/,
+      /already running\): no --database-url or DATABASE_URL set; DATABSE_URL, PG_URL hold a postgres:\/\/ URL: did you mean DATABASE_URL\?$/,
     );
     expect(line).not.toContain('secret');
   });
