@@ -5,7 +5,7 @@
  */
 import { describe, expectTypeOf, it } from 'vitest';
 import { createDashboard, type DashboardServer, serveDashboard } from '../src/dashboard/index.js';
-import { Skiplock, type Worker } from '../src/index.js';
+import { type JobRecord, type JobSummary, Skiplock, type Worker } from '../src/index.js';
 import {
   createMetrics,
   type MetricsServer,
@@ -47,5 +47,17 @@ describe('a typed Skiplock', () => {
     // Without a map any kind goes.
     void untyped.cancel({ kind: 'anything' });
     void untyped.requeue({ kind: 'anything' });
+  });
+
+  it('types listJobs by whether it reads whole payloads or previews', () => {
+    expectTypeOf(skiplock.listJobs()).resolves.toEqualTypeOf<JobRecord[]>();
+    expectTypeOf(skiplock.listJobs({ status: 'dead' })).resolves.toEqualTypeOf<JobRecord[]>();
+    expectTypeOf(skiplock.listJobs({ payloadPreviewChars: 200 })).resolves.toEqualTypeOf<JobSummary[]>();
+    void skiplock.listJobs({ payloadPreviewChars: 200 }).then(([job]) => {
+      expectTypeOf(job!.payloadPreview).toEqualTypeOf<string>();
+      expectTypeOf(job!.payloadTruncated).toEqualTypeOf<boolean>();
+      // @ts-expect-error: a summary has no payload
+      void job!.payload;
+    });
   });
 });
