@@ -103,7 +103,7 @@ export async function attachEmbedded(options: AttachOptions = {}): Promise<Embed
     let started = false;
     const running = await runningPort(dir, state);
     if (running === undefined) {
-      state.port = await startServer(dir, binaries, runAs);
+      state.port = await startServer(dir, binaries, runAs, state.port);
       writeState(dir, state);
       started = true;
     } else if (running !== state.port) {
@@ -305,13 +305,23 @@ async function runningPort(dir: string, state: ServerState): Promise<number | un
   }
 }
 
-async function startServer(dir: string, bin: Binaries, runAs: RunAs | undefined): Promise<number> {
+/**
+ * Starts the server on `previousPort` when it is free (so processes still
+ * holding the URL of a server that went away — a dashboard, a worker —
+ * reconnect to this one by themselves), else on a free port.
+ */
+async function startServer(
+  dir: string,
+  bin: Binaries,
+  runAs: RunAs | undefined,
+  previousPort: number,
+): Promise<number> {
   const log = join(dir, 'server.log');
   if (!existsSync(log)) writeFileSync(log, '');
   if (runAs) chownSync(log, runAs.uid, runAs.gid);
   let lastError: unknown;
-  for (let attempt = 0; attempt < 3; attempt++) {
-    const port = await freePort();
+  for (let attempt = 0; attempt < 4; attempt++) {
+    const port = attempt === 0 && previousPort > 0 ? previousPort : await freePort();
     try {
       await runPostgresProgram(
         bin.pgCtl,

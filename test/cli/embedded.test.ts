@@ -98,4 +98,27 @@ describe('the embedded PostgreSQL', () => {
       await dev.exited;
     }
   }, 300_000);
+
+  it('a dashboard whose embedded server went away reconnects to the next one', async () => {
+    expect((await runCli(['migrate'], { cwd, timeoutMs: 120_000 })).code).toBe(0);
+    const dashboard = spawnCli(['dashboard', '--port', '0'], { cwd });
+    try {
+      await dashboard.waitForOutput(/dashboard at http:\/\/\S+/, 90_000);
+      const url = /dashboard at (http:\/\/\S+)/.exec(dashboard.stdout())![1]!;
+      const status = async () => (await fetch(url).catch(() => undefined))?.status;
+      expect(await status()).toBe(200);
+      const stopped = await runCli(['dev', '--stop', '--force'], { cwd });
+      expect(stopped.code, stopped.stderr).toBe(0);
+      await waitFor(() => !existsSync(pidFile()), 30_000, 'the server to stop');
+      expect(await status()).toBe(500);
+      // The next command starts the server again, on the port it had.
+      const stats = await runCli(['stats'], { cwd, timeoutMs: 120_000 });
+      expect(stats.code, stats.stderr).toBe(0);
+      expect(stats.stderr).toMatch(/started\)/);
+      await waitFor(async () => (await status()) === 200, 30_000, 'the dashboard to answer again');
+    } finally {
+      dashboard.child.kill('SIGTERM');
+      await dashboard.exited;
+    }
+  }, 300_000);
 });
