@@ -3,14 +3,14 @@
  * or on the caller's connection (so the jobs commit or roll back with the
  * caller's transaction, and wake workers only on commit).
  */
-import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../job/job.js';
+
 import type pg from 'pg';
 import { type Queryable, withTransaction } from '../db/executor.js';
 import type { NewJob } from '../db/queries/insert.js';
 import type { JobQueries } from '../db/queries/jobs.js';
 import { ValidationError } from '../errors.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../job/defaults.js';
-import { toJob } from '../job/job.js';
+import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES, toJob } from '../job/job.js';
 import type { EnqueuedJob } from '../job/unique.js';
 import { parseOptions } from '../options.js';
 import type { JobTracing } from '../telemetry/tracing.js';

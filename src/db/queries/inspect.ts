@@ -111,7 +111,12 @@ export class InspectQueries {
   }
 
   /** One page of the jobs matching the filter, each payload read as its first `previewChars` characters. */
-  async listPreviews(db: Queryable, filter: JobFilter, page: ListPage, previewChars: number): Promise<JobSummary[]> {
+  async listPreviews(
+    db: Queryable,
+    filter: JobFilter,
+    page: ListPage,
+    previewChars: number,
+  ): Promise<JobSummary[]> {
     const { rows } = await run<JobSummaryRow>(db, this.#listPreview[page.order], [
       filter.ids ?? null,
       filter.status ?? null,
