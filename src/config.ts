@@ -26,7 +26,9 @@ export interface SkiplockConfig {
   /**
    * Client-side deadline, in milliseconds, of each statement on the pool
    * skiplock makes: past it the call fails with a `DatabaseError` (`Query read
-   * timeout`) and the connection is discarded. `migrate()` is not bound by it
+   * timeout`) and the connection is discarded. A call that runs a transaction
+   * (`enqueueMany` mixing keyed and plain jobs) fails within twice that: its
+   * ROLLBACK waits as long. `migrate()` is not bound by it
    * (a migration of a large table may take long) but by `connectTimeoutMs`
    * only. Workers have their own (`statementTimeoutMs` of `worker()`). Only
    * with `connectionString`.
