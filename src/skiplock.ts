@@ -99,7 +99,9 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    * @throws {ValidationError} on an unknown option, both or neither of `pool`
    *   and `connectionString` (without `DATABASE_URL`), a connection string (or
    *   `DATABASE_URL`) that is not a `postgres://` or `postgresql://` URL (such as
-   *   `postgress://…`), a bad schema name, or a `tracing` that is not a boolean.
+   *   `postgress://…`), a bad schema name, a `tracing` that is not a boolean,
+   *   `connectTimeoutMs` or `statementTimeoutMs` out of range or given with
+   *   `pool` (your pool keeps its own settings), or `maxPayloadBytes` out of range.
    */
   constructor(config: SkiplockConfig = {}) {
     const parsed = parseOptions(configSchema, config, '');
