@@ -4,6 +4,7 @@
 import type pg from 'pg';
 import { z } from 'zod';
 import type { JobMap } from './job/job.js';
+import { durationMs, integerInRange } from './options.js';
 import type { JobOptions } from './producer/job-options.js';
 
 /** How to reach the database. Give `pool` or `connectionString` (else `DATABASE_URL` is used). */
@@ -12,6 +13,36 @@ export interface SkiplockConfig {
   pool?: pg.Pool;
   /** A PostgreSQL URL; skiplock makes (and closes) its own pool. */
   connectionString?: string;
+  /**
+   * Client-side deadline, in milliseconds, for opening a connection of the pool
+   * skiplock makes (TCP connect, TLS and authentication) or waiting for a free
+   * one: past it the call fails with a `DatabaseError` (`timeout exceeded when
+   * trying to connect`), so a server that accepts TCP and never answers fails
+   * `enqueue`, `stats`, the dashboard… instead of hanging. Only with
+   * `connectionString` (a pool of your own keeps its own settings).
+   * @default 10_000
+   */
+  connectTimeoutMs?: number;
+  /**
+   * Client-side deadline, in milliseconds, of each statement on the pool
+   * skiplock makes: past it the call fails with a `DatabaseError` (`Query read
+   * timeout`) and the connection is discarded. A call that runs a transaction
+   * (`enqueueMany` mixing keyed and plain jobs) fails within twice that: its
+   * ROLLBACK waits as long. `migrate()` is not bound by it
+   * (a migration of a large table may take long) but by `connectTimeoutMs`
+   * only. Workers have their own (`statementTimeoutMs` of `worker()`). Only
+   * with `connectionString`.
+   * @default 30_000
+   */
+  statementTimeoutMs?: number;
+  /**
+   * Largest payload `enqueue` and `enqueueMany` accept, in bytes of its UTF-8
+   * JSON text (1 to 268435456, jsonb's own limit); a larger one is a
+   * `ValidationError` naming `payload` (`jobs[i].payload`) and nothing is
+   * inserted. Payloads should carry ids and small arguments: every claim reads
+   * them. @default 1_048_576 (1 MiB, the message limit of Amazon SQS)
+   */
+  maxPayloadBytes?: number;
   /**
    * Schema of the jobs table; any name, always quoted, except names starting
    * with `pg_` and, unless {@link SkiplockConfig.allowSharedSchema}, `public`
@@ -43,6 +74,32 @@ export interface SkiplockConfig {
   tracing?: boolean;
 }
 
+/** Default of {@link SkiplockConfig.connectTimeoutMs}. */
+export const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
+/** Default of {@link SkiplockConfig.statementTimeoutMs}. */
+export const DEFAULT_STATEMENT_TIMEOUT_MS = 30_000;
+
+/** Why a database URL is refused; the text never repeats the URL, which may hold a password. */
+export const NOT_A_POSTGRES_URL =
+  'not a postgres:// URL (expected postgres://user:password@host:port/database)';
+
+/**
+ * Whether `value` is a connection string skiplock accepts: a `postgres://` or
+ * `postgresql://` URL, or node-postgres's Unix-socket forms (`socket:/dir?db=app`,
+ * `/dir app`). A misspelled scheme (`postgress://`), another scheme (`http://`)
+ * or text that is no URL (`localhost:5432/app`) is refused rather than read
+ * by node-postgres as some other host.
+ */
+export function isPostgresUrl(value: string): boolean {
+  if (value.startsWith('/')) return true;
+  try {
+    const { protocol } = new URL(value);
+    return protocol === 'postgres:' || protocol === 'postgresql:' || protocol === 'socket:';
+  } catch {
+    return false;
+  }
+}
+
 /** One job of `enqueueMany`, typed by the kind → payload map. */
 export type EnqueueManyItem<Jobs extends JobMap> = {
   [Kind in keyof Jobs & string]: { kind: Kind; payload: Jobs[Kind] } & JobOptions;
@@ -59,6 +116,9 @@ export const configSchema = z.strictObject({
     )
     .optional(),
   connectionString: z.string({ error: 'must be a string' }).min(1, { error: 'must not be empty' }).optional(),
+  maxPayloadBytes: integerInRange(1, 2 ** 28).optional(),
+  connectTimeoutMs: durationMs(1).optional(),
+  statementTimeoutMs: durationMs(1).optional(),
   schema: z.unknown().optional(),
   allowSharedSchema: z.boolean({ error: 'must be a boolean' }).optional(),
   tracing: z.boolean({ error: 'must be a boolean' }).optional(),

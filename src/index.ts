@@ -19,7 +19,14 @@ export {
 export type { AttemptError } from './job/attempt-history.js';
 export { BACKOFF_CAP_MS, backoffDelayMs } from './job/backoff.js';
 export { DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, DEFAULT_VISIBILITY_TIMEOUT_MS } from './job/defaults.js';
-export { JOB_STATUSES, type Job, type JobMap, type JobRecord, type JobStatus } from './job/job.js';
+export {
+  JOB_STATUSES,
+  type Job,
+  type JobMap,
+  type JobRecord,
+  type JobStatus,
+  type JobSummary,
+} from './job/job.js';
 export {
   type ConflictMode,
   DEFAULT_UNIQUE_STATES,

@@ -5,13 +5,21 @@
  * setQueueLimits, queues, prune) and `worker()`.
  */
 import pg from 'pg';
-import { configSchema, type EnqueueManyItem, type SkiplockConfig } from './config.js';
+import {
+  configSchema,
+  DEFAULT_CONNECT_TIMEOUT_MS,
+  DEFAULT_STATEMENT_TIMEOUT_MS,
+  type EnqueueManyItem,
+  isPostgresUrl,
+  NOT_A_POSTGRES_URL,
+  type SkiplockConfig,
+} from './config.js';
 import { translateError } from './db/executor.js';
 import { JobQueries } from './db/queries/jobs.js';
 import { assertSchemaName, DEFAULT_SCHEMA } from './db/sql.js';
 import { SkiplockError, ValidationError } from './errors.js';
 import { DEFAULT_VISIBILITY_TIMEOUT_MS } from './job/defaults.js';
-import type { JobMap, JobRecord } from './job/job.js';
+import { DEFAULT_MAX_PAYLOAD_BYTES, type JobMap, type JobRecord, type JobSummary } from './job/job.js';
 import type { EnqueuedJob } from './job/unique.js';
 import { type SweepResult, sweep as sweepOnce } from './maintenance/sweeper.js';
 import { type MigrateResult, migrate } from './migrations/migrator.js';
@@ -76,19 +84,25 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   readonly schema: string;
   readonly #pool: pg.Pool;
   readonly #ownsPool: boolean;
+  /** Connect deadline of the pool skiplock made; undefined for a caller's pool. */
+  readonly #connectTimeoutMs: number | undefined;
   readonly #clientConfig: pg.ClientConfig;
   readonly #queries: JobQueries;
   readonly #workers = new Set<Worker>();
   readonly #tracingOn: boolean;
+  readonly #maxPayloadBytes: number;
   #tracing: Promise<JobTracing> | undefined;
 
   #closed = false;
 
   /**
    * @throws {ValidationError} on an unknown option, both or neither of `pool`
-   *   and `connectionString` (without `DATABASE_URL`), a bad schema name
-   *   (`public` and `information_schema` included, unless `allowSharedSchema`),
-   *   or a `tracing` or `allowSharedSchema` that is not a boolean.
+   *   and `connectionString` (without `DATABASE_URL`), a connection string (or
+   *   `DATABASE_URL`) that is not a `postgres://` or `postgresql://` URL (such as
+   *   `postgress://…`), a bad schema name (`public` and `information_schema` included, unless
+   *   `allowSharedSchema`), a `tracing` or `allowSharedSchema` that is not a boolean,
+   *   `connectTimeoutMs` or `statementTimeoutMs` out of range or given with
+   *   `pool` (your pool keeps its own settings), or `maxPayloadBytes` out of range.
    */
   constructor(config: SkiplockConfig = {}) {
     const parsed = parseOptions(configSchema, config, '');
@@ -98,7 +112,12 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
     if (parsed.pool && parsed.connectionString) {
       throw new ValidationError('connectionString', 'give either pool or connectionString, not both');
     }
+    this.#connectTimeoutMs = undefined;
     if (parsed.pool) {
+      for (const field of ['connectTimeoutMs', 'statementTimeoutMs'] as const) {
+        if (parsed[field] !== undefined)
+          throw new ValidationError(field, 'applies to the pool skiplock makes: set it on your own pool');
+      }
       this.#pool = parsed.pool;
       this.#ownsPool = false;
       this.#clientConfig = { ...(parsed.pool as unknown as { options: pg.ClientConfig }).options };
@@ -107,13 +126,28 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
       if (!connectionString) {
         throw new ValidationError('connectionString', 'give pool or connectionString (or set DATABASE_URL)');
       }
+      if (!isPostgresUrl(connectionString)) {
+        throw new ValidationError(
+          parsed.connectionString === undefined ? 'DATABASE_URL' : 'connectionString',
+          NOT_A_POSTGRES_URL,
+        );
+      }
       this.#clientConfig = { connectionString, application_name: 'skiplock' };
-      this.#pool = new pg.Pool({ ...this.#clientConfig, max: 10 });
+      this.#connectTimeoutMs = parsed.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+      // Client-side deadlines: a server that accepts TCP and never answers fails calls instead of hanging them.
+      this.#pool = new pg.Pool({
+        ...this.#clientConfig,
+        max: 10,
+        connectionTimeoutMillis: this.#connectTimeoutMs,
+        query_timeout: parsed.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS,
+        keepAlive: true,
+      });
       this.#ownsPool = true;
     }
     listenForPoolErrors(this.#pool);
     this.#queries = new JobQueries(schema);
     this.#tracingOn = parsed.tracing === true;
+    this.#maxPayloadBytes = parsed.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
   }
 
   /** The pool skiplock runs its statements on. */
@@ -126,14 +160,29 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    * from many processes at once).
    *
    * @throws {SchemaVersionError} when the database's schema is newer than this library.
-   * @throws {DatabaseError} when the database cannot be reached.
+   * @throws {DatabaseError} when the database cannot be reached (within
+   *   `connectTimeoutMs` with skiplock's own pool; the migration's statements
+   *   themselves have no client-side deadline).
    */
   async migrate(): Promise<MigrateResult> {
     this.#assertOpen();
+    // A migration of a large table may outlast the statement deadline: it runs on a pool of its own.
+    const pool =
+      this.#connectTimeoutMs === undefined
+        ? this.#pool
+        : new pg.Pool({
+            ...this.#clientConfig,
+            max: 1,
+            connectionTimeoutMillis: this.#connectTimeoutMs,
+            keepAlive: true,
+          });
+    if (pool !== this.#pool) pool.on('error', ignorePoolError);
     try {
-      return await migrate(this.#pool, this.schema);
+      return await migrate(pool, this.schema);
     } catch (error) {
       throw translateError(error);
+    } finally {
+      if (pool !== this.#pool) await pool.end();
     }
   }
 
@@ -146,7 +195,8 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    * @param kind - the job's kind (non-empty; any text).
    * @param payload - JSON arguments; `undefined` means `{}`.
    * @returns the job as inserted (id, runAt on the database clock, …), or the key's holder.
-   * @throws {ValidationError} naming the field (`kind`, `payload.x`, `options.maxAttempts`…); nothing is inserted.
+   * @throws {ValidationError} naming the field (`kind`, `payload.x`, `options.maxAttempts`…), or
+   *   `payload` when its JSON is larger than `maxPayloadBytes` (1 MiB by default); nothing is inserted.
    * @throws {DatabaseError} from the database.
    * @throws {MissingDependencyError} with `tracing` on, when `@opentelemetry/api` is not installed.
    */
@@ -157,7 +207,15 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   ): Promise<EnqueuedJob<Kind, Jobs[Kind]>> {
     this.#assertOpen();
     const tracing = this.#tracingOn ? await this.#loadTracing() : undefined;
-    return (await enqueueOne(this.#queries, this.#pool, kind, payload, options, tracing)) as never;
+    return (await enqueueOne(
+      this.#queries,
+      this.#pool,
+      kind,
+      payload,
+      options,
+      tracing,
+      this.#maxPayloadBytes,
+    )) as never;
   }
 
   /**
@@ -166,7 +224,8 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    * (id, runAt, createdAt). An item whose unique key is held comes back as the
    * holding job with `duplicate: true`; a key given twice is inserted once.
    *
-   * @throws {ValidationError} naming the item and field (`jobs[3].delayMs`); nothing is inserted.
+   * @throws {ValidationError} naming the item and field (`jobs[3].delayMs`; `jobs[3].payload` when
+   *   larger than `maxPayloadBytes`); nothing is inserted.
    * @throws {DatabaseError} from the database.
    * @throws {MissingDependencyError} with `tracing` on, when `@opentelemetry/api` is not installed.
    */
@@ -176,7 +235,14 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   ): Promise<EnqueuedJob<keyof Jobs & string, Jobs[keyof Jobs & string]>[]> {
     this.#assertOpen();
     const tracing = this.#tracingOn ? await this.#loadTracing() : undefined;
-    return (await enqueueMany(this.#queries, this.#pool, jobs, options, tracing)) as never;
+    return (await enqueueMany(
+      this.#queries,
+      this.#pool,
+      jobs,
+      options,
+      tracing,
+      this.#maxPayloadBytes,
+    )) as never;
   }
 
   /**
@@ -245,7 +311,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    * @returns how many jobs were requeued.
    * @throws {ValidationError} on a bad filter, or none without `all: true`.
    */
-  async requeue(filter: RequeueFilter): Promise<number> {
+  async requeue(filter: RequeueFilter<keyof Jobs & string>): Promise<number> {
     this.#assertOpen();
     return requeue(this.#queries, this.#pool, filter);
   }
@@ -262,7 +328,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    * @example
    * await skiplock.cancel({ kind: 'send_invoice_email', queue: 'emails' });
    */
-  async cancel(filter: CancelFilter): Promise<CancelCounts> {
+  async cancel(filter: CancelFilter<keyof Jobs & string>): Promise<CancelCounts> {
     this.#assertOpen();
     return cancel(this.#queries, this.#pool, filter);
   }
@@ -272,7 +338,8 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    * it; running jobs finish. Other queues run on.
    *
    * @returns false when the queue was paused already.
-   * @throws {ValidationError} (field `name`) on an empty or unstorable name.
+   * @throws {ValidationError} (field `name`) on an empty or unstorable name, or one longer
+   *   than 1024 bytes of UTF-8 (as `enqueue` refuses it).
    */
   async pauseQueue(name: string, options: ClientOption = {}): Promise<boolean> {
     this.#assertOpen();
@@ -283,7 +350,8 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    * Resumes a paused queue and wakes workers at once.
    *
    * @returns false when the queue was not paused.
-   * @throws {ValidationError} (field `name`) on an empty or unstorable name.
+   * @throws {ValidationError} (field `name`) on an empty or unstorable name, or one longer
+   *   than 1024 bytes of UTF-8 (as `enqueue` refuses it).
    */
   async resumeQueue(name: string, options: ClientOption = {}): Promise<boolean> {
     this.#assertOpen();
@@ -299,8 +367,8 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    *
    * @returns the queue's limits now in force.
    * @throws {ValidationError} naming the field (`concurrency`, `rate.count`,
-   *   `rate.periodMs`, …) when a value is not an integer ≥ 1, or `limits` when
-   *   neither limit is given; nothing is changed then.
+   *   `rate.periodMs`, …) when a value is not an integer ≥ 1, `limits` when
+   *   neither limit is given, or `name` as `pauseQueue` does; nothing is changed then.
    * @example
    * await skiplock.setQueueLimits('emails', { concurrency: 5, rate: { count: 100, periodMs: 60_000 } });
    * await skiplock.setQueueLimits('emails', { rate: null }); // keep the concurrency limit, drop the rate
@@ -350,11 +418,19 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
 
   /**
    * A page of jobs matching the filter, newest first unless `order: 'oldest'`;
-   * pass the last id as `after` for the next page.
+   * pass the last id as `after` for the next page. With `payloadPreviewChars`,
+   * each job's payload is read only as its first characters (a
+   * {@link JobSummary}): what list views should use, as a payload may be large.
    *
    * @throws {ValidationError} on a bad filter.
+   * @example
+   * const page = await skiplock.listJobs({ status: 'dead', limit: 50, payloadPreviewChars: 200 });
+   * for (const job of page) console.log(job.id, job.payloadPreview, job.payloadTruncated ? '…' : '');
    */
-  async listJobs(filter: ListJobsFilter = {}): Promise<JobRecord[]> {
+  async listJobs(filter: ListJobsFilter & { payloadPreviewChars: number }): Promise<JobSummary[]>;
+  async listJobs(filter?: ListJobsFilter & { payloadPreviewChars?: undefined }): Promise<JobRecord[]>;
+  async listJobs(filter?: ListJobsFilter): Promise<JobRecord[] | JobSummary[]>;
+  async listJobs(filter: ListJobsFilter = {}): Promise<JobRecord[] | JobSummary[]> {
     this.#assertOpen();
     return listJobs(this.#queries, this.#pool, filter);
   }

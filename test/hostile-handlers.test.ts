@@ -85,7 +85,7 @@ describe('life cycle races', () => {
   });
 
   it('start() twice at once starts once', async () => {
-    const worker = t.worker({ ...base, queues: ['race-start'], handlers: {} });
+    const worker = t.worker({ ...base, queues: ['race-start'], handlers: {}, maintenanceOnly: true });
     const results = await Promise.allSettled([worker.start(), worker.start()]);
     expect(results.map((r) => r.status).sort()).toEqual(['fulfilled', 'rejected']);
     // One LISTEN connection (a closed one may linger in pg_stat_activity for a moment).

@@ -29,7 +29,7 @@ describe('migration versions with gaps', () => {
     await db.query(`DELETE FROM ${s}.migrations WHERE version = 2`);
     await db.query(`DROP FUNCTION ${s}.wake_up(text, text, text, bigint) CASCADE`);
 
-    const worker = skiplock.worker({ handleSignals: false, handlers: {} });
+    const worker = skiplock.worker({ handleSignals: false, handlers: {}, maintenanceOnly: true });
     const error = await worker.start().catch((e: unknown) => e);
     expect(error).toBeInstanceOf(SchemaVersionError);
     expect((error as Error).message).toContain(`lacks migration 2 (wake_up), this library needs ${LATEST}`);

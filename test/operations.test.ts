@@ -166,7 +166,7 @@ describe('configuration', () => {
 describe('a worker on a schema that was never migrated', () => {
   it('fails at start with a SchemaVersionError that says what to do', async () => {
     const s = new Skiplock({ pool: t.db.pool, schema: 'never_migrated' });
-    const worker = s.worker({ handleSignals: false, handlers: {} });
+    const worker = s.worker({ handleSignals: false, handlers: {}, maintenanceOnly: true });
     const error = await worker.start().catch((e: unknown) => e);
     expect(error).toBeInstanceOf(SchemaVersionError);
     expect((error as Error).message).toContain(

@@ -29,10 +29,15 @@ async function jobsOf(kind: string) {
 
 describe('the scheduler in a worker', () => {
   it('a worker enqueues each second of a `* * * * * *` schedule once, at or after its slot; schedules: false does not', async () => {
-    const idle = skiplock.worker({ handlers: {}, handleSignals: false, schedules: false });
+    const idle = skiplock.worker({
+      handlers: {},
+      maintenanceOnly: true,
+      handleSignals: false,
+      schedules: false,
+    });
     expect(idle.options.schedules).toBe(false);
     await skiplock.schedule('tick', '* * * * * *', 'tick', {}, { overlap: 'allow' });
-    const worker = skiplock.worker({ handlers: {}, handleSignals: false });
+    const worker = skiplock.worker({ handlers: {}, maintenanceOnly: true, handleSignals: false });
     worker.on('error', () => {});
     expect(worker.options.schedules).toBe(true);
     await worker.start();
@@ -90,7 +95,7 @@ describe('the scheduler in a worker', () => {
   });
 
   it('keeps enqueueing every slot after every connection to the database is terminated', async () => {
-    const worker = skiplock.worker({ handlers: {}, handleSignals: false });
+    const worker = skiplock.worker({ handlers: {}, maintenanceOnly: true, handleSignals: false });
     const errors: string[] = [];
     worker.on('error', (error, source) => errors.push(`${source}: ${error.message}`));
     await skiplock.schedule(

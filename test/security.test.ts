@@ -460,7 +460,7 @@ describe('security: no password in errors or logs', () => {
     };
     try {
       const reported: unknown[] = [];
-      const worker = skiplock.worker({ handleSignals: false, handlers: {} });
+      const worker = skiplock.worker({ handleSignals: false, handlers: {}, maintenanceOnly: true });
       worker.on('error', (e) => reported.push(e));
       const error = await worker.start().then(
         () => undefined,

@@ -62,6 +62,7 @@ describe('the kind → payload map', () => {
   it('types the worker events and the new options', () => {
     const worker = skiplock.worker({
       handlers: {},
+      maintenanceOnly: true,
       prefetch: 0,
       prefetchTimeoutMs: 1000,
       statementTimeoutMs: 5000,

@@ -162,7 +162,9 @@ describe('events', () => {
   });
 
   it('a second start() is refused with its own code', async () => {
-    const worker = track(skiplock.worker({ ...base, queues: ['lc-twice'], handlers: {} }));
+    const worker = track(
+      skiplock.worker({ ...base, queues: ['lc-twice'], handlers: {}, maintenanceOnly: true }),
+    );
     await worker.start();
     await expect(worker.start()).rejects.toMatchObject({ code: 'ALREADY_STARTED' });
   });
@@ -172,7 +174,9 @@ describe('events', () => {
       "SELECT current_setting('autovacuum') AS autovacuum",
     );
     const warnings: string[] = [];
-    const worker = track(skiplock.worker({ ...base, queues: ['lc-warn'], handlers: {} }));
+    const worker = track(
+      skiplock.worker({ ...base, queues: ['lc-warn'], handlers: {}, maintenanceOnly: true }),
+    );
     worker.on('worker:warning', (message) => warnings.push(message));
     await worker.start();
     if (setting!.autovacuum === 'off') {
@@ -194,7 +198,7 @@ describe('start', () => {
       connectionString: urlFor('skiplock_no_such_database'),
       schema: TEST_SCHEMA,
     });
-    const worker = missing.worker({ ...base, handlers: {} });
+    const worker = missing.worker({ ...base, handlers: {}, maintenanceOnly: true });
     const error = await worker.start().then(
       () => undefined,
       (e: unknown) => e,

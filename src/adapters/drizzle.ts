@@ -11,9 +11,16 @@
  *   await skiplock.enqueue('send_invoice_email', { orderId: 42 }, { client: fromDrizzle(tx) });
  * });
  */
-import { type SQL, sql } from 'drizzle-orm';
+import type { SQL } from 'drizzle-orm';
 import type { Queryable } from '../db/executor.js';
+import { importOptional } from '../optional-dependency.js';
 import { type ColumnLike, toArrayLiteral, toParameters, toResult } from './values.js';
+
+// Loaded here so that a missing install is the same MissingDependencyError as every optional package's.
+const { sql } = await importOptional<typeof import('drizzle-orm')>('drizzle-orm', {
+  packageName: 'drizzle-orm',
+  neededFor: 'skiplock/drizzle',
+});
 
 /** The part of a Drizzle PostgreSQL database or transaction that skiplock uses: `execute(sql)`. */
 export interface DrizzleExecutor {
@@ -28,6 +35,9 @@ const PLACEHOLDER = /\$(\d+)/g;
  * connection skiplock can run its statements on. The statement becomes a
  * Drizzle `SQL` whose placeholders are `sql.param` values, so parameters are
  * bound, never spliced; `sql.raw(text)` alone would bind nothing.
+ *
+ * Importing `skiplock/drizzle` without `drizzle-orm` installed throws a
+ * `MissingDependencyError` naming it.
  */
 export function fromDrizzle(db: DrizzleExecutor): Queryable {
   return {

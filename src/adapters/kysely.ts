@@ -11,9 +11,16 @@
  *   await skiplock.enqueue('send_invoice_email', { orderId: 42 }, { client: fromKysely(trx) });
  * });
  */
-import { CompiledQuery, type QueryResult } from 'kysely';
+import type { CompiledQuery, QueryResult } from 'kysely';
 import type { Queryable } from '../db/executor.js';
+import { importOptional } from '../optional-dependency.js';
 import { toParameters, toResult } from './values.js';
+
+// Loaded here so that a missing install is the same MissingDependencyError as every optional package's.
+const kysely = await importOptional<typeof import('kysely')>('kysely', {
+  packageName: 'kysely',
+  neededFor: 'skiplock/kysely',
+});
 
 /** The part of a `Kysely` instance or `Transaction` that skiplock uses: `executeQuery`. */
 export interface KyselyExecutor {
@@ -24,11 +31,14 @@ export interface KyselyExecutor {
  * Wraps a Kysely transaction (or the `Kysely` instance, outside a transaction)
  * as a connection skiplock can run its statements on, through
  * `CompiledQuery.raw(text, parameters)`: parameters are bound, never spliced.
+ *
+ * Importing `skiplock/kysely` without `kysely` installed throws a
+ * `MissingDependencyError` naming it.
  */
 export function fromKysely(db: KyselyExecutor): Queryable {
   return {
     async query(text, values) {
-      const result = await db.executeQuery(CompiledQuery.raw(text, toParameters(values)));
+      const result = await db.executeQuery(kysely.CompiledQuery.raw(text, toParameters(values)));
       return toResult(result.rows, result.numAffectedRows);
     },
   };

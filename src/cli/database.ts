@@ -2,6 +2,7 @@
  * Which database a command uses: `--database-url`, else `DATABASE_URL`, else
  * the shared embedded server under `./.skiplock/`.
  */
+import { isPostgresUrl, NOT_A_POSTGRES_URL } from '../config.js';
 import { Skiplock } from '../skiplock.js';
 import { attachEmbedded, type EmbeddedServer, maskUrl } from './embedded.js';
 import type { ConnectionFlags } from './flags.js';
@@ -46,32 +47,41 @@ export async function resolveDatabaseUrl(
     return { url, embedded: undefined };
   }
   const embedded = await attachEmbedded();
-  process.stderr.write(
-    `skiplock: database ${maskUrl(embedded.url)} (embedded PostgreSQL, data in ${embedded.dir}, ${embedded.started ? 'started' : 'already running'})\n`,
-  );
+  process.stderr.write(`${embeddedNotice(embedded, process.env)}\n`);
   return { url: embedded.url, embedded };
 }
 
 /**
- * Checks that `url` is a `postgres://` or `postgresql://` URL, and returns it.
- * `source` names where it came from (`--database-url` or `DATABASE_URL`).
+ * The line a command prints when it falls back to the embedded server: that no
+ * URL was given, the server and where its data lives, and, when another
+ * variable holds a postgres:// URL (`DATABSE_URL`), that it may be the one
+ * meant, so a misspelling is noticed before work goes to a throwaway database.
+ */
+export function embeddedNotice(
+  embedded: Pick<EmbeddedServer, 'url' | 'dir' | 'started'>,
+  env: NodeJS.ProcessEnv,
+): string {
+  const lookalikes = Object.keys(env)
+    .filter((name) => name !== 'DATABASE_URL' && /^postgres(ql)?:\/\//.test(env[name] ?? ''))
+    .sort();
+  const hint =
+    lookalikes.length > 0
+      ? `; ${lookalikes.join(', ')} ${lookalikes.length === 1 ? 'holds' : 'hold'} a postgres:// URL: did you mean DATABASE_URL?`
+      : '';
+  return `skiplock: database ${maskUrl(embedded.url)} (embedded PostgreSQL, data in ${embedded.dir}, ${embedded.started ? 'started' : 'already running'}): no --database-url or DATABASE_URL set${hint}`;
+}
+
+/**
+ * Checks that `url` is a `postgres://` or `postgresql://` URL (the library's
+ * own check, {@link isPostgresUrl}), and returns it. `source` names where it
+ * came from (`--database-url` or `DATABASE_URL`).
  *
  * @throws {UsageError} `--database-url: not a postgres:// URL (…)` for anything
  *   else (text that does not parse as a URL, `http://…`); the message never
  *   repeats the URL, which may hold a password.
  */
 export function checkDatabaseUrl(url: string, source: string): string {
-  let protocol: string | undefined;
-  try {
-    protocol = new URL(url).protocol;
-  } catch {
-    protocol = undefined;
-  }
-  if (protocol !== 'postgres:' && protocol !== 'postgresql:') {
-    throw new UsageError(
-      `${source}: not a postgres:// URL (expected postgres://user:password@host:port/database)`,
-    );
-  }
+  if (!isPostgresUrl(url)) throw new UsageError(`${source}: ${NOT_A_POSTGRES_URL}`);
   return url;
 }
 

@@ -103,7 +103,7 @@ export async function attachEmbedded(options: AttachOptions = {}): Promise<Embed
     let started = false;
     const running = await runningPort(dir, state);
     if (running === undefined) {
-      state.port = await startServer(dir, binaries, runAs);
+      state.port = await startServer(dir, binaries, runAs, state.port);
       writeState(dir, state);
       started = true;
     } else if (running !== state.port) {
@@ -132,23 +132,34 @@ export async function attachEmbedded(options: AttachOptions = {}): Promise<Embed
   };
 }
 
+/** What {@link stopEmbedded} did. */
+export type StopResult =
+  | { stopped: true }
+  | { stopped: false; reason: 'not-running' }
+  | { stopped: false; reason: 'in-use'; pids: number[] };
+
 /**
- * Stops the embedded server under `<cwd>/.skiplock/` whoever uses it, and clears
- * its stay-up mark (`skiplock dev --stop`).
- *
- * @returns false when no server was running there.
+ * Stops the embedded server under `<cwd>/.skiplock/` and clears its stay-up
+ * mark (`skiplock dev --stop`). While other live processes use it (a worker, a
+ * dashboard, `skiplock dev`), it is left running unless `force` is true: they
+ * would lose their database, and a later command would start a new server on
+ * another port under them.
  */
-export async function stopEmbedded(cwd = process.cwd()): Promise<boolean> {
+export async function stopEmbedded(cwd = process.cwd(), force = false): Promise<StopResult> {
   const dir = resolve(cwd, EMBEDDED_DIR);
-  if (!existsSync(join(dir, 'data', 'PG_VERSION'))) return false;
+  if (!existsSync(join(dir, 'data', 'PG_VERSION'))) return { stopped: false, reason: 'not-running' };
   const binaries = await loadBinaries();
   const runAs = postgresUser();
-  return withLock(dir, async () => {
+  return withLock(dir, async (): Promise<StopResult> => {
     const state = readState(dir);
-    if (state?.keepRunning) writeState(dir, { ...state, keepRunning: false });
-    if (state === undefined || (await runningPort(dir, state)) === undefined) return false;
+    if (state === undefined || (await runningPort(dir, state)) === undefined)
+      return { stopped: false, reason: 'not-running' };
+    mkdirSync(join(dir, 'clients'), { recursive: true });
+    const pids = liveClients(dir).filter((pid) => pid !== process.pid);
+    if (pids.length > 0 && !force) return { stopped: false, reason: 'in-use', pids };
+    if (state.keepRunning) writeState(dir, { ...state, keepRunning: false });
     await stopServer(dir, binaries, runAs);
-    return true;
+    return { stopped: true };
   });
 }
 
@@ -280,6 +291,7 @@ async function runningPort(dir: string, state: ServerState): Promise<number | un
   const client = new pg.Client({
     connectionString: urlOf({ ...state, port }),
     connectionTimeoutMillis: 3000,
+    query_timeout: 3000,
   });
   client.on('error', () => {});
   try {
@@ -293,13 +305,23 @@ async function runningPort(dir: string, state: ServerState): Promise<number | un
   }
 }
 
-async function startServer(dir: string, bin: Binaries, runAs: RunAs | undefined): Promise<number> {
+/**
+ * Starts the server on `previousPort` when it is free (so processes still
+ * holding the URL of a server that went away — a dashboard, a worker —
+ * reconnect to this one by themselves), else on a free port.
+ */
+async function startServer(
+  dir: string,
+  bin: Binaries,
+  runAs: RunAs | undefined,
+  previousPort: number,
+): Promise<number> {
   const log = join(dir, 'server.log');
   if (!existsSync(log)) writeFileSync(log, '');
   if (runAs) chownSync(log, runAs.uid, runAs.gid);
   let lastError: unknown;
-  for (let attempt = 0; attempt < 3; attempt++) {
-    const port = await freePort();
+  for (let attempt = 0; attempt < 4; attempt++) {
+    const port = attempt === 0 && previousPort > 0 ? previousPort : await freePort();
     try {
       await runPostgresProgram(
         bin.pgCtl,

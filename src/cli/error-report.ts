@@ -5,7 +5,7 @@
  */
 import { CommanderError } from 'commander';
 import { ValidationError } from '../errors.js';
-import { MissingDependencyError } from './optional-dependency.js';
+import { MissingDependencyError } from '../optional-dependency.js';
 import { ERROR_PREFIX, printError } from './output.js';
 import { UsageError } from './usage-error.js';
 

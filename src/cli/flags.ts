@@ -3,6 +3,7 @@
  * checked values. A parser's error names the flag (commander prefixes it), and
  * ends the process with exit code 2.
  */
+import { readFile } from 'node:fs/promises';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { UsageError } from './usage-error.js';
 
@@ -94,4 +95,38 @@ export function parsePayloadArgument(text: string): unknown {
   } catch (error) {
     throw new UsageError(`PAYLOAD_JSON is not valid JSON: ${(error as Error).message}`);
   }
+}
+
+/** Most job ids `--ids-from` reads (about 20 MB of ids). */
+const MAX_IDS_FROM = 1_000_000;
+
+/**
+ * The job ids of `--ids-from FILE` (`-` for standard input): decimal ids
+ * separated by whitespace or commas, such as one per line from
+ * `psql -At -c 'SELECT id …'` or `skiplock jobs --json | jq -r '.[].id'`.
+ *
+ * @throws {UsageError} (exit 2) naming `--ids-from` when the file cannot be
+ *   read, holds something that is not a job id, or more than a million ids.
+ */
+export async function readIdsFrom(source: string): Promise<string[]> {
+  let text: string;
+  try {
+    text = source === '-' ? await readStream(process.stdin) : await readFile(source, 'utf8');
+  } catch (error) {
+    const reason = (error as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : 'not readable';
+    throw new UsageError(`--ids-from ${source}: ${reason}`, { cause: error });
+  }
+  const ids = text.split(/[\s,]+/).filter((id) => id !== '');
+  const bad = ids.find((id) => !/^[1-9][0-9]{0,18}$/.test(id));
+  if (bad !== undefined)
+    throw new UsageError(`--ids-from ${source}: not a job id (a positive integer): ${bad.slice(0, 40)}`);
+  if (ids.length > MAX_IDS_FROM)
+    throw new UsageError(`--ids-from ${source}: more than ${MAX_IDS_FROM} ids; split the file`);
+  return ids;
+}
+
+async function readStream(stream: NodeJS.ReadableStream): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of stream) chunks.push(typeof chunk === 'string' ? Buffer.from(chunk) : chunk);
+  return Buffer.concat(chunks).toString('utf8');
 }

@@ -7,8 +7,8 @@
 import { accessSync, constants, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { importOptional, MissingDependencyError } from '../optional-dependency.js';
 import type { HandlerEntry } from '../worker/handler-definition.js';
-import { importOptional } from './optional-dependency.js';
 import { UsageError } from './usage-error.js';
 
 /** Handlers by kind, as loaded from a file. */
@@ -20,6 +20,7 @@ export type LoadedHandlers = Record<string, HandlerEntry<string, unknown>>;
  *
  * @throws {UsageError} naming the file when it is missing or unreadable, fails
  *   to import (syntax error, a throwing top level), or has no such default export.
+ * @throws {MissingDependencyError} for a TypeScript file when `tsx` is not installed.
  */
 export async function loadHandlersFile(file: string): Promise<LoadedHandlers> {
   const path = resolve(file);
@@ -37,6 +38,8 @@ export async function loadHandlersFile(file: string): Promise<LoadedHandlers> {
   try {
     mod = await importModule(path);
   } catch (error) {
+    // A missing tsx is reported as every missing optional package is (one line, exit 1).
+    if (error instanceof MissingDependencyError) throw error;
     return fail(error instanceof Error ? error.message.split('\n', 1)[0]! : String(error), error);
   }
   let handlers = mod.default;
@@ -47,7 +50,8 @@ export async function loadHandlersFile(file: string): Promise<LoadedHandlers> {
     return fail('its default export must be an object mapping kinds to handler functions');
   }
   const kinds = Object.entries(handlers);
-  if (kinds.length === 0) fail('its default export has no handlers');
+  if (kinds.length === 0)
+    fail('its default export has no handlers (use --maintenance-only for a worker that runs no jobs)');
   for (const [kind, handler] of kinds) {
     const definition = handler as { handle?: unknown } | null;
     if (

@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { arch, platform, userInfo } from 'node:os';
 import { SkiplockError } from '../errors.js';
-import { importOptional, isResolvable, MissingDependencyError } from './optional-dependency.js';
+import { importOptional, isResolvable, MissingDependencyError } from '../optional-dependency.js';
 
 /** Ids to run PostgreSQL as: it refuses root, so root runs it as the `postgres` user. */
 export interface RunAs {

@@ -6,6 +6,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { getRequestListener } from '@hono/node-server';
 import { Hono } from 'hono';
 import { HTTPException } from 'hono/http-exception';
+import type { JobMap } from '../job/job.js';
 import type { Skiplock } from '../skiplock.js';
 import { createMetrics, type SkiplockMetrics } from '../telemetry/metrics.js';
 import type { Dashboard, DashboardEnv } from './context.js';
@@ -28,8 +29,12 @@ import { authGuard, bodyGuard, csrfGuard, hostGuard, readOnlyGuard, securityHead
  * // Express or Fastify: see toNodeHandler
  * @throws {ValidationError} naming the option (`options.basePath`…).
  */
-export function createDashboard(skiplock: Skiplock, options: DashboardOptions = {}): Hono<DashboardEnv> {
-  return dashboardApp(skiplock, options);
+export function createDashboard<Jobs extends JobMap>(
+  typed: Skiplock<Jobs>,
+  options: DashboardOptions = {},
+): Hono<DashboardEnv> {
+  // The dashboard handles every kind alike: it reads the instance without its kind map.
+  return dashboardApp(typed as unknown as Skiplock, options);
 }
 
 /**

@@ -8,6 +8,7 @@
 import { isIP } from 'node:net';
 import { serve } from '@hono/node-server';
 import { ValidationError } from '../errors.js';
+import type { JobMap } from '../job/job.js';
 import { assertMigrated } from '../migrations/migrator.js';
 import type { Skiplock } from '../skiplock.js';
 import { dashboardApp } from './app.js';
@@ -61,8 +62,8 @@ export function listenHostRule(bound: string): (host: string) => boolean {
  * @throws {SchemaVersionError} when the schema is not migrated (run `migrate()` or `skiplock migrate` first) or is newer.
  * @throws {Error} when the address cannot be listened on (in use, not local).
  */
-export async function serveDashboard(
-  skiplock: Skiplock,
+export async function serveDashboard<Jobs extends JobMap>(
+  skiplock: Skiplock<Jobs>,
   options: ServeDashboardOptions = {},
 ): Promise<DashboardServer> {
   const { port = 4600, host = '127.0.0.1', ...dashboardOptions } = options;
@@ -77,7 +78,7 @@ export async function serveDashboard(
       `${host} is not a loopback address: give basic auth or read-only mode to listen on it`,
     );
   }
-  const app = dashboardApp(skiplock, dashboardOptions, listenHostRule(host));
+  const app = dashboardApp(skiplock as unknown as Skiplock, dashboardOptions, listenHostRule(host));
   await assertMigrated(skiplock.pool, skiplock.schema);
   const server = await new Promise<ReturnType<typeof serve>>((resolve, reject) => {
     // The server is the dashboard's alone: a browser's icon request at the

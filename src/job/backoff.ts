@@ -3,7 +3,7 @@
  * capped at one hour, times a random factor in [0.5, 1.0).
  *
  * The database computes the real delay on its own clock (see `fail` in
- * `db/queries/jobs.ts`); this pure mirror documents the rule and is what the
+ * `db/queries/results.ts`); this pure mirror documents the rule and is what the
  * property tests hold the SQL to.
  */
 

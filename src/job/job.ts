@@ -64,6 +64,18 @@ export interface JobRecord<Kind extends string = string, Payload = unknown> exte
   errors: AttemptError[];
 }
 
+/**
+ * A job as list views read it (`listJobs` with `payloadPreviewChars`): every
+ * field of {@link JobRecord} but the payload, of which only the start of its
+ * JSON text is read.
+ */
+export interface JobSummary<Kind extends string = string> extends Omit<JobRecord<Kind>, 'payload'> {
+  /** The first `payloadPreviewChars` characters of the payload's JSON text (as PostgreSQL writes jsonb). */
+  payloadPreview: string;
+  /** Whether the payload's JSON text is longer than the preview. */
+  payloadTruncated: boolean;
+}
+
 /** The job as handlers and producers see it, without the bookkeeping columns. */
 export function toJob(record: JobRecord): Job {
   return {
@@ -84,6 +96,13 @@ export const MAX_NAME_BYTES = 1024;
 
 /** Largest payload JSON text, in UTF-8 bytes: jsonb's 256 MiB. */
 const MAX_PAYLOAD_BYTES = 2 ** 28;
+
+/**
+ * Default largest payload accepted by `enqueue`, in bytes of UTF-8 JSON: 1 MiB,
+ * the message limit of Amazon SQS. A job's payload should carry ids and small
+ * arguments, not documents; larger data belongs in a table or object store.
+ */
+export const DEFAULT_MAX_PAYLOAD_BYTES = 1_048_576;
 
 /** Deepest payload nesting accepted. */
 export const MAX_PAYLOAD_DEPTH = 1000;
@@ -126,6 +145,20 @@ export function serializePayload(payload: unknown, field = 'payload'): string {
   return json;
 }
 
+/**
+ * Checks a payload's JSON text against a size limit.
+ *
+ * @throws {ValidationError} naming `field` when it is longer than `maxBytes` bytes of UTF-8.
+ */
+export function assertPayloadSize(json: string, field: string, maxBytes: number): void {
+  // A UTF-16 unit is at most 3 bytes of UTF-8: most payloads need no byte count at all.
+  if (json.length * 3 <= maxBytes) return;
+  const bytes = Buffer.byteLength(json, 'utf8');
+  if (bytes > maxBytes) {
+    throw new ValidationError(field, `is ${bytes} bytes of JSON, more than maxPayloadBytes (${maxBytes})`);
+  }
+}
+
 function checkJsonValue(value: unknown, path: string, seen: Set<object>, depth: number): void {
   switch (typeof value) {
     case 'string':
@@ -157,7 +190,7 @@ function checkJsonValue(value: unknown, path: string, seen: Set<object>, depth: 
     if (proto !== Object.prototype && proto !== null) {
       throw new ValidationError(
         path,
-        `${typeName(value)} is not a plain JSON object (convert it first, e.g. date.toISOString())`,
+        `${typeName(value)} is not a plain JSON object (${conversionHint(value)})`,
       );
     }
     for (const key of Object.keys(value)) {
@@ -168,6 +201,17 @@ function checkJsonValue(value: unknown, path: string, seen: Set<object>, depth: 
       throw new ValidationError(path, 'symbol keys are not JSON');
   }
   seen.delete(value);
+}
+
+/** How to turn a non-plain object into JSON, for the error message. */
+function conversionHint(value: object): string {
+  if (value instanceof Date) return 'convert it first, e.g. date.toISOString()';
+  if (value instanceof Map)
+    return 'convert it first, e.g. Object.fromEntries(map), or [...map] for non-string keys';
+  if (value instanceof Set) return 'convert it first, e.g. [...set]';
+  if (ArrayBuffer.isView(value)) return 'convert it first, e.g. Buffer.from(bytes).toString("base64")';
+  if (value instanceof URL) return 'convert it first, e.g. url.href';
+  return 'copy its fields into a plain object first';
 }
 
 function assertStorableString(value: string, field: string): void {

@@ -15,13 +15,13 @@ import { idList, stringList } from './operations.js';
 export type { CancelCounts };
 
 /** Which jobs to cancel; every given field must match, and at least one must be given. */
-export interface CancelFilter extends ClientOption {
+export interface CancelFilter<Kind extends string = string> extends ClientOption {
   /** Job ids (decimal strings). */
   ids?: string[];
   /** Only queued or only running jobs. @default both */
   status?: CancellableStatus | CancellableStatus[];
-  /** Only jobs of these kinds. */
-  kind?: string | string[];
+  /** Only jobs of these kinds (kinds of the Skiplock's kind map, when it has one). */
+  kind?: Kind | Kind[];
   /** Only jobs of these queues. */
   queue?: string | string[];
 }

@@ -10,7 +10,7 @@ import type { JobQueries } from '../db/queries/jobs.js';
 import { REQUEUABLE_STATUSES } from '../db/queries/requeue.js';
 import { ValidationError } from '../errors.js';
 import { isJobId } from '../job/defaults.js';
-import { JOB_STATUSES, type JobRecord, type JobStatus } from '../job/job.js';
+import { JOB_STATUSES, type JobRecord, type JobStatus, type JobSummary } from '../job/job.js';
 import { integerInRange, parseOptions } from '../options.js';
 import { type ClientOption, clientOptionsSchema, queryable } from '../producer/job-options.js';
 
@@ -18,7 +18,7 @@ import { type ClientOption, clientOptionsSchema, queryable } from '../producer/j
 type Requeuable = (typeof REQUEUABLE_STATUSES)[number];
 
 /** Which dead/failed/cancelled jobs to requeue; all given fields must match. Give a filter, or `all: true`. */
-export interface RequeueFilter extends ClientOption {
+export interface RequeueFilter<Kind extends string = string> extends ClientOption {
   /** Job ids (decimal strings). */
   ids?: string[];
   /**
@@ -26,7 +26,8 @@ export interface RequeueFilter extends ClientOption {
    * with `ids`, cancelled too
    */
   status?: Requeuable | Requeuable[];
-  kind?: string | string[];
+  /** Only jobs of these kinds (kinds of the Skiplock's kind map, when it has one). */
+  kind?: Kind | Kind[];
   queue?: string | string[];
   /** Requeue every dead and failed job; required when no other filter is given. */
   all?: boolean;
@@ -44,6 +45,13 @@ export interface ListJobsFilter extends ClientOption {
   order?: 'newest' | 'oldest';
   /** Continue after this job id, in the listing's order: pass the last id of the previous page. */
   after?: string;
+  /**
+   * Read only the first this many characters of each payload's JSON text
+   * (1–100000): the jobs come back as {@link JobSummary} (`payloadPreview`,
+   * `payloadTruncated`, no `payload`), so a page costs the same whatever the
+   * payloads' size. For list views; `getJob` reads a whole payload. @default the whole payloads
+   */
+  payloadPreviewChars?: number;
 }
 
 /** Counts per queue and status, and the oldest due queued job's age. */
@@ -89,6 +97,7 @@ const listSchema = z.strictObject({
   limit: integerInRange(1, 100_000).optional(),
   order: z.enum(['newest', 'oldest'], { error: "must be 'newest' or 'oldest'" }).optional(),
   after: jobId.optional(),
+  payloadPreviewChars: integerInRange(1, 100_000).optional(),
 });
 
 /**
@@ -138,14 +147,21 @@ export async function getJob(
   return queries.inspect.getById(parsed.client ?? pool, id);
 }
 
-/** A page of jobs matching the filter. @throws {ValidationError} on a bad filter. */
-export async function listJobs(queries: JobQueries, pool: pg.Pool, filter: unknown): Promise<JobRecord[]> {
+/**
+ * A page of jobs matching the filter; with `payloadPreviewChars`, summaries
+ * with a preview of each payload instead. @throws {ValidationError} on a bad filter.
+ */
+export async function listJobs(
+  queries: JobQueries,
+  pool: pg.Pool,
+  filter: unknown,
+): Promise<JobRecord[] | JobSummary[]> {
   const parsed = parseOptions(listSchema, filter, 'filter');
-  return queries.inspect.list(parsed.client ?? pool, toFilter(parsed), {
-    limit: parsed.limit ?? 100,
-    order: parsed.order ?? 'newest',
-    after: parsed.after,
-  });
+  const page = { limit: parsed.limit ?? 100, order: parsed.order ?? 'newest', after: parsed.after } as const;
+  const db = parsed.client ?? pool;
+  if (parsed.payloadPreviewChars !== undefined)
+    return queries.inspect.listPreviews(db, toFilter(parsed), page, parsed.payloadPreviewChars);
+  return queries.inspect.list(db, toFilter(parsed), page);
 }
 
 /** Counts per queue and status. @throws {ValidationError} on an unknown option. */

@@ -5,20 +5,21 @@
 import type pg from 'pg';
 import type { JobQueries } from '../db/queries/jobs.js';
 import type { QueueInfo } from '../db/queries/queues.js';
-import { ValidationError } from '../errors.js';
+import { assertName } from '../job/job.js';
 import { parseOptions } from '../options.js';
 import { clientOptionsSchema } from '../producer/job-options.js';
-import { storableName } from './operations.js';
 
 export type { QueueInfo };
 
-/** A queue name as given to a queue operation. @throws {ValidationError} (field `name`) when empty or not storable text. */
+/**
+ * A queue name as given to a queue operation, checked as `enqueue` checks it.
+ *
+ * @throws {ValidationError} (field `name`) when not a string, empty, not
+ *   storable text, or longer than 1024 bytes of UTF-8 (what an index entry holds).
+ */
 export function queueName(name: unknown): string {
-  const parsed = storableName.safeParse(name);
-  if (!parsed.success || parsed.data.length === 0) {
-    throw new ValidationError('name', 'must be a non-empty queue name (valid text without NUL)');
-  }
-  return parsed.data;
+  assertName(name, 'name');
+  return name;
 }
 
 /**
@@ -27,7 +28,7 @@ export function queueName(name: unknown): string {
  * finish. Pausing a paused queue changes nothing.
  *
  * @returns true when the queue was running before, false when it was paused already.
- * @throws {ValidationError} (field `name`) when the name is empty or not storable text.
+ * @throws {ValidationError} (field `name`) when the name is empty, not storable text or longer than 1024 bytes.
  */
 export async function pauseQueue(
   queries: JobQueries,
@@ -44,7 +45,7 @@ export async function pauseQueue(
  * Resumes a paused queue and wakes workers at once.
  *
  * @returns true when the queue was paused, false when it was not.
- * @throws {ValidationError} (field `name`) when the name is empty or not storable text.
+ * @throws {ValidationError} (field `name`) when the name is empty, not storable text or longer than 1024 bytes.
  */
 export async function resumeQueue(
   queries: JobQueries,

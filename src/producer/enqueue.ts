@@ -3,13 +3,14 @@
  * or on the caller's connection (so the jobs commit or roll back with the
  * caller's transaction, and wake workers only on commit).
  */
+
 import type pg from 'pg';
 import { type Queryable, withTransaction } from '../db/executor.js';
 import type { NewJob } from '../db/queries/insert.js';
 import type { JobQueries } from '../db/queries/jobs.js';
 import { ValidationError } from '../errors.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../job/defaults.js';
-import { toJob } from '../job/job.js';
+import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES, toJob } from '../job/job.js';
 import type { EnqueuedJob } from '../job/unique.js';
 import { parseOptions } from '../options.js';
 import type { JobTracing } from '../telemetry/tracing.js';
@@ -37,9 +38,11 @@ export async function enqueueOne(
   payload: unknown,
   options: EnqueueOptions,
   tracing?: JobTracing,
+  maxPayloadBytes = DEFAULT_MAX_PAYLOAD_BYTES,
 ): Promise<EnqueuedJob> {
   const parsed = parseOptions(enqueueOptionsSchema, options, 'options');
   const job = toNewJob(kind, payload, parsed, { kind: 'kind', payload: 'payload', options: 'options.' });
+  assertPayloadSize(job.payloadJson, 'payload', maxPayloadBytes);
   const db = parsed.client ?? pool;
   if (tracing) {
     const [enqueued] = await tracing.enqueue([job], async () => [await insertOne(queries, db, job)]);
@@ -72,11 +75,15 @@ export async function enqueueMany(
   items: unknown,
   options: unknown,
   tracing?: JobTracing,
+  maxPayloadBytes = DEFAULT_MAX_PAYLOAD_BYTES,
 ): Promise<EnqueuedJob[]> {
   if (!Array.isArray(items)) throw new ValidationError('jobs', 'must be an array');
   const parsed = parseOptions(clientOptionsSchema, options, 'options');
   if (items.length === 0) return [];
   const rows = items.map((item, i) => toNewJobOfMany(item, i));
+  rows.forEach((row, i) => {
+    assertPayloadSize(row.payloadJson, `jobs[${i}].payload`, maxPayloadBytes);
+  });
   if (tracing) return tracing.enqueue(rows, () => insertAll(queries, pool, parsed.client, items, rows));
   return insertAll(queries, pool, parsed.client, items, rows);
 }

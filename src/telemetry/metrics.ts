@@ -10,7 +10,8 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import { z } from 'zod';
-import { JOB_STATUSES } from '../job/job.js';
+import { JOB_STATUSES, type JobMap } from '../job/job.js';
+import { importOptional } from '../optional-dependency.js';
 import { parseOptions } from '../options.js';
 import type { QueueStats, Skiplock } from '../skiplock.js';
 import type { Worker } from '../worker/worker.js';
@@ -68,20 +69,14 @@ const optionsSchema = z.strictObject({
 /**
  * Loads prom-client.
  *
- * @throws {Error} naming the missing package and the install command when it is not installed.
+ * @throws {MissingDependencyError} naming the package and the install command when it is not installed.
  */
 export async function loadPromClient(): Promise<PromClient> {
-  try {
-    const mod = (await import('prom-client')) as PromClient & { default?: PromClient };
-    return mod.default ?? mod;
-  } catch (error) {
-    if ((error as { code?: unknown }).code === 'ERR_MODULE_NOT_FOUND') {
-      throw new Error('skiplock metrics need the package prom-client: npm install prom-client', {
-        cause: error,
-      });
-    }
-    throw error;
-  }
+  const mod = await importOptional<PromClient & { default?: PromClient }>('prom-client', {
+    packageName: 'prom-client',
+    neededFor: 'skiplock metrics',
+  });
+  return mod.default ?? mod;
 }
 
 /**
@@ -100,10 +95,10 @@ export async function loadPromClient(): Promise<PromClient> {
  * metrics.observeWorker(worker);
  * http.createServer(async (_, res) => res.end(await metrics.text())).listen(9464);
  * @throws {ValidationError} on a bad option.
- * @throws {Error} when prom-client is not installed.
+ * @throws {MissingDependencyError} when prom-client is not installed.
  */
-export async function createMetrics(
-  skiplock: Skiplock,
+export async function createMetrics<Jobs extends JobMap>(
+  skiplock: Skiplock<Jobs>,
   options: MetricsOptions = {},
 ): Promise<SkiplockMetrics> {
   const parsed = parseOptions(optionsSchema, options, 'options');
@@ -190,7 +185,7 @@ export async function createMetrics(
  * gauges one after the other in the microtasks that follow the query's result,
  * so the result is shared until the next turn of the event loop, never longer.
  */
-function sharedStats(skiplock: Skiplock): () => Promise<QueueStats[]> {
+function sharedStats<Jobs extends JobMap>(skiplock: Skiplock<Jobs>): () => Promise<QueueStats[]> {
   let current: Promise<QueueStats[]> | undefined;
   return () => {
     if (!current) {
@@ -268,10 +263,11 @@ export async function serveMetrics(
  * A worker's metrics on their own HTTP server: the gauges of `skiplock` and the
  * counters of `worker`, at `http://host:port/metrics`.
  *
- * @throws {Error} when prom-client is not installed or the port cannot be listened on.
+ * @throws {MissingDependencyError} when prom-client is not installed.
+ * @throws {Error} when the port cannot be listened on.
  */
-export async function serveWorkerMetrics(
-  skiplock: Skiplock,
+export async function serveWorkerMetrics<Jobs extends JobMap>(
+  skiplock: Skiplock<Jobs>,
   worker: Worker,
   options: { port: number; host?: string },
 ): Promise<MetricsServer> {

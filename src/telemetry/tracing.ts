@@ -14,8 +14,8 @@
 import type * as OpenTelemetry from '@opentelemetry/api';
 import type { Attributes, Context, Span, Tracer } from '@opentelemetry/api';
 import type { NewJob } from '../db/queries/insert.js';
-import { MissingDependencyError } from '../errors.js';
 import type { Job } from '../job/job.js';
+import { importOptional } from '../optional-dependency.js';
 import type { RunOutcome } from '../worker/executor.js';
 
 type Api = typeof OpenTelemetry;
@@ -244,17 +244,10 @@ function isCarrier(value: unknown): value is Record<string, string> {
  * @throws {MissingDependencyError} when `@opentelemetry/api` is not installed.
  */
 export async function loadTracing(): Promise<JobTracing> {
-  let api: Api;
-  try {
-    api = await import('@opentelemetry/api');
-  } catch (error) {
-    const code = (error as NodeJS.ErrnoException | undefined)?.code;
-    if (code !== 'ERR_MODULE_NOT_FOUND' && code !== 'MODULE_NOT_FOUND') throw error;
-    throw new MissingDependencyError(
-      '@opentelemetry/api',
-      "skiplock tracing needs the package '@opentelemetry/api': npm install @opentelemetry/api (or turn tracing off)",
-      { cause: error },
-    );
-  }
+  const api = await importOptional<Api>('@opentelemetry/api', {
+    packageName: '@opentelemetry/api',
+    neededFor: 'skiplock tracing',
+    alternative: 'turn tracing off',
+  });
   return new OpenTelemetryTracing(api);
 }

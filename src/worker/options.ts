@@ -1,7 +1,9 @@
 /**
  * Worker options, their defaults, and their validation.
  */
+
 import { z } from 'zod';
+import { isPostgresUrl, NOT_A_POSTGRES_URL } from '../config.js';
 import { ValidationError } from '../errors.js';
 import { DEFAULT_QUEUE, DEFAULT_VISIBILITY_TIMEOUT_MS } from '../job/defaults.js';
 import type { JobMap } from '../job/job.js';
@@ -42,9 +44,20 @@ export type { SuccessPolicy };
 export interface WorkerOptions<Jobs extends JobMap> {
   /**
    * Handlers by kind. The worker claims only jobs of these kinds; a job of
-   * another kind waits for a worker that has its handler.
+   * another kind waits for a worker that has its handler. At least one, unless
+   * `maintenanceOnly` is true (then none).
    */
   handlers: Handlers<Jobs>;
+  /**
+   * A worker that runs no jobs: it only sweeps dead leases, prunes (with
+   * `retentionMs`) and enqueues schedules' slots. Give `handlers: {}` with it.
+   * Without it, a worker with no handlers is refused, as it is most likely a
+   * mistake (an empty or wrongly exported handlers module).
+   * @default false
+   * @example
+   * skiplock.worker({ handlers: {}, maintenanceOnly: true });
+   */
+  maintenanceOnly?: boolean;
   /** Queues to claim from. The worker claims only jobs of kinds in `handlers`. @default ['default'] */
   queues?: string[];
   /** Handlers running at once in this worker. @default 10 */
@@ -173,6 +186,8 @@ const DEFAULT_MIN_PREFETCH = 500;
 export interface ResolvedWorkerOptions {
   /** Handlers by kind, validated, with their kinds' defaults. */
   handlers: Map<string, ResolvedHandler>;
+  /** True for a worker that runs no jobs (no handlers). */
+  maintenanceOnly: boolean;
   queues: string[];
   concurrency: number;
   batchSize: number;
@@ -243,6 +258,7 @@ const schema = z.strictObject({
     .enum(WORKER_CHOICE_OPTIONS.onSuccess.choices, { error: "must be 'delete', 'keep' or 'archive'" })
     .optional(),
   handleSignals: z.boolean({ error: 'must be a boolean' }).optional(),
+  maintenanceOnly: z.boolean({ error: 'must be a boolean' }).optional(),
   schedules: z.boolean({ error: 'must be a boolean' }).optional(),
   workerId: z
     .string({ error: 'must be a string' })
@@ -253,6 +269,7 @@ const schema = z.strictObject({
   listenConnectionString: z
     .string({ error: 'must be a string' })
     .min(1, { error: 'must not be empty' })
+    .refine(isPostgresUrl, { error: NOT_A_POSTGRES_URL })
     .optional(),
   listenProbeIntervalMs: numberOption(N.listenProbeIntervalMs).optional(),
   preparedStatements: z.boolean({ error: 'must be a boolean' }).optional(),
@@ -268,13 +285,28 @@ const schema = z.strictObject({
 /**
  * Validates worker options and fills in defaults.
  *
- * @throws {ValidationError} naming the field (`worker.concurrency`, `worker.handlers.send_email`…).
+ * @throws {ValidationError} naming the field (`worker.concurrency`, `worker.handlers.send_email`…);
+ *   `worker.handlers` when there is none and `maintenanceOnly` is not true,
+ *   `worker.maintenanceOnly` when it is true and handlers are given.
  */
 export function resolveWorkerOptions(options: unknown): ResolvedWorkerOptions {
   if (typeof options !== 'object' || options === null)
     throw new ValidationError('worker', 'options must be an object');
   const parsed = parseOptions(schema, options, 'worker');
   const handlers = resolveHandlers(parsed.handlers, 'worker.handlers');
+  const maintenanceOnly = parsed.maintenanceOnly ?? false;
+  if (handlers.size === 0 && !maintenanceOnly) {
+    throw new ValidationError(
+      'worker.handlers',
+      'has no handlers, so the worker would run no job (give maintenanceOnly: true for a worker that only sweeps, prunes and runs schedules)',
+    );
+  }
+  if (handlers.size > 0 && maintenanceOnly) {
+    throw new ValidationError(
+      'worker.maintenanceOnly',
+      'a maintenance-only worker runs no jobs: give handlers: {}',
+    );
+  }
   const queues = (parsed.queues ?? [DEFAULT_QUEUE]) as unknown[];
   queues.forEach((q, i) => {
     assertName(q, `worker.queues[${i}]`);
@@ -297,6 +329,7 @@ export function resolveWorkerOptions(options: unknown): ResolvedWorkerOptions {
   }
   return {
     handlers: withMiddleware(handlers, parsed.middleware ?? []),
+    maintenanceOnly,
     queues: [...new Set(queues as string[])],
     concurrency,
     batchSize: Math.min(parsed.batchSize ?? concurrency + prefetch, concurrency + prefetch),

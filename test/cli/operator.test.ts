@@ -1,6 +1,9 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Skiplock } from '../../src/index.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase } from '../support/database.js';
+import { Skiplock } from '../../src/index.js';
+import { createTestDatabase, TEST_SCHEMA, type TestDatabase, tableIn } from '../support/database.js';
 import { runCli } from './cli-process.js';
 
 let db: TestDatabase;
@@ -52,5 +55,55 @@ describe('skiplock CLI for operators', () => {
     expect(await page('--oldest-first')).toEqual(ids.slice(0, 2));
     const bad = await runCli(['jobs', '--after', 'abc', ...conn]);
     expect(bad.code).toBe(2);
+  });
+
+  it('jobs reads a bounded preview of each payload, never whole payloads', async () => {
+    const roomy = new Skiplock({ pool: db.pool, schema: TEST_SCHEMA, maxPayloadBytes: 2 ** 28 });
+    const big = await roomy.enqueue('k', { blob: 'z'.repeat(3_000_000) }, { queue: 'op-preview' });
+    await roomy.close();
+    const result = await runCli([
+      'jobs',
+      '--queue',
+      'op-preview',
+      '--payload-chars',
+      '12',
+      '--json',
+      ...conn,
+    ]);
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout.length).toBeLessThan(5_000);
+    const [listed] = JSON.parse(result.stdout) as Record<string, unknown>[];
+    expect(listed).toMatchObject({ id: big.id, payloadPreview: '{"blob": "zz', payloadTruncated: true });
+    expect(listed).not.toHaveProperty('payload');
+  });
+
+  it('cancel and requeue take many ids from a file or standard input (--ids-from)', async () => {
+    const jobs = await skiplock.enqueueMany(
+      Array.from({ length: 300 }, (_, i) => ({ kind: 'k', payload: { i }, queue: 'op-ids' })),
+    );
+    const ids = jobs.map((j) => j.id);
+    const cancelled = await runCli(['cancel', '--ids-from', '-', '--json', ...conn], {
+      input: `${ids.slice(0, 200).join('\n')}\n`,
+    });
+    expect(cancelled.code, cancelled.stderr).toBe(0);
+    expect(JSON.parse(cancelled.stdout)).toEqual({ cancelled: 200, running: 0 });
+    const file = join(mkdtempSync(join(tmpdir(), 'skiplock-ids-')), 'ids.txt');
+    writeFileSync(file, ids.slice(0, 150).join(', '));
+    const requeued = await runCli(['requeue', '--ids-from', file, '--json', ...conn]);
+    expect(requeued.code, requeued.stderr).toBe(0);
+    expect(JSON.parse(requeued.stdout)).toEqual({ requeued: 150 });
+    const counts = await db.query<{ status: string; n: number }>(
+      `SELECT status, count(*)::int AS n FROM ${tableIn(TEST_SCHEMA, 'jobs')} WHERE queue = 'op-ids' GROUP BY status ORDER BY status`,
+    );
+    expect(counts).toEqual([
+      { status: 'cancelled', n: 50 },
+      { status: 'queued', n: 250 },
+    ]);
+    const bad = await runCli(['cancel', '--ids-from', '-', ...conn], { input: '12\nabc\n' });
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/^skiplock: error: --ids-from -: not a job id \(a positive integer\): abc$/m);
+    const missing = await runCli(['requeue', '--ids-from', join(tmpdir(), 'skiplock-no-such-ids'), ...conn]);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toMatch(/--ids-from \S+: no such file/);
   });
 });

@@ -183,6 +183,10 @@ describe('skiplock worker', () => {
             .split('\n')
             .find((l) => l.includes('worker started'))!,
         ) as Record<string, unknown>;
+      // The first line names the kinds loaded, not an empty `"handlers":{}`.
+      expect(started(worker)).toMatchObject({ kinds: ['echo', 'slow', 'boom'] });
+      expect(started(worker)).not.toHaveProperty('handlers');
+      expect(started(worker).msg).toBe('worker started on queues cli-pooler for kinds echo, slow, boom');
       expect(started(worker)).toMatchObject({
         listen: true,
         listenProbeIntervalMs: 5000,

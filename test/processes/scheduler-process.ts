@@ -10,7 +10,7 @@ import { Skiplock } from '../../src/index.js';
 const pool = new pg.Pool({ connectionString: process.env.SKIPLOCK_URL, max: 4 });
 pool.on('error', () => {});
 const skiplock = new Skiplock({ pool, schema: process.env.SKIPLOCK_SCHEMA ?? 'skiplock' });
-const worker = skiplock.worker({ handlers: {}, handleSignals: true });
+const worker = skiplock.worker({ handlers: {}, maintenanceOnly: true, handleSignals: true });
 worker.on('error', (error, source) =>
   process.stderr.write(`scheduler process ${source}: ${error.message}\n`),
 );

@@ -12,6 +12,7 @@ import {
   type ConnectionFlags,
   collect,
   examples,
+  readIdsFrom,
   repeatableChoice,
 } from '../flags.js';
 import { printJson, printText } from '../output.js';
@@ -21,6 +22,7 @@ interface CancelFlags extends ConnectionFlags {
   status?: CancellableStatus[];
   kind?: string[];
   queue?: string[];
+  idsFrom?: string;
   json?: boolean;
 }
 
@@ -36,15 +38,24 @@ export function cancelCommand(): Command {
       repeatableChoice('--status <status>', 'only queued or only running jobs', CANCELLABLE_STATUSES),
     )
     .option('--kind <kind>', 'only this kind (repeatable)', collect)
-    .option('--queue <name>', 'only this queue (repeatable)', collect);
+    .option('--queue <name>', 'only this queue (repeatable)', collect)
+    .option(
+      '--ids-from <file>',
+      'also the job ids in FILE (- for standard input), separated by whitespace or commas',
+    );
   addConnectionFlags(command);
   addJsonFlag(command);
   return command
     .addHelpText(
       'after',
-      examples('skiplock cancel 42 43', 'skiplock cancel --kind send_invoice_email --status queued --json'),
+      examples(
+        'skiplock cancel 42 43',
+        'skiplock cancel --kind send_invoice_email --status queued --json',
+        "psql -At -c \"SELECT id FROM skiplock.jobs WHERE payload->>'tenant' = '7'\" | skiplock cancel --ids-from -",
+      ),
     )
-    .action(async (ids: string[], flags: CancelFlags) => {
+    .action(async (args: string[], flags: CancelFlags) => {
+      const ids = flags.idsFrom === undefined ? args : [...args, ...(await readIdsFrom(flags.idsFrom))];
       const bad = ids.find((id) => !/^[1-9][0-9]{0,18}$/.test(id));
       if (bad !== undefined) throw new UsageError(`ID must be a job id (a positive integer), got ${bad}`);
       const filter: CancelFilter = {};

@@ -4,10 +4,12 @@
  * dead letters, a worker killed midway, rolled-back orders — then a summary
  * and a proof checked by SQL. Exit 0 only when the proof holds.
  */
+
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Command } from 'commander';
 import pg from 'pg';
+import { DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_STATEMENT_TIMEOUT_MS } from '../../config.js';
 import { quoteIdent } from '../../db/sql.js';
 import { Skiplock } from '../../skiplock.js';
 import { resolveDatabaseUrl } from '../database.js';
@@ -96,7 +98,15 @@ async function runDemo(flags: DemoFlags): Promise<DemoSummary> {
   process.on('SIGTERM', onSignal);
   const { url, embedded } = await resolveDatabaseUrl(flags);
   const schema = `skiplock_demo_${Date.now().toString(36)}_${randomBytes(3).toString('hex')}`;
-  const pool = new pg.Pool({ connectionString: url, max: 10, application_name: 'skiplock-demo' });
+  // The same deadlines as the pool a Skiplock makes: a server that never answers ends the demo.
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: 10,
+    application_name: 'skiplock-demo',
+    connectionTimeoutMillis: DEFAULT_CONNECT_TIMEOUT_MS,
+    query_timeout: DEFAULT_STATEMENT_TIMEOUT_MS,
+    keepAlive: true,
+  });
   pool.on('error', () => {});
   const skiplock = new Skiplock<ShopJobs>({ pool, schema });
   const mode = flags.json || !flags.progress ? 'off' : process.stderr.isTTY ? 'bars' : 'lines';

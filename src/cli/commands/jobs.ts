@@ -25,6 +25,7 @@ interface ListFlags extends ConnectionFlags {
   limit: number;
   oldestFirst?: boolean;
   after?: string;
+  payloadChars: number;
   json?: boolean;
 }
 
@@ -40,7 +41,13 @@ export function jobsCommand(): Command {
     .addOption(repeatableChoice('--status <status>', 'only this status', JOB_STATUSES))
     .option('--limit <n>', 'most jobs shown', integer(1, 100_000), 100)
     .option('--oldest-first', 'oldest id first instead of newest')
-    .option('--after <id>', 'continue after this job id (the last id of the previous page)', jobId);
+    .option('--after <id>', 'continue after this job id (the last id of the previous page)', jobId)
+    .option(
+      '--payload-chars <n>',
+      'characters of each payload read (payload_preview; `jobs show ID` prints a whole payload)',
+      integer(1, 100_000),
+      200,
+    );
   addConnectionFlags(list);
   addJsonFlag(list);
   list
@@ -53,7 +60,12 @@ export function jobsCommand(): Command {
       ),
     )
     .action(async (flags: ListFlags) => {
-      const filter: ListJobsFilter = { limit: flags.limit, order: flags.oldestFirst ? 'oldest' : 'newest' };
+      // A list never reads whole payloads: they may be large, and the table does not show them.
+      const filter: ListJobsFilter & { payloadPreviewChars: number } = {
+        limit: flags.limit,
+        order: flags.oldestFirst ? 'oldest' : 'newest',
+        payloadPreviewChars: flags.payloadChars,
+      };
       if (flags.after) filter.after = flags.after;
       if (flags.queue) filter.queue = flags.queue;
       if (flags.kind) filter.kind = flags.kind;

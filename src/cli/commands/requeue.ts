@@ -10,6 +10,7 @@ import {
   type ConnectionFlags,
   collect,
   examples,
+  readIdsFrom,
   repeatableChoice,
 } from '../flags.js';
 import { printJson, printText } from '../output.js';
@@ -19,6 +20,7 @@ interface RequeueFlags extends ConnectionFlags {
   status?: ('dead' | 'failed' | 'cancelled')[];
   kind?: string[];
   queue?: string[];
+  idsFrom?: string;
   all?: boolean;
   json?: boolean;
 }
@@ -40,6 +42,10 @@ export function requeueCommand(): Command {
     )
     .option('--kind <kind>', 'only this kind (repeatable)', collect)
     .option('--queue <name>', 'only this queue (repeatable)', collect)
+    .option(
+      '--ids-from <file>',
+      'also the job ids in FILE (- for standard input), separated by whitespace or commas',
+    )
     .option('--all', 'every dead and failed job, when no id or filter is given');
   addConnectionFlags(command);
   addJsonFlag(command);
@@ -50,9 +56,11 @@ export function requeueCommand(): Command {
         'skiplock requeue 42 43',
         'skiplock requeue --status dead --kind send_invoice_email',
         'skiplock requeue --all --json',
+        'skiplock requeue --ids-from dead-ids.txt',
       ),
     )
-    .action(async (ids: string[], flags: RequeueFlags) => {
+    .action(async (args: string[], flags: RequeueFlags) => {
+      const ids = flags.idsFrom === undefined ? args : [...args, ...(await readIdsFrom(flags.idsFrom))];
       const filter: RequeueFilter = {};
       const bad = ids.find((id) => !/^[1-9][0-9]{0,18}$/.test(id));
       if (bad !== undefined) throw new UsageError(`ID must be a job id (a positive integer), got ${bad}`);

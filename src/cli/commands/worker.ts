@@ -22,6 +22,7 @@ import { errorMessage } from '../error-report.js';
 import { addConnectionFlags, type ConnectionFlags, choice, collect, examples, integer } from '../flags.js';
 import { loadHandlersFile } from '../handlers-file.js';
 import { createLogger, LOG_LEVELS, type Logger, type LogLevel } from '../logger.js';
+import { UsageError } from '../usage-error.js';
 
 type WorkerOptionFlags = {
   [Name in keyof typeof WORKER_NUMBER_OPTIONS]?: number;
@@ -34,7 +35,8 @@ type WorkerOptionFlags = {
 };
 
 interface WorkerFlags extends ConnectionFlags, WorkerOptionFlags {
-  handlers: string;
+  handlers?: string;
+  maintenanceOnly?: boolean;
   queue?: string[];
   logLevel: LogLevel;
   metricsPort?: number;
@@ -51,9 +53,10 @@ export function workerCommand(): Command {
     .description(
       'Runs a worker: claims jobs of its queues and runs the handlers exported (default export: kind → function) by FILE, an ES module or a .ts file. Logs one JSON line per state change (pino). Stops gracefully on SIGTERM/SIGINT: stops claiming, lets running handlers finish for up to --shutdown-timeout-ms, gives back the rest, exits 0.',
     )
-    .requiredOption(
-      '--handlers <file>',
-      'module whose default export maps kinds to handlers (.js, .mjs, .ts)',
+    .option('--handlers <file>', 'module whose default export maps kinds to handlers (.js, .mjs, .ts)')
+    .option(
+      '--maintenance-only',
+      'run no jobs (no --handlers): only sweep dead leases, prune and enqueue schedules',
     )
     .option('--queue <name>', 'queue to claim from, repeatable (default: default)', collect);
   addWorkerOptionFlags(command);
@@ -74,18 +77,28 @@ export function workerCommand(): Command {
         'skiplock worker --handlers src/handlers.ts --queue emails --queue media --concurrency 20',
         'skiplock worker --handlers ./handlers.js --visibility-timeout-ms 60000 --job-timeout-ms 30000 --on-success keep',
         'skiplock worker --handlers ./handlers.js --database-url $PGBOUNCER_URL --no-prepared-statements --no-session-settings --listen-connection-string $DIRECT_URL',
+        'skiplock worker --maintenance-only --retention-ms 604800000',
       ) +
         `\nThe handlers file:\n  export default {\n    send_invoice_email: async (job, { signal }) => { /* job.payload */ },\n  };\n`,
     )
     .action(async (flags: WorkerFlags) => {
-      const handlers = await loadHandlersFile(flags.handlers);
+      if (flags.maintenanceOnly && flags.handlers !== undefined)
+        throw new UsageError('--maintenance-only runs no jobs: give it without --handlers');
+      if (!flags.maintenanceOnly && flags.handlers === undefined)
+        throw new UsageError('give --handlers FILE (or --maintenance-only for a worker that runs no jobs)');
+      const handlers = flags.handlers === undefined ? {} : await loadHandlersFile(flags.handlers);
       const logger = createLogger(flags.logLevel);
       const db = await openDatabase(flags);
       let worker: Worker;
       let metrics: MetricsServer | undefined;
       try {
         await assertDatabaseUsable(db);
-        worker = db.skiplock.worker({ ...workerOptions(flags), handlers, handleSignals: false });
+        worker = db.skiplock.worker({
+          ...workerOptions(flags),
+          handlers,
+          handleSignals: false,
+          ...(flags.maintenanceOnly && { maintenanceOnly: true }),
+        });
         if (flags.metricsPort !== undefined)
           metrics = await serveWorkerMetrics(db.skiplock, worker, {
             port: flags.metricsPort,
@@ -125,15 +138,19 @@ export function workerCommand(): Command {
         process.on('SIGINT', onSignal);
       });
       await started;
+      const { handlers: loaded, ...settings } = worker.options;
       logger.info(
         {
           schema: db.skiplock.schema,
-          ...worker.options,
+          kinds: [...loaded.keys()],
+          ...settings,
           listenConnectionString:
             worker.options.listenConnectionString && maskUrl(worker.options.listenConnectionString),
           workerId: worker.id,
         },
-        `worker started on queues ${worker.options.queues.join(', ')}`,
+        worker.options.maintenanceOnly
+          ? 'maintenance-only worker started (runs no jobs)'
+          : `worker started on queues ${worker.options.queues.join(', ')} for kinds ${[...loaded.keys()].join(', ')}`,
       );
       // A parent that forked this process (skiplock demo) waits for this before producing.
       process.send?.({ event: 'worker:started', workerId: worker.id });
@@ -147,7 +164,7 @@ export function workerCommand(): Command {
     });
 }
 
-/** How long the start-up check waits for a connection. */
+/** How long the start-up check waits for a connection, and for its answer. */
 const CONNECT_TIMEOUT_MS = 10_000;
 
 /**
@@ -156,7 +173,11 @@ const CONNECT_TIMEOUT_MS = 10_000;
  * or its schema is not migrated. Once started, outages are retried instead.
  */
 async function assertDatabaseUsable(db: CliDatabase): Promise<void> {
-  const client = new pg.Client({ connectionString: db.url, connectionTimeoutMillis: CONNECT_TIMEOUT_MS });
+  const client = new pg.Client({
+    connectionString: db.url,
+    connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+    query_timeout: CONNECT_TIMEOUT_MS,
+  });
   client.on('error', () => {});
   try {
     await client.connect();

@@ -11,6 +11,9 @@ import { queuesPage } from '../views/queues.js';
 import { schedulesPage } from '../views/schedules.js';
 import { errorPage, render } from './render.js';
 
+/** Characters of each payload a jobs list reads. */
+const LIST_PAYLOAD_PREVIEW_CHARS = 200;
+
 const MAX_BIGINT = 9_223_372_036_854_775_807n;
 
 /** Whether `text` is a job id: a positive decimal bigint. */
@@ -68,6 +71,8 @@ export function registerPages(app: Hono<DashboardEnv>, d: Dashboard): void {
         ...(before && { after: before }),
         order: 'newest',
         limit: d.options.pageSize,
+        // The list shows no payload: read only a bounded start of each, however large they are.
+        payloadPreviewChars: LIST_PAYLOAD_PREVIEW_CHARS,
       }),
       d.skiplock.stats(),
     ]);

@@ -2,7 +2,7 @@
  * The jobs page: filters (status, kind, queue), a search by id, the jobs newest
  * first, and a cursor to older pages.
  */
-import { JOB_STATUSES, type JobRecord } from '../../job/job.js';
+import { JOB_STATUSES, type JobRecord, type JobSummary } from '../../job/job.js';
 import type { Dashboard } from '../context.js';
 import { formatAge, formatTime } from './format.js';
 import { type Html, html } from './html.js';
@@ -20,7 +20,12 @@ export interface JobsQuery {
  * Buttons a job's state allows: requeue (dead, failed, cancelled), cancel
  * (queued, or running without a cancel asked for yet) and delete (anything not running).
  */
-export function jobActions(d: Dashboard, csrfToken: string, job: JobRecord, back: string): Html {
+export function jobActions(
+  d: Dashboard,
+  csrfToken: string,
+  job: Omit<JobRecord, 'payload'>,
+  back: string,
+): Html {
   const fields = { back };
   const cancellable = job.status === 'queued' || (job.status === 'running' && job.cancelRequestedAt === null);
   return html`${
@@ -68,7 +73,7 @@ export function jobsPage(
   csrfToken: string,
   query: JobsQuery,
   queues: string[],
-  jobs: JobRecord[],
+  jobs: JobSummary[],
   back: string,
   kindDecides: ReadonlySet<string> = new Set(),
 ): Page {

@@ -2,9 +2,16 @@
  * Reading jobs for people: one by id, a filtered page, and counts per queue
  * and status. Nothing here changes a row.
  */
-import type { JobRecord, JobStatus } from '../../job/job.js';
+import type { JobRecord, JobStatus, JobSummary } from '../../job/job.js';
 import { type Queryable, run, type Statement } from '../executor.js';
-import { JOB_COLUMNS, type JobRow, toJobRecord } from './job-row.js';
+import {
+  JOB_COLUMNS,
+  JOB_COLUMNS_BUT_PAYLOAD,
+  type JobRow,
+  type JobSummaryRow,
+  toJobRecord,
+  toJobSummary,
+} from './job-row.js';
 import type { SchemaNames } from './schema-names.js';
 
 /** Filter of `requeue` and `list`; every field optional, all given fields must match. */
@@ -39,6 +46,7 @@ export interface QueueStatsRow {
 export class InspectQueries {
   readonly #byId: Statement;
   readonly #list: Record<ListOrder, Statement>;
+  readonly #listPreview: Record<ListOrder, Statement>;
   readonly #stats: Statement;
 
   constructor(names: SchemaNames) {
@@ -56,6 +64,21 @@ export class InspectQueries {
     this.#list = {
       newest: statement('list_newest', list('id < $6', 'id DESC')),
       oldest: statement('list_oldest', list('id > $6', 'id')),
+    };
+    // Only the start of each payload's text crosses the wire: a list never reads whole payloads.
+    const preview = (cursor: string, order: string) =>
+      `SELECT ${JOB_COLUMNS_BUT_PAYLOAD}, left(p.text, $7) AS payload_preview, length(p.text) > $7 AS payload_truncated
+       FROM ${jobs} CROSS JOIN LATERAL (SELECT payload::text AS text) p
+       WHERE ($1::bigint[] IS NULL OR id = ANY($1::bigint[]))
+         AND ($2::text[] IS NULL OR status = ANY($2::text[]))
+         AND ($3::text[] IS NULL OR kind = ANY($3::text[]))
+         AND ($4::text[] IS NULL OR queue = ANY($4::text[]))
+         AND ($6::bigint IS NULL OR ${cursor})
+       ORDER BY ${order}
+       LIMIT $5`;
+    this.#listPreview = {
+      newest: statement('list_preview_newest', preview('id < $6', 'id DESC')),
+      oldest: statement('list_preview_oldest', preview('id > $6', 'id')),
     };
     this.#stats = statement(
       'stats',
@@ -85,6 +108,25 @@ export class InspectQueries {
       page.after ?? null,
     ]);
     return rows.map(toJobRecord);
+  }
+
+  /** One page of the jobs matching the filter, each payload read as its first `previewChars` characters. */
+  async listPreviews(
+    db: Queryable,
+    filter: JobFilter,
+    page: ListPage,
+    previewChars: number,
+  ): Promise<JobSummary[]> {
+    const { rows } = await run<JobSummaryRow>(db, this.#listPreview[page.order], [
+      filter.ids ?? null,
+      filter.status ?? null,
+      filter.kind ?? null,
+      filter.queue ?? null,
+      page.limit,
+      page.after ?? null,
+      previewChars,
+    ]);
+    return rows.map(toJobSummary);
   }
 
   /** Counts per queue and status, and the oldest due queued job's age. */

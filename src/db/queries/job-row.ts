@@ -3,7 +3,7 @@
  * rows to records, and the lease a result is fenced by.
  */
 import { toAttemptErrors } from '../../job/attempt-history.js';
-import type { JobRecord, JobStatus } from '../../job/job.js';
+import type { JobRecord, JobStatus, JobSummary } from '../../job/job.js';
 
 /** A job row as selected (snake_case, as PostgreSQL returns it). */
 export interface JobRow {
@@ -27,9 +27,18 @@ export interface JobRow {
   errors: unknown;
 }
 
+/** Every column of {@link JobRow} but the payload, in one select list (list views read a preview of it). */
+export const JOB_COLUMNS_BUT_PAYLOAD =
+  'id, queue, kind, status, priority, run_at, attempts, max_attempts, locked_at, locked_by, lease_seq, last_error, created_at, finished_at, cancel_requested_at, errors';
+
 /** Every column of {@link JobRow}, in one select list. */
-export const JOB_COLUMNS =
-  'id, queue, kind, payload, status, priority, run_at, attempts, max_attempts, locked_at, locked_by, lease_seq, last_error, created_at, finished_at, cancel_requested_at, errors';
+export const JOB_COLUMNS = `${JOB_COLUMNS_BUT_PAYLOAD}, payload`;
+
+/** A row of a list view: the payload's preview instead of the payload. */
+export interface JobSummaryRow extends Omit<JobRow, 'payload'> {
+  payload_preview: string;
+  payload_truncated: boolean;
+}
 
 /** Maps a selected row to the camelCase record; the one place this mapping happens. */
 export function toJobRecord(row: JobRow): JobRecord {
@@ -52,6 +61,13 @@ export function toJobRecord(row: JobRow): JobRecord {
     cancelRequestedAt: row.cancel_requested_at,
     errors: toAttemptErrors(row.errors),
   };
+}
+
+/** Maps a list view's row to its camelCase summary. */
+export function toJobSummary(row: JobSummaryRow): JobSummary {
+  const { payload_preview, payload_truncated, ...rest } = row;
+  const { payload: _, ...record } = toJobRecord({ ...rest, payload: null });
+  return { ...record, payloadPreview: payload_preview, payloadTruncated: payload_truncated };
 }
 
 /**

