@@ -10,12 +10,12 @@ import { describe, expect, it } from 'vitest';
 import {
   figure,
   startWorker,
-  tally,
   useChaosDatabase,
   type WorkerProcess,
   workerConfig,
 } from './support/cluster.js';
 import { type NetProxy, startNetProxy } from './support/net-proxy.js';
+import { partitionAndHeal } from './support/partition.js';
 import type { WorkerProcessConfig } from './support/protocol.js';
 
 const t = useChaosDatabase();
@@ -46,89 +46,24 @@ function behind(proxy: NetProxy, overrides: Partial<WorkerProcessConfig>): Promi
   );
 }
 
-/** The jobs' whole rows, as JSON, in id order. */
-async function rows(ids: string[]): Promise<Record<string, unknown>[]> {
-  const found = await t.query<{ row: Record<string, unknown> }>(
-    `SELECT to_jsonb(j) AS row FROM ${t.jobs} j WHERE id = ANY($1::bigint[]) ORDER BY id`,
-    [ids],
-  );
-  return found.map((r) => r.row);
-}
-
 describe('chaos: half-open partition of one worker', () => {
   it('its jobs are reclaimed by another worker, its late results change nothing, and it claims again after the heal', async () => {
     const queue = 'partition';
     const proxy = await proxyToSuiteServer();
     const cut = await behind(proxy, { queues: [queue], concurrency: 2 });
-    const x = await t.skiplock.enqueue('block', {}, { queue });
-    const y = await t.skiplock.enqueue('block', {}, { queue });
-    const ids = [x.id, y.id];
-    for (const id of ids) await cut.next('started', (m) => m.id === id && m.attempts === 1);
-
-    proxy.partition();
-    const partitionedAt = Date.now();
-    // Started only now, so that only a reclaim can give it the partitioned worker's jobs.
-    const other = await startWorker(
-      t,
-      workerConfig(t, { queues: [queue], concurrency: 2, visibilityTimeoutMs: VISIBILITY_TIMEOUT_MS }),
-    );
-    for (const id of ids) await other.next('started', (m) => m.id === id && m.attempts === 2, 30_000);
-    const reclaimedMs = Date.now() - partitionedAt;
-    expect(reclaimedMs).toBeGreaterThanOrEqual(VISIBILITY_TIMEOUT_MS);
-    const second = await rows(ids);
-    expect(second.map((r) => [r.status, r.attempts, r.locked_by, r.last_error])).toEqual([
-      ['running', 2, other.workerId, 'reclaimed: visibility timeout'],
-      ['running', 2, other.workerId, 'reclaimed: visibility timeout'],
-    ]);
-
-    // The partitioned worker's handlers end now: their results wait in the partition.
-    cut.send({ type: 'finish', id: x.id, outcome: 'ok' });
-    cut.send({ type: 'finish', id: y.id, outcome: 'permanent' });
-    for (const id of ids) await cut.next('finishing', (m) => m.id === id);
-    proxy.heal();
-    const partitionMs = Date.now() - partitionedAt;
-    for (const id of ids) await cut.next('job:stale', (m) => m.id === id && m.attempts === 1, 30_000);
-    // The late success did not end x, the late permanent failure did not fail y: not one column moved.
-    expect(await rows(ids)).toEqual(second);
-    expect(cut.reported('job:success')).toEqual([]);
-    expect(cut.reported('job:failure')).toEqual([]);
-
-    for (const id of ids) other.send({ type: 'finish', id, outcome: 'ok' });
-    for (const id of ids) await other.next('job:success', (m) => m.id === id && m.attempts === 2);
-    const final = await rows(ids);
-    expect(final.map((r) => [r.status, r.attempts, r.locked_by, r.last_error])).toEqual([
-      ['succeeded', 2, null, 'reclaimed: visibility timeout'],
-      ['succeeded', 2, null, 'reclaimed: visibility timeout'],
-    ]);
-    const counted = await tally(t.db.pool, t.schema, ids);
-    expect(counted).toMatchObject({ effects: 2, duplicates: 2, lost: 0, sameAttemptTwice: 0 });
-
-    // Alone again, the healed worker claims and finishes a new job by itself.
-    await other.shutdown();
-    const z = await t.skiplock.enqueue('block', {}, { queue });
-    await cut.next('started', (m) => m.id === z.id && m.attempts === 1, 30_000);
-    cut.send({ type: 'finish', id: z.id, outcome: 'ok' });
-    await cut.next('job:success', (m) => m.id === z.id && m.attempts === 1);
-    expect(await t.row(z.id)).toEqual({
-      status: 'succeeded',
-      attempts: 1,
-      locked_by: null,
-      last_error: null,
+    const figures = await partitionAndHeal(t, {
+      queue,
+      cut,
+      startOther: () =>
+        startWorker(
+          t,
+          workerConfig(t, { queues: [queue], concurrency: 2, visibilityTimeoutMs: VISIBILITY_TIMEOUT_MS }),
+        ),
+      partition: () => proxy.partition(),
+      heal: () => proxy.heal(),
+      visibilityTimeoutMs: VISIBILITY_TIMEOUT_MS,
     });
-    figure('half-open-partition', {
-      jobs: 3,
-      kills: 0,
-      restarts: 0,
-      effects: counted.effects + 1,
-      duplicates: counted.duplicates,
-      lost: counted.lost,
-      partitionMs,
-      reclaimedMs,
-      stale: cut.reported('job:stale').length,
-      leaseLostByHeartbeat: cut.reported('lease:lost').length,
-      proxiedConnections: proxy.accepted,
-    });
-    expect(cut.alive).toBe(true);
+    figure('half-open-partition', { kills: 0, restarts: 0, ...figures, proxiedConnections: proxy.accepted });
     await cut.shutdown();
     expect(cut.exit).toEqual({ code: null, signal: 'SIGTERM' });
   });
