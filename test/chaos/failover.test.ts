@@ -86,6 +86,7 @@ describe('chaos: failover to a synchronous standby', () => {
     ).rows;
     expect(replica?.sync_state).toBe('sync');
 
+    const listenMarks = workers.map((w) => w.messages.length);
     await servers.killPrimary();
     const killedAt = Date.now();
     await servers.promoteStandby();
@@ -106,6 +107,8 @@ describe('chaos: failover to a synchronous standby', () => {
 
     await waitUntilSettled(pool, schema, ids, 90_000);
     const settleMs = Date.now() - killedAt;
+    // Each worker listens again, on the promoted standby.
+    for (const [i, w] of workers.entries()) await w.next('listen', () => true, 30_000, listenMarks[i]);
     const counted = await tally(pool, schema, ids);
     const [attempts] = (
       await pool.query<{ reclaimed: number; max: number }>(
