@@ -5,7 +5,8 @@
  *   new, stops moving bytes both ways while its sockets stay open (no FIN, no
  *   RST), as behind a dead link or a NAT that lost its entry. The proxy stops
  *   reading, so what either side writes waits in the kernel's buffers and is
- *   delivered in order on `heal()`, as TCP retransmission would deliver it.
+ *   delivered in order on `heal()`, as TCP retransmission would deliver it;
+ *   a side that closes meanwhile is seen closed by the other only then.
  * - `retarget()`: the address now leads to another server (a failover behind
  *   one address); connections to the old one are cut.
  * - `dropNotifications`: the server's NotificationResponse messages are
@@ -49,6 +50,8 @@ export interface NetProxy {
 interface Pair {
   client: Socket;
   server: Socket | undefined;
+  /** One side ended during the partition: the other learns it when the partition heals. */
+  ended: boolean;
 }
 
 /** NotificationResponse ('A'): its type byte, then an int32 length that counts itself. */
@@ -86,6 +89,10 @@ export async function startNetProxy(target: ProxyTarget, options: NetProxyOption
   let dropped = 0;
 
   const end = (pair: Pair) => {
+    if (partitioned) {
+      pair.ended = true;
+      return;
+    }
     pairs.delete(pair);
     pair.client.destroy();
     pair.server?.destroy();
@@ -109,7 +116,7 @@ export async function startNetProxy(target: ProxyTarget, options: NetProxyOption
 
   const proxy = createServer((client) => {
     accepted++;
-    const pair: Pair = { client, server: undefined };
+    const pair: Pair = { client, server: undefined, ended: false };
     pairs.add(pair);
     client.on('error', () => end(pair)).on('close', () => end(pair));
     // Held, unread, until the partition heals: the client's SYN was answered, nothing more.
@@ -141,8 +148,9 @@ export async function startNetProxy(target: ProxyTarget, options: NetProxyOption
     },
     heal() {
       partitioned = false;
-      for (const pair of pairs) {
-        if (pair.server) {
+      for (const pair of [...pairs]) {
+        if (pair.ended) end(pair);
+        else if (pair.server) {
           pair.server.resume();
           pair.client.resume();
         } else link(pair);
@@ -150,7 +158,11 @@ export async function startNetProxy(target: ProxyTarget, options: NetProxyOption
     },
     retarget(next) {
       current = next;
-      for (const pair of [...pairs]) end(pair);
+      for (const pair of [...pairs]) {
+        pairs.delete(pair);
+        pair.client.destroy();
+        pair.server?.destroy();
+      }
     },
     get accepted() {
       return accepted;
@@ -162,6 +174,7 @@ export async function startNetProxy(target: ProxyTarget, options: NetProxyOption
       return dropped;
     },
     async close() {
+      partitioned = false;
       for (const pair of [...pairs]) end(pair);
       await new Promise<void>((resolve) => proxy.close(() => resolve()));
     },
