@@ -12,6 +12,8 @@ export const LISTEN = 'worker:listen' satisfies keyof WorkerEvents;
 export const SWEEP = 'worker:sweep' satisfies keyof WorkerEvents;
 /** The worker stopped. */
 export const STOP = 'worker:stop' satisfies keyof WorkerEvents;
+/** A warning for the operator (a deaf LISTEN connection, for one). */
+export const WARNING = 'worker:warning' satisfies keyof WorkerEvents;
 /** A claim returned jobs. */
 export const CLAIM = 'worker:claim' satisfies keyof WorkerEvents;
 

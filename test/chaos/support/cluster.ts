@@ -52,6 +52,12 @@ export function workerConfig(
   };
 }
 
+/** Where a worker process runs. */
+export interface SpawnOptions {
+  /** A network namespace (`ip netns`) to run it in, as a host of its own; the test's by default. */
+  netns?: string;
+}
+
 /** One worker process and everything it reported. */
 export class WorkerProcess {
   readonly config: WorkerProcessConfig;
@@ -63,10 +69,14 @@ export class WorkerProcess {
   #shuttingDown = false;
   readonly #listeners = new Set<(message: ChildMessage) => void>();
 
-  constructor(config: WorkerProcessConfig) {
+  constructor(config: WorkerProcessConfig, options: SpawnOptions = {}) {
     this.config = config;
+    const node = ['--import', 'tsx'];
     this.child = fork(SCRIPT, [], {
-      execArgv: ['--import', 'tsx'],
+      // In a network namespace, `ip netns exec` runs node there (it execs: the pid and IPC channel stay).
+      ...(options.netns
+        ? { execPath: 'ip', execArgv: ['netns', 'exec', options.netns, process.execPath, ...node] }
+        : { execArgv: node }),
       env: { ...process.env, CHAOS_CONFIG: JSON.stringify(config) },
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
@@ -179,15 +189,23 @@ export class WorkerProcess {
 }
 
 /** Forks a worker process that `owner` shuts down after the test (SIGTERM, then SIGKILL). */
-export function spawnWorker(owner: Owner, config: WorkerProcessConfig): WorkerProcess {
-  const p = new WorkerProcess(config);
+export function spawnWorker(
+  owner: Owner,
+  config: WorkerProcessConfig,
+  options: SpawnOptions = {},
+): WorkerProcess {
+  const p = new WorkerProcess(config, options);
   owner.defer(() => p.shutdown(2000));
   return p;
 }
 
 /** Starts a worker process (shut down after the test) and waits until it runs. */
-export async function startWorker(owner: Owner, config: WorkerProcessConfig): Promise<WorkerProcess> {
-  return spawnWorker(owner, config).ready();
+export async function startWorker(
+  owner: Owner,
+  config: WorkerProcessConfig,
+  options: SpawnOptions = {},
+): Promise<WorkerProcess> {
+  return spawnWorker(owner, config, options).ready();
 }
 
 /** The effect tables of a scenario, next to its jobs (job ids start again in each schema). */

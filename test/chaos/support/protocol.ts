@@ -13,6 +13,10 @@ export interface WorkerProcessConfig {
   heartbeatIntervalMs?: number;
   sweepIntervalMs: number;
   shutdownTimeoutMs: number;
+  /** The worker's client-side statement deadline (its default when absent). */
+  statementTimeoutMs?: number;
+  /** How often the LISTEN connection is probed (its default when absent). */
+  listenProbeIntervalMs?: number;
   onSuccess: 'delete' | 'keep' | 'archive';
   handleSignals: boolean;
   /** Extra kinds handled by the sleeping handler (payload {@link SleepPayload}). */
@@ -33,11 +37,14 @@ export type ChildMessage =
   | { type: 'ready'; workerId: string; pid: number }
   | { type: 'listen' }
   | { type: 'started'; id: string; attempts: number }
+  /** A blocked handler was told to finish and returns (or throws) now: its result is about to be written. */
+  | { type: 'finishing'; id: string; attempts: number }
   | { type: 'finish:unknown'; id: string }
   | JobMessage<'job:start' | 'job:success' | 'job:stale' | 'job:released' | 'job:cancelled' | 'lease:lost'>
   | { type: 'job:failure'; id: string; attempts: number; status: string }
   | { type: 'sweep'; requeued: number; dead: number }
   | { type: 'error'; source: string; code: string; message: string }
+  | { type: 'warning'; message: string }
   | { type: 'stop' };
 
 /** One message type per job event, so that `Extract<ChildMessage, { type: 'job:stale' }>` finds it. */

@@ -19,7 +19,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { type Job, PermanentError, Skiplock, type TransactionalHandlerContext } from '../../../src/index.js';
-import { LISTEN, STOP, SWEEP } from '../../support/events.js';
+import { LISTEN, STOP, SWEEP, WARNING } from '../../support/events.js';
 import { tableIn } from '../../support/sql.js';
 import type { ChildMessage, ParentMessage, SleepPayload, WorkerProcessConfig } from './protocol.js';
 
@@ -92,6 +92,10 @@ const worker = skiplock.worker({
   ...(config.heartbeatIntervalMs === undefined ? {} : { heartbeatIntervalMs: config.heartbeatIntervalMs }),
   sweepIntervalMs: config.sweepIntervalMs,
   shutdownTimeoutMs: config.shutdownTimeoutMs,
+  ...(config.statementTimeoutMs === undefined ? {} : { statementTimeoutMs: config.statementTimeoutMs }),
+  ...(config.listenProbeIntervalMs === undefined
+    ? {}
+    : { listenProbeIntervalMs: config.listenProbeIntervalMs }),
   onSuccess: config.onSuccess,
   handleSignals: config.handleSignals,
   handlers: {
@@ -108,6 +112,7 @@ const worker = skiplock.worker({
         send({ type: 'started', id: job.id, attempts: job.attempts });
       });
       finishers.delete(job.id);
+      send({ type: 'finishing', id: job.id, attempts: job.attempts });
       if (outcome === 'permanent') throw new PermanentError(`late failure from ${process.pid}`);
     },
     poison: () => {
@@ -144,6 +149,7 @@ worker.on('error', (error, source) =>
   send({ type: 'error', source, code: error.code, message: error.message }),
 );
 worker.on(STOP, () => send({ type: 'stop' }));
+worker.on(WARNING, (message) => send({ type: 'warning', message }));
 
 await worker.start();
 send({ type: 'ready', workerId: worker.id, pid: process.pid });
