@@ -45,6 +45,13 @@ beforeAll(async () => {
     transaction: (fn) => sql.begin((tx) => fn(fromPostgresJs(tx))) as Promise<never>,
   });
 
+  const unprepared = postgres(db.url, { onnotice: () => {}, prepare: false });
+  closers.push(() => unprepared.end());
+  stacks.push({
+    name: 'postgres.js (prepare: false)',
+    transaction: (fn) => unprepared.begin((tx) => fn(fromPostgresJs(tx))) as Promise<never>,
+  });
+
   const kyselyPool = new pg.Pool({ connectionString: db.url });
   const kysely = new Kysely<{ orders: { id: number } }>({
     dialect: new PostgresDialect({ pool: kyselyPool }),
@@ -84,7 +91,14 @@ afterAll(async () => {
 
 class Rollback extends Error {}
 
-const names = ['postgres.js', 'Kysely', 'Drizzle (node-postgres)', 'Drizzle (postgres.js)', 'Prisma'];
+const names = [
+  'postgres.js',
+  'postgres.js (prepare: false)',
+  'Kysely',
+  'Drizzle (node-postgres)',
+  'Drizzle (postgres.js)',
+  'Prisma',
+];
 
 describe.each(names)('%s', (name) => {
   const stack = () => stacks.find((s) => s.name === name)!;
@@ -186,5 +200,163 @@ describe.each(names)('%s', (name) => {
     expect(stats.find((s) => s.queue === `${queue}-many` && s.status === 'queued')).toMatchObject({
       count: 3,
     });
+  });
+
+  it('array parameters reach the statement as its casts type them: booleans, empty, nulls, ids, dates', async () => {
+    const at = new Date('2030-01-02T03:04:05.678Z');
+    const rows = await stack().transaction(
+      async (client) =>
+        (
+          await client.query(
+            `SELECT $1::bool[]::text AS bools, $2::int[]::text AS empty, $3::int[]::text AS nulls,
+                    $4::bigint[]::text AS ids, $5::timestamptz[] = ARRAY[$6::timestamptz, NULL] AS dates,
+                    $7::text[]::text AS texts, $8::bool AS flag`,
+            [
+              [false, true],
+              [],
+              [null, 2],
+              ['9007199254740993', '1'],
+              [at, null],
+              at.toISOString(),
+              ['a"b', 'c\\d', '{e}', 'NULL', null],
+              false,
+            ],
+          )
+        ).rows,
+    );
+    expect(rows).toEqual([
+      {
+        bools: '{f,t}',
+        empty: '{}',
+        nulls: '{NULL,2}',
+        ids: '{9007199254740993,1}',
+        dates: true,
+        texts: '{"a\\"b","c\\\\d","{e}","NULL",NULL}',
+        flag: false,
+      },
+    ]);
+  });
+
+  it('every enqueue option goes through, a held key is a duplicate, and the transaction stays usable', async () => {
+    const key = `${queue}-key`;
+    const runAt = new Date('2031-02-03T04:05:06.789Z');
+    const later = new Date('2032-03-04T05:06:07.891Z');
+    const { first, skipped, replaced, other, many, rows } = await stack().transaction(async (client) => {
+      const first = await skiplock.enqueue(
+        'options',
+        { v: 1 },
+        {
+          client,
+          queue,
+          uniqueKey: key,
+          uniqueStates: ['queued', 'running', 'succeeded'],
+          priority: 3,
+          maxAttempts: 4,
+          delayMs: 60_000,
+        },
+      );
+      const skipped = await skiplock.enqueue('options', { v: 2 }, { client, queue, uniqueKey: key });
+      const replaced = await skiplock.enqueue(
+        'options',
+        { v: 3 },
+        { client, queue, uniqueKey: key, onConflict: 'replace', runAt, priority: -2, maxAttempts: 7 },
+      );
+      const other = await skiplock.enqueue('options', { o: 1 }, { client, queue, uniqueKey: `${key}-r` });
+      const many = await skiplock.enqueueMany(
+        [
+          { kind: 'options', payload: { m: 0 }, queue, priority: 5 },
+          { kind: 'options', payload: { m: 1 }, queue, uniqueKey: key },
+          {
+            kind: 'options',
+            payload: { m: 2 },
+            queue,
+            uniqueKey: `${key}-b`,
+            delayMs: 1_000,
+            maxAttempts: 2,
+          },
+          {
+            kind: 'options',
+            payload: { m: 3 },
+            uniqueKey: `${key}-r`,
+            onConflict: 'replace',
+            runAt: later,
+            priority: 9,
+          },
+          {
+            kind: 'options',
+            payload: { m: 4 },
+            uniqueKey: `${key}-c`,
+            uniqueStates: ['queued'],
+            onConflict: 'replace',
+          },
+        ],
+        { client },
+      );
+      const { rows } = await client.query('SELECT 1 AS still_usable', []);
+      return { first, skipped, replaced, other, many, rows };
+    });
+    expect(rows).toEqual([{ still_usable: 1 }]);
+    expect(first).toEqual({
+      id: expect.stringMatching(/^\d+$/),
+      kind: 'options',
+      queue,
+      payload: { v: 1 },
+      priority: 3,
+      runAt: new Date(first.createdAt.getTime() + 60_000),
+      attempts: 0,
+      maxAttempts: 4,
+      createdAt: expect.any(Date),
+      duplicate: false,
+    });
+    expect(skipped).toEqual({ ...first, duplicate: true });
+    const rewritten = { ...first, payload: { v: 3 }, runAt, priority: -2, maxAttempts: 7, duplicate: true };
+    expect(replaced).toEqual(rewritten);
+    const [plain, held, b, otherReplaced, c] = many;
+    expect(plain).toMatchObject({ queue, payload: { m: 0 }, priority: 5, maxAttempts: 20, duplicate: false });
+    expect(held).toEqual(rewritten);
+    expect(b).toEqual({
+      id: expect.stringMatching(/^\d+$/),
+      kind: 'options',
+      queue,
+      payload: { m: 2 },
+      priority: 0,
+      runAt: new Date(b!.createdAt.getTime() + 1_000),
+      attempts: 0,
+      maxAttempts: 2,
+      createdAt: expect.any(Date),
+      duplicate: false,
+    });
+    expect(otherReplaced).toEqual({
+      ...other,
+      payload: { m: 3 },
+      runAt: later,
+      priority: 9,
+      duplicate: true,
+    });
+    expect(c).toMatchObject({ queue: 'default', payload: { m: 4 }, priority: 0, duplicate: false });
+    const stored = await db.query(
+      `SELECT id::text, payload, priority, run_at, max_attempts, unique_states, unique_lock
+       FROM ${db.jobs} WHERE unique_key = ANY($1) ORDER BY id::bigint`,
+      [[key, `${key}-r`, `${key}-b`, `${key}-c`]],
+    );
+    const row = (job: {
+      id: string;
+      payload: unknown;
+      priority: number;
+      runAt: Date;
+      maxAttempts: number;
+    }) => ({
+      id: job.id,
+      payload: job.payload,
+      priority: job.priority,
+      run_at: job.runAt,
+      max_attempts: job.maxAttempts,
+    });
+    expect(stored).toEqual([
+      { ...row(rewritten), unique_states: ['queued', 'running', 'succeeded'], unique_lock: key },
+      { ...row(otherReplaced!), unique_states: ['queued', 'running'], unique_lock: `${key}-r` },
+      { ...row(b!), unique_states: ['queued', 'running'], unique_lock: `${key}-b` },
+      { ...row(c!), unique_states: ['queued'], unique_lock: `${key}-c` },
+    ]);
   });
 });

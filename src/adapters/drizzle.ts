@@ -13,7 +13,7 @@
  */
 import { type SQL, sql } from 'drizzle-orm';
 import type { Queryable } from '../db/executor.js';
-import { type ColumnLike, toArrayLiteral, toParameters, toResult } from './values.js';
+import { type ColumnLike, toArrayTextParameters, toResult } from './values.js';
 
 /** The part of a Drizzle PostgreSQL database or transaction that skiplock uses: `execute(sql)`. */
 export interface DrizzleExecutor {
@@ -34,8 +34,7 @@ export function fromDrizzle(db: DrizzleExecutor): Queryable {
     async query(text, values) {
       // Arrays go as array text: Drizzle's postgres.js driver turns off the
       // driver's date serialisers, which its array serialiser then lacks.
-      const parameters = toParameters(values).map((v) => (Array.isArray(v) ? toArrayLiteral(v) : v));
-      const result = await db.execute(toDrizzleSql(text, parameters));
+      const result = await db.execute(toDrizzleSql(text, toArrayTextParameters(values)));
       return readResult(result);
     },
   };
