@@ -14,7 +14,8 @@ import { fromDrizzle } from '../src/adapters/drizzle.js';
 import { fromKysely } from '../src/adapters/kysely.js';
 import { fromPostgresJs } from '../src/adapters/postgres-js.js';
 import { fromPrisma } from '../src/adapters/prisma.js';
-import type { Queryable, Skiplock } from '../src/index.js';
+import { translateError } from '../src/db/executor.js';
+import { DatabaseError, type Queryable, type Skiplock } from '../src/index.js';
 import { openPrisma, type PrismaLike } from './adapters/prisma-client.js';
 import { createTestDatabase, type TestDatabase } from './support/database.js';
 import { listenForWakeUps, type WakeUpListener } from './support/wake-ups.js';
@@ -28,6 +29,8 @@ const closers: (() => Promise<unknown>)[] = [];
 interface Stack {
   name: string;
   transaction<T>(fn: (client: Queryable) => Promise<T>): Promise<T>;
+  /** The library's database object itself, outside any transaction. */
+  direct: Queryable;
 }
 
 const stacks: Stack[] = [];
@@ -43,6 +46,7 @@ beforeAll(async () => {
   stacks.push({
     name: 'postgres.js',
     transaction: (fn) => sql.begin((tx) => fn(fromPostgresJs(tx))) as Promise<never>,
+    direct: fromPostgresJs(sql),
   });
 
   const unprepared = postgres(db.url, { onnotice: () => {}, prepare: false });
@@ -50,6 +54,7 @@ beforeAll(async () => {
   stacks.push({
     name: 'postgres.js (prepare: false)',
     transaction: (fn) => unprepared.begin((tx) => fn(fromPostgresJs(tx))) as Promise<never>,
+    direct: fromPostgresJs(unprepared),
   });
 
   const kyselyPool = new pg.Pool({ connectionString: db.url });
@@ -60,6 +65,7 @@ beforeAll(async () => {
   stacks.push({
     name: 'Kysely',
     transaction: (fn) => kysely.transaction().execute((trx) => fn(fromKysely(trx))),
+    direct: fromKysely(kysely),
   });
 
   const drizzlePool = new pg.Pool({ connectionString: db.url });
@@ -68,6 +74,7 @@ beforeAll(async () => {
   stacks.push({
     name: 'Drizzle (node-postgres)',
     transaction: (fn) => drizzlePg.transaction((tx) => fn(fromDrizzle(tx))),
+    direct: fromDrizzle(drizzlePg),
   });
 
   const drizzleSql = postgres(db.url, { onnotice: () => {} });
@@ -76,11 +83,16 @@ beforeAll(async () => {
   stacks.push({
     name: 'Drizzle (postgres.js)',
     transaction: (fn) => drizzleJs.transaction((tx) => fn(fromDrizzle(tx))),
+    direct: fromDrizzle(drizzleJs),
   });
 
   const prisma: PrismaLike = await openPrisma(db.url);
   closers.push(() => prisma.$disconnect());
-  stacks.push({ name: 'Prisma', transaction: (fn) => prisma.$transaction((tx) => fn(fromPrisma(tx))) });
+  stacks.push({
+    name: 'Prisma',
+    transaction: (fn) => prisma.$transaction((tx) => fn(fromPrisma(tx))),
+    direct: fromPrisma(prisma),
+  });
 }, 120_000);
 
 afterAll(async () => {
@@ -199,6 +211,45 @@ describe.each(names)('%s', (name) => {
     expect(requeued).toBe(1);
     expect(stats.find((s) => s.queue === `${queue}-many` && s.status === 'queued')).toMatchObject({
       count: 3,
+    });
+  });
+
+  it("a database error keeps the server's SQLSTATE and message", async () => {
+    const error = await stack()
+      .direct.query('SELECT 1 / $1::int AS x', [0])
+      .catch((e: unknown) => translateError(e));
+    expect(error).toBeInstanceOf(DatabaseError);
+    expect([(error as DatabaseError).sqlState, (error as DatabaseError).message]).toEqual([
+      '22012',
+      'division by zero (SQLSTATE 22012)',
+    ]);
+  });
+
+  it('enqueueMany with unique keys outside a transaction inserts them (each statement commits alone)', async () => {
+    const key = `${queue}-direct`;
+    const held = await skiplock.enqueue('direct', { n: 0 }, { uniqueKey: `${key}-b` });
+    const jobs = await skiplock.enqueueMany(
+      [
+        { kind: 'direct', payload: { n: 1 }, uniqueKey: `${key}-a` },
+        { kind: 'direct', payload: { n: 2 }, uniqueKey: `${key}-b`, onConflict: 'replace' },
+        { kind: 'direct', payload: { n: 3 } },
+      ],
+      { client: stack().direct },
+    );
+    expect(jobs.map((j) => [j.payload, j.duplicate])).toEqual([
+      [{ n: 1 }, false],
+      [{ n: 2 }, true],
+      [{ n: 3 }, false],
+    ]);
+    expect(jobs[1]!.id).toBe(held.id);
+    const stored = await db.query<{ id: string; payload: unknown }>(
+      `SELECT id::text AS id, payload FROM ${db.jobs} WHERE id = ANY($1)`,
+      [jobs.map((j) => j.id)],
+    );
+    expect(Object.fromEntries(stored.map((r) => [r.id, r.payload]))).toEqual({
+      [jobs[0]!.id]: { n: 1 },
+      [jobs[1]!.id]: { n: 2 },
+      [jobs[2]!.id]: { n: 3 },
     });
   });
 
