@@ -321,6 +321,59 @@ describe('unique keys', () => {
     }
   });
 
+  it("a batch the database fails to break a deadlock starts over from its savepoint, and the caller's transaction goes on", async () => {
+    const [mine, other] = [
+      new pg.Client({ connectionString: db.url }),
+      new pg.Client({ connectionString: db.url }),
+    ];
+    await Promise.all([mine.connect(), other.connect()]);
+    try {
+      await other.query('BEGIN');
+      const b = await skiplock.enqueue(
+        'report',
+        { from: 'other' },
+        { uniqueKey: 'deadlock-b', client: other },
+      );
+      await mine.query('BEGIN');
+      await mine.query(`INSERT INTO ${db.jobs} (kind) VALUES ('mine-before')`);
+      // The batch takes deadlock-a, then waits for the other transaction's deadlock-b.
+      const batch = skiplock.enqueueMany(
+        [
+          { kind: 'report', payload: { from: 'mine' }, uniqueKey: 'deadlock-b' },
+          { kind: 'report', payload: { from: 'mine' }, uniqueKey: 'deadlock-a' },
+        ],
+        { client: mine },
+      );
+      batch.catch(() => {});
+      const mineWaits = async () => {
+        const rows = await db.query<{ n: number }>(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'",
+          [(mine as unknown as { processID: number }).processID],
+        );
+        return rows[0]!.n === 1;
+      };
+      await waitFor(mineWaits, 10_000, 'the batch to wait for deadlock-b');
+      // The other transaction now waits for the batch's deadlock-a: a cycle. The batch
+      // waited first, so the database fails the batch's statement to break it.
+      const a = skiplock.enqueue('report', { from: 'other' }, { uniqueKey: 'deadlock-a', client: other });
+      const otherA = await a;
+      expect(otherA.duplicate).toBe(false);
+      await other.query('COMMIT');
+      const jobs = await batch;
+      expect(jobs.map((j) => [j.id, j.duplicate, j.payload])).toEqual([
+        [b.id, true, { from: 'other' }],
+        [otherA.id, true, { from: 'other' }],
+      ]);
+      // Nothing the caller did before the batch was undone, and its transaction goes on.
+      await mine.query('COMMIT');
+      expect(await db.query(`SELECT count(*)::int AS n FROM ${db.jobs} WHERE kind = 'mine-before'`)).toEqual([
+        { n: 1 },
+      ]);
+    } finally {
+      await Promise.all([mine.end(), other.end()]);
+    }
+  }, 30_000);
+
   it('a plain SQL insert with the key obeys the unique index', async () => {
     const job = await skiplock.enqueue('report', {}, { uniqueKey: 'sql-1' });
     await expect(

@@ -7,6 +7,7 @@
  * and each item gets what its own call would have returned. The unique index
  * decides every race; nothing here checks and then inserts.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Queryable } from '../db/executor.js';
 import type { HolderRow, NewUniqueJob, UniqueJobRow } from '../db/queries/insert-unique.js';
 import { toJobRecord } from '../db/queries/job-row.js';
@@ -24,6 +25,12 @@ import type { EnqueuedJob } from '../job/unique.js';
  * holder).
  */
 const MAX_ROUNDS = 20;
+
+/** Deadlocks a batch starts over after before it gives up (each costs the server's `deadlock_timeout`). */
+const MAX_DEADLOCK_RETRIES = 5;
+
+/** Least pause, in milliseconds, before a batch starts over after a deadlock; jittered, and longer each time. */
+const DEADLOCK_PAUSE_MS = 20;
 
 /**
  * The transaction the statements run in, when they share one: skiplock's own
@@ -142,9 +149,11 @@ async function settleAtomically(
       return settleInRounds(queries, db, acting);
     throw error;
   }
+  let deadlocks = 0;
   for (let round = 1; ; round++) {
     const outcomes = new Map<string, KeyOutcome>();
     let failure: unknown;
+    let deadlocked = false;
     try {
       const vanished = await attempt(queries, db, acting, outcomes);
       if (vanished.length === 0) {
@@ -153,14 +162,20 @@ async function settleAtomically(
       }
       failure = vanishing(vanished.length);
     } catch (error) {
-      // A deadlock the database broke by failing this statement (with a worker
-      // finishing a holder): undone to the savepoint, the other side goes on.
+      // A deadlock the database broke by failing this statement: with a worker
+      // finishing a holder, or with a transaction that took keys out of order
+      // across its calls. Undone to the savepoint, the other side goes on.
       if (!(error instanceof DatabaseError && error.sqlState === '40P01')) throw error;
       failure = error;
+      deadlocked = true;
+      deadlocks++;
     }
     // Undone also before giving up, so the batch leaves nothing (all or none).
     await queries.insert.unique.rollbackToSavepoint(db);
-    if (round === MAX_ROUNDS) throw failure;
+    if (round === MAX_ROUNDS || deadlocks > MAX_DEADLOCK_RETRIES) throw failure;
+    // After a deadlock, the other side first takes what this batch let go of;
+    // starting again at once could take it back first and close the same cycle.
+    if (deadlocked) await sleep(DEADLOCK_PAUSE_MS * (1 + Math.random()) * deadlocks);
   }
 }
 
