@@ -253,7 +253,7 @@ describe.each(names)('%s', (name) => {
     });
   });
 
-  it('array parameters reach the statement as its casts type them: booleans, empty, nulls, ids, dates', async () => {
+  it('parameters reach the statement as its casts type them: arrays of booleans, empty, nulls, ids, dates; large and fractional numbers', async () => {
     const at = new Date('2030-01-02T03:04:05.678Z');
     const rows = await stack().transaction(
       async (client) =>
@@ -261,7 +261,8 @@ describe.each(names)('%s', (name) => {
           await client.query(
             `SELECT $1::bool[]::text AS bools, $2::int[]::text AS empty, $3::int[]::text AS nulls,
                     $4::bigint[]::text AS ids, $5::timestamptz[] = ARRAY[$6::timestamptz, NULL] AS dates,
-                    $7::text[]::text AS texts, $8::bool AS flag`,
+                    $7::text[]::text AS texts, $8::bool AS flag, $9::bigint::text AS big,
+                    $10::float8 AS fraction, $11::int[]::text AS ms`,
             [
               [false, true],
               [],
@@ -271,6 +272,9 @@ describe.each(names)('%s', (name) => {
               at.toISOString(),
               ['a"b', 'c\\d', '{e}', 'NULL', null],
               false,
+              2 ** 40,
+              1.5,
+              [2 ** 31 - 1, -1],
             ],
           )
         ).rows,
@@ -284,6 +288,9 @@ describe.each(names)('%s', (name) => {
         dates: true,
         texts: '{"a\\"b","c\\\\d","{e}","NULL",NULL}',
         flag: false,
+        big: '1099511627776',
+        fraction: 1.5,
+        ms: '{2147483647,-1}',
       },
     ]);
   });
