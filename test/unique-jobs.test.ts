@@ -374,6 +374,36 @@ describe('unique keys', () => {
     }
   }, 30_000);
 
+  it('a batch whose holder vanishes between its insert and its read goes on key by key and settles every key', async () => {
+    // Deterministic stand-in for a worker finishing the holder in between: inserting
+    // vanish-b deletes vanish-a's holder, in the batch's own transaction.
+    const held = await skiplock.enqueue('holder', { n: 0 }, { uniqueKey: 'vanish-a' });
+    await db.query(`CREATE FUNCTION vanish_holder() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN DELETE FROM ${db.jobs} WHERE unique_key = 'vanish-a'; RETURN NULL; END $$`);
+    await db.query(`CREATE TRIGGER vanish_holder AFTER INSERT ON ${db.jobs} FOR EACH ROW
+      WHEN (NEW.unique_key = 'vanish-b') EXECUTE FUNCTION vanish_holder()`);
+    try {
+      const jobs = await skiplock.enqueueMany([
+        { kind: 'report', payload: { n: 1 }, uniqueKey: 'vanish-b' },
+        { kind: 'report', payload: { n: 2 }, uniqueKey: 'vanish-a', onConflict: 'replace' },
+        { kind: 'report', payload: { n: 3 }, uniqueKey: 'vanish-c' },
+      ]);
+      // vanish-a was held when the batch read it: a duplicate of that job, left as it was.
+      expect(jobs.map((j) => [j.duplicate, j.payload])).toEqual([
+        [false, { n: 1 }],
+        [true, { n: 0 }],
+        [false, { n: 3 }],
+      ]);
+      expect(jobs[1]).toEqual({ ...held, duplicate: true });
+      expect((await jobsWithKey('vanish-b')).map((j) => j.id)).toEqual([jobs[0]!.id]);
+      expect((await jobsWithKey('vanish-c')).map((j) => j.id)).toEqual([jobs[2]!.id]);
+      expect(await jobsWithKey('vanish-a')).toEqual([]);
+    } finally {
+      await db.query(`DROP TRIGGER vanish_holder ON ${db.jobs}`);
+      await db.query('DROP FUNCTION vanish_holder()');
+    }
+  });
+
   it('a plain SQL insert with the key obeys the unique index', async () => {
     const job = await skiplock.enqueue('report', {}, { uniqueKey: 'sql-1' });
     await expect(

@@ -62,7 +62,7 @@ describe('unique keys across processes', () => {
   });
 });
 
-const BATCH_PRODUCERS = 4;
+const BATCH_PRODUCERS = 6;
 const BATCHES = 60;
 
 describe('overlapping batches with unique keys', () => {
@@ -94,8 +94,8 @@ describe('overlapping batches with unique keys', () => {
           SKIPLOCK_URL: db.url,
           SKIPLOCK_SCHEMA: TEST_SCHEMA,
           BATCHES: String(BATCHES),
-          BATCH_SIZE: '10',
-          KEYS: '20',
+          BATCH_SIZE: '15',
+          KEYS: '30',
         }),
       );
       await Promise.all(producers.map((p) => sent(p, 'ready')));

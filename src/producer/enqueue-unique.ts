@@ -9,7 +9,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Queryable } from '../db/executor.js';
-import type { HolderRow, NewUniqueJob, UniqueJobRow } from '../db/queries/insert-unique.js';
+import type { HolderRow, NewUniqueJob, UniqueJobRow, UniqueSavepoint } from '../db/queries/insert-unique.js';
 import { toJobRecord } from '../db/queries/job-row.js';
 import type { JobQueries } from '../db/queries/jobs.js';
 import { DatabaseError, SkiplockError } from '../errors.js';
@@ -18,18 +18,17 @@ import { type Job, toJob } from '../job/job.js';
 import type { EnqueuedJob } from '../job/unique.js';
 
 /**
- * Rounds of insert-then-read before giving up. A round repeats only when a
- * key's holder finished between the two statements, or (inside a transaction)
- * when the database broke a deadlock with a worker by failing ours; more than
- * a few means something else is wrong (such as a snapshot that cannot see the
+ * Rounds of insert-then-read of one key set before giving up. A round repeats
+ * only when a key's holder finished between the two statements; more than a
+ * few means something else is wrong (such as a snapshot that cannot see the
  * holder).
  */
 const MAX_ROUNDS = 20;
 
-/** Deadlocks a batch starts over after before it gives up (each costs the server's `deadlock_timeout`). */
+/** Deadlocks a batch tries a step again after before it gives up (each costs the server's `deadlock_timeout`). */
 const MAX_DEADLOCK_RETRIES = 5;
 
-/** Least pause, in milliseconds, before a batch starts over after a deadlock; jittered, and longer each time. */
+/** Least pause, in milliseconds, before a batch tries a step again after a deadlock; jittered, and longer each time. */
 const DEADLOCK_PAUSE_MS = 20;
 
 /**
@@ -55,15 +54,15 @@ interface KeyGroup {
  * Inserts or finds the job of each unique key; returns, in input order, what
  * each item's own `enqueue` call would have returned, made one after another.
  *
- * Inside a transaction (`transaction` given) a batch of several keys never
- * waits for another key while holding one out of key order: when a holder
- * finishes between the insert and the read, or a deadlock with a worker
- * fails a statement (SQLSTATE 40P01), the batch's work is undone to a
- * savepoint and done again from the start, in key order.
+ * Inside a transaction (`transaction` given) a batch of several keys takes
+ * them in key order, and goes on key by key when a holder finishes between
+ * its insert and its read (see {@link settleAtomically}), so overlapping
+ * batches never deadlock each other.
  *
  * @throws {DatabaseError} from the database; 40001 under REPEATABLE READ or
- *   SERIALIZABLE when a key was taken after the transaction's snapshot.
- * @throws {SkiplockError} (code `DATABASE`) when a key's holder keeps vanishing.
+ *   SERIALIZABLE when a key was taken after the transaction's snapshot; 40P01
+ *   after repeated deadlocks with a transaction that took keys out of order.
+ * @throws {SkiplockError} (code `DATABASE`) when one key's holder keeps vanishing.
  */
 export async function enqueueUnique(
   queries: JobQueries,
@@ -120,21 +119,43 @@ async function settleInRounds(
   acting: readonly NewUniqueJob[],
 ): Promise<Map<string, KeyOutcome>> {
   const outcomes = new Map<string, KeyOutcome>();
+  await settleInto(queries, db, acting, outcomes);
+  return outcomes;
+}
+
+/** {@link settleInRounds} into `outcomes`. */
+async function settleInto(
+  queries: JobQueries,
+  db: Queryable,
+  acting: readonly NewUniqueJob[],
+  outcomes: Map<string, KeyOutcome>,
+): Promise<void> {
   let pending = acting;
   for (let round = 0; pending.length > 0; round++) {
     if (round === MAX_ROUNDS) throw vanishing(pending.length);
     pending = await attempt(queries, db, pending, outcomes);
   }
-  return outcomes;
 }
 
 /**
- * Insert-then-read of every key inside a savepoint. A second round would wait
- * on a smaller key while holding larger ones, which is how two batches
- * deadlock; so a round that leaves a key unsettled is undone whole and the
- * batch starts over in key order. On the caller's connection outside a
- * transaction (no savepoint possible) each statement commits alone, holding
- * nothing across rounds.
+ * Every key of a batch inside a transaction, never waiting for a key while
+ * holding a larger one, and never for a key while holding a row lock: the
+ * order in which every batch takes keys (inserts by key, then the row locks
+ * of its `'replace'` rewrites by key), so two batches wait for each other
+ * instead of deadlocking.
+ *
+ * First the whole batch as one attempt (insert, then read and rewrite). When a
+ * holder finished between the insert and the read, inserting its key again
+ * now would wait for it while holding larger keys; so the attempt is undone to
+ * the batch's savepoint and the keys go in key order, in runs that insert and
+ * read without locking anything: a run that leaves a key unsettled is undone,
+ * and the keys before that key go as a run, the key alone next (waiting only
+ * for itself: everything held is smaller), then the rest; what earlier runs
+ * settled stays, so the batch always moves forward. The rewrites of
+ * `'replace'` come last, in one statement. A statement the database fails to
+ * break a deadlock (40P01) is undone and tried again after a pause. On the
+ * caller's connection outside a transaction (no savepoint possible) each
+ * statement commits alone, holding nothing across rounds.
  */
 async function settleAtomically(
   queries: JobQueries,
@@ -142,41 +163,142 @@ async function settleAtomically(
   acting: readonly NewUniqueJob[],
   transaction: UniqueTransaction,
 ): Promise<Map<string, KeyOutcome>> {
+  const unique = queries.insert.unique;
   try {
-    await queries.insert.unique.savepoint(db);
+    await unique.savepoint(db, 'batch');
   } catch (error) {
     if (transaction === 'callers' && error instanceof DatabaseError && error.sqlState === '25P01')
       return settleInRounds(queries, db, acting);
     throw error;
   }
-  let deadlocks = 0;
-  for (let round = 1; ; round++) {
-    const outcomes = new Map<string, KeyOutcome>();
-    let failure: unknown;
-    let deadlocked = false;
-    try {
-      const vanished = await attempt(queries, db, acting, outcomes);
-      if (vanished.length === 0) {
-        if (transaction === 'callers') await queries.insert.unique.releaseSavepoint(db);
-        return outcomes;
-      }
-      failure = vanishing(vanished.length);
-    } catch (error) {
-      // A deadlock the database broke by failing this statement: with a worker
-      // finishing a holder, or with a transaction that took keys out of order
-      // across its calls. Undone to the savepoint, the other side goes on.
-      if (!(error instanceof DatabaseError && error.sqlState === '40P01')) throw error;
-      failure = error;
-      deadlocked = true;
-      deadlocks++;
-    }
-    // Undone also before giving up, so the batch leaves nothing (all or none).
-    await queries.insert.unique.rollbackToSavepoint(db);
-    if (round === MAX_ROUNDS || deadlocks > MAX_DEADLOCK_RETRIES) throw failure;
-    // After a deadlock, the other side first takes what this batch let go of;
-    // starting again at once could take it back first and close the same cycle.
-    if (deadlocked) await sleep(DEADLOCK_PAUSE_MS * (1 + Math.random()) * deadlocks);
+  const steps = new Steps(queries, db);
+  let outcomes: Map<string, KeyOutcome>;
+  try {
+    outcomes =
+      (await steps.run(
+        'batch',
+        async (settled) => (await attempt(queries, db, acting, settled)).length === 0,
+      )) ?? (await settleInOrder(queries, db, steps, acting));
+  } catch (error) {
+    // Undone whole before giving up, so the batch leaves nothing (all or none);
+    // a failed statement has left the transaction for the caller to roll back.
+    if (!(error instanceof DatabaseError)) await unique.rollbackToSavepoint(db, 'batch');
+    throw error;
   }
+  if (transaction === 'callers') await unique.releaseSavepoint(db, 'batch');
+  return outcomes;
+}
+
+/** The keys in key order, in runs that insert and read without locks; the `'replace'` rewrites last. */
+async function settleInOrder(
+  queries: JobQueries,
+  db: Queryable,
+  steps: Steps,
+  acting: readonly NewUniqueJob[],
+): Promise<Map<string, KeyOutcome>> {
+  // As 'skip': a run reads holders without locking them.
+  const keys = sortedByKey(acting).map((job) =>
+    job.unique.replace ? { ...job, unique: { ...job.unique, replace: false } } : job,
+  );
+  const positions = new Map(keys.map((job, i) => [job, i]));
+  const outcomes = new Map<string, KeyOutcome>();
+  let from = 0;
+  let to = keys.length;
+  while (from < keys.length) {
+    const run = keys.slice(from, to);
+    let first = to;
+    const settled = await steps.run(from === 0 ? 'batch' : 'keys', async (settled) => {
+      first = to;
+      // A key alone waits only for itself: its rounds need no undo.
+      if (run.length === 1) await settleInto(queries, db, run, settled);
+      else
+        for (const job of await attempt(queries, db, run, settled))
+          first = Math.min(first, positions.get(job)!);
+      return first === to;
+    });
+    if (settled) {
+      for (const [key, outcome] of settled) outcomes.set(key, outcome);
+      from = to;
+      to = keys.length;
+    } else to = first === from ? from + 1 : first;
+  }
+  const rewrites = acting.filter((job) => job.unique.replace && !outcomes.get(job.unique.key)!.inserted);
+  if (rewrites.length === 0) return outcomes;
+  // A holder gone since its run read it (it ran, and was deleted on success)
+  // keeps what that read found: the call left a running job alone.
+  const rewritten = await steps.run('keys', async (settled) => {
+    for (const row of await queries.insert.unique.resolve(db, rewrites))
+      settled.set(row.unique_key, { row, inserted: false });
+    return true;
+  });
+  for (const [key, outcome] of rewritten!) outcomes.set(key, outcome);
+  return outcomes;
+}
+
+/**
+ * Steps of a batch, each under a savepoint: kept when it settles, undone when
+ * it does not (or when the database failed it to break a deadlock, then tried
+ * again after a pause).
+ */
+class Steps {
+  #deadlocks = 0;
+
+  constructor(
+    private readonly queries: JobQueries,
+    private readonly db: Queryable,
+  ) {}
+
+  /**
+   * Runs `step` under the savepoint `mark` (`'batch'` is already set, and
+   * stays); returns what it settled, or undefined (all undone) when it says
+   * it did not settle.
+   *
+   * @throws {DatabaseError} 40P01 after {@link MAX_DEADLOCK_RETRIES} deadlocks, or any other error.
+   */
+  async run(
+    mark: UniqueSavepoint,
+    step: (settled: Map<string, KeyOutcome>) => Promise<boolean>,
+  ): Promise<Map<string, KeyOutcome> | undefined> {
+    const unique = this.queries.insert.unique;
+    for (;;) {
+      if (mark === 'keys') await unique.savepoint(this.db, mark);
+      const settled = new Map<string, KeyOutcome>();
+      let done: boolean;
+      try {
+        done = await step(settled);
+      } catch (error) {
+        if (!(error instanceof DatabaseError && error.sqlState === '40P01')) throw error;
+        // A deadlock the database broke by failing this statement: with a worker
+        // finishing a holder, or with a transaction that took keys out of order
+        // across its calls. Undone, the other side goes on; after a pause (so it
+        // takes first what this step let go of), the step is tried again.
+        await this.#undo(mark);
+        if (++this.#deadlocks > MAX_DEADLOCK_RETRIES) throw error;
+        await sleep(DEADLOCK_PAUSE_MS * (1 + Math.random()) * this.#deadlocks);
+        continue;
+      }
+      if (!done) {
+        await this.#undo(mark);
+        return undefined;
+      }
+      if (mark === 'keys') await unique.releaseSavepoint(this.db, mark);
+      return settled;
+    }
+  }
+
+  async #undo(mark: UniqueSavepoint): Promise<void> {
+    const unique = this.queries.insert.unique;
+    await unique.rollbackToSavepoint(this.db, mark);
+    if (mark === 'keys') await unique.releaseSavepoint(this.db, mark);
+  }
+}
+
+/** The jobs in the order the statements take their keys: `COLLATE "C"`, the bytes of the UTF-8 text. */
+function sortedByKey(jobs: readonly NewUniqueJob[]): NewUniqueJob[] {
+  return jobs
+    .map((job) => ({ job, bytes: Buffer.from(job.unique.key, 'utf8') }))
+    .sort((a, b) => Buffer.compare(a.bytes, b.bytes))
+    .map((entry) => entry.job);
 }
 
 /**

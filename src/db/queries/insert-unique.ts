@@ -16,6 +16,10 @@ export interface NewUniqueJob extends NewJob {
   unique: UniqueSpec;
 }
 
+/** The savepoints of a batch: where it begins, and where a run of its keys begins. */
+export type UniqueSavepoint = 'batch' | 'keys';
+const UNIQUE_SAVEPOINTS: readonly UniqueSavepoint[] = ['batch', 'keys'];
+
 /** A row these statements return: the job, its key, and whether a `'replace'` rewrote it. */
 export interface UniqueJobRow extends JobRow {
   unique_key: string;
@@ -44,9 +48,10 @@ export class UniqueInsertQueries {
   readonly #insert: Statement;
   readonly #insertTraced: Statement;
   readonly #resolve: Statement;
-  readonly #savepoint: Statement;
-  readonly #rollbackToSavepoint: Statement;
-  readonly #releaseSavepoint: Statement;
+  readonly #savepoints = new Map<
+    UniqueSavepoint,
+    { set: Statement; rollback: Statement; release: Statement }
+  >();
   readonly #channel: string;
 
   constructor(names: SchemaNames) {
@@ -115,12 +120,14 @@ export class UniqueInsertQueries {
        FROM ${names.jobs} j JOIN r ON j.unique_lock = r.unique_key
        WHERE NOT EXISTS (SELECT 1 FROM replaced x WHERE x.id = j.id)`,
     );
-    this.#savepoint = names.statement('savepoint_unique', 'SAVEPOINT skiplock_unique');
-    this.#rollbackToSavepoint = names.statement(
-      'rollback_to_savepoint_unique',
-      'ROLLBACK TO SAVEPOINT skiplock_unique',
-    );
-    this.#releaseSavepoint = names.statement('release_savepoint_unique', 'RELEASE SAVEPOINT skiplock_unique');
+    for (const mark of UNIQUE_SAVEPOINTS) {
+      const name = `skiplock_unique${mark === 'batch' ? '' : '_keys'}`;
+      this.#savepoints.set(mark, {
+        set: names.statement(`savepoint_unique_${mark}`, `SAVEPOINT ${name}`),
+        rollback: names.statement(`rollback_to_savepoint_unique_${mark}`, `ROLLBACK TO SAVEPOINT ${name}`),
+        release: names.statement(`release_savepoint_unique_${mark}`, `RELEASE SAVEPOINT ${name}`),
+      });
+    }
   }
 
   /**
@@ -152,9 +159,9 @@ export class UniqueInsertQueries {
 
   /**
    * The jobs that now hold the keys of `jobs` (keys must be distinct),
-   * rewriting queued ones for jobs with `replace` (locked in key order). A key
-   * that no job holds any more (its holder finished in between) has no row:
-   * insert it again.
+   * rewriting queued ones for jobs with `replace` (locked in key order); the
+   * holders of the others are only read, nothing locked. A key that no job
+   * holds any more (its holder finished in between) has no row.
    */
   async resolve(db: Queryable, jobs: readonly NewUniqueJob[]): Promise<HolderRow[]> {
     const { rows } = await run<HolderRow>(db, this.#resolve, [
@@ -171,22 +178,23 @@ export class UniqueInsertQueries {
   }
 
   /**
-   * Marks where a batch's unique inserts begin, inside a transaction, so that
-   * they can be undone alone ({@link rollbackToSavepoint}).
+   * Marks a point inside a transaction that a batch's unique inserts can be
+   * undone to ({@link rollbackToSavepoint}): `'batch'` where the batch
+   * begins, `'keys'` where a run of its keys begins.
    *
    * @throws {DatabaseError} SQLSTATE 25P01 when `db` is not in a transaction.
    */
-  async savepoint(db: Queryable): Promise<void> {
-    await run(db, this.#savepoint, []);
+  async savepoint(db: Queryable, mark: UniqueSavepoint): Promise<void> {
+    await run(db, this.#savepoints.get(mark)!.set, []);
   }
 
-  /** Undoes everything since {@link savepoint} (its inserts, rewrites and row locks); the mark stays. */
-  async rollbackToSavepoint(db: Queryable): Promise<void> {
-    await run(db, this.#rollbackToSavepoint, []);
+  /** Undoes everything since the savepoint `mark` (inserts, rewrites, row locks); the mark stays. */
+  async rollbackToSavepoint(db: Queryable, mark: UniqueSavepoint): Promise<void> {
+    await run(db, this.#savepoints.get(mark)!.rollback, []);
   }
 
-  /** Keeps what was done since {@link savepoint} as part of the transaction and drops the mark. */
-  async releaseSavepoint(db: Queryable): Promise<void> {
-    await run(db, this.#releaseSavepoint, []);
+  /** Keeps what was done since the savepoint `mark` as part of the transaction and drops the mark. */
+  async releaseSavepoint(db: Queryable, mark: UniqueSavepoint): Promise<void> {
+    await run(db, this.#savepoints.get(mark)!.release, []);
   }
 }
