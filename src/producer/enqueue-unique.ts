@@ -241,12 +241,14 @@ async function settleInOrder(
  * again after a pause).
  */
 class Steps {
+  readonly #queries: JobQueries;
+  readonly #db: Queryable;
   #deadlocks = 0;
 
-  constructor(
-    private readonly queries: JobQueries,
-    private readonly db: Queryable,
-  ) {}
+  constructor(queries: JobQueries, db: Queryable) {
+    this.#queries = queries;
+    this.#db = db;
+  }
 
   /**
    * Runs `step` under the savepoint `mark` (`'batch'` is already set, and
@@ -259,9 +261,9 @@ class Steps {
     mark: UniqueSavepoint,
     step: (settled: Map<string, KeyOutcome>) => Promise<boolean>,
   ): Promise<Map<string, KeyOutcome> | undefined> {
-    const unique = this.queries.insert.unique;
+    const unique = this.#queries.insert.unique;
     for (;;) {
-      if (mark === 'keys') await unique.savepoint(this.db, mark);
+      if (mark === 'keys') await unique.savepoint(this.#db, mark);
       const settled = new Map<string, KeyOutcome>();
       let done: boolean;
       try {
@@ -281,15 +283,15 @@ class Steps {
         await this.#undo(mark);
         return undefined;
       }
-      if (mark === 'keys') await unique.releaseSavepoint(this.db, mark);
+      if (mark === 'keys') await unique.releaseSavepoint(this.#db, mark);
       return settled;
     }
   }
 
   async #undo(mark: UniqueSavepoint): Promise<void> {
-    const unique = this.queries.insert.unique;
-    await unique.rollbackToSavepoint(this.db, mark);
-    if (mark === 'keys') await unique.releaseSavepoint(this.db, mark);
+    const unique = this.#queries.insert.unique;
+    await unique.rollbackToSavepoint(this.#db, mark);
+    if (mark === 'keys') await unique.releaseSavepoint(this.#db, mark);
   }
 }
 
