@@ -6,7 +6,7 @@
  */
 import { drizzle as drizzleNodePg } from 'drizzle-orm/node-postgres';
 import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
-import { Kysely, PostgresDialect } from 'kysely';
+import { CamelCasePlugin, Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -68,6 +68,18 @@ beforeAll(async () => {
     direct: fromKysely(kysely),
   });
 
+  const camelPool = new pg.Pool({ connectionString: db.url });
+  const camel = new Kysely<{ orders: { id: number } }>({
+    dialect: new PostgresDialect({ pool: camelPool }),
+    plugins: [new CamelCasePlugin()],
+  });
+  closers.push(() => camel.destroy());
+  stacks.push({
+    name: 'Kysely (CamelCasePlugin)',
+    transaction: (fn) => camel.transaction().execute((trx) => fn(fromKysely(trx))),
+    direct: fromKysely(camel),
+  });
+
   const drizzlePool = new pg.Pool({ connectionString: db.url });
   const drizzlePg = drizzleNodePg(drizzlePool);
   closers.push(() => drizzlePool.end());
@@ -107,6 +119,7 @@ const names = [
   'postgres.js',
   'postgres.js (prepare: false)',
   'Kysely',
+  'Kysely (CamelCasePlugin)',
   'Drizzle (node-postgres)',
   'Drizzle (postgres.js)',
   'Prisma',

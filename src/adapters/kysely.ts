@@ -15,20 +15,27 @@ import { CompiledQuery, type QueryResult } from 'kysely';
 import type { Queryable } from '../db/executor.js';
 import { toParameters, toResult } from './values.js';
 
-/** The part of a `Kysely` instance or `Transaction` that skiplock uses: `executeQuery`. */
+/**
+ * The part of a `Kysely` instance or `Transaction` that skiplock uses:
+ * `executeQuery`, and `withoutPlugins` when there is one.
+ */
 export interface KyselyExecutor {
   executeQuery<R>(query: CompiledQuery<R>): Promise<QueryResult<R>>;
+  withoutPlugins?(): KyselyExecutor;
 }
 
 /**
  * Wraps a Kysely transaction (or the `Kysely` instance, outside a transaction)
  * as a connection skiplock can run its statements on, through
  * `CompiledQuery.raw(text, parameters)`: parameters are bound, never spliced.
+ * Your plugins stay out of skiplock's statements (a `CamelCasePlugin` would
+ * rename the columns skiplock reads).
  */
 export function fromKysely(db: KyselyExecutor): Queryable {
+  const plain = db.withoutPlugins?.() ?? db;
   return {
     async query(text, values) {
-      const result = await db.executeQuery(CompiledQuery.raw(text, toParameters(values)));
+      const result = await plain.executeQuery(CompiledQuery.raw(text, toParameters(values)));
       return toResult(result.rows, result.numAffectedRows);
     },
   };
