@@ -221,8 +221,13 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   /**
    * Enqueues many jobs in one statement (all or none), in input order. Each
    * returned job carries the payload as given and what the database decided
-   * (id, runAt, createdAt). An item whose unique key is held comes back as the
-   * holding job with `duplicate: true`; a key given twice is inserted once.
+   * (id, runAt, createdAt). Items with unique keys behave as the same
+   * `enqueue` calls made one after another, each returning what its call
+   * would have: an item whose key is held comes back as the holding job with
+   * `duplicate: true`; a key given twice is inserted once, a later `'skip'`
+   * item being a duplicate of the first (as the job then stands), a later
+   * `'replace'` item rewriting it. Overlapping batches never fail because of
+   * each other.
    *
    * @throws {ValidationError} naming the item and field (`jobs[3].delayMs`; `jobs[3].payload` when
    *   larger than `maxPayloadBytes`); nothing is inserted.

@@ -104,10 +104,11 @@ describe('unique keys against a model', () => {
                     batch.map((e, i) => ({ kind: 'k', payload: e.payload, ...options[i] })),
                   );
             // A batch acts as consecutive enqueue calls: each job of a key after its first
-            // finds that first one holding the key (and a 'replace' rewrites it).
+            // finds that first one holding the key (and a 'replace' rewrites it); each
+            // returns the job as it stood after its own call.
             const holders = batch.map((e, i) => {
               const expected = modelEnqueue(jobs, e);
-              if (expected.job) return { job: expected.job, duplicate: true };
+              if (expected.job) return { job: expected.job, duplicate: true, payload: expected.job.payload };
               const job: ModelJob = {
                 id: got[i]!.id,
                 key: e.key,
@@ -118,15 +119,11 @@ describe('unique keys against a model', () => {
                 deleted: false,
               };
               jobs.push(job);
-              return { job, duplicate: false };
+              return { job, duplicate: false, payload: e.payload };
             });
             batch.forEach((_, i) => {
-              const { job, duplicate } = holders[i]!;
-              expect([got[i]!.id, got[i]!.duplicate, got[i]!.payload]).toEqual([
-                job.id,
-                duplicate,
-                job.payload,
-              ]);
+              const { job, duplicate, payload } = holders[i]!;
+              expect([got[i]!.id, got[i]!.duplicate, got[i]!.payload]).toEqual([job.id, duplicate, payload]);
             });
           } else {
             const alive = jobs.filter((j) => !j.deleted);

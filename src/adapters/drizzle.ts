@@ -14,7 +14,7 @@
 import type { SQL } from 'drizzle-orm';
 import type { Queryable } from '../db/executor.js';
 import { importOptional } from '../optional-dependency.js';
-import { type ColumnLike, toArrayLiteral, toParameters, toResult } from './values.js';
+import { type ColumnLike, toArrayTextParameters, toResult } from './values.js';
 
 // Loaded here so that a missing install is the same MissingDependencyError as every optional package's.
 const { sql } = await importOptional<typeof import('drizzle-orm')>('drizzle-orm', {
@@ -44,11 +44,25 @@ export function fromDrizzle(db: DrizzleExecutor): Queryable {
     async query(text, values) {
       // Arrays go as array text: Drizzle's postgres.js driver turns off the
       // driver's date serialisers, which its array serialiser then lacks.
-      const parameters = toParameters(values).map((v) => (Array.isArray(v) ? toArrayLiteral(v) : v));
-      const result = await db.execute(toDrizzleSql(text, parameters));
+      let result: unknown;
+      try {
+        result = await db.execute(toDrizzleSql(text, toArrayTextParameters(values)));
+      } catch (error) {
+        throw driverError(error);
+      }
       return readResult(result);
     },
   };
+}
+
+/**
+ * The driver's own error inside Drizzle's wrapper (`DrizzleQueryError`, whose
+ * message lists the parameters): it carries the SQLSTATE (`code`) that
+ * skiplock acts on, such as 40P01 or 25P01, and the server's message.
+ */
+function driverError(error: unknown): unknown {
+  const cause = (error as { cause?: { code?: unknown } } | null)?.cause;
+  return typeof cause?.code === 'string' ? cause : error;
 }
 
 /** Splits `text` at its `$n` placeholders and puts each value in as a bound parameter. */

@@ -22,9 +22,13 @@ const kysely = await importOptional<typeof import('kysely')>('kysely', {
   neededFor: 'skiplock/kysely',
 });
 
-/** The part of a `Kysely` instance or `Transaction` that skiplock uses: `executeQuery`. */
+/**
+ * The part of a `Kysely` instance or `Transaction` that skiplock uses:
+ * `executeQuery`, and `withoutPlugins` when there is one.
+ */
 export interface KyselyExecutor {
   executeQuery<R>(query: CompiledQuery<R>): Promise<QueryResult<R>>;
+  withoutPlugins?(): KyselyExecutor;
 }
 
 /**
@@ -34,11 +38,14 @@ export interface KyselyExecutor {
  *
  * Importing `skiplock/kysely` without `kysely` installed throws a
  * `MissingDependencyError` naming it.
+ * Your plugins stay out of skiplock's statements (a `CamelCasePlugin` would
+ * rename the columns skiplock reads).
  */
 export function fromKysely(db: KyselyExecutor): Queryable {
+  const plain = db.withoutPlugins?.() ?? db;
   return {
     async query(text, values) {
-      const result = await db.executeQuery(kysely.CompiledQuery.raw(text, toParameters(values)));
+      const result = await plain.executeQuery(kysely.CompiledQuery.raw(text, toParameters(values)));
       return toResult(result.rows, result.numAffectedRows);
     },
   };

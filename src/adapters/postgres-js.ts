@@ -14,7 +14,7 @@
  * });
  */
 import type { Queryable } from '../db/executor.js';
-import { type ColumnLike, toParameters, toResult } from './values.js';
+import { type ColumnLike, toArrayTextParameters, toResult } from './values.js';
 
 /** What skiplock reads of a postgres.js result: its rows (the result is an array), count and columns. */
 export interface PostgresJsRows extends ReadonlyArray<unknown> {
@@ -31,12 +31,14 @@ export interface PostgresJsSql {
 /**
  * Wraps a postgres.js transaction (or `sql` itself, outside a transaction) as
  * a connection skiplock can run its statements on. Parameters are bound, never
- * spliced into the text.
+ * spliced into the text; arrays go as array text, typed by the statement's
+ * casts (postgres.js would type `[false]` as a `boolean`, with or without
+ * prepared statements).
  */
 export function fromPostgresJs(sql: PostgresJsSql): Queryable {
   return {
     async query(text, values) {
-      const result = await sql.unsafe(text, toParameters(values));
+      const result = await sql.unsafe(text, toArrayTextParameters(values));
       return toResult([...result], result.count, result.columns);
     },
   };

@@ -31,8 +31,41 @@ export interface PrismaExecutor {
 export function fromPrisma(prisma: PrismaExecutor): Queryable {
   return {
     async query(text, values) {
-      const rows = (await prisma.$queryRawUnsafe(text, ...toParameters(values))) as unknown[];
+      let rows: unknown[];
+      try {
+        rows = (await prisma.$queryRawUnsafe(text, ...toParameters(values))) as unknown[];
+      } catch (error) {
+        throw driverError(error);
+      }
       return toResult(rows, rows.length);
     },
   };
+}
+
+/** What Prisma reports of a failed raw query (P2010): the server's SQLSTATE and message, by Prisma version. */
+interface PrismaRawQueryError {
+  code?: unknown;
+  meta?: {
+    code?: unknown;
+    message?: unknown;
+    driverAdapterError?: { cause?: { originalCode?: unknown; code?: unknown; originalMessage?: unknown } };
+  };
+}
+
+/**
+ * A failed raw query as pg reports it: an error whose `code` is the server's
+ * SQLSTATE (Prisma's own is `P2010` for every raw query), which skiplock acts
+ * on (40P01, 25P01, 23505…). Prisma's error is kept as the cause; other
+ * errors pass through.
+ */
+function driverError(error: unknown): unknown {
+  const { code, meta } = (error ?? {}) as PrismaRawQueryError;
+  if (code !== 'P2010') return error;
+  const adapted = meta?.driverAdapterError?.cause;
+  const sqlState = adapted?.originalCode ?? adapted?.code ?? meta?.code;
+  if (typeof sqlState !== 'string') return error;
+  const message = adapted?.originalMessage ?? meta?.message;
+  return Object.assign(new Error(typeof message === 'string' ? message : String(error), { cause: error }), {
+    code: sqlState,
+  });
 }

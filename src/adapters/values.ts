@@ -31,11 +31,24 @@ function toParameter(value: unknown): unknown {
 }
 
 /**
+ * {@link toParameters}, with every array sent as its PostgreSQL array text. For
+ * drivers that type an array parameter by guessing from its elements:
+ * postgres.js declares `[false, true]` as `boolean` (not `boolean[]`), and
+ * `$2::bool[]` then fails with SQLSTATE 42846; Drizzle's postgres.js driver
+ * serialises arrays without the driver's date handling. Text has no declared
+ * type, so the statement's own cast (`$2::bool[]`, `$5::timestamptz[]`) types
+ * it, whatever the elements: booleans, numbers, nulls, ids, an empty array.
+ */
+export function toArrayTextParameters(values: readonly unknown[] | undefined): unknown[] {
+  return toParameters(values).map((v) => (Array.isArray(v) ? toArrayLiteral(v) : v));
+}
+
+/**
  * A one-dimensional array as PostgreSQL's array text (`{"a",NULL,"b"}`), which
  * the server parses into the parameter's declared array type. For drivers
  * whose own array serialisation depends on how the user configured them.
  */
-export function toArrayLiteral(values: readonly unknown[]): string {
+function toArrayLiteral(values: readonly unknown[]): string {
   const items = values.map((v) =>
     v === null || v === undefined ? 'NULL' : `"${String(v).replaceAll('\\', '\\\\').replaceAll('"', '\\"')}"`,
   );

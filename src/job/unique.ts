@@ -33,7 +33,8 @@ export interface UniqueOptions {
    * When another job holds the key: `'skip'` inserts nothing and returns that
    * job (`duplicate: true`); `'replace'` also rewrites its payload, run_at,
    * priority and max_attempts if it is still `queued` (debounce), and leaves a
-   * running one alone.
+   * running one alone. In `enqueueMany`, a key's earlier item counts as that
+   * other job, as if each item were its own `enqueue` call, one after another.
    * @default 'skip'
    */
   onConflict?: ConflictMode;
@@ -42,9 +43,10 @@ export interface UniqueOptions {
 /** A job as an enqueue returned it: the inserted job, or the one that held its unique key. */
 export interface EnqueuedJob<Kind extends string = string, Payload = unknown> extends Job<Kind, Payload> {
   /**
-   * True when nothing was inserted because another job held the unique key;
-   * the fields are then that job's (after a `'replace'`, its new values).
-   * Always false for a job without a key.
+   * True when nothing was inserted because another job held the unique key
+   * (in `enqueueMany`, also the job an earlier item of the batch inserted);
+   * the fields are then that job's as this call left it (after a `'replace'`,
+   * its new values). Always false for a job without a key.
    */
   duplicate: boolean;
 }

@@ -14,7 +14,7 @@ import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES, toJob } from '../job/job.
 import type { EnqueuedJob } from '../job/unique.js';
 import { parseOptions } from '../options.js';
 import type { JobTracing } from '../telemetry/tracing.js';
-import { enqueueUnique, isUnique } from './enqueue-unique.js';
+import { enqueueUnique, isUnique, type UniqueTransaction } from './enqueue-unique.js';
 import {
   clientOptionsSchema,
   type EnqueueOptions,
@@ -61,9 +61,12 @@ async function insertOne(queries: JobQueries, db: Queryable, job: NewJob): Promi
  * Validates every item, then inserts them all in one statement (all or none).
  * The returned jobs are in input order; each carries the payload as given (the
  * caller's value, `{}` for undefined) and what the database decided (id, run_at,
- * created_at). Jobs with a unique key that another job holds come back as
- * that job with `duplicate: true`; a key given twice in the batch is inserted
- * once, the later items being duplicates of the first. With `tracing`, the
+ * created_at). Items with unique keys behave as the same `enqueue` calls made
+ * one after another, and each returns what its call would have: a key held by
+ * another job comes back as that job with `duplicate: true`; a key given twice
+ * in the batch is inserted once, a later `'skip'` item being a duplicate of
+ * the first as it then stands, a later `'replace'` item rewriting it. Batches
+ * that share keys never fail because of each other. With `tracing`, the
  * inserts run in one `enqueue` span whose context is stored with every job.
  *
  * @throws {ValidationError} naming the item and field (`jobs[3].delayMs`); nothing is inserted.
@@ -97,9 +100,15 @@ function insertAll(
   rows: NewJob[],
 ): Promise<EnqueuedJob[]> {
   if (!rows.some(isUnique)) return insertPlain(queries, client ?? pool, items, rows);
-  // Two statements or more: on skiplock's pool they share a transaction (all or none).
-  if (client) return insertMixed(queries, client, items, rows);
-  return withTransaction(pool, (client) => insertMixed(queries, client, items, rows));
+  if (client) return insertMixed(queries, client, items, rows, 'callers');
+  // Two statements or more: on skiplock's pool they share a transaction (all or
+  // none), READ COMMITTED so each statement sees the keys others committed.
+  return withTransaction(
+    pool,
+    (client) => insertMixed(queries, client, items, rows, 'ours'),
+    undefined,
+    true,
+  );
 }
 
 /** A batch with unique keys: the plain jobs in one statement, the keyed ones by key; input order. */
@@ -108,6 +117,7 @@ async function insertMixed(
   db: Queryable,
   items: unknown[],
   rows: NewJob[],
+  transaction: UniqueTransaction,
 ): Promise<EnqueuedJob[]> {
   const plainAt: number[] = [];
   const uniqueAt: number[] = [];
@@ -126,7 +136,7 @@ async function insertMixed(
       result[at] = plain[k]!;
     });
   }
-  const keyed = await enqueueUnique(queries, db, uniqueAt.map((i) => rows[i]!).filter(isUnique));
+  const keyed = await enqueueUnique(queries, db, uniqueAt.map((i) => rows[i]!).filter(isUnique), transaction);
   uniqueAt.forEach((at, k) => {
     result[at] = keyed[k]!;
   });

@@ -15,7 +15,7 @@ const prismaPackage = createRequire(import.meta.url).resolve('prisma/package.jso
 const generated = new URL('./generated/client.ts', import.meta.url);
 
 /** What the tests use of a generated PrismaClient. */
-export interface PrismaLike {
+export interface PrismaLike extends PrismaTx {
   $transaction<T>(fn: (tx: PrismaTx) => Promise<T>): Promise<T>;
   $disconnect(): Promise<void>;
 }
