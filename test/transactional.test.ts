@@ -274,11 +274,21 @@ describe('transactional handlers', () => {
     expect(await t.jobCount('id = ANY($1::bigint[])', [jobs.map((j) => j.id)])).toBe(3);
     // Each attempt began a fresh transaction (no write of an earlier one assigned its xid).
     expect(levels.slice(0, 6)).toEqual(Array.from({ length: 6 }, () => 'serializable:true'));
-    const [pooled] = await t.query<{ n: number }>(
-      `SELECT count(*)::int AS n FROM pg_stat_activity WHERE state LIKE 'idle in transaction%'
-         AND datname = current_database() AND pid <> pg_backend_pid()`,
+    // A connection given back inside a transaction would idle in it for good; a
+    // maintenance transaction of the worker's may do so for a moment between statements.
+    const idleInTransaction = async () =>
+      (
+        await t.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE state LIKE 'idle in transaction%'
+             AND datname = current_database() AND pid <> pg_backend_pid()`,
+        )
+      )[0]!.n;
+    await waitFor(
+      async () => (await idleInTransaction()) === 0,
+      5_000,
+      'no connection idle in a transaction',
+      idleInTransaction,
     );
-    expect(pooled!.n).toBe(0);
   });
 
   it('roll back when COMMIT refuses (a deferred constraint), and write the failure', async () => {
