@@ -52,11 +52,10 @@ GRANT SELECT, INSERT, UPDATE ON TABLE :"schema".queues TO :"worker_role";
 
 -- A producer that enqueues with onConflict 'replace' (debounce) rewrites the
 -- payload, priority, run_at and max_attempts (and whether it was given) of a
--- queued job holding the same unique key. The library's enqueue that meets a
--- held key runs that statement whatever the mode, so PostgreSQL asks for the
--- grant below then too (the SQL enqueue() does not). It also lets the producer
--- lock job rows (SELECT … FOR UPDATE), so it is not given by default; uncomment
--- it if your producers use unique keys through the library:
+-- queued job holding the same unique key ('skip', the default, only reads the
+-- holder). The grant also lets the producer lock job rows (SELECT … FOR
+-- UPDATE), so it is not given by default; uncomment it if your producers
+-- debounce:
 -- GRANT UPDATE (payload, priority, run_at, max_attempts, max_attempts_default) ON TABLE :"schema".jobs TO :"producer_role";
 
 -- Schedules: the producer creates, updates, lists and removes them; a worker's

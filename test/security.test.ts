@@ -139,6 +139,18 @@ describe('security: least-privilege roles from sql/grants.sql', () => {
       { kind: 'sec_fail', payload: { n: 3 }, queue: 'sec', maxAttempts: 1 },
     ]);
     expect((await asProducer.getJob(one.id))?.status).toBe('queued');
+    // A held unique key is answered with its holder (onConflict 'skip', the default), by a read alone.
+    const keyed = await asProducer.enqueue('sec_ok', { n: 4 }, { queue: 'sec-held', uniqueKey: 'sec:held' });
+    const again = await asProducer.enqueue('sec_ok', { n: 5 }, { queue: 'sec-held', uniqueKey: 'sec:held' });
+    const [batchAgain] = await asProducer.enqueueMany([
+      { kind: 'sec_ok', payload: { n: 6 }, queue: 'sec-held', uniqueKey: 'sec:held' },
+    ]);
+    expect([again.id, again.duplicate, batchAgain!.id, batchAgain!.duplicate]).toEqual([
+      keyed.id,
+      true,
+      keyed.id,
+      true,
+    ]);
     expect((await asProducer.stats()).some((s) => s.queue === 'sec')).toBe(true);
     // From SQL too, unique key included; its second call returns the holder.
     const fn = (name: string) => `${quoteIdent(t.schema)}.${name}`;

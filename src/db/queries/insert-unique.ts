@@ -48,6 +48,8 @@ export class UniqueInsertQueries {
   readonly #insert: Statement;
   readonly #insertTraced: Statement;
   readonly #resolve: Statement;
+  /** The holders of keys none of whose items replaces: read only, so a producer needs no UPDATE grant. */
+  readonly #holders: Statement;
   readonly #savepoints = new Map<
     UniqueSavepoint,
     { set: Statement; rollback: Statement; release: Statement }
@@ -120,6 +122,13 @@ export class UniqueInsertQueries {
        FROM ${names.jobs} j JOIN r ON j.unique_lock = r.unique_key
        WHERE NOT EXISTS (SELECT 1 FROM replaced x WHERE x.id = j.id)`,
     );
+    this.#holders = names.statement(
+      'unique_holders',
+      `SELECT ${QUALIFIED_COLUMNS}, j.unique_key, false AS replaced, NULL::jsonb AS prior_payload,
+              NULL::int AS prior_priority, NULL::timestamptz AS prior_run_at, NULL::int AS prior_max_attempts,
+              now() AS now, 0 AS woken
+       FROM ${names.jobs} j WHERE j.unique_lock = ANY($1::text[])`,
+    );
     for (const mark of UNIQUE_SAVEPOINTS) {
       const name = `skiplock_unique${mark === 'batch' ? '' : '_keys'}`;
       this.#savepoints.set(mark, {
@@ -160,10 +169,17 @@ export class UniqueInsertQueries {
   /**
    * The jobs that now hold the keys of `jobs` (keys must be distinct),
    * rewriting queued ones for jobs with `replace` (locked in key order); the
-   * holders of the others are only read, nothing locked. A key that no job
-   * holds any more (its holder finished in between) has no row.
+   * holders of the others are only read, nothing locked (and when no job
+   * replaces, by a read-only statement: a producer role without `UPDATE` on the
+   * table may enqueue keys that are held). A key that no job holds any more
+   * (its holder finished in between) has no row.
    */
   async resolve(db: Queryable, jobs: readonly NewUniqueJob[]): Promise<HolderRow[]> {
+    if (!jobs.some((j) => j.unique.replace)) {
+      // Nothing to rewrite: a plain read (the statement that may rewrite needs UPDATE on the table).
+      const { rows } = await run<HolderRow>(db, this.#holders, [jobs.map((j) => j.unique.key)]);
+      return rows;
+    }
     const { rows } = await run<HolderRow>(db, this.#resolve, [
       jobs.map((j) => j.unique.key),
       jobs.map((j) => j.unique.replace),
