@@ -62,6 +62,15 @@ export class Executions {
     for (const e of executions) this.#buffer.push(e);
   }
 
+  /** The oldest buffered job, the one {@link Executions.start} would take; undefined when none. */
+  peek(): Execution | undefined {
+    for (let i = this.#head; i < this.#buffer.length; i++) {
+      const e = this.#buffer[i]!;
+      if (e.state === 'buffered') return e;
+    }
+    return undefined;
+  }
+
   /**
    * Takes the oldest buffered job and marks it running; undefined when the
    * buffer is empty. A buffered job whose lease was lost meanwhile is dropped.

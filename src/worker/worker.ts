@@ -142,8 +142,16 @@ export class Worker extends EventEmitter<WorkerEvents> {
       wakeAfter: (delayMs) => this.#fetcher.wakeAfter(delayMs),
       onBatchWritten: () => this.#fetcher.slotFreed(),
     });
-    this.#cancellation = new Cancellation(this.#executions, options.queues, (taken) => {
-      void this.#release(taken, 10_000);
+    this.#cancellation = new Cancellation({
+      executions: this.#executions,
+      queues: options.queues,
+      giveBack: (taken) => {
+        void this.#release(taken, 10_000);
+      },
+      cancelRequested: (held) => queries.cancel.requested(pool, held, this.id),
+      paused: (queues) => queries.queues.paused(pool, queues),
+      onChecked: () => this.#pump(),
+      onError: (error) => this.#events.error(error, 'claim'),
     });
     this.#heartbeat = new Heartbeat<Execution>({
       intervalMs: options.heartbeatIntervalMs,
@@ -266,7 +274,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
   #pump(): void {
     const { concurrency, jobTimeoutMs } = this.#options;
     while (this.#state === 'running' && this.#executions.runningCount < concurrency) {
-      const e = this.#executions.start(performance.now());
+      const now = performance.now();
+      const next = this.#executions.peek();
+      // A job that waited long in the buffer starts only once its queue is known not to be paused.
+      if (!next || !this.#cancellation.mayStart(next, now)) break;
+      const e = this.#executions.start(now);
       if (!e) break;
       this.#prefetch.started(e.startedAt);
       if (this.#events.heard('job:start')) this.#events.emit('job:start', e.job);
