@@ -51,6 +51,9 @@ export interface WorkerContext {
 /** Time `stop()` may take beyond `shutdownTimeoutMs` to write results and close connections. */
 const STOP_GRACE_MS = 3_000;
 
+/** The last part of the grace, kept for closing the listener and the pools. */
+const CLOSE_RESERVE_MS = 500;
+
 /** The execution whose handler is running in the current async context: `stop()` from a handler must not wait for it. */
 const currentExecution = new AsyncLocalStorage<Execution>();
 
@@ -378,11 +381,13 @@ export class Worker extends EventEmitter<WorkerEvents> {
       forgetOnSignals(this);
       return;
     }
-    const startedAt = performance.now();
-    const deadline = startedAt + this.#options.shutdownTimeoutMs;
+    // Every step is bounded by what is left of shutdownTimeoutMs plus the grace,
+    // the last part of which is kept for closing connections: a database that
+    // does not answer (a half-open network) costs no more than that.
+    const deadline = performance.now() + this.#options.shutdownTimeoutMs;
+    const hardDeadline = deadline + STOP_GRACE_MS;
     const remaining = () => Math.max(0, deadline - performance.now());
-    const graceLeft = () =>
-      remaining() + Math.max(0, STOP_GRACE_MS - Math.max(0, performance.now() - deadline));
+    const graceLeft = () => Math.max(0, hardDeadline - CLOSE_RESERVE_MS - performance.now());
     clearInterval(this.#bufferTimer);
     const fetcherStopped = this.#fetcher.stop();
     const buffered = this.#executions.takeBuffered();
@@ -399,13 +404,19 @@ export class Worker extends EventEmitter<WorkerEvents> {
     await settlesWithin(fetcherStopped, graceLeft());
     await this.#completer.drain(graceLeft());
     await settlesWithin(
-      Promise.all([this.#heartbeat.stop(), this.#maintainer.stop(), this.#claimer.stop()]),
+      Promise.all([
+        this.#heartbeat.stop(),
+        this.#maintainer.stop(),
+        this.#claimer.stop(),
+        this.#cancellation.stop(),
+      ]),
       graceLeft(),
     );
     this.#events.quiet = remaining() === 0;
-    await this.#notifier.stop(Math.max(100, graceLeft()));
+    // The reserve, and whatever the steps above left of the grace: the listener and the pools close side by side.
+    const closeMs = Math.max(CLOSE_RESERVE_MS, hardDeadline - performance.now());
+    await Promise.all([this.#notifier.stop(closeMs), this.#closePools(closeMs)]);
     this.#events.quiet = true;
-    await this.#closePools(Math.max(100, graceLeft()));
     this.#state = 'stopped';
     forgetOnSignals(this);
     this.#ctx.onStop(this);
