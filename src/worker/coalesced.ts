@@ -12,8 +12,10 @@ export const CONTROL_READ_INTERVAL_MS = 50;
 export class Coalesced {
   readonly #task: () => Promise<void>;
   readonly #minIntervalMs: number;
-  /** The run in flight (with any run requested during it), while there is one. */
+  /** The last loop of runs (resolved once it ended). */
   #running: Promise<void> | undefined;
+  /** A loop of runs is going on: a request joins it. */
+  #looping = false;
   /** The pass of the task in flight, while there is one. */
   #pass: Promise<void> | undefined;
   #again = false;
@@ -34,14 +36,10 @@ export class Coalesced {
   /** Asks for a run: now, or after the one in flight (and the least interval). */
   request(): void {
     if (this.#stopped) return;
-    if (this.#running) {
-      this.#again = true;
-      return;
-    }
     this.#again = true;
-    this.#running = this.#loop().finally(() => {
-      this.#running = undefined;
-    });
+    if (this.#looping) return;
+    this.#looping = true;
+    this.#running = this.#loop();
   }
 
   /** The pass in flight (not the ones requested after it), or undefined when none is. */
@@ -58,26 +56,28 @@ export class Coalesced {
   }
 
   async #loop(): Promise<void> {
-    while (this.#again && !this.#stopped) {
-      const wait = this.#lastStart + this.#minIntervalMs - performance.now();
-      if (wait > 0) {
-        await new Promise<void>((resolve) => {
-          this.#wakeTimer = resolve;
-          this.#timer = setTimeout(resolve, wait);
-          this.#timer.unref();
-        });
-        this.#wakeTimer = undefined;
-        if (this.#stopped) return;
-      }
-      // Requests that came during the wait are served by this run.
-      this.#again = false;
-      this.#lastStart = performance.now();
-      this.#pass = this.#task();
-      try {
+    try {
+      while (this.#again && !this.#stopped) {
+        const wait = this.#lastStart + this.#minIntervalMs - performance.now();
+        if (wait > 0) {
+          await new Promise<void>((resolve) => {
+            this.#wakeTimer = resolve;
+            this.#timer = setTimeout(resolve, wait);
+            this.#timer.unref();
+          });
+          this.#wakeTimer = undefined;
+          if (this.#stopped) return;
+        }
+        // Requests that came during the wait are served by this run.
+        this.#again = false;
+        this.#lastStart = performance.now();
+        this.#pass = this.#task().catch(() => {});
         await this.#pass;
-      } finally {
         this.#pass = undefined;
       }
+    } finally {
+      // Cleared in the same turn as the last check of #again: a request after it starts a new loop.
+      this.#looping = false;
     }
   }
 }

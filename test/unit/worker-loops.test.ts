@@ -7,6 +7,7 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { ClaimedJob } from '../../src/db/queries/claim.js';
 import type { LeasedJob } from '../../src/db/queries/job-row.js';
+import { Coalesced } from '../../src/worker/coalesced.js';
 import { Completer } from '../../src/worker/completer.js';
 import { Fetcher } from '../../src/worker/fetcher.js';
 import { Heartbeat } from '../../src/worker/heartbeat.js';
@@ -284,5 +285,51 @@ describe('Heartbeat', () => {
     await h.stop();
     await vi.advanceTimersByTimeAsync(500);
     expect(beats).toHaveLength(2);
+  });
+});
+
+describe('Coalesced', () => {
+  it('runs once more for any number of requests during a run, and loses no request made as a run ends', async () => {
+    vi.useRealTimers();
+    let runs = 0;
+    let finish!: () => void;
+    const c = new Coalesced(async () => {
+      runs++;
+      await new Promise<void>((resolve) => {
+        finish = resolve;
+      });
+    });
+    c.request();
+    expect(runs).toBe(1);
+    for (let i = 0; i < 1000; i++) c.request();
+    finish();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(runs).toBe(2);
+    // A request from a promise callback that settles right after the run: a third run.
+    const ended = Promise.resolve().then(() => c.request());
+    finish();
+    await ended;
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(runs).toBe(3);
+    finish();
+    await c.stop();
+    c.request();
+    expect(runs).toBe(3);
+  });
+
+  it('starts runs at least minIntervalMs apart', async () => {
+    vi.useRealTimers();
+    const starts: number[] = [];
+    const c = new Coalesced(async () => {
+      starts.push(performance.now());
+    }, 50);
+    c.request();
+    await new Promise((resolve) => setImmediate(resolve));
+    c.request();
+    c.request();
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(starts).toHaveLength(2);
+    expect(starts[1]! - starts[0]!).toBeGreaterThanOrEqual(49);
+    await c.stop();
   });
 });
