@@ -24,7 +24,8 @@ export interface FetcherDeps {
   /** How many jobs to claim now (0: wait for a slot or a wake-up). */
   claimLimit(): number;
   claim(limit: number): Promise<ClaimedJob[]>;
-  dispatch(jobs: ClaimedJob[]): void;
+  /** `sentAt`: `performance.now()` when the claim was sent (its snapshot is no older). */
+  dispatch(jobs: ClaimedJob[], sentAt: number): void;
   onError(error: SkiplockError): void;
 }
 
@@ -209,6 +210,7 @@ export class Fetcher {
       this.#wanted = false;
       this.#trusted = false;
       const slotsFreed = this.#slotsFreed;
+      const sentAt = performance.now();
       let jobs: ClaimedJob[];
       try {
         jobs = await this.#deps.claim(limit);
@@ -238,7 +240,7 @@ export class Fetcher {
         this.#wanted = true;
         this.#trusted = true;
       }
-      if (jobs.length > 0) this.#deps.dispatch(jobs);
+      if (jobs.length > 0) this.#deps.dispatch(jobs, sentAt);
     }
   }
 

@@ -127,7 +127,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       pollIntervalMs: options.pollIntervalMs,
       claimLimit: () => this.#claimLimit(),
       claim: (limit) => this.#claimer.claim(limit),
-      dispatch: (jobs) => this.#dispatch(jobs),
+      dispatch: (jobs, sentAt) => this.#dispatch(jobs, sentAt),
       onError: (error) => this.#events.error(error, 'claim'),
     });
     this.#transactional = TransactionalAttempts.forWorker(ctx.clientConfig, options, {
@@ -259,10 +259,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
     return this.#prefetch.claimLimit(held, performance.now());
   }
 
-  #dispatch(jobs: ClaimedJob[]): void {
+  /** Buffers claimed jobs; `sentAt` (when their claim was sent) is their claim time. */
+  #dispatch(jobs: ClaimedJob[], sentAt: number): void {
     this.#events.emit('worker:claim', jobs.length);
-    const now = performance.now();
-    const executions = jobs.map((job) => bufferedExecution(job, now));
+    const executions = jobs.map((job) => bufferedExecution(job, sentAt));
     if (this.#state !== 'running') {
       // Claimed while stopping: give them back before they start.
       this.#executions.buffer(executions);
