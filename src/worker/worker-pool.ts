@@ -82,8 +82,11 @@ function openPool(config: pg.ClientConfig, settings: string[], poolConfig: pg.Po
       ended ??= pool.end().catch(() => {});
       // The last part of the time is for the end to settle once the sockets are dropped.
       if (await settlesWithin(ended, timeoutMs - Math.min(200, timeoutMs / 4))) return;
-      // A statement stuck behind a lock or a dead network: drop its socket.
-      for (const client of clients) destroySocket(client);
+      // A statement stuck behind a lock or a dead network: drop its socket; so
+      // also for a connection still being opened (pg-pool lists those only in
+      // its own field), which would otherwise outlive the stop by its timeout.
+      const opening = (pool as unknown as { _clients?: pg.Client[] })._clients ?? [];
+      for (const client of new Set([...clients, ...opening])) destroySocket(client);
       await settlesWithin(ended, deadline - performance.now());
     },
   };
