@@ -339,8 +339,10 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   }
 
   /**
-   * Pauses a queue (persisted): within about a second no worker claims from
-   * it; running jobs finish. Other queues run on.
+   * Pauses a queue (persisted): no worker claims from it once this resolves,
+   * and within about a second none starts a job of it (jobs already in a
+   * prefetch buffer are given back uncharged); running jobs finish. Other
+   * queues run on.
    *
    * @returns false when the queue was paused already.
    * @throws {ValidationError} (field `name`) on an empty or unstorable name, or one longer

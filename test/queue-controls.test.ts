@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type Skiplock, SnoozeError, ValidationError } from '../src/index.js';
+import { PAUSE_RECHECK_MS } from '../src/worker/cancellation.js';
 import { createTestDatabase, type TestDatabase, waitFor } from './support/database.js';
-import { nextEvent } from './support/events.js';
+import { nextEvent, record } from './support/events.js';
 
 let db: TestDatabase;
 let skiplock: Skiplock;
@@ -125,6 +126,70 @@ describe('pause and resume', () => {
     await other;
     expect(await statuses('p-live')).toEqual(paused);
     await again.stop();
+  });
+
+  it('without LISTEN, a buffered job of a paused queue does not start once the pause is a second old; it is given back uncharged', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let blocked = false;
+    const worker = skiplock.worker({
+      ...fast,
+      listen: false,
+      queues: ['p-no-listen'],
+      concurrency: 1,
+      prefetch: 10,
+      onSuccess: 'keep',
+      handlers: {
+        // Quick at first (so the worker buffers ahead), then the slot stays busy.
+        step: async () => {
+          if (!blocked && worker.bufferedCount > 0) {
+            blocked = true;
+            await gate;
+          }
+        },
+      },
+    });
+    await skiplock.enqueueMany(
+      Array.from({ length: 40 }, () => ({ kind: 'step', payload: {}, queue: 'p-no-listen' })),
+    );
+    await worker.start();
+    await waitFor(() => blocked && worker.bufferedCount > 0, 5000, 'a blocked handler and a buffer');
+    const buffered = worker.bufferedCount;
+    const starts: number[] = [];
+    worker.on('job:start', () => starts.push(performance.now()));
+    const released = record(worker, 'job:released');
+    await skiplock.pauseQueue('p-no-listen');
+    // The bound is about time: let the pause grow older than it, then free the slot.
+    await new Promise((resolve) => setTimeout(resolve, PAUSE_RECHECK_MS + 200));
+    release();
+    await waitFor(
+      () => released.length === buffered,
+      5000,
+      `the ${buffered} buffered jobs to be given back`,
+      () => ({
+        released: released.length,
+        starts: starts.length,
+      }),
+    );
+    expect(starts).toEqual([]);
+    expect(worker.bufferedCount).toBe(0);
+    await waitFor(
+      async () => (await statuses('p-no-listen')).running === undefined,
+      5000,
+      'the blocked job to finish',
+    );
+    const after = await statuses('p-no-listen');
+    expect(after.queued).toBeGreaterThanOrEqual(buffered);
+    expect(after.succeeded! + after.queued!).toBe(40);
+    // Given back without charging the attempt.
+    const [charged] = await db.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM ${db.jobs} WHERE queue = 'p-no-listen' AND status = 'queued' AND attempts <> 0`,
+    );
+    expect(charged!.n).toBe(0);
+    expect(starts).toEqual([]);
+    await worker.stop();
   });
 
   it('refuses an empty queue name', async () => {

@@ -1,10 +1,12 @@
 /** Stopping a worker: running handlers finish within the deadline, the rest are given back uncharged. */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
-import { ShutdownError } from '../src/index.js';
+import { ShutdownError, Skiplock } from '../src/index.js';
+import { waitFor } from './support/database.js';
 import { nextEvent, record } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
 import { gate } from './support/gate.js';
+import { startTcpProxy } from './support/tcp-proxy.js';
 
 const t = useTestDatabase();
 
@@ -74,5 +76,87 @@ describe('graceful stop', () => {
     expect(await t.row(job.id)).toMatchObject({ status: 'succeeded', attempts: 1, locked_by: null });
     expect(ran).toBe(0);
     expect(stopped.activeCount).toBe(0);
+  });
+
+  it('stop() during a half-open network partition resolves within shutdownTimeoutMs plus about 3 s; the held jobs run again after it', async () => {
+    const server = new URL(t.url);
+    const proxy = await startTcpProxy(server.hostname, Number(server.port || 5432));
+    t.defer(() => proxy.close());
+    const viaProxy = new URL(t.url);
+    viaProxy.host = `127.0.0.1:${proxy.port}`;
+    const remote = new Skiplock({ connectionString: viaProxy.toString(), schema: t.schema });
+    t.defer(() => remote.close());
+    const shutdownTimeoutMs = 1000;
+    const finish = gate();
+    const worker = t.track(
+      remote.worker({
+        ...base,
+        handleSignals: false,
+        queues: ['partition'],
+        concurrency: 3,
+        shutdownTimeoutMs,
+        visibilityTimeoutMs: 3000,
+        // statementTimeoutMs stays at its default (30 s): stop() must not wait for it.
+        handlers: {
+          hold: (_, { signal }) =>
+            new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason))),
+          finish: () => finish.opened,
+        },
+      }),
+    );
+    worker.on('error', () => {});
+    await worker.start();
+    const jobs = await t.skiplock.enqueueMany([
+      { kind: 'hold', payload: {}, queue: 'partition' },
+      { kind: 'hold', payload: {}, queue: 'partition' },
+      { kind: 'finish', payload: {}, queue: 'partition' },
+    ]);
+    await waitFor(() => worker.activeCount === 3, 10_000, 'the three handlers to run');
+
+    // Sockets stay open, nothing goes through; a handler finishes meanwhile (its result cannot be written).
+    proxy.partition();
+    finish.open();
+    const t0 = performance.now();
+    await worker.stop();
+    const stopMs = performance.now() - t0;
+    console.log(
+      `stop() during a partition took ${Math.round(stopMs)} ms (shutdownTimeoutMs ${shutdownTimeoutMs})`,
+    );
+    expect(stopMs).toBeLessThan(shutdownTimeoutMs + 3000 + 1000);
+    // Nothing reached the database: the jobs are still held by the stopped worker.
+    for (const job of jobs)
+      expect(await t.row(job.id)).toMatchObject({ status: 'running', attempts: 1, locked_by: worker.id });
+
+    // The partition ends with the connections reset; the sweeper reclaims the jobs and another worker runs them.
+    await proxy.close();
+    const ran: string[] = [];
+    const other = t.worker({
+      ...base,
+      queues: ['partition'],
+      sweepIntervalMs: 200,
+      onSuccess: 'keep',
+      handlers: { hold: (job) => void ran.push(job.id), finish: (job) => void ran.push(job.id) },
+    });
+    await other.start();
+    await waitFor(
+      () => ran.length === 3,
+      20_000,
+      'the three jobs to run again',
+      () => ran,
+    );
+    expect([...ran].sort()).toEqual(jobs.map((j) => j.id).sort());
+    await waitFor(
+      async () => (await t.jobCount("queue = 'partition' AND status = 'succeeded'")) === 3,
+      10_000,
+      'the three successes to be written',
+    );
+    for (const job of jobs) {
+      expect(await t.row(job.id)).toEqual({
+        status: 'succeeded',
+        attempts: 2,
+        locked_by: null,
+        last_error: 'reclaimed: visibility timeout',
+      });
+    }
   });
 });

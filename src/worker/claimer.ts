@@ -7,6 +7,8 @@
  *
  * Which queues are limited is read at start, again when a `limits` message
  * arrives, and on every poll interval (the safety net of a lost message).
+ * Messages are hints: reads they cause run one at a time, at most one every
+ * {@link CONTROL_READ_INTERVAL_MS}, however many arrive.
  */
 import type pg from 'pg';
 import { translateError } from '../db/executor.js';
@@ -14,6 +16,7 @@ import type { ClaimedJob, ClaimRequest } from '../db/queries/claim.js';
 import type { LimitedClaim } from '../db/queries/claim-limited.js';
 import type { JobQueries } from '../db/queries/jobs.js';
 import type { SkiplockError } from '../errors.js';
+import { CONTROL_READ_INTERVAL_MS, Coalesced } from './coalesced.js';
 import type { Fetcher } from './fetcher.js';
 import { kindMaxAttemptsOf } from './handler-definition.js';
 import type { ResolvedWorkerOptions } from './options.js';
@@ -33,9 +36,9 @@ export interface ClaimerDeps {
   /**
    * The worker's fetcher: `retryOnSlotFreed` when a limited queue may hold jobs
    * this worker could not take yet, `wakeAfter` when the rate allows more
-   * starts, `wake` to claim again now.
+   * starts, `hint` to claim again after a `limits` message.
    */
-  fetcher(): Pick<Fetcher, 'retryOnSlotFreed' | 'wakeAfter' | 'wake'>;
+  fetcher(): Pick<Fetcher, 'retryOnSlotFreed' | 'wakeAfter' | 'hint'>;
   /** `queue` became limited: jobs of it this worker buffered must be given back. */
   onLimited(queue: string): void;
   onError(error: SkiplockError): void;
@@ -72,12 +75,23 @@ export class Claimer {
    */
   readonly #short = new Set<string>();
   #timer: NodeJS.Timeout | undefined;
-  #refreshing: Promise<void> | undefined;
-  #refreshAgain = false;
+  readonly #refreshes: Coalesced;
+  /** A `limits` message came: claim after the next read. */
+  #wakeAfterRefresh = false;
 
   constructor(deps: ClaimerDeps) {
     this.#deps = deps;
     this.#unlimited = deps.queues;
+    this.#refreshes = new Coalesced(async () => {
+      const wake = this.#wakeAfterRefresh;
+      this.#wakeAfterRefresh = false;
+      try {
+        await this.refresh();
+      } catch (error) {
+        this.#deps.onError(translateError(error));
+      }
+      if (wake) this.#deps.fetcher().hint();
+    }, CONTROL_READ_INTERVAL_MS);
   }
 
   /** Reads which queues are limited. @throws {DatabaseError} from the database. */
@@ -102,7 +116,7 @@ export class Claimer {
   /** Stops re-reading; resolves when no read is in flight. */
   async stop(): Promise<void> {
     clearInterval(this.#timer);
-    await this.#refreshing;
+    await this.#refreshes.stop();
   }
 
   /** A `limits` message: re-read if it concerns one of the worker's queues, then claim. */
@@ -119,23 +133,8 @@ export class Claimer {
 
   /** Re-reads limits in the background; a request during a read reads again after it. */
   #refreshSoon(wake: boolean): void {
-    if (this.#refreshing) {
-      this.#refreshAgain = true;
-      return;
-    }
-    this.#refreshing = (async () => {
-      do {
-        this.#refreshAgain = false;
-        try {
-          await this.refresh();
-        } catch (error) {
-          this.#deps.onError(translateError(error));
-        }
-      } while (this.#refreshAgain);
-      if (wake) this.#deps.fetcher().wake();
-    })().finally(() => {
-      this.#refreshing = undefined;
-    });
+    if (wake) this.#wakeAfterRefresh = true;
+    this.#refreshes.request();
   }
 
   /**
@@ -146,8 +145,9 @@ export class Claimer {
    *   later failure are returned, and the failure is reported).
    */
   async claim(limit: number): Promise<ClaimedJob[]> {
-    // A limits message is read before the claim it precedes (its wake-up may come first).
-    if (this.#refreshing) await this.#refreshing;
+    // A read of limits in flight is waited for (a limits message's wake-up may come before it).
+    const reading = this.#refreshes.current();
+    if (reading) await reading;
     const limited = this.#limited;
     if (limited.length === 0) return this.#claimUnlimited(this.#unlimited, limit);
     const jobs: ClaimedJob[] = [];

@@ -15,7 +15,11 @@ export interface Execution {
   job: Job;
   /** The job's stored trace context (JSON text), when the worker traces (see telemetry/tracing.ts). */
   traceContext: string | null | undefined;
-  /** `performance.now()` when claimed; a buffered job given back after too long a wait is judged by it. */
+  /**
+   * `performance.now()` when its claim was sent (the claim saw the table no
+   * earlier): a buffered job given back after too long a wait, or checked for
+   * a pause before it starts, is judged by it.
+   */
   claimedAt: number;
   /** `performance.now()` when its handler started (0 while buffered). */
   startedAt: number;
@@ -61,6 +65,15 @@ export class Executions {
   /** Adds claimed jobs to the end of the buffer. */
   buffer(executions: readonly Execution[]): void {
     for (const e of executions) this.#buffer.push(e);
+  }
+
+  /** The oldest buffered job, the one {@link Executions.start} would take; undefined when none. */
+  peek(): Execution | undefined {
+    for (let i = this.#head; i < this.#buffer.length; i++) {
+      const e = this.#buffer[i]!;
+      if (e.state === 'buffered') return e;
+    }
+    return undefined;
   }
 
   /**

@@ -3,6 +3,14 @@
  * whenever something may be waiting: a notification, the safety-net poll, the
  * earliest known `run_at` coming due, a slot freed after a full batch, or a
  * reconnection. Database errors are reported and retried with backoff.
+ *
+ * Notifications are hints (any role that can connect can send one): however
+ * many arrive, at most one claim is in flight and one more follows it. A claim
+ * woken only by hints that finds nothing makes the next such claim wait
+ * {@link HINT_COOLDOWN_MS}, doubling while they keep finding nothing, up to
+ * {@link HINT_COOLDOWN_MAX_MS}: a flood of wake-ups costs a few claims a
+ * second. A claim that finds jobs ends the wait; the poll, freed slots and a
+ * reconnection claim without it.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { translateError } from '../db/executor.js';
@@ -16,7 +24,8 @@ export interface FetcherDeps {
   /** How many jobs to claim now (0: wait for a slot or a wake-up). */
   claimLimit(): number;
   claim(limit: number): Promise<ClaimedJob[]>;
-  dispatch(jobs: ClaimedJob[]): void;
+  /** `sentAt`: `performance.now()` when the claim was sent (its snapshot is no older). */
+  dispatch(jobs: ClaimedJob[], sentAt: number): void;
   onError(error: SkiplockError): void;
 }
 
@@ -29,16 +38,36 @@ const MAX_DUE_TIMES = 1000;
 /** Due times closer than this share one wake-up. */
 const DUE_TIME_GRAIN_MS = 5;
 
+/** How long the next hinted claim waits after one that found nothing (milliseconds). */
+export const HINT_COOLDOWN_MS = 25;
+
+/** Longest wait between hinted claims that keep finding nothing (milliseconds). */
+export const HINT_COOLDOWN_MAX_MS = 100;
+
+/** A known future due time: ms since epoch (this process's clock), and whether only a message announced it. */
+interface DueTime {
+  at: number;
+  hinted: boolean;
+}
+
 /** The claim loop of one worker. */
 export class Fetcher {
   readonly #deps: FetcherDeps;
   readonly #stopped = new AbortController();
   #wanted = true;
+  /** The wanted claim has a cause other than hints (start, poll, slot, backlog, reconnection, error retry). */
+  #trusted = true;
+  /** Hinted claims in a row that found nothing. */
+  #fruitless = 0;
+  /** `Date.now()` before which a claim wanted only by hints waits. */
+  #quietUntil = 0;
+  /** The loop waits for {@link Fetcher.#quietUntil}: hints join that wait without waking it. */
+  #cooling = false;
   #waiter: (() => void) | undefined;
   #pollTimer: NodeJS.Timeout | undefined;
   #dueTimer: NodeJS.Timeout | undefined;
-  /** Known future due times (ms since epoch, this process's clock), ascending. */
-  #dueTimes: number[] = [];
+  /** Known future due times, ascending. */
+  #dueTimes: DueTime[] = [];
   #loop: Promise<void> | undefined;
   #backlog = false;
   /** A limited queue had more jobs than this worker got: claim again when a slot frees. */
@@ -59,7 +88,22 @@ export class Fetcher {
   /** Something may be due now. */
   wake(): void {
     this.#wanted = true;
+    this.#trusted = true;
     this.#resume();
+  }
+
+  /**
+   * A message says jobs may be due now, or in `delayMs` (database clock).
+   * Coalesced with other hints, and slowed while hinted claims find nothing
+   * (see the module's comment).
+   */
+  hint(delayMs = 0): void {
+    if (delayMs > 0) {
+      this.#addDueTime(delayMs, true);
+      return;
+    }
+    this.#wanted = true;
+    if (!this.#cooling) this.#resume();
   }
 
   /**
@@ -72,14 +116,22 @@ export class Fetcher {
       this.wake();
       return;
     }
+    this.#addDueTime(delayMs, false);
+  }
+
+  #addDueTime(delayMs: number, hinted: boolean): void {
     const at = Date.now() + Math.min(delayMs, MAX_TIMER_MS);
     const due = this.#dueTimes;
     // Times within a few milliseconds share one wake-up.
-    if (due.some((t) => Math.abs(t - at) <= DUE_TIME_GRAIN_MS)) return;
-    let index = due.findIndex((t) => t > at);
+    const near = due.find((t) => Math.abs(t.at - at) <= DUE_TIME_GRAIN_MS);
+    if (near) {
+      near.hinted &&= hinted;
+      return;
+    }
+    let index = due.findIndex((t) => t.at > at);
     if (index === -1) index = due.length;
     if (index >= MAX_DUE_TIMES) return; // the poll covers what does not fit
-    due.splice(index, 0, at);
+    due.splice(index, 0, { at, hinted });
     if (due.length > MAX_DUE_TIMES) due.pop();
     if (index === 0) this.#armDueTimer();
   }
@@ -91,12 +143,14 @@ export class Fetcher {
     this.#dueTimer = setTimeout(
       () => {
         const now = Date.now();
-        while (this.#dueTimes.length > 0 && this.#dueTimes[0]! <= now + DUE_TIME_GRAIN_MS)
-          this.#dueTimes.shift();
-        this.wake();
+        let hinted = true;
+        while (this.#dueTimes.length > 0 && this.#dueTimes[0]!.at <= now + DUE_TIME_GRAIN_MS)
+          hinted &&= this.#dueTimes.shift()!.hinted;
+        if (hinted) this.hint();
+        else this.wake();
         this.#armDueTimer();
       },
-      Math.max(0, next - Date.now()),
+      Math.max(0, next.at - Date.now()),
     );
     this.#dueTimer.unref();
   }
@@ -107,6 +161,7 @@ export class Fetcher {
     if (this.#retryOnSlot) {
       this.#retryOnSlot = false;
       this.#wanted = true;
+      this.#trusted = true;
     }
     if (this.#wanted) this.#resume();
   }
@@ -134,8 +189,28 @@ export class Fetcher {
         await new Promise((resolve) => setImmediate(resolve));
         continue;
       }
+      const hinted = !this.#trusted;
+      if (hinted) {
+        // Hinted claims found nothing lately: this one waits (hints meanwhile join it).
+        // (A clock set back does not make the wait longer.)
+        this.#quietUntil = Math.min(this.#quietUntil, Date.now() + HINT_COOLDOWN_MAX_MS);
+        const quiet = this.#quietUntil - Date.now();
+        if (quiet > 0) {
+          let timer: NodeJS.Timeout | undefined;
+          this.#cooling = true;
+          await new Promise<void>((resolve) => {
+            this.#waiter = resolve;
+            timer = setTimeout(resolve, quiet);
+          });
+          this.#cooling = false;
+          clearTimeout(timer);
+          continue;
+        }
+      }
       this.#wanted = false;
+      this.#trusted = false;
       const slotsFreed = this.#slotsFreed;
+      const sentAt = performance.now();
       let jobs: ClaimedJob[];
       try {
         jobs = await this.#deps.claim(limit);
@@ -144,17 +219,28 @@ export class Fetcher {
         if (this.#retryOnSlot && this.#slotsFreed !== slotsFreed) {
           this.#retryOnSlot = false;
           this.#wanted = true;
+          this.#trusted = true;
         }
       } catch (error) {
         this.#deps.onError(translateError(error));
         this.#wanted = true;
+        this.#trusted = true;
         await sleep(loopBackoffMs(failures++), undefined, { signal: this.#stopped.signal }).catch(() => {});
         continue;
       }
+      if (jobs.length > 0) this.#fruitless = 0;
+      else if (hinted) {
+        this.#quietUntil =
+          Date.now() + Math.min(HINT_COOLDOWN_MAX_MS, HINT_COOLDOWN_MS * 2 ** this.#fruitless);
+        this.#fruitless = Math.min(this.#fruitless + 1, 10);
+      }
       // A full batch means more may be waiting: claim again as soon as slots allow.
       this.#backlog = jobs.length === limit;
-      if (this.#backlog) this.#wanted = true;
-      if (jobs.length > 0) this.#deps.dispatch(jobs);
+      if (this.#backlog) {
+        this.#wanted = true;
+        this.#trusted = true;
+      }
+      if (jobs.length > 0) this.#deps.dispatch(jobs, sentAt);
     }
   }
 

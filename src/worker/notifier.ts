@@ -153,13 +153,20 @@ export class Notifier {
     return new Promise<never>(() => {});
   }
 
-  /** Stops listening and closes the connection, destroying it if it does not answer within `timeoutMs`. */
+  /**
+   * Stops listening and closes the connection; resolves within `timeoutMs`,
+   * destroying a connection that does not answer in time.
+   */
   async stop(timeoutMs = 2_000): Promise<void> {
+    const deadline = performance.now() + timeoutMs;
+    const left = () => Math.max(0, deadline - performance.now());
     this.#stopped.abort();
     const client = this.#client;
-    if (!(await settlesWithin(this.#loop ?? Promise.resolve(), timeoutMs)) && client) destroySocket(client);
-    if (client && !(await settlesWithin(client.end(), timeoutMs))) destroySocket(client);
-    await settlesWithin(this.#loop ?? Promise.resolve(), 1_000);
+    const loop = this.#loop ?? Promise.resolve();
+    // The loop ends at once unless it is connecting; half the time is left for the polite end.
+    if (!(await settlesWithin(loop, left() / 2)) && client) destroySocket(client);
+    if (client && !(await settlesWithin(client.end(), left()))) destroySocket(client);
+    await settlesWithin(loop, left());
   }
 }
 

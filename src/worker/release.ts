@@ -1,8 +1,9 @@
 /**
  * Giving jobs back: held jobs (buffered, or running on stop) return to `queued`
  * without charging the attempt, or end `cancelled` when their cancel was
- * requested. Retried with backoff until a deadline; past it the sweeper gives
- * them back after the visibility timeout.
+ * requested. Retried with backoff until a deadline, which also bounds a
+ * statement that does not answer (a half-open connection): past it the jobs
+ * are abandoned, and the sweeper gives them back after the visibility timeout.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { translateError } from '../db/executor.js';
@@ -17,7 +18,7 @@ export interface ReleaseRequest {
   jobs: Execution[];
   /** Sends the release statement; returns the lease keys it released, with what each job became. */
   release(): Promise<Map<string, 'queued' | 'cancelled'>>;
-  /** Give up after this many milliseconds. */
+  /** Give up after this many milliseconds, even while a statement is in flight. */
   deadlineMs: number;
   /** `status`: `cancelled` for a job whose cancel was requested, else `queued`. */
   onReleased(e: Execution, status: 'queued' | 'cancelled'): void;
@@ -28,8 +29,12 @@ export interface ReleaseRequest {
 export async function releaseJobs(request: ReleaseRequest): Promise<void> {
   const deadline = performance.now() + request.deadlineMs;
   for (let attempt = 0; ; attempt++) {
+    const remaining = deadline - performance.now();
+    if (remaining <= 0) return;
     try {
-      const released = await request.release();
+      const released = await withinDeadline(request.release(), remaining);
+      // Past the deadline the statement is abandoned: whatever it did, the jobs are not reported.
+      if (released === undefined) return;
       for (const e of request.jobs) {
         const status = released.get(leaseKey(e));
         if (status) request.onReleased(e, status);
@@ -41,6 +46,22 @@ export async function releaseJobs(request: ReleaseRequest): Promise<void> {
       if (performance.now() + pause >= deadline) return;
       await sleep(pause);
     }
+  }
+}
+
+/** What `promise` resolves to within `ms`, or undefined after it (the promise is left to settle unheard). */
+async function withinDeadline<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  promise.catch(() => {});
+  try {
+    return await Promise.race([
+      promise,
+      new Promise<undefined>((resolve) => {
+        timer = setTimeout(() => resolve(undefined), ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
   }
 }
 

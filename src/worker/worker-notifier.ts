@@ -1,8 +1,11 @@
 /**
  * A worker's LISTEN side: routes each message on the channel to the part of
- * the worker it concerns (limits to the claimer, cancel/pause/resume to the
- * cancellation, wake-ups of its queues to the fetcher), runs the self-probe,
- * and warns once per spell of a deaf listener (the poll finds jobs meanwhile).
+ * the worker it concerns (limits to the claimer, cancel/pause to the
+ * cancellation, wake-ups of its queues and resume to the fetcher), runs the
+ * self-probe, and warns once per spell of a deaf listener (the poll finds jobs
+ * meanwhile). Any role that can connect can send on the channel, so every
+ * message is a hint: what it leads to is read from the database, and a flood
+ * of them is coalesced (see the fetcher, the claimer and the cancellation).
  */
 import type pg from 'pg';
 import type { JobQueries } from '../db/queries/jobs.js';
@@ -39,7 +42,7 @@ export function workerNotifier(deps: WorkerNotifierDeps): Notifier {
       if (cancellation.onMessage(message)) return;
       if (message.queue === null || options.queues.includes(message.queue)) {
         claimer.onWakeUp(message.queue);
-        deps.fetcher().wakeAfter(message.delayMs);
+        deps.fetcher().hint(message.delayMs);
       }
     },
     onListening: () => {

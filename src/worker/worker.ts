@@ -51,6 +51,9 @@ export interface WorkerContext {
 /** Time `stop()` may take beyond `shutdownTimeoutMs` to write results and close connections. */
 const STOP_GRACE_MS = 3_000;
 
+/** The last part of the grace, kept for closing the listener and the pools. */
+const CLOSE_RESERVE_MS = 500;
+
 /** The execution whose handler is running in the current async context: `stop()` from a handler must not wait for it. */
 const currentExecution = new AsyncLocalStorage<Execution>();
 
@@ -124,7 +127,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       pollIntervalMs: options.pollIntervalMs,
       claimLimit: () => this.#claimLimit(),
       claim: (limit) => this.#claimer.claim(limit),
-      dispatch: (jobs) => this.#dispatch(jobs),
+      dispatch: (jobs, sentAt) => this.#dispatch(jobs, sentAt),
       onError: (error) => this.#events.error(error, 'claim'),
     });
     this.#transactional = TransactionalAttempts.forWorker(ctx.clientConfig, options, {
@@ -142,8 +145,16 @@ export class Worker extends EventEmitter<WorkerEvents> {
       wakeAfter: (delayMs) => this.#fetcher.wakeAfter(delayMs),
       onBatchWritten: () => this.#fetcher.slotFreed(),
     });
-    this.#cancellation = new Cancellation(this.#executions, options.queues, (taken) => {
-      void this.#release(taken, 10_000);
+    this.#cancellation = new Cancellation({
+      executions: this.#executions,
+      queues: options.queues,
+      giveBack: (taken) => {
+        void this.#release(taken, 10_000);
+      },
+      cancelRequested: (held) => queries.cancel.requested(pool, held, this.id),
+      paused: (queues) => queries.queues.paused(pool, queues),
+      onChecked: () => this.#pump(),
+      onError: (error) => this.#events.error(error, 'claim'),
     });
     this.#heartbeat = new Heartbeat<Execution>({
       intervalMs: options.heartbeatIntervalMs,
@@ -249,10 +260,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
     return this.#prefetch.claimLimit(held, performance.now());
   }
 
-  #dispatch(jobs: ClaimedJob[]): void {
+  /** Buffers claimed jobs; `sentAt` (when their claim was sent) is their claim time. */
+  #dispatch(jobs: ClaimedJob[], sentAt: number): void {
     this.#events.emit('worker:claim', jobs.length);
-    const now = performance.now();
-    const executions = jobs.map((job) => bufferedExecution(job, now));
+    const executions = jobs.map((job) => bufferedExecution(job, sentAt));
     if (this.#state !== 'running') {
       // Claimed while stopping: give them back before they start.
       this.#executions.buffer(executions);
@@ -267,7 +278,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
   #pump(): void {
     const { concurrency, jobTimeoutMs } = this.#options;
     while (this.#state === 'running' && this.#executions.runningCount < concurrency) {
-      const e = this.#executions.start(performance.now());
+      const now = performance.now();
+      const next = this.#executions.peek();
+      // A job that waited long in the buffer starts only once its queue is known not to be paused.
+      if (!next || !this.#cancellation.mayStart(next, now)) break;
+      const e = this.#executions.start(now);
       if (!e) break;
       this.#prefetch.started(e.startedAt);
       if (this.#events.heard('job:start')) this.#events.emit('job:start', e.job);
@@ -367,11 +382,13 @@ export class Worker extends EventEmitter<WorkerEvents> {
       forgetOnSignals(this);
       return;
     }
-    const startedAt = performance.now();
-    const deadline = startedAt + this.#options.shutdownTimeoutMs;
+    // Every step is bounded by what is left of shutdownTimeoutMs plus the grace,
+    // the last part of which is kept for closing connections: a database that
+    // does not answer (a half-open network) costs no more than that.
+    const deadline = performance.now() + this.#options.shutdownTimeoutMs;
+    const hardDeadline = deadline + STOP_GRACE_MS;
     const remaining = () => Math.max(0, deadline - performance.now());
-    const graceLeft = () =>
-      remaining() + Math.max(0, STOP_GRACE_MS - Math.max(0, performance.now() - deadline));
+    const graceLeft = () => Math.max(0, hardDeadline - CLOSE_RESERVE_MS - performance.now());
     clearInterval(this.#bufferTimer);
     const fetcherStopped = this.#fetcher.stop();
     const buffered = this.#executions.takeBuffered();
@@ -388,13 +405,19 @@ export class Worker extends EventEmitter<WorkerEvents> {
     await settlesWithin(fetcherStopped, graceLeft());
     await this.#completer.drain(graceLeft());
     await settlesWithin(
-      Promise.all([this.#heartbeat.stop(), this.#maintainer.stop(), this.#claimer.stop()]),
+      Promise.all([
+        this.#heartbeat.stop(),
+        this.#maintainer.stop(),
+        this.#claimer.stop(),
+        this.#cancellation.stop(),
+      ]),
       graceLeft(),
     );
     this.#events.quiet = remaining() === 0;
-    await this.#notifier.stop(Math.max(100, graceLeft()));
+    // The reserve, and whatever the steps above left of the grace: the listener and the pools close side by side.
+    const closeMs = Math.max(CLOSE_RESERVE_MS, hardDeadline - performance.now());
+    await Promise.all([this.#notifier.stop(closeMs), this.#closePools(closeMs)]);
     this.#events.quiet = true;
-    await this.#closePools(Math.max(100, graceLeft()));
     this.#state = 'stopped';
     forgetOnSignals(this);
     this.#ctx.onStop(this);

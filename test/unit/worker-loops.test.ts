@@ -7,6 +7,7 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { ClaimedJob } from '../../src/db/queries/claim.js';
 import type { LeasedJob } from '../../src/db/queries/job-row.js';
+import { Coalesced } from '../../src/worker/coalesced.js';
 import { Completer } from '../../src/worker/completer.js';
 import { Fetcher } from '../../src/worker/fetcher.js';
 import { Heartbeat } from '../../src/worker/heartbeat.js';
@@ -133,6 +134,62 @@ describe('Fetcher', () => {
     await f.stop();
   });
 
+  it('hints: a burst costs one claim; hinted claims that find nothing make the next wait 25, 50, then 100 ms', async () => {
+    const { f, claims, add } = fetcher([]);
+    f.start();
+    await settle();
+    expect(claims).toHaveLength(1);
+    for (let i = 0; i < 1000; i++) f.hint();
+    await settle();
+    expect(claims).toHaveLength(2);
+    // That one found nothing: hints wait 25 ms, together.
+    for (let i = 0; i < 1000; i++) f.hint();
+    await vi.advanceTimersByTimeAsync(24);
+    await settle();
+    expect(claims).toHaveLength(2);
+    await vi.advanceTimersByTimeAsync(1);
+    await settle();
+    expect(claims).toHaveLength(3);
+    f.hint();
+    await vi.advanceTimersByTimeAsync(49);
+    await settle();
+    expect(claims).toHaveLength(3);
+    await vi.advanceTimersByTimeAsync(1);
+    await settle();
+    expect(claims).toHaveLength(4);
+    f.hint();
+    await vi.advanceTimersByTimeAsync(99);
+    await settle();
+    expect(claims).toHaveLength(4);
+    await vi.advanceTimersByTimeAsync(1);
+    await settle();
+    expect(claims).toHaveLength(5);
+    // A trusted wake (the poll, a reconnection, a freed slot) does not wait.
+    f.hint();
+    await vi.advanceTimersByTimeAsync(10);
+    await settle();
+    expect(claims).toHaveLength(5);
+    f.wake();
+    await settle();
+    expect(claims).toHaveLength(6);
+    // A hinted claim that finds a job ends the waits: the next hint claims at once.
+    add(1);
+    f.hint();
+    await vi.advanceTimersByTimeAsync(100);
+    await settle();
+    expect(claims).toHaveLength(7);
+    add(2);
+    f.hint();
+    await settle();
+    expect(claims).toHaveLength(8);
+    // Announced due times wait the same way: 50 of them over half a second cost a few claims.
+    for (let i = 1; i <= 50; i++) f.hint(i * 10);
+    await vi.advanceTimersByTimeAsync(600);
+    await settle();
+    expect(claims.length - 8).toBeLessThanOrEqual(8);
+    await f.stop();
+  });
+
   it('does not claim while the limit is 0, and claims when a slot frees', async () => {
     let limit = 0;
     const claims: number[] = [];
@@ -228,5 +285,51 @@ describe('Heartbeat', () => {
     await h.stop();
     await vi.advanceTimersByTimeAsync(500);
     expect(beats).toHaveLength(2);
+  });
+});
+
+describe('Coalesced', () => {
+  it('runs once more for any number of requests during a run, and loses no request made as a run ends', async () => {
+    vi.useRealTimers();
+    let runs = 0;
+    let finish!: () => void;
+    const c = new Coalesced(async () => {
+      runs++;
+      await new Promise<void>((resolve) => {
+        finish = resolve;
+      });
+    });
+    c.request();
+    expect(runs).toBe(1);
+    for (let i = 0; i < 1000; i++) c.request();
+    finish();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(runs).toBe(2);
+    // A request from a promise callback that settles right after the run: a third run.
+    const ended = Promise.resolve().then(() => c.request());
+    finish();
+    await ended;
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(runs).toBe(3);
+    finish();
+    await c.stop();
+    c.request();
+    expect(runs).toBe(3);
+  });
+
+  it('starts runs at least minIntervalMs apart', async () => {
+    vi.useRealTimers();
+    const starts: number[] = [];
+    const c = new Coalesced(async () => {
+      starts.push(performance.now());
+    }, 50);
+    c.request();
+    await new Promise((resolve) => setImmediate(resolve));
+    c.request();
+    c.request();
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(starts).toHaveLength(2);
+    expect(starts[1]! - starts[0]!).toBeGreaterThanOrEqual(49);
+    await c.stop();
   });
 });

@@ -29,6 +29,7 @@ export interface CancelCounts {
 export class CancelQueries {
   readonly #cancel: Statement;
   readonly #finish: Statement;
+  readonly #requested: Statement;
   readonly #channel: string;
 
   constructor(names: SchemaNames) {
@@ -65,6 +66,13 @@ export class CancelQueries {
        ${LEASE_FENCE} AND j.cancel_requested_at IS NOT NULL
        RETURNING j.id, j.lease_seq`,
     );
+    // What a worker reads when a cancel message names jobs it holds: the
+    // message is a hint (any role can send one), the row's flag is the request.
+    this.#requested = statement(
+      'cancel_requested',
+      `SELECT j.id, j.lease_seq FROM ${jobs} j
+       ${LEASE_FENCE} AND j.cancel_requested_at IS NOT NULL`,
+    );
   }
 
   /**
@@ -94,6 +102,23 @@ export class CancelQueries {
     const { rows } = await run<{ id: string; lease_seq: string }>(
       pool,
       this.#finish,
+      leaseParams(newestLeasePerJob(jobs), workerId),
+    );
+    return leaseKeys(rows);
+  }
+
+  /**
+   * Of these held jobs (fenced by the lease), the lease keys of those whose
+   * cancel was requested. Reads only.
+   */
+  async requested(
+    pool: Pick<pg.Pool, 'query'>,
+    jobs: readonly LeasedJob[],
+    workerId: string,
+  ): Promise<Set<string>> {
+    const { rows } = await run<{ id: string; lease_seq: string }>(
+      pool,
+      this.#requested,
       leaseParams(newestLeasePerJob(jobs), workerId),
     );
     return leaseKeys(rows);

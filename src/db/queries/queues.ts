@@ -28,6 +28,7 @@ export class QueueQueries {
   readonly #pause: Statement;
   readonly #resume: Statement;
   readonly #list: Statement;
+  readonly #paused: Statement;
   readonly #channel: string;
 
   constructor(names: SchemaNames) {
@@ -67,6 +68,10 @@ export class QueueQueries {
        ) c ON c.queue = n.name
        ORDER BY n.name`,
     );
+    this.#paused = statement(
+      'queue_paused',
+      `SELECT name FROM ${queues} WHERE name = ANY($1::text[]) AND paused`,
+    );
   }
 
   /** Pauses `queue` and tells workers; returns false when it was paused already. */
@@ -101,5 +106,11 @@ export class QueueQueries {
       running: r.running,
       limits: limitsOf(r),
     }));
+  }
+
+  /** Which of `names` are paused now. Reads only. */
+  async paused(db: Queryable, names: readonly string[]): Promise<Set<string>> {
+    const { rows } = await run<{ name: string }>(db, this.#paused, [names]);
+    return new Set(rows.map((r) => r.name));
   }
 }
