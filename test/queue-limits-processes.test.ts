@@ -135,7 +135,8 @@ describe('queue limits across processes', () => {
     expect(counted!.pids).toBe(2);
     expect(counted!.n).toBeGreaterThanOrEqual(450);
     expect(counted!.n).toBeLessThanOrEqual(550);
-  }, 60_000);
+    // Worker processes start slowly on a loaded machine; the window itself is measured by the database.
+  }, 120_000);
 
   it("a SIGKILLed worker's slots come back once the sweeper reclaims its jobs", async () => {
     await t.skiplock.setQueueLimits('crash', { concurrency: 2 });
