@@ -75,7 +75,7 @@ export interface SkiplockConfig {
 }
 
 /** Default of {@link SkiplockConfig.connectTimeoutMs}. */
-export const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
+export { DEFAULT_CONNECT_TIMEOUT_MS } from './job/defaults.js';
 /** Default of {@link SkiplockConfig.statementTimeoutMs}. */
 export const DEFAULT_STATEMENT_TIMEOUT_MS = 30_000;
 

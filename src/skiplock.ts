@@ -267,7 +267,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
     options: ScheduleOptions = {},
   ): Promise<ScheduleInfo> {
     this.#assertOpen();
-    return schedule(this.#queries, this.#pool, name, cron, kind, payload, options);
+    return schedule(this.#queries, this.#pool, name, cron, kind, payload, options, this.#maxPayloadBytes);
   }
 
   /** Removes the schedule `name` (its jobs stay); true when it existed. @throws {ValidationError} for an empty name. */

@@ -59,6 +59,19 @@ describe("the library's own pool", () => {
     }
   }, 60_000);
 
+  it('fails a worker’s start() within the same 10 s connect deadline', async () => {
+    const skiplock = new Skiplock({ connectionString: silent.url });
+    try {
+      const worker = skiplock.worker({ handleSignals: false, handlers: { k: async () => {} } });
+      const { error, ms } = await failure(() => worker.start());
+      expect(error).toBeInstanceOf(DatabaseError);
+      expect(ms).toBeGreaterThanOrEqual(9_500);
+      expect(ms).toBeLessThan(25_000);
+    } finally {
+      await skiplock.close();
+    }
+  }, 60_000);
+
   it('fails a statement with a DatabaseError within statementTimeoutMs when the server stops answering', async () => {
     const skiplock = new Skiplock({ connectionString: mute.url, statementTimeoutMs: 500 });
     try {

@@ -59,6 +59,22 @@ describe('maxPayloadBytes', () => {
   });
 });
 
+describe('maxPayloadBytes of a schedule', () => {
+  it('refuses a schedule whose payload every slot would enqueue above the bound, naming payload; nothing is stored', async () => {
+    const small = new Skiplock({ pool: t.db.pool, schema: t.schema, maxPayloadBytes: 64 });
+    try {
+      const error = await refused(() => small.schedule('big', '* * * * *', 'k', { s: 'x'.repeat(100) }));
+      expect(error.field).toBe('payload');
+      expect(error.reason).toBe('is 108 bytes of JSON, more than maxPayloadBytes (64)');
+      expect(await small.schedules()).toEqual([]);
+      await small.schedule('fits', '* * * * *', 'k', { s: 'x' });
+      expect((await small.schedules()).map((s) => s.name)).toEqual(['fits']);
+    } finally {
+      await small.close();
+    }
+  });
+});
+
 describe('listJobs with payloadPreviewChars', () => {
   it('reads each payload only as its first characters, and says which were cut', async () => {
     const roomy = new Skiplock({ pool: t.db.pool, schema: t.schema, maxPayloadBytes: 2 ** 28 });

@@ -208,6 +208,49 @@ describe('prefetch', () => {
     expect(ranBy.get('b')).toBeGreaterThan(0);
   });
 
+  it('slow jobs buffered behind fast ones are given back for other workers once the handlers slow down', async () => {
+    const queue = 'pf-slow-after-fast';
+    const slowBy = new Map<string, number>();
+    let slowStarted!: () => void;
+    const firstSlow = new Promise<void>((resolve) => {
+      slowStarted = resolve;
+    });
+    const make = (name: string) =>
+      track(
+        skiplock.worker({
+          ...base,
+          queues: [queue],
+          concurrency: 2,
+          handlers: {
+            fast: async () => {},
+            slow: async () => {
+              slowStarted();
+              slowBy.set(name, (slowBy.get(name) ?? 0) + 1);
+              await new Promise((resolve) => setTimeout(resolve, 200));
+            },
+          },
+        }),
+      );
+    const a = make('a');
+    // Fast jobs first, so that worker a buffers (nearly) everything, then the slow ones behind them.
+    await skiplock.enqueueMany([
+      ...Array.from({ length: 300 }, (_, i) => ({ kind: 'fast', payload: { i }, queue, priority: 1 })),
+      ...Array.from({ length: 60 }, (_, i) => ({ kind: 'slow', payload: { i }, queue })),
+    ]);
+    await a.start();
+    await firstSlow;
+    const b = make('b');
+    await b.start();
+    await waitFor(
+      async () => (await db.query(`SELECT FROM ${db.jobs} WHERE queue = $1`, [queue])).length === 0,
+      30_000,
+      'the queue to drain',
+    );
+    expect((slowBy.get('a') ?? 0) + (slowBy.get('b') ?? 0)).toBe(60);
+    // Held by a alone, b would run none of them: a gives back what it cannot start soon.
+    expect(slowBy.get('b') ?? 0).toBeGreaterThanOrEqual(10);
+  });
+
   it('a buffered job not started within prefetchTimeoutMs is given back for any worker', async () => {
     const queue = 'pf-timeout';
     let release!: () => void;

@@ -64,6 +64,30 @@ describe('enqueue', () => {
     expect(await flushNotifications()).toEqual([{ type: 'insert', queue: 'default', delayMs: 0 }]);
   });
 
+  it('takes options given as undefined as left out (conditional options under exactOptionalPropertyTypes)', async () => {
+    const cond = false as boolean;
+    const job = await t.skiplock.enqueue(
+      'send_invoice_email',
+      { orderId: 7 },
+      {
+        queue: undefined,
+        priority: undefined,
+        runAt: undefined,
+        delayMs: cond ? 5 : undefined,
+        maxAttempts: undefined,
+        uniqueKey: undefined,
+        uniqueStates: undefined,
+        onConflict: undefined,
+        client: undefined,
+      },
+    );
+    expect(job).toMatchObject({ queue: 'default', priority: 0, maxAttempts: 20, duplicate: false });
+    const [many] = await t.skiplock.enqueueMany([
+      { kind: 'send_invoice_email', payload: { orderId: 8 }, queue: undefined, delayMs: undefined },
+    ]);
+    expect(many).toMatchObject({ queue: 'default', priority: 0 });
+  });
+
   it("commits with the caller's transaction and wakes on commit only", async () => {
     await flushNotifications();
     const before = await t.jobCount();

@@ -89,8 +89,7 @@ export async function prefill(url: string, jobs: number): Promise<void> {
  * Drains the jobs table with `connections` loops of the bare cycle, each
  * claiming `batch` jobs at a time; returns jobs/s until every loop finds
  * nothing left. `asyncCommit` runs the loops with the session settings of
- * skiplock's worker pool (`synchronous_commit = off`, one generic plan per
- * prepared statement).
+ * skiplock's worker pool (`synchronous_commit = off`).
  */
 export async function rawDrain(
   url: string,
@@ -103,9 +102,7 @@ export async function rawDrain(
     Array.from({ length: connections }, async () => {
       const client = new pg.Client({
         connectionString: url,
-        ...(asyncCommit
-          ? { options: '-c synchronous_commit=off -c plan_cache_mode=force_generic_plan' }
-          : {}),
+        ...(asyncCommit ? { options: '-c synchronous_commit=off' } : {}),
       });
       await client.connect();
       return client;

@@ -8,6 +8,9 @@ export const DEFAULT_QUEUE = 'default';
 /** Attempts before the dead letter when `maxAttempts` is not given (the table's default too). */
 export const DEFAULT_MAX_ATTEMPTS = 20;
 
+/** Deadline of opening a connection of a pool skiplock makes, in milliseconds. */
+export const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
+
 /** Age of a lease after which the sweeper reclaims its job: 5 minutes. */
 export const DEFAULT_VISIBILITY_TIMEOUT_MS = 300_000;
 

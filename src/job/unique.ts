@@ -21,14 +21,14 @@ export interface UniqueOptions {
    * the job does not take it back (a requeued job runs without it).
    * @default none (no key)
    */
-  uniqueKey?: string;
+  uniqueKey?: string | undefined;
   /**
    * Statuses in which the job holds its key. Must include `'queued'`: a job is
    * inserted queued. Add `'succeeded'` (with `onSuccess: 'keep'`), `'failed'`
    * or `'dead'` to refuse a new job while a finished one is kept.
    * @default ['queued', 'running']
    */
-  uniqueStates?: JobStatus[];
+  uniqueStates?: JobStatus[] | undefined;
   /**
    * When another job holds the key: `'skip'` inserts nothing and returns that
    * job (`duplicate: true`); `'replace'` also rewrites its payload, run_at,
@@ -37,7 +37,7 @@ export interface UniqueOptions {
    * other job, as if each item were its own `enqueue` call, one after another.
    * @default 'skip'
    */
-  onConflict?: ConflictMode;
+  onConflict?: ConflictMode | undefined;
 }
 
 /** A job as an enqueue returned it: the inserted job, or the one that held its unique key. */

@@ -19,18 +19,18 @@ import { int32, parseOptions, validDate } from '../options.js';
  */
 export interface JobOptions extends UniqueOptions {
   /** Queue name (any non-empty string). @default 'default' */
-  queue?: string;
+  queue?: string | undefined;
   /** Larger runs first; a 32-bit integer. @default 0 */
-  priority?: number;
+  priority?: number | undefined;
   /** Earliest time to run. @default now (database clock) */
-  runAt?: Date;
+  runAt?: Date | undefined;
   /** Milliseconds from now (database clock) before the job may run; ≥ 0. @default 0 */
-  delayMs?: number;
+  delayMs?: number | undefined;
   /**
    * Attempts before the dead letter; an integer ≥ 1. Given, it wins over the
    * `maxAttempts` of the kind's handler. @default the handler's `maxAttempts`, else 20
    */
-  maxAttempts?: number;
+  maxAttempts?: number | undefined;
 }
 
 /** The caller's connection, accepted by every call that touches the database. */
@@ -40,7 +40,7 @@ export interface ClientOption {
    * rolls back with the caller's transaction (and wakes workers only on commit).
    * Any object with `query(text, values)`. @default skiplock's pool (autocommit)
    */
-  client?: Queryable;
+  client?: Queryable | undefined;
 }
 
 /** Options of `enqueue`: the job's options and the caller's connection. */

@@ -6,7 +6,7 @@
 import type pg from 'pg';
 import type { JobQueries } from '../db/queries/jobs.js';
 import { ValidationError } from '../errors.js';
-import { assertName } from '../job/job.js';
+import { assertName, assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../job/job.js';
 import { parseOptions } from '../options.js';
 import { type ClientOption, clientOptionsSchema } from '../producer/job-options.js';
 import {
@@ -22,7 +22,8 @@ import {
  * time zone) starts at its first slot after the database's now; other changes
  * keep the slot it waits for.
  *
- * @throws {ValidationError} naming the field; nothing is stored.
+ * @throws {ValidationError} naming the field (`payload` when its JSON is larger than
+ *   `maxPayloadBytes`); nothing is stored.
  * @throws {DatabaseError} from the database.
  */
 export async function schedule(
@@ -33,9 +34,12 @@ export async function schedule(
   kind: unknown,
   payload: unknown,
   options: ScheduleOptions,
+  maxPayloadBytes = DEFAULT_MAX_PAYLOAD_BYTES,
 ): Promise<ScheduleInfo> {
   const parsed = parseOptions(scheduleOptionsSchema, options, 'options');
   const valid = validateSchedule(name, cron, kind, payload, parsed);
+  // Every slot enqueues this payload: it is held to the enqueue's bound.
+  assertPayloadSize(valid.payloadJson, 'payload', maxPayloadBytes);
   const db = parsed.client ?? pool;
   const now = await queries.schedules.now(db);
   const nextRunAt = valid.rule.next(now);

@@ -50,16 +50,15 @@ export class AttemptControl {
   }
 }
 
-/** What a handler gets beside its job: the attempt's signal, made when read. */
-export class AttemptContext implements HandlerContext {
-  readonly #control: AttemptControl;
-
-  constructor(control: AttemptControl) {
-    this.#control = control;
-  }
-
-  /** Fires on shutdown, on the job's timeout, on a cancel, or when the lease was lost. */
-  get signal(): AbortSignal {
-    return this.#control.signal;
-  }
+/**
+ * What a handler gets beside its job: the attempt's signal, made when read.
+ * `signal` is an own, enumerable property, so a copy of the context
+ * (`{ ...context, logger }`) keeps it.
+ */
+export function attemptContext(control: AttemptControl): HandlerContext {
+  return {
+    get signal() {
+      return control.signal;
+    },
+  };
 }

@@ -16,7 +16,9 @@
  *   pooler, or lost), a buffered job claimed more than
  *   {@link PAUSE_RECHECK_MS} ago starts only after such a read, sent no longer
  *   than that ago, found its queue running. So no job of a paused queue starts
- *   later than about {@link PAUSE_RECHECK_MS} after `pauseQueue()` resolved.
+ *   later than about {@link PAUSE_RECHECK_MS} after `pauseQueue()` resolved
+ *   (or one and a half round trips of that read, when the database answers
+ *   slower than that: a read is never too old on arrival, so jobs still start).
  *
  * Reads run one at a time, at most one every {@link CONTROL_READ_INTERVAL_MS}:
  * a flood of forged messages costs a bounded rate of cheap reads.
@@ -66,6 +68,8 @@ export class Cancellation {
   #pauseReading = false;
   /** `performance.now()` when the last successful read of paused queues was sent; every queue buffered then was running. */
   #pauseReadAt = Number.NEGATIVE_INFINITY;
+  /** How long the last paused-state read took (ms): a slow database widens what counts as fresh. */
+  #pauseRoundTripMs = 0;
   #failures = 0;
   #retryTimer: NodeJS.Timeout | undefined;
 
@@ -116,7 +120,8 @@ export class Cancellation {
    * running. Otherwise asks for a read, after which `onChecked` is called.
    */
   mayStart(e: Execution, now: number): boolean {
-    if (now - e.claimedAt <= PAUSE_RECHECK_MS || now - this.#pauseReadAt <= PAUSE_RECHECK_MS) return true;
+    const freshMs = Math.max(PAUSE_RECHECK_MS, this.#pauseRoundTripMs * 1.5);
+    if (now - e.claimedAt <= freshMs || now - this.#pauseReadAt <= freshMs) return true;
     if (!this.#pauseWanted && !this.#pauseReading) {
       this.#pauseWanted = true;
       this.#reads.request();
@@ -160,6 +165,7 @@ export class Cancellation {
     if (pauseWanted) {
       if (paused.status === 'fulfilled') {
         this.#pauseReadAt = sentAt;
+        this.#pauseRoundTripMs = performance.now() - sentAt;
         const queuesPaused = paused.value;
         if (queuesPaused.size > 0) {
           const taken = this.#deps.executions.takeBufferedWhere((e) => queuesPaused.has(e.job.queue));

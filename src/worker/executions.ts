@@ -121,6 +121,16 @@ export class Executions {
     return taken;
   }
 
+  /** Takes up to `count` of the newest buffered jobs (the last claimed), oldest of them first. */
+  takeNewestBuffered(count: number): Execution[] {
+    const taken: Execution[] = [];
+    while (taken.length < count && this.#buffer.length > this.#head) {
+      const e = this.#buffer.pop()!;
+      if (e.state === 'buffered') taken.push(e);
+    }
+    return taken.reverse();
+  }
+
   /** Takes the buffered jobs that `match` (a cancel, or a paused queue), keeping the others in order. */
   takeBufferedWhere(match: (e: Execution) => boolean): Execution[] {
     const taken: Execution[] = [];

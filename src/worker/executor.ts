@@ -15,7 +15,7 @@ import {
 } from '../errors.js';
 import { describeFailure } from '../job/failure.js';
 import type { Job } from '../job/job.js';
-import { AttemptContext, type AttemptControl } from './attempt-control.js';
+import { type AttemptControl, attemptContext } from './attempt-control.js';
 import type { Handler, HandlerContext, ResolvedHandler } from './handler-definition.js';
 
 /** How one attempt ended, before it is written. */
@@ -51,7 +51,7 @@ export function runJob(
   if (!handler) return Promise.resolve(failure(new UnknownKindError(job.kind)));
   let result: unknown;
   try {
-    result = handler(job, new AttemptContext(control));
+    result = handler(job, attemptContext(control));
   } catch (error) {
     return Promise.resolve(failure(error));
   }
@@ -59,16 +59,25 @@ export function runJob(
   const pending = result;
   return new Promise<RunOutcome>((resolve) => {
     let timer: NodeJS.Timeout | undefined;
+    let settled = false;
     // The first call decides; a handler that settles after a timeout or cancel is not heard.
     const settle = (outcome: RunOutcome) => {
+      if (settled) return;
+      settled = true;
       clearTimeout(timer);
       control.onAbort = undefined;
       resolve(outcome);
     };
-    pending.then(
-      () => settle(SUCCESS),
-      (error: unknown) => settle(failure(error)),
-    );
+    try {
+      pending.then(
+        () => settle(SUCCESS),
+        (error: unknown) => settle(failure(error)),
+      );
+    } catch (error) {
+      // A thenable whose then() throws: the attempt failed, it did not break the worker.
+      settle(failure(error));
+    }
+    if (settled) return;
     if (control.aborted) {
       if (control.reason instanceof CancelledError) settle(failure(control.reason));
       return;
@@ -78,6 +87,7 @@ export function runJob(
     };
     if (timeoutMs !== undefined) {
       timer = setTimeout(() => {
+        if (settled) return;
         const error = new JobTimeoutError(timeoutMs);
         control.abort(error);
         settle(failure(error));
@@ -118,8 +128,9 @@ export function permanentFailure(thrown: unknown): RunOutcome {
  * handler's return value (or rejects with what it threw). What the middleware
  * itself returns or throws is the attempt's outcome: a throw fails the attempt
  * as a handler's would (`PermanentError` and `SnoozeError` included), and not
- * calling `next` ends the attempt without running the handler. The job's
- * timeout, a cancel and the signal cover the whole chain.
+ * calling `next` ends the attempt without running the handler (`next` runs the
+ * rest once: a second call rejects). The job's timeout, a cancel and the
+ * signal cover the whole chain.
  *
  * @example
  * const timing: Middleware = async (job, _context, next) => {
@@ -155,7 +166,18 @@ export function withMiddleware(
     for (let i = middleware.length - 1; i >= 0; i--) {
       const outer = middleware[i]!;
       const inner = chained;
-      chained = (job, context) => outer(job, context, async () => inner(job, context));
+      chained = (job, context) => {
+        let called = false;
+        return outer(job, context, () => {
+          if (called) return Promise.reject(new Error('next() was called twice in one attempt'));
+          called = true;
+          const ran = Promise.resolve().then(() => inner(job, context));
+          // A middleware that does not wait for next() decides the outcome itself;
+          // the handler's own rejection then must not crash the process.
+          ran.catch(() => {});
+          return ran;
+        });
+      };
     }
     wrapped.set(kind, { ...handler, handle: chained } as ResolvedHandler);
   }

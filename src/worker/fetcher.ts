@@ -144,8 +144,11 @@ export class Fetcher {
       () => {
         const now = Date.now();
         let hinted = true;
-        while (this.#dueTimes.length > 0 && this.#dueTimes[0]!.at <= now + DUE_TIME_GRAIN_MS)
-          hinted &&= this.#dueTimes.shift()!.hinted;
+        while (this.#dueTimes.length > 0 && this.#dueTimes[0]!.at <= now + DUE_TIME_GRAIN_MS) {
+          // Every due time is taken off, whatever the ones before it were.
+          const due = this.#dueTimes.shift()!;
+          hinted = hinted && due.hinted;
+        }
         if (hinted) this.hint();
         else this.wake();
         this.#armDueTimer();

@@ -49,6 +49,23 @@ export class PrefetchPolicy {
       this.#averageRunMs === Number.POSITIVE_INFINITY ? runMs : this.#averageRunMs * 0.9 + runMs * 0.1;
   }
 
+  /**
+   * How many buffered jobs are worth keeping: those the handlers should start
+   * within the horizon by their recent run times (at most `prefetch`), twice
+   * over, plus a slot's worth. Beyond it, jobs claimed while handlers were fast
+   * wait behind slow ones that other workers could run: the worker gives the
+   * newest of them back. Infinite until a handler finished.
+   */
+  bufferLimit(): number {
+    const { concurrency, prefetch } = this.#limits;
+    if (this.#averageRunMs === Number.POSITIVE_INFINITY) return Number.POSITIVE_INFINITY;
+    const ahead = Math.min(
+      prefetch,
+      Math.floor((concurrency * PREFETCH_HORIZON_MS) / Math.max(this.#averageRunMs, 0.001)),
+    );
+    return 2 * ahead + concurrency;
+  }
+
   /** How many jobs to claim now; 0 means wait for a slot or a wake-up. */
   claimLimit(held: HeldJobs, now: number): number {
     const { concurrency, prefetch, batchSize } = this.#limits;

@@ -7,13 +7,11 @@
  * (`idle_in_transaction_session_timeout`), every statement has a client-side
  * deadline, and closing the pool never waits past its own deadline: connections
  * that do not answer are destroyed (their leases expire and the sweeper
- * reclaims the jobs). Its named prepared statements (the claims) keep one
- * generic plan (`plan_cache_mode = force_generic_plan`): the claim's `LIMIT`
- * parameter makes PostgreSQL price a generic plan too dear and re-plan every
- * call, while the generic plan is the custom one's shape. Transactional
- * handlers run on a pool of their own ({@link transactionPool}).
+ * reclaims the jobs). Transactional handlers run on a pool of their own
+ * ({@link transactionPool}).
  */
 import pg from 'pg';
+import { DEFAULT_CONNECT_TIMEOUT_MS } from '../job/defaults.js';
 
 /** Most connections a worker's own pool opens: claim, results, heartbeat, maintenance, release. */
 const WORKER_POOL_SIZE = 6;
@@ -43,14 +41,13 @@ export function workerPool(
 ): WorkerPool {
   return openPool(
     config,
-    sessionSettings
-      ? [
-          '-c synchronous_commit=off',
-          '-c idle_in_transaction_session_timeout=60000',
-          '-c plan_cache_mode=force_generic_plan',
-        ]
-      : [],
-    { max: WORKER_POOL_SIZE, query_timeout: statementTimeoutMs, connectionTimeoutMillis: statementTimeoutMs },
+    sessionSettings ? ['-c synchronous_commit=off', '-c idle_in_transaction_session_timeout=60000'] : [],
+    {
+      max: WORKER_POOL_SIZE,
+      query_timeout: statementTimeoutMs,
+      // A server that accepts TCP and never answers fails start() as soon as a Skiplock's own pool would.
+      connectionTimeoutMillis: Math.min(statementTimeoutMs, DEFAULT_CONNECT_TIMEOUT_MS),
+    },
   );
 }
 

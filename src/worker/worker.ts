@@ -48,6 +48,9 @@ export interface WorkerContext {
   onStop(worker: Worker): void;
 }
 
+/** Fewest buffered jobs worth a release statement when the buffer is trimmed. */
+const MIN_TRIM = 10;
+
 /** Time `stop()` may take beyond `shutdownTimeoutMs` to write results and close connections. */
 const STOP_GRACE_MS = 3_000;
 
@@ -301,6 +304,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   /** A handler settled; `outcome` null: a transactional attempt settled and reported its result itself. */
   #settle(e: Execution, outcome: RunOutcome | null): void {
     this.#prefetch.finished(performance.now() - e.startedAt);
+    this.#trimBuffer();
     const lost = e.state === 'lost';
     const released = e.state === 'released';
     this.#executions.finish(e);
@@ -319,6 +323,18 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
     this.#pump();
     this.#fetcher.slotFreed();
+  }
+
+  /**
+   * Gives back the newest buffered jobs beyond what the handlers' recent run
+   * times would start soon (see PrefetchPolicy.bufferLimit), so slow jobs that
+   * followed fast ones spread over the workers instead of waiting here.
+   */
+  #trimBuffer(): void {
+    const excess = this.#executions.bufferedCount - this.#prefetch.bufferLimit();
+    if (this.#state !== 'running' || excess < Math.max(this.#options.concurrency, MIN_TRIM)) return;
+    const taken = this.#executions.takeNewestBuffered(excess);
+    if (taken.length > 0) void this.#release(taken);
   }
 
   #leaseLost(e: Execution): void {

@@ -134,6 +134,26 @@ describe('Fetcher', () => {
     await f.stop();
   });
 
+  it('due times that come due together, a retry’s and a message’s, wake once and leave the loop running', async () => {
+    const { f, claims } = fetcher([]);
+    f.start();
+    await settle();
+    // A retry (not a hint) due in 200 ms, and a hinted time 10 ms after it (a wake-up of its own).
+    f.wakeAfter(200);
+    f.hint(210);
+    f.wakeAfter(900);
+    // The timer fires late, as on a busy machine: both times are due when it runs.
+    vi.setSystemTime(Date.now() + 30);
+    await vi.advanceTimersByTimeAsync(200);
+    await settle();
+    expect(claims).toHaveLength(2);
+    // The timer took every due time off and armed the next: the 900 ms one still wakes.
+    await vi.advanceTimersByTimeAsync(700);
+    await settle();
+    expect(claims).toHaveLength(3);
+    await f.stop();
+  });
+
   it('hints: a burst costs one claim; hinted claims that find nothing make the next wait 25, 50, then 100 ms', async () => {
     const { f, claims, add } = fetcher([]);
     f.start();

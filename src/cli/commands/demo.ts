@@ -268,13 +268,30 @@ async function killOneWorker(
 }
 
 /** Stops the live workers with SIGTERM (graceful) and waits for them. */
+/** How long the demo waits for a worker process to stop after SIGTERM before it kills it. */
+const WORKER_STOP_WAIT_MS = 30_000;
+
 async function stopWorkers(workers: WorkerProcess[]): Promise<void> {
   const live = workers.filter((w) => w.child.exitCode === null && w.child.signalCode === null);
   // A replacement forked late may still be loading: before it has started, SIGTERM would kill
   // it outright instead of stopping it gracefully.
   await Promise.all(live.map((w) => w.started.catch(() => {})));
   for (const w of live) w.child.kill('SIGTERM');
-  const codes = await Promise.all(live.map((w) => w.exited));
+  // A worker that does not stop in time is killed: the demo always ends.
+  const codes = await Promise.all(
+    live.map(async (w) => {
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<'late'>((resolve) => {
+        timer = setTimeout(() => resolve('late'), WORKER_STOP_WAIT_MS);
+      });
+      const code = await Promise.race([w.exited, late]);
+      clearTimeout(timer);
+      if (code !== 'late') return code;
+      w.child.kill('SIGKILL');
+      await w.exited;
+      return `no exit within ${WORKER_STOP_WAIT_MS / 1000} s of SIGTERM (killed)`;
+    }),
+  );
   codes.forEach((code, i) => {
     if (code !== 0)
       throw new Error(`worker process ${live[i]!.workerId} exited with ${code}:\n${live[i]!.output()}`);
