@@ -11,6 +11,7 @@ import { Skiplock } from '../src/index.js';
 import { waitFor } from './support/database.js';
 import { nextEvent, record } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
+import { blockOnceBuffered } from './support/gate.js';
 
 const t = useTestDatabase();
 
@@ -118,11 +119,7 @@ describe('forged messages on the workers’ channel', () => {
   });
 
   it('a forged pause message gives no buffered job back', async () => {
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    let blocked = false;
+    const slot = blockOnceBuffered(() => worker);
     const worker = t.worker({
       queues: ['forged-pause'],
       pollIntervalMs: 200,
@@ -130,13 +127,7 @@ describe('forged messages on the workers’ channel', () => {
       prefetch: 5,
       onSuccess: 'keep',
       handlers: {
-        // Quick at first (so the worker buffers ahead), then the slot stays busy.
-        step: async () => {
-          if (!blocked && worker.bufferedCount > 0) {
-            blocked = true;
-            await gate;
-          }
-        },
+        step: slot.handler,
       },
     });
     const released = record(worker, 'job:released');
@@ -144,7 +135,7 @@ describe('forged messages on the workers’ channel', () => {
       Array.from({ length: 30 }, () => ({ kind: 'step', payload: {}, queue: 'forged-pause' })),
     );
     await worker.start();
-    await waitFor(() => blocked && worker.bufferedCount > 0, 10_000, 'a blocked handler and a buffer');
+    await waitFor(() => slot.blocked && worker.bufferedCount > 0, 10_000, 'a blocked handler and a buffer');
     const buffered = worker.bufferedCount;
     const cancelled = nextEvent(worker, 'job:cancelled');
     await forge(
@@ -158,7 +149,7 @@ describe('forged messages on the workers’ channel', () => {
     expect((await cancelled)[0].id).toBe(last!.id);
     expect(released).toEqual([]);
     expect(worker.bufferedCount).toBe(buffered - 1);
-    release();
+    slot.release();
     await waitFor(async () => (await t.jobCount("status = 'succeeded'")) === 29, 10_000, 'the others to run');
     expect(released).toEqual([]);
     expect(await t.jobCount("status = 'cancelled'")).toBe(1);

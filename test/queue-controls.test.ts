@@ -3,6 +3,7 @@ import { type Skiplock, SnoozeError, ValidationError } from '../src/index.js';
 import { PAUSE_RECHECK_MS } from '../src/worker/cancellation.js';
 import { createTestDatabase, type TestDatabase, waitFor } from './support/database.js';
 import { nextEvent, record } from './support/events.js';
+import { blockOnceBuffered } from './support/gate.js';
 
 let db: TestDatabase;
 let skiplock: Skiplock;
@@ -67,11 +68,7 @@ describe('pause and resume', () => {
   });
 
   it('pause stops claims within a second; running jobs finish; buffered ones are given back; it outlives a restart', async () => {
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    let blocked = false;
+    const slot = blockOnceBuffered(() => worker);
     const worker = skiplock.worker({
       ...fast,
       queues: ['p-live'],
@@ -79,19 +76,14 @@ describe('pause and resume', () => {
       prefetch: 10,
       onSuccess: 'keep',
       handlers: {
-        step: async () => {
-          if (!blocked && worker.bufferedCount > 0) {
-            blocked = true;
-            await gate;
-          }
-        },
+        step: slot.handler,
       },
     });
     await skiplock.enqueueMany(
       Array.from({ length: 40 }, () => ({ kind: 'step', payload: {}, queue: 'p-live' })),
     );
     await worker.start();
-    await waitFor(() => blocked && worker.bufferedCount > 0, 5000, 'a blocked handler and a buffer');
+    await waitFor(() => slot.blocked && worker.bufferedCount > 0, 5000, 'a blocked handler and a buffer');
     const t0 = performance.now();
     await skiplock.pauseQueue('p-live');
     // The buffer is given back (its release statement committed): only the
@@ -102,7 +94,7 @@ describe('pause and resume', () => {
       `the buffer to be given back (${worker.bufferedCount} buffered)`,
     );
     expect(performance.now() - t0).toBeLessThan(1500);
-    release();
+    slot.release();
     await waitFor(
       async () => (await statuses('p-live')).running === undefined,
       5000,
@@ -129,11 +121,7 @@ describe('pause and resume', () => {
   });
 
   it('without LISTEN, a buffered job of a paused queue does not start once the pause is a second old; it is given back uncharged', async () => {
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    let blocked = false;
+    const slot = blockOnceBuffered(() => worker);
     const worker = skiplock.worker({
       ...fast,
       listen: false,
@@ -142,20 +130,14 @@ describe('pause and resume', () => {
       prefetch: 10,
       onSuccess: 'keep',
       handlers: {
-        // Quick at first (so the worker buffers ahead), then the slot stays busy.
-        step: async () => {
-          if (!blocked && worker.bufferedCount > 0) {
-            blocked = true;
-            await gate;
-          }
-        },
+        step: slot.handler,
       },
     });
     await skiplock.enqueueMany(
       Array.from({ length: 40 }, () => ({ kind: 'step', payload: {}, queue: 'p-no-listen' })),
     );
     await worker.start();
-    await waitFor(() => blocked && worker.bufferedCount > 0, 5000, 'a blocked handler and a buffer');
+    await waitFor(() => slot.blocked && worker.bufferedCount > 0, 5000, 'a blocked handler and a buffer');
     const buffered = worker.bufferedCount;
     const starts: number[] = [];
     worker.on('job:start', () => starts.push(performance.now()));
@@ -163,7 +145,7 @@ describe('pause and resume', () => {
     await skiplock.pauseQueue('p-no-listen');
     // The bound is about time: let the pause grow older than it, then free the slot.
     await new Promise((resolve) => setTimeout(resolve, PAUSE_RECHECK_MS + 200));
-    release();
+    slot.release();
     await waitFor(
       () => released.length === buffered,
       5000,
