@@ -8,17 +8,17 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Skiplock } from '../src/index.js';
 import { createTestDatabase, type TestDatabase, waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
-import { startTcpProxy, type TcpProxy } from './support/tcp-proxy.js';
+import { type NetProxy, startNetProxy } from './support/net-proxy.js';
 
 let db: TestDatabase;
 let skiplock: Skiplock;
-let proxy: TcpProxy;
+let proxy: NetProxy;
 
 beforeAll(async () => {
   db = await createTestDatabase();
   skiplock = db.skiplock();
   const server = new URL(db.url);
-  proxy = await startTcpProxy(server.hostname, Number(server.port || 5432));
+  proxy = await startNetProxy({ host: server.hostname, port: Number(server.port || 5432) });
 });
 afterAll(async () => {
   await proxy?.close();

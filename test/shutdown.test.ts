@@ -6,7 +6,7 @@ import { waitFor } from './support/database.js';
 import { nextEvent, record } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
 import { gate } from './support/gate.js';
-import { startTcpProxy } from './support/tcp-proxy.js';
+import { startNetProxy } from './support/net-proxy.js';
 
 const t = useTestDatabase();
 
@@ -80,7 +80,7 @@ describe('graceful stop', () => {
 
   it('stop() during a half-open network partition resolves within shutdownTimeoutMs plus about 3 s; the held jobs run again after it', async () => {
     const server = new URL(t.url);
-    const proxy = await startTcpProxy(server.hostname, Number(server.port || 5432));
+    const proxy = await startNetProxy({ host: server.hostname, port: Number(server.port || 5432) });
     t.defer(() => proxy.close());
     const viaProxy = new URL(t.url);
     viaProxy.host = `127.0.0.1:${proxy.port}`;

@@ -8,6 +8,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { waitFor } from '../support/database.js';
+import { startNetProxy } from '../support/net-proxy.js';
 import {
   expectEveryJobDone,
   figure,
@@ -17,7 +18,6 @@ import {
   waitUntilSettled,
   workerConfig,
 } from './support/cluster.js';
-import { startNetProxy } from './support/net-proxy.js';
 
 const t = useChaosDatabase();
 

@@ -13,6 +13,7 @@ import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Skiplock } from '../../src/index.js';
 import { countRows, TEST_SCHEMA, tableIn, waitFor } from '../support/database.js';
+import { startNetProxy } from '../support/net-proxy.js';
 import {
   createEffectTables,
   effectTables,
@@ -24,7 +25,6 @@ import {
   waitUntilSettled,
   workerConfig,
 } from './support/cluster.js';
-import { startNetProxy } from './support/net-proxy.js';
 import { startReplicatedServers } from './support/replicated-servers.js';
 
 /** Cleanups of the test, the last registered first, run whether it passed or failed. */

@@ -12,8 +12,8 @@
  * cannot be made, the test is skipped and its name and the log say why.
  */
 import { describe, expect, it } from 'vitest';
+import { startNetProxy } from '../support/net-proxy.js';
 import { figure, startWorker, useChaosDatabase, workerConfig } from './support/cluster.js';
-import { startNetProxy } from './support/net-proxy.js';
 import { createNetHost, netnsUnavailable } from './support/netns.js';
 import { partitionAndHeal } from './support/partition.js';
 

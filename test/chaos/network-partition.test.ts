@@ -7,6 +7,7 @@
  * itself. A worker stopped while partitioned stops within its bound.
  */
 import { describe, expect, it } from 'vitest';
+import { type NetProxy, startNetProxy } from '../support/net-proxy.js';
 import {
   figure,
   startWorker,
@@ -14,7 +15,6 @@ import {
   type WorkerProcess,
   workerConfig,
 } from './support/cluster.js';
-import { type NetProxy, startNetProxy } from './support/net-proxy.js';
 import { partitionAndHeal } from './support/partition.js';
 import type { WorkerProcessConfig } from './support/protocol.js';
 

@@ -1,6 +1,9 @@
 /**
  * A TCP proxy for network faults between workers and PostgreSQL (node `net`):
  *
+ * - `freeze()`: the connections open now go deaf both ways (what they carry
+ *   from then on is dropped) while their sockets stay open; new connections
+ *   are forwarded as usual (one socket gone half-open).
  * - `partition()` / `heal()`: a silent partition. Every connection, open or
  *   new, stops moving bytes both ways while its sockets stay open (no FIN, no
  *   RST), as behind a dead link or a NAT that lost its entry. The proxy stops
@@ -35,6 +38,8 @@ export interface NetProxy {
   readonly port: number;
   /** `url` with its host and port replaced by the proxy's. */
   url(url: string): string;
+  /** Drops, both ways, what every connection open now carries from now on; its sockets stay open. */
+  freeze(): void;
   partition(): void;
   heal(): void;
   retarget(target: ProxyTarget): void;
@@ -52,6 +57,8 @@ interface Pair {
   server: Socket | undefined;
   /** One side ended during the partition: the other learns it when the partition heals. */
   ended: boolean;
+  /** Frozen: bytes are read and dropped, both ways. */
+  frozen: boolean;
 }
 
 /** NotificationResponse ('A'): its type byte, then an int32 length that counts itself. */
@@ -105,8 +112,11 @@ export async function startNetProxy(target: ProxyTarget, options: NetProxyOption
           dropped++;
         })
       : (chunk: Buffer) => chunk;
-    pair.client.on('data', (chunk) => server.write(chunk));
+    pair.client.on('data', (chunk) => {
+      if (!pair.frozen) server.write(chunk);
+    });
     server.on('data', (chunk) => {
+      if (pair.frozen) return;
       const out = filter(chunk);
       if (out.length > 0) pair.client.write(out);
     });
@@ -116,7 +126,7 @@ export async function startNetProxy(target: ProxyTarget, options: NetProxyOption
 
   const proxy = createServer((client) => {
     accepted++;
-    const pair: Pair = { client, server: undefined, ended: false };
+    const pair: Pair = { client, server: undefined, ended: false, frozen: false };
     pairs.add(pair);
     client.on('error', () => end(pair)).on('close', () => end(pair));
     // Held, unread, until the partition heals: the client's SYN was answered, nothing more.
@@ -138,6 +148,9 @@ export async function startNetProxy(target: ProxyTarget, options: NetProxyOption
       u.hostname = listenHost;
       u.port = String(port);
       return u.toString();
+    },
+    freeze() {
+      for (const pair of pairs) pair.frozen = true;
     },
     partition() {
       partitioned = true;
