@@ -8,7 +8,7 @@
 import type pg from 'pg';
 import { type Queryable, run, type Statement } from '../executor.js';
 import type { JobFilter } from './inspect.js';
-import { LEASE_FENCE, type LeasedJob, leaseKeys, leaseParams, newestLeasePerJob } from './job-row.js';
+import { LEASE_FENCE, type LeasedJob, runFenced } from './job-row.js';
 import type { SchemaNames } from './schema-names.js';
 
 /** Statuses a job can be cancelled from. */
@@ -99,12 +99,7 @@ export class CancelQueries {
     jobs: readonly LeasedJob[],
     workerId: string,
   ): Promise<Set<string>> {
-    const { rows } = await run<{ id: string; lease_seq: string }>(
-      pool,
-      this.#finish,
-      leaseParams(newestLeasePerJob(jobs), workerId),
-    );
-    return leaseKeys(rows);
+    return runFenced(pool, this.#finish, jobs, workerId);
   }
 
   /**
@@ -116,11 +111,6 @@ export class CancelQueries {
     jobs: readonly LeasedJob[],
     workerId: string,
   ): Promise<Set<string>> {
-    const { rows } = await run<{ id: string; lease_seq: string }>(
-      pool,
-      this.#requested,
-      leaseParams(newestLeasePerJob(jobs), workerId),
-    );
-    return leaseKeys(rows);
+    return runFenced(pool, this.#requested, jobs, workerId);
   }
 }

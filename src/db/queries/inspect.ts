@@ -52,15 +52,17 @@ export class InspectQueries {
   constructor(names: SchemaNames) {
     const { jobs, statement } = names;
     this.#byId = statement('get_by_id', `SELECT ${JOB_COLUMNS} FROM ${jobs} WHERE id = $1`);
-    const list = (cursor: string, order: string) =>
-      `SELECT ${JOB_COLUMNS} FROM ${jobs}
-       WHERE ($1::bigint[] IS NULL OR id = ANY($1::bigint[]))
+    // The filters, order and page shared by both shapes of a list (whole rows, or payload previews).
+    const page = (cursor: string, order: string) =>
+      `WHERE ($1::bigint[] IS NULL OR id = ANY($1::bigint[]))
          AND ($2::text[] IS NULL OR status = ANY($2::text[]))
          AND ($3::text[] IS NULL OR kind = ANY($3::text[]))
          AND ($4::text[] IS NULL OR queue = ANY($4::text[]))
          AND ($6::bigint IS NULL OR ${cursor})
        ORDER BY ${order}
        LIMIT $5`;
+    const list = (cursor: string, order: string) =>
+      `SELECT ${JOB_COLUMNS} FROM ${jobs} ${page(cursor, order)}`;
     this.#list = {
       newest: statement('list_newest', list('id < $6', 'id DESC')),
       oldest: statement('list_oldest', list('id > $6', 'id')),
@@ -69,13 +71,7 @@ export class InspectQueries {
     const preview = (cursor: string, order: string) =>
       `SELECT ${JOB_COLUMNS_BUT_PAYLOAD}, left(p.text, $7) AS payload_preview, length(p.text) > $7 AS payload_truncated
        FROM ${jobs} CROSS JOIN LATERAL (SELECT payload::text AS text) p
-       WHERE ($1::bigint[] IS NULL OR id = ANY($1::bigint[]))
-         AND ($2::text[] IS NULL OR status = ANY($2::text[]))
-         AND ($3::text[] IS NULL OR kind = ANY($3::text[]))
-         AND ($4::text[] IS NULL OR queue = ANY($4::text[]))
-         AND ($6::bigint IS NULL OR ${cursor})
-       ORDER BY ${order}
-       LIMIT $5`;
+       ${page(cursor, order)}`;
     this.#listPreview = {
       newest: statement('list_preview_newest', preview('id < $6', 'id DESC')),
       oldest: statement('list_preview_oldest', preview('id > $6', 'id')),

@@ -4,6 +4,7 @@
  */
 import { toAttemptErrors } from '../../job/attempt-history.js';
 import type { JobRecord, JobStatus, JobSummary } from '../../job/job.js';
+import { type Queryable, run, type Statement } from '../executor.js';
 
 /** A job row as selected (snake_case, as PostgreSQL returns it). */
 export interface JobRow {
@@ -145,6 +146,26 @@ export function leaseParams(jobs: readonly LeasedJob[], workerId: string): unkno
 /** Identifies one lease of a job: `id#leaseSeq` (never repeats). */
 export function leaseKey(job: Pick<LeasedJob, 'id' | 'leaseSeq'>): string {
   return `${job.id}#${job.leaseSeq}`;
+}
+
+/**
+ * Runs a lease-fenced statement (parameters: {@link leaseParams} alone) for the
+ * held jobs; returns the lease keys of the rows it touched.
+ *
+ * @throws {DatabaseError} from the database.
+ */
+export async function runFenced(
+  db: Queryable,
+  statement: Statement,
+  jobs: readonly LeasedJob[],
+  workerId: string,
+): Promise<Set<string>> {
+  const { rows } = await run<{ id: string; lease_seq: string }>(
+    db,
+    statement,
+    leaseParams(newestLeasePerJob(jobs), workerId),
+  );
+  return leaseKeys(rows);
 }
 
 /** The lease keys of rows a fenced statement returned. */

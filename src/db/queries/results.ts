@@ -22,6 +22,7 @@ import {
   leaseParams,
   newestLeasePerJob,
   RESULT_FENCE,
+  runFenced,
 } from './job-row.js';
 
 /** Whether the batch marks this row's failure permanent. */
@@ -205,12 +206,7 @@ export class ResultQueries {
     workerId: string,
     policy: SuccessPolicy,
   ): Promise<Set<string>> {
-    const { rows } = await run<{ id: string; lease_seq: string }>(
-      pool,
-      this.#complete[policy],
-      leaseParams(newestLeasePerJob(jobs), workerId),
-    );
-    return leaseKeys(rows);
+    return runFenced(pool, this.#complete[policy], jobs, workerId);
   }
 
   /** Records failures under the lease (retry with backoff, dead letter, or failed); returns what each became. */
