@@ -17,7 +17,6 @@ import { startNetProxy } from '../support/net-proxy.js';
 import {
   createEffectTables,
   effectTables,
-  expectEveryJobDone,
   figure,
   type Owner,
   startWorker,
@@ -125,6 +124,7 @@ describe('chaos: failover to a synchronous standby', () => {
       effects: counted.effects,
       duplicates: counted.duplicates,
       lost: counted.lost,
+      sameAttemptTwice: counted.sameAttemptTwice,
       reclaimed: attempts!.reclaimed,
       maxAttempts: attempts!.max,
       workerErrors: errors,
@@ -133,9 +133,18 @@ describe('chaos: failover to a synchronous standby', () => {
       settleMs,
     });
     expect(counted.jobs).toBe(JOB_COUNT);
-    expectEveryJobDone(counted);
-    // A job runs again only when an attempt of it was cut short by the failover.
-    expect(counted.duplicates).toBeLessThanOrEqual(attempts!.reclaimed);
+    // Every job done, none lost. Unlike a worker crash, a server crash may also lose claims: the
+    // worker commits them without waiting for the WAL (nor the standby), so a claim the old primary
+    // had not shipped is claimed again on the new one with the same attempt number. Such repeats
+    // are at-least-once delivery as documented; they are counted, not refused.
+    expect(counted).toMatchObject({
+      effects: counted.jobs,
+      lost: 0,
+      finalAttemptMissing: 0,
+      byStatus: { succeeded: counted.jobs },
+    });
+    // A job runs again only when an attempt of it was cut short by the failover, or its claim was lost with the old primary.
+    expect(counted.duplicates).toBeLessThanOrEqual(attempts!.reclaimed + counted.sameAttemptTwice);
     // The workers saw the failover (and reported it) rather than missing it, and lived through it.
     expect(errors).toBeGreaterThan(0);
     for (const w of workers) expect(w.alive).toBe(true);
