@@ -10,6 +10,8 @@ import { translateError } from '../db/executor.js';
 import { type LeasedJob, leaseKey } from '../db/queries/job-row.js';
 import type { HeartbeatResult } from '../db/queries/results.js';
 import type { SkiplockError } from '../errors.js';
+import type { Clock } from '../runtime/clock.js';
+import { Service } from '../runtime/service.js';
 
 /** What the heartbeat needs from its worker. */
 export interface HeartbeatDeps<T extends LeasedJob> {
@@ -22,22 +24,17 @@ export interface HeartbeatDeps<T extends LeasedJob> {
   onError(error: SkiplockError): void;
 }
 
-export class Heartbeat<T extends LeasedJob> {
+/** One beat every `intervalMs` (from the end of the previous one) while the worker runs. */
+export class Heartbeat<T extends LeasedJob> extends Service {
   readonly #deps: HeartbeatDeps<T>;
-  #timer: NodeJS.Timeout | undefined;
-  #beating: Promise<void> | undefined;
 
-  constructor(deps: HeartbeatDeps<T>) {
+  constructor(deps: HeartbeatDeps<T>, clock?: Clock) {
+    super(clock);
     this.#deps = deps;
   }
 
-  start(): void {
-    this.#timer = setInterval(() => {
-      this.#beating ??= this.#beat().finally(() => {
-        this.#beating = undefined;
-      });
-    }, this.#deps.intervalMs);
-    this.#timer.unref();
+  protected async run(): Promise<void> {
+    while ((await this.wait(this.#deps.intervalMs)) !== 'stopped') await this.#beat();
   }
 
   async #beat(): Promise<void> {
@@ -52,10 +49,5 @@ export class Heartbeat<T extends LeasedJob> {
     } catch (error) {
       this.#deps.onError(translateError(error));
     }
-  }
-
-  async stop(): Promise<void> {
-    clearInterval(this.#timer);
-    await this.#beating;
   }
 }

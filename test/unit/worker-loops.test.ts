@@ -6,11 +6,12 @@
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { ClaimedJob } from '../../src/db/queries/claim.js';
-import type { LeasedJob } from '../../src/db/queries/job-row.js';
+import { type LeasedJob, leaseKey } from '../../src/db/queries/job-row.js';
 import { Coalesced } from '../../src/worker/coalesced.js';
 import { Completer } from '../../src/worker/completer.js';
 import { Fetcher } from '../../src/worker/fetcher.js';
 import { Heartbeat } from '../../src/worker/heartbeat.js';
+import { fakeClock } from '../support/fake-clock.js';
 
 function job(id: number): ClaimedJob {
   return {
@@ -275,36 +276,75 @@ describe('Completer', () => {
 
 describe('Heartbeat', () => {
   it('beats every interval with the held jobs and reports the leases it no longer holds', async () => {
+    const clock = fakeClock();
     const held: LeasedJob[] = [
       { id: '1', attempts: 1, leaseSeq: '1' },
       { id: '2', attempts: 1, leaseSeq: '1' },
     ];
     const beats: string[][] = [];
     const lost: string[] = [];
-    const h = new Heartbeat<LeasedJob>({
-      intervalMs: 100,
-      leased: () => held,
-      beat: async (jobs) => {
-        beats.push(jobs.map((j) => j.id));
-        return { held: new Set(['1#1']), cancelRequested: new Set<string>() };
+    const h = new Heartbeat<LeasedJob>(
+      {
+        intervalMs: 100,
+        leased: () => held,
+        beat: async (jobs) => {
+          beats.push(jobs.map((j) => j.id));
+          return { held: new Set([leaseKey(held[0] as LeasedJob)]), cancelRequested: new Set<string>() };
+        },
+        onLost: (j) => lost.push(j.id),
+        onCancelRequested: () => {},
+        onError: () => {},
       },
-      onLost: (j) => lost.push(j.id),
-      onCancelRequested: () => {},
-      onError: () => {},
-    });
+      clock,
+    );
     h.start();
-    await vi.advanceTimersByTimeAsync(99);
+    await clock.tick(99);
     expect(beats).toEqual([]);
-    await vi.advanceTimersByTimeAsync(1);
-    await settle();
+    await clock.tick(1);
     expect(beats).toEqual([['1', '2']]);
     expect(lost).toEqual(['2']);
-    await vi.advanceTimersByTimeAsync(100);
-    await settle();
+    await clock.tick(100);
     expect(beats).toHaveLength(2);
     await h.stop();
-    await vi.advanceTimersByTimeAsync(500);
+    expect(h.state).toBe('stopped');
+    expect(clock.pending()).toBe(0);
+    await clock.tick(500);
     expect(beats).toHaveLength(2);
+  });
+
+  it('waits for a beat in flight when stopped, and beats no more', async () => {
+    const clock = fakeClock();
+    let finish: (() => void) | undefined;
+    let beats = 0;
+    const h = new Heartbeat<LeasedJob>(
+      {
+        intervalMs: 100,
+        leased: () => [{ id: '1', attempts: 1, leaseSeq: '1' }],
+        beat: () => {
+          beats++;
+          return new Promise((resolve) => {
+            finish = () => resolve({ held: new Set<string>(), cancelRequested: new Set<string>() });
+          });
+        },
+        onLost: () => {},
+        onCancelRequested: () => {},
+        onError: () => {},
+      },
+      clock,
+    );
+    h.start();
+    await clock.tick(100);
+    expect(beats).toBe(1);
+    let stopped = false;
+    const stopping = h.stop().then(() => {
+      stopped = true;
+    });
+    await clock.tick(0);
+    expect(stopped).toBe(false);
+    finish?.();
+    await stopping;
+    await clock.tick(1000);
+    expect(beats).toBe(1);
   });
 });
 
