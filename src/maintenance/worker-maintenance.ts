@@ -8,7 +8,7 @@ import type { JobQueries } from '../db/queries/jobs.js';
 import type { MaintenanceTask } from '../db/sql.js';
 import type { SkiplockError } from '../errors.js';
 import { schedulerService } from '../schedule/scheduler.js';
-import { Maintainer } from './maintainer.js';
+import { Maintainer, maintenanceLock } from './maintainer.js';
 import { type PruneResult, prunerServices } from './pruner.js';
 import { sweeperService } from './sweeper.js';
 
@@ -38,8 +38,7 @@ export function workerMaintenance(options: WorkerMaintenanceOptions): Maintainer
     options.onSwept,
   );
   return new Maintainer({
-    pool: options.pool,
-    schema: queries.names.schema,
+    lock: maintenanceLock(options.pool, queries.names.schema),
     services: [
       sweeper,
       ...(options.schedules
