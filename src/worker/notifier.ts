@@ -11,14 +11,18 @@
  * the pool) is reported as deaf and replaced; the worker's poll covers the gap.
  */
 import { randomBytes } from 'node:crypto';
-import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { translateError } from '../db/executor.js';
 import { quoteIdent } from '../db/sql.js';
 import { parseWakeUp, type WakeUp } from '../db/wake-up.js';
 import type { SkiplockError } from '../errors.js';
+import { type Clock, sleep } from '../runtime/clock.js';
+import { Service } from '../runtime/service.js';
 import { loopBackoffMs } from './loop-backoff.js';
 import { destroySocket, settlesWithin } from './worker-pool.js';
+
+/** The part of a `pg.Client` the notifier uses. */
+export type ListenClient = Pick<pg.Client, 'connect' | 'query' | 'end' | 'on'>;
 
 /** What a {@link Notifier} reports to, and how it probes. */
 export interface NotifierDeps {
@@ -38,42 +42,56 @@ export interface NotifierDeps {
   onHeard?(): void;
   /** A probe did not come back within the deadline; the connection is being replaced. */
   onDeaf?(probeTimeoutMs: number): void;
+  /** Makes the client of each connection attempt. @default `new pg.Client(config)` */
+  newClient?(config: pg.ClientConfig): ListenClient;
 }
 
 /** How long a sent probe may take to come back by default. */
 export const PROBE_TIMEOUT_MS = 2_000;
 
-/** Holds one LISTEN connection on `channel` until stopped. */
-export class Notifier {
+/**
+ * Holds one LISTEN connection on `channel` until stopped, reconnecting after
+ * a pause that grows with each failure in a row (`wake()` ends the pause).
+ */
+export class Notifier extends Service {
   readonly #config: pg.ClientConfig;
   readonly #channel: string;
   readonly #deps: NotifierDeps;
-  readonly #stopped = new AbortController();
-  #client: pg.Client | undefined;
-  #loop: Promise<void> | undefined;
+  #client: ListenClient | undefined;
+  readonly #attempted: Promise<void>;
+  #firstAttempt!: () => void;
   /** The token of the probe in flight, and what to call when it comes back. */
   #awaited: { token: string; heard: () => void } | undefined;
 
-  constructor(config: pg.ClientConfig, channel: string, deps: NotifierDeps) {
+  /** @param clock - times the reconnect pauses, the probes and stop(); defaults to the process's clock. */
+  constructor(config: pg.ClientConfig, channel: string, deps: NotifierDeps, clock?: Clock) {
+    super(clock);
     this.#config = { connectionTimeoutMillis: 10_000, query_timeout: 10_000, ...config, keepAlive: true };
     this.#channel = channel;
     this.#deps = deps;
+    this.#attempted = new Promise<void>((resolve) => {
+      this.#firstAttempt = resolve;
+    });
   }
 
   /** Starts listening; resolves after the first attempt, whether it connected or not (it keeps trying). */
-  start(): Promise<void> {
-    let firstAttempt!: () => void;
-    const attempted = new Promise<void>((resolve) => {
-      firstAttempt = resolve;
-    });
-    this.#loop = this.#run(firstAttempt);
-    return attempted;
+  override start(): Promise<void> {
+    super.start();
+    return this.#attempted;
   }
 
-  async #run(firstAttempt: () => void): Promise<void> {
+  protected async run(): Promise<void> {
+    try {
+      await this.#listen();
+    } finally {
+      this.#firstAttempt();
+    }
+  }
+
+  async #listen(): Promise<void> {
     let failures = 0;
-    while (!this.#stopped.signal.aborted) {
-      const client = new pg.Client(this.#config);
+    while (!this.stopped) {
+      const client = this.#deps.newClient?.(this.#config) ?? new pg.Client(this.#config);
       const ended = new Promise<unknown>((resolve) => {
         client.on('error', resolve);
         client.on('end', () => resolve(new Error('LISTEN connection ended')));
@@ -90,26 +108,27 @@ export class Notifier {
         await client.connect();
         await client.query(`LISTEN ${quoteIdent(this.#channel)}`);
         if (!this.#deps.sendProbe) failures = 0;
-        firstAttempt();
+        this.#firstAttempt();
         this.#deps.onListening();
         const reason = await Promise.race([
           ended,
-          abortPromise(this.#stopped.signal),
+          abortPromise(this.stopSignal),
           this.#watch(watching.signal, () => {
             failures = 0;
           }),
         ]);
-        if (this.#stopped.signal.aborted) break;
+        if (this.stopped) break;
         throw reason;
       } catch (error) {
-        firstAttempt();
+        this.#firstAttempt();
         // A deaf connection may be half-open: a polite end could wait on it forever.
         if (error instanceof DeafError) destroySocket(client);
         client.end().catch(() => {});
-        if (this.#stopped.signal.aborted) break;
+        if (this.stopped) break;
         if (error instanceof DeafError) this.#deps.onDeaf?.(error.timeoutMs);
         else this.#deps.onError(translateError(error));
-        await sleep(loopBackoffMs(failures++), undefined, { signal: this.#stopped.signal }).catch(() => {});
+        // Kept alive: while the database is away, this pause may be all the worker is waiting on.
+        await this.wait(loopBackoffMs(failures++), { keepAlive: true });
       } finally {
         watching.abort();
         this.#awaited = undefined;
@@ -139,7 +158,7 @@ export class Notifier {
       }
       if (sent) {
         // The deadline runs from the commit of the probe, so a slow pool does not make a listener deaf.
-        const timer = sleep(timeoutMs, false as const, { signal }).catch(() => false as const);
+        const timer = sleep(this.clock, timeoutMs, signal).then(() => false as const);
         if (!(await Promise.race([heard, timer]))) {
           if (signal.aborted) break;
           return new DeafError(timeoutMs);
@@ -148,7 +167,7 @@ export class Notifier {
         onHeard();
         this.#deps.onHeard?.();
       }
-      await sleep(probeIntervalMs, undefined, { signal }).catch(() => {});
+      await sleep(this.clock, probeIntervalMs, signal);
     }
     return new Promise<never>(() => {});
   }
@@ -157,16 +176,15 @@ export class Notifier {
    * Stops listening and closes the connection; resolves within `timeoutMs`,
    * destroying a connection that does not answer in time.
    */
-  async stop(timeoutMs = 2_000): Promise<void> {
-    const deadline = performance.now() + timeoutMs;
-    const left = () => Math.max(0, deadline - performance.now());
-    this.#stopped.abort();
+  override async stop(timeoutMs = 2_000): Promise<void> {
+    const deadline = this.clock.monotonic() + timeoutMs;
+    const left = () => Math.max(0, deadline - this.clock.monotonic());
+    const loop = super.stop();
     const client = this.#client;
-    const loop = this.#loop ?? Promise.resolve();
     // The loop ends at once unless it is connecting; half the time is left for the polite end.
-    if (!(await settlesWithin(loop, left() / 2)) && client) destroySocket(client);
-    if (client && !(await settlesWithin(client.end(), left()))) destroySocket(client);
-    await settlesWithin(loop, left());
+    if (!(await settlesWithin(loop, left() / 2, this.clock)) && client) destroySocket(client);
+    if (client && !(await settlesWithin(client.end(), left(), this.clock))) destroySocket(client);
+    await settlesWithin(loop, left(), this.clock);
   }
 }
 
