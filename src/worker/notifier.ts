@@ -74,10 +74,13 @@ export class Notifier extends Service {
     });
   }
 
-  /** Starts listening; resolves after the first attempt, whether it connected or not (it keeps trying). */
+  /**
+   * Starts listening; resolves after the first attempt, whether it connected
+   * or not (it keeps trying). After stop(), resolves at once.
+   */
   override start(): Promise<void> {
     super.start();
-    return this.#attempted;
+    return this.state === 'running' ? this.#attempted : Promise.resolve();
   }
 
   protected async run(): Promise<void> {
