@@ -47,11 +47,12 @@ describe('scheduler timing', () => {
     expect(at).toEqual([0]);
     await clock.tick(1);
     expect(at).toEqual([0, 250]);
+    // The next slot is 5 s away: it looks again after SCHEDULE_CHECK_MS all the same.
     await clock.tick(SCHEDULE_CHECK_MS - 1);
     expect(at).toEqual([0, 250]);
     await clock.tick(1);
-    // A slot due in under a millisecond: the next look is one millisecond later.
     expect(at).toEqual([0, 250, 1250]);
+    // A slot due in under a millisecond: the next look is one millisecond later.
     await clock.tick(1);
     expect(at).toEqual([0, 250, 1250, 1251]);
     expect(enqueued).toEqual([1, 2]);
