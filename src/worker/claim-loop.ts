@@ -20,8 +20,9 @@
  *   join the wait; any other wake-up ends it. A claim that finds jobs resets it.
  * - `reading-limits`: reads which of the worker's queues have a concurrency or
  *   rate limit (at start, every poll, after a `limits` message; at most one
- *   read every {@link CONTROL_READ_INTERVAL_MS}). Claims wait for it, so they
- *   never use limits older than a message that came before them.
+ *   read every {@link CONTROL_READ_INTERVAL_MS}, so a flood of messages costs
+ *   a bounded rate of reads). A read runs between claims, never beside one:
+ *   once allowed, it comes before the next claim.
  * - `backing-off`: a claim failed (database unreachable, restarting): the
  *   error is reported, and the loop waits ({@link loopBackoffMs}) ignoring
  *   wake-ups, then claims again.
