@@ -1,18 +1,17 @@
 /**
  * A worker's LISTEN side: routes each message on the channel to the part of
- * the worker it concerns (limits to the claimer, cancel/pause to the
- * cancellation, wake-ups of its queues and resume to the fetcher), runs the
+ * the worker it concerns (limits, wake-ups of its queues and resume to the
+ * claim loop, cancel/pause to the cancellation), runs the
  * self-probe, and warns once per spell of a deaf listener (the poll finds jobs
  * meanwhile). Any role that can connect can send on the channel, so every
  * message is a hint: what it leads to is read from the database, and a flood
- * of them is coalesced (see the fetcher, the claimer and the cancellation).
+ * of them is coalesced (see the claim loop and the cancellation).
  */
 import type pg from 'pg';
 import type { JobQueries } from '../db/queries/jobs.js';
 import type { Cancellation } from './cancellation.js';
-import type { Claimer } from './claimer.js';
+import type { ClaimLoop } from './claim-loop.js';
 import type { EventReporter } from './event-reporter.js';
-import type { Fetcher } from './fetcher.js';
 import { listenClientConfig, Notifier } from './notifier.js';
 import type { ResolvedWorkerOptions } from './options.js';
 import { deafListenerWarning } from './server-check.js';
@@ -24,30 +23,29 @@ export interface WorkerNotifierDeps {
   queries: JobQueries;
   /** The worker's pool, which sends the probes. */
   pool: Pick<pg.Pool, 'query'>;
-  claimer: Claimer;
+  claimLoop: ClaimLoop;
   cancellation: Cancellation;
-  fetcher: () => Fetcher;
   events: EventReporter;
 }
 
 /** The notifier of one worker, its messages routed. */
 export function workerNotifier(deps: WorkerNotifierDeps): Notifier {
-  const { options, queries, claimer, cancellation, events } = deps;
+  const { options, queries, claimLoop, cancellation, events } = deps;
   /** The LISTEN connection missed a probe and no probe has come back since (warned once). */
   let deaf = false;
   const listenConfig = listenClientConfig(deps.clientConfig, options.listenConnectionString);
   return new Notifier(listenConfig, queries.channel, {
     onWakeUp: (message) => {
-      if (message.type === 'limits') return claimer.onLimitsMessage(message.queue);
+      if (message.type === 'limits') return claimLoop.onLimitsMessage(message.queue);
       if (cancellation.onMessage(message)) return;
       if (message.queue === null || options.queues.includes(message.queue)) {
-        claimer.onWakeUp(message.queue);
-        deps.fetcher().hint(message.delayMs);
+        claimLoop.onWakeUp(message.queue);
+        claimLoop.hint(message.delayMs);
       }
     },
     onListening: () => {
       events.emit('worker:listen');
-      deps.fetcher().wake();
+      claimLoop.wake();
     },
     onError: (error) => events.error(error, 'notifier'),
     sendProbe: (token) => queries.probe.send(deps.pool, token),

@@ -1,5 +1,5 @@
 /**
- * The worker's life cycle: start, claim through the fetcher into a buffer, run
+ * The worker's life cycle: start, claim through the claim loop into a buffer, run
  * handlers in up to `concurrency` slots, write results through the completer,
  * keep leases alive with the heartbeat, run the maintenance loop, and stop
  * gracefully within a deadline.
@@ -18,18 +18,16 @@ import { workerMaintenance } from '../maintenance/worker-maintenance.js';
 import { assertMigrated } from '../migrations/migrator.js';
 import type { JobTracing } from '../telemetry/tracing.js';
 import { Cancellation } from './cancellation.js';
-import { Claimer, workerClaimRequest } from './claimer.js';
+import { ClaimLoop, workerClaimRequest } from './claim-loop.js';
 import type { Completer } from './completer.js';
 import { EventReporter } from './event-reporter.js';
 import type { WorkerEvents } from './events.js';
 import { bufferedExecution, type Execution, Executions } from './executions.js';
 import { type RunOutcome, runJob } from './executor.js';
-import { Fetcher } from './fetcher.js';
 import { kindRetryDelayMs, type ResolvedHandler } from './handler-definition.js';
 import { Heartbeat } from './heartbeat.js';
 import type { Notifier } from './notifier.js';
 import type { ResolvedWorkerOptions } from './options.js';
-import { PrefetchPolicy } from './prefetch.js';
 import { releaseExecutions } from './release.js';
 import { resultWriter } from './result-writer.js';
 import { serverWarnings } from './server-check.js';
@@ -74,8 +72,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #options: ResolvedWorkerOptions;
   readonly #handlers: ReadonlyMap<string, ResolvedHandler>;
   readonly #executions = new Executions();
-  readonly #fetcher: Fetcher;
-  readonly #claimer: Claimer;
+  readonly #claimLoop: ClaimLoop;
   readonly #completer: Completer<Execution>;
   readonly #cancellation: Cancellation;
   readonly #heartbeat: Heartbeat<Execution>;
@@ -86,7 +83,6 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #transactional: TransactionalAttempts | undefined;
   #bufferTimer: NodeJS.Timeout | undefined;
   readonly #events: EventReporter;
-  readonly #prefetch: PrefetchPolicy;
   /** Set by start when tracing is on. */
   #tracing: JobTracing | undefined;
   #state: 'new' | 'starting' | 'running' | 'stopping' | 'stopped' = 'new';
@@ -110,29 +106,35 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#events = new EventReporter(this, this.id);
     const { queries } = ctx;
     this.#pool = workerPool(ctx.clientConfig, options.statementTimeoutMs, options.sessionSettings);
-    this.#prefetch = new PrefetchPolicy(options);
     const pool = this.#pool.pool;
-    this.#claimer = new Claimer({
-      pool,
-      queries,
-      queues: options.queues,
-      request: workerClaimRequest(options, this.id, ctx.tracing !== undefined),
-      pollIntervalMs: options.pollIntervalMs,
-      freeSlots: () => options.concurrency - this.#executions.runningCount - this.#executions.bufferedCount,
-      fetcher: () => this.#fetcher,
-      onLimited: (queue) => {
-        const taken = this.#executions.takeBufferedWhere((e) => e.job.queue === queue);
-        if (taken.length > 0) void this.#release(taken);
+    this.#claimLoop = new ClaimLoop(
+      {
+        pool,
+        queries,
+        queues: options.queues,
+        request: workerClaimRequest(options, this.id, ctx.tracing !== undefined),
+        pollIntervalMs: options.pollIntervalMs,
+        concurrency: options.concurrency,
+        prefetch: options.prefetch,
+        batchSize: options.batchSize,
       },
-      onError: (error) => this.#events.error(error, 'claim'),
-    });
-    this.#fetcher = new Fetcher({
-      pollIntervalMs: options.pollIntervalMs,
-      claimLimit: () => this.#claimLimit(),
-      claim: (limit) => this.#claimer.claim(limit),
-      dispatch: (jobs, sentAt) => this.#dispatch(jobs, sentAt),
-      onError: (error) => this.#events.error(error, 'claim'),
-    });
+      {
+        held: () =>
+          this.#state === 'running'
+            ? {
+                running: this.#executions.runningCount,
+                buffered: this.#executions.bufferedCount,
+                unwritten: this.#completer.backlog,
+              }
+            : null,
+        dispatch: (jobs, sentAt) => this.#dispatch(jobs, sentAt),
+        onLimited: (queue) => {
+          const taken = this.#executions.takeBufferedWhere((e) => e.job.queue === queue);
+          if (taken.length > 0) void this.#release(taken);
+        },
+        onError: (error) => this.#events.error(error, 'claim'),
+      },
+    );
     this.#transactional = TransactionalAttempts.forWorker(ctx.clientConfig, options, {
       workerPool: pool,
       queries,
@@ -145,8 +147,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
       workerId: this.id,
       onSuccess: options.onSuccess,
       events: this.#events,
-      wakeAfter: (delayMs) => this.#fetcher.wakeAfter(delayMs),
-      onBatchWritten: () => this.#fetcher.slotFreed(),
+      wakeAfter: (delayMs) => this.#claimLoop.wakeAfter(delayMs),
+      onBatchWritten: () => this.#claimLoop.slotFreed(),
     });
     this.#cancellation = new Cancellation({
       executions: this.#executions,
@@ -172,9 +174,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
       options,
       queries,
       pool,
-      claimer: this.#claimer,
+      claimLoop: this.#claimLoop,
       cancellation: this.#cancellation,
-      fetcher: () => this.#fetcher,
       events: this.#events,
     });
     this.#maintainer = workerMaintenance({
@@ -229,7 +230,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     try {
       await assertMigrated(this.#pool.pool, this.#ctx.schema);
       if (this.#ctx.tracing) this.#tracing = await this.#ctx.tracing();
-      await this.#claimer.refresh();
+      await this.#claimLoop.readLimits();
     } catch (error) {
       this.#state = 'stopped';
       this.#ctx.onStop(this);
@@ -240,8 +241,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     if (this.#options.handleSignals) stopOnSignals(this);
     this.#heartbeat.start();
     if (this.#options.listen) await this.#notifier.start();
-    this.#fetcher.start();
-    this.#claimer.start();
+    this.#claimLoop.start();
     this.#maintainer.start();
     this.#bufferTimer = setInterval(
       () => this.#expireBuffered(),
@@ -249,18 +249,6 @@ export class Worker extends EventEmitter<WorkerEvents> {
     );
     this.#bufferTimer.unref();
     void this.#warnAboutServer();
-  }
-
-  /** How many jobs to claim now: free slots, plus the prefetch buffer while a backlog waits. */
-  #claimLimit(): number {
-    if (this.#state !== 'running') return 0;
-    const held = {
-      running: this.#executions.runningCount,
-      buffered: this.#executions.bufferedCount,
-      backlog: this.#fetcher.backlog,
-      unwritten: this.#completer.backlog,
-    };
-    return this.#prefetch.claimLimit(held, performance.now());
   }
 
   /** Buffers claimed jobs; `sentAt` (when their claim was sent) is their claim time. */
@@ -287,7 +275,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       if (!next || !this.#cancellation.mayStart(next, now)) break;
       const e = this.#executions.start(now);
       if (!e) break;
-      this.#prefetch.started(e.startedAt);
+      this.#claimLoop.jobStarted();
       if (this.#events.heard('job:start')) this.#events.emit('job:start', e.job);
       const handler = this.#handlers.get(e.job.kind);
       const timeoutMs = handler?.timeoutMs ?? jobTimeoutMs;
@@ -303,7 +291,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   /** A handler settled; `outcome` null: a transactional attempt settled and reported its result itself. */
   #settle(e: Execution, outcome: RunOutcome | null): void {
-    this.#prefetch.finished(performance.now() - e.startedAt);
+    this.#claimLoop.jobFinished(performance.now() - e.startedAt);
     this.#trimBuffer();
     const lost = e.state === 'lost';
     const released = e.state === 'released';
@@ -322,16 +310,16 @@ export class Worker extends EventEmitter<WorkerEvents> {
         });
     }
     this.#pump();
-    this.#fetcher.slotFreed();
+    this.#claimLoop.slotFreed();
   }
 
   /**
    * Gives back the newest buffered jobs beyond what the handlers' recent run
-   * times would start soon (see PrefetchPolicy.bufferLimit), so slow jobs that
+   * times would start soon (see ClaimLoop.bufferLimit), so slow jobs that
    * followed fast ones spread over the workers instead of waiting here.
    */
   #trimBuffer(): void {
-    const excess = this.#executions.bufferedCount - this.#prefetch.bufferLimit();
+    const excess = this.#executions.bufferedCount - this.#claimLoop.bufferLimit();
     if (this.#state !== 'running' || excess < Math.max(this.#options.concurrency, MIN_TRIM)) return;
     const taken = this.#executions.takeNewestBuffered(excess);
     if (taken.length > 0) void this.#release(taken);
@@ -406,7 +394,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const remaining = () => Math.max(0, deadline - performance.now());
     const graceLeft = () => Math.max(0, hardDeadline - CLOSE_RESERVE_MS - performance.now());
     clearInterval(this.#bufferTimer);
-    const fetcherStopped = this.#fetcher.stop();
+    const claimLoopStopped = this.#claimLoop.stop();
     const buffered = this.#executions.takeBuffered();
     const releasingBuffered = this.#release(buffered, graceLeft());
     await this.#executions.whenIdle(remaining(), this.#stopCallers);
@@ -418,15 +406,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#resolveHandlersDone();
     // Handlers that called stop() end by their own result, within the deadline.
     if (this.#stopCallers.size > 0) await this.#executions.whenIdle(graceLeft());
-    await settlesWithin(fetcherStopped, graceLeft());
+    await settlesWithin(claimLoopStopped, graceLeft());
     await this.#completer.drain(graceLeft());
     await settlesWithin(
-      Promise.all([
-        this.#heartbeat.stop(),
-        this.#maintainer.stop(),
-        this.#claimer.stop(),
-        this.#cancellation.stop(),
-      ]),
+      Promise.all([this.#heartbeat.stop(), this.#maintainer.stop(), this.#cancellation.stop()]),
       graceLeft(),
     );
     this.#events.quiet = remaining() === 0;

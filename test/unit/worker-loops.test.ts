@@ -1,32 +1,15 @@
 /**
  * The worker's loops in isolation, with their dependencies injected and the
- * clock faked: when the fetcher claims, how the completer batches and leaves no
- * timer behind, and what the heartbeat reports. No database: these test the
- * loops' timing rules; the statements they call are tested on PostgreSQL.
+ * clock faked: how the completer batches and leaves no timer behind, and what
+ * the heartbeat reports (the claim loop has claim-loop.test.ts). No database:
+ * these test the loops' timing rules; the statements they call are tested on
+ * PostgreSQL.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import type { ClaimedJob } from '../../src/db/queries/claim.js';
 import { type LeasedJob, leaseKey } from '../../src/db/queries/job-row.js';
-import { Coalesced } from '../../src/worker/coalesced.js';
 import { Completer } from '../../src/worker/completer.js';
-import { Fetcher } from '../../src/worker/fetcher.js';
 import { Heartbeat } from '../../src/worker/heartbeat.js';
 import { fakeClock } from '../support/fake-clock.js';
-
-function job(id: number): ClaimedJob {
-  return {
-    id: String(id),
-    kind: 'k',
-    queue: 'q',
-    payload: {},
-    priority: 0,
-    runAt: new Date(0),
-    attempts: 1,
-    maxAttempts: 3,
-    createdAt: new Date(0),
-    leaseSeq: '1',
-  };
-}
 
 /** Lets pending promise callbacks and immediates run (immediates stay real). */
 async function settle(): Promise<void> {
@@ -41,198 +24,6 @@ beforeEach(() => {
 });
 afterEach(() => {
   vi.useRealTimers();
-});
-
-describe('Fetcher', () => {
-  /** A fetcher over a fake table; its worker holds at most 10 jobs, freed by `free(n)`. */
-  function fetcher(available: number[]) {
-    const claims: number[] = [];
-    const dispatched: string[][] = [];
-    let queue = [...available];
-    let held = 0;
-    const f = new Fetcher({
-      pollIntervalMs: 1000,
-      claimLimit: () => 10 - held,
-      claim: async (n) => {
-        claims.push(n);
-        const taken = queue.slice(0, n);
-        queue = queue.slice(n);
-        return taken.map(job);
-      },
-      dispatch: (jobs) => {
-        held += jobs.length;
-        dispatched.push(jobs.map((j) => j.id));
-      },
-      onError: () => {},
-    });
-    return {
-      f,
-      claims,
-      dispatched,
-      add: (...ids: number[]) => {
-        queue.push(...ids);
-      },
-      free: (n: number) => {
-        held -= n;
-        f.slotFreed();
-      },
-    };
-  }
-
-  it('claims once at start, then not again until woken, polled or due', async () => {
-    const { f, claims, add } = fetcher([1, 2]);
-    f.start();
-    await settle();
-    expect(claims).toEqual([10]);
-    add(3);
-    await vi.advanceTimersByTimeAsync(990);
-    await settle();
-    expect(claims).toEqual([10]);
-    await vi.advanceTimersByTimeAsync(10);
-    await settle();
-    expect(claims).toEqual([10, 8]);
-    await f.stop();
-  });
-
-  it('a full batch claims again as soon as a slot frees; a partial one waits', async () => {
-    const { f, claims, dispatched, free } = fetcher(Array.from({ length: 25 }, (_, i) => i + 1));
-    f.start();
-    await settle();
-    expect(claims).toEqual([10]);
-    expect(f.backlog).toBe(true);
-    free(4);
-    await settle();
-    expect(claims).toEqual([10, 4]);
-    free(10);
-    await settle();
-    expect(claims).toEqual([10, 4, 10]);
-    expect(dispatched.map((d) => d.length)).toEqual([10, 4, 10]);
-    free(10);
-    await settle();
-    expect(dispatched.map((d) => d.length)).toEqual([10, 4, 10, 1]);
-    expect(f.backlog).toBe(false);
-    free(1);
-    await settle();
-    expect(claims).toHaveLength(4);
-    await f.stop();
-  });
-
-  it('wakeAfter arms a timer for each due time, earliest first', async () => {
-    const { f, claims } = fetcher([]);
-    f.start();
-    await settle();
-    expect(claims).toHaveLength(1);
-    f.wakeAfter(500);
-    f.wakeAfter(200);
-    await vi.advanceTimersByTimeAsync(199);
-    expect(claims).toHaveLength(1);
-    await vi.advanceTimersByTimeAsync(1);
-    await settle();
-    expect(claims).toHaveLength(2);
-    await vi.advanceTimersByTimeAsync(300);
-    await settle();
-    expect(claims).toHaveLength(3);
-    await f.stop();
-  });
-
-  it('due times that come due together, a retry’s and a message’s, wake once and leave the loop running', async () => {
-    const { f, claims } = fetcher([]);
-    f.start();
-    await settle();
-    // A retry (not a hint) due in 200 ms, and a hinted time 10 ms after it (a wake-up of its own).
-    f.wakeAfter(200);
-    f.hint(210);
-    f.wakeAfter(900);
-    // The timer fires late, as on a busy machine: both times are due when it runs.
-    vi.setSystemTime(Date.now() + 30);
-    await vi.advanceTimersByTimeAsync(200);
-    await settle();
-    expect(claims).toHaveLength(2);
-    // The timer took every due time off and armed the next: the 900 ms one still wakes.
-    await vi.advanceTimersByTimeAsync(700);
-    await settle();
-    expect(claims).toHaveLength(3);
-    await f.stop();
-  });
-
-  it('hints: a burst costs one claim; hinted claims that find nothing make the next wait 25, 50, then 100 ms', async () => {
-    const { f, claims, add } = fetcher([]);
-    f.start();
-    await settle();
-    expect(claims).toHaveLength(1);
-    for (let i = 0; i < 1000; i++) f.hint();
-    await settle();
-    expect(claims).toHaveLength(2);
-    // That one found nothing: hints wait 25 ms, together.
-    for (let i = 0; i < 1000; i++) f.hint();
-    await vi.advanceTimersByTimeAsync(24);
-    await settle();
-    expect(claims).toHaveLength(2);
-    await vi.advanceTimersByTimeAsync(1);
-    await settle();
-    expect(claims).toHaveLength(3);
-    f.hint();
-    await vi.advanceTimersByTimeAsync(49);
-    await settle();
-    expect(claims).toHaveLength(3);
-    await vi.advanceTimersByTimeAsync(1);
-    await settle();
-    expect(claims).toHaveLength(4);
-    f.hint();
-    await vi.advanceTimersByTimeAsync(99);
-    await settle();
-    expect(claims).toHaveLength(4);
-    await vi.advanceTimersByTimeAsync(1);
-    await settle();
-    expect(claims).toHaveLength(5);
-    // A trusted wake (the poll, a reconnection, a freed slot) does not wait.
-    f.hint();
-    await vi.advanceTimersByTimeAsync(10);
-    await settle();
-    expect(claims).toHaveLength(5);
-    f.wake();
-    await settle();
-    expect(claims).toHaveLength(6);
-    // A hinted claim that finds a job ends the waits: the next hint claims at once.
-    add(1);
-    f.hint();
-    await vi.advanceTimersByTimeAsync(100);
-    await settle();
-    expect(claims).toHaveLength(7);
-    add(2);
-    f.hint();
-    await settle();
-    expect(claims).toHaveLength(8);
-    // Announced due times wait the same way: 50 of them over half a second cost a few claims.
-    for (let i = 1; i <= 50; i++) f.hint(i * 10);
-    await vi.advanceTimersByTimeAsync(600);
-    await settle();
-    expect(claims.length - 8).toBeLessThanOrEqual(8);
-    await f.stop();
-  });
-
-  it('does not claim while the limit is 0, and claims when a slot frees', async () => {
-    let limit = 0;
-    const claims: number[] = [];
-    const f = new Fetcher({
-      pollIntervalMs: 1000,
-      claimLimit: () => limit,
-      claim: async (n) => {
-        claims.push(n);
-        return [];
-      },
-      dispatch: () => {},
-      onError: () => {},
-    });
-    f.start();
-    await settle();
-    expect(claims).toEqual([]);
-    limit = 3;
-    f.slotFreed();
-    await settle();
-    expect(claims).toEqual([3]);
-    await f.stop();
-  });
 });
 
 describe('Completer', () => {
@@ -345,51 +136,5 @@ describe('Heartbeat', () => {
     await stopping;
     await clock.tick(1000);
     expect(beats).toBe(1);
-  });
-});
-
-describe('Coalesced', () => {
-  it('runs once more for any number of requests during a run, and loses no request made as a run ends', async () => {
-    vi.useRealTimers();
-    let runs = 0;
-    let finish!: () => void;
-    const c = new Coalesced(async () => {
-      runs++;
-      await new Promise<void>((resolve) => {
-        finish = resolve;
-      });
-    });
-    c.request();
-    expect(runs).toBe(1);
-    for (let i = 0; i < 1000; i++) c.request();
-    finish();
-    await new Promise((resolve) => setImmediate(resolve));
-    expect(runs).toBe(2);
-    // A request from a promise callback that settles right after the run: a third run.
-    const ended = Promise.resolve().then(() => c.request());
-    finish();
-    await ended;
-    await new Promise((resolve) => setImmediate(resolve));
-    expect(runs).toBe(3);
-    finish();
-    await c.stop();
-    c.request();
-    expect(runs).toBe(3);
-  });
-
-  it('starts runs at least minIntervalMs apart', async () => {
-    vi.useRealTimers();
-    const starts: number[] = [];
-    const c = new Coalesced(async () => {
-      starts.push(performance.now());
-    }, 50);
-    c.request();
-    await new Promise((resolve) => setImmediate(resolve));
-    c.request();
-    c.request();
-    await new Promise((resolve) => setTimeout(resolve, 200));
-    expect(starts).toHaveLength(2);
-    expect(starts[1]! - starts[0]!).toBeGreaterThanOrEqual(49);
-    await c.stop();
   });
 });
