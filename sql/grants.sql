@@ -31,7 +31,7 @@ GRANT SELECT ON TABLE :"schema".migrations TO :"producer_role", :"worker_role";
 REVOKE INSERT ON TABLE :"schema".jobs FROM :"producer_role";
 GRANT SELECT ON TABLE :"schema".jobs TO :"producer_role";
 GRANT INSERT (kind, queue, payload, priority, run_at, max_attempts, max_attempts_default,
-              unique_key, unique_states, trace_context)
+              unique_key, unique_states, trace_context, group_key)
   ON TABLE :"schema".jobs TO :"producer_role";
 
 -- Worker: claim (SELECT … FOR UPDATE SKIP LOCKED, UPDATE), heartbeat, fail,
@@ -49,6 +49,8 @@ GRANT SELECT, INSERT, DELETE ON TABLE :"schema".jobs_archive TO :"worker_role";
 -- requeue). The producer lists them.
 GRANT SELECT ON TABLE :"schema".queues TO :"producer_role";
 GRANT SELECT, INSERT, UPDATE ON TABLE :"schema".queues TO :"worker_role";
+-- The grouped claim keeps each key's recent starts (a per-key rate).
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE :"schema".group_rate_slots TO :"worker_role";
 
 -- A producer that enqueues with onConflict 'replace' (debounce) rewrites the
 -- payload, priority, run_at and max_attempts (and whether it was given) of a
