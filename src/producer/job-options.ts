@@ -31,6 +31,12 @@ export interface JobOptions extends UniqueOptions {
    * `maxAttempts` of the kind's handler. @default the handler's `maxAttempts`, else 20
    */
   maxAttempts?: number | undefined;
+  /**
+   * The job's group key (a tenant, an account; 1–200 characters): a queue's
+   * group limits (`setQueueLimits` `groupConcurrency`, `groupRate`,
+   * `strictOrder`) apply to the jobs of one key. @default none (no key)
+   */
+  groupKey?: string | undefined;
 }
 
 /** The caller's connection, accepted by every call that touches the database. */
@@ -66,6 +72,11 @@ const delayMs = z
   .refine((v) => v >= 0, { error: 'must be ≥ 0' })
   .refine((v) => v <= MAX_DELAY_MS, { error: 'must be at most 10,000 years' });
 
+const groupKey = z
+  .string({ error: 'must be a string' })
+  .min(1, { error: 'must not be empty' })
+  .max(200, { error: 'must be at most 200 characters' });
+
 const jobOptionShape = {
   queue: z.unknown().optional(),
   priority: int32.optional(),
@@ -76,6 +87,7 @@ const jobOptionShape = {
   uniqueKey: z.unknown().optional(),
   uniqueStates: z.unknown().optional(),
   onConflict: z.unknown().optional(),
+  groupKey: groupKey.optional(),
 };
 
 /** `enqueue`'s options. */
@@ -95,6 +107,7 @@ interface ParsedJobOptions {
   uniqueKey?: unknown;
   uniqueStates?: unknown;
   onConflict?: unknown;
+  groupKey?: string | undefined;
 }
 
 /**
@@ -131,6 +144,7 @@ export function toNewJob(
     options.onConflict !== undefined
   )
     job.unique = toUniqueSpec(options as UniqueOptions, fields.options);
+  if (options.groupKey !== undefined) job.groupKey = options.groupKey;
   return job;
 }
 

@@ -47,6 +47,8 @@ const QUALIFIED_COLUMNS = JOB_COLUMNS.split(', ')
 export class UniqueInsertQueries {
   readonly #insert: Statement;
   readonly #insertTraced: Statement;
+  readonly #insertGrouped: Statement;
+  readonly #insertTracedGrouped: Statement;
   readonly #resolve: Statement;
   /** The holders of keys none of whose items replaces: read only, so a producer needs no UPDATE grant. */
   readonly #holders: Statement;
@@ -64,7 +66,8 @@ export class UniqueInsertQueries {
     // that transaction, and inserts if it rolls back). Neither is a
     // check-then-insert: the unique index decides.
     // With tracing on, a statement of its own adds trace_context ($10).
-    const insert = (name: string, traceColumn = '', traceValue = '') =>
+    // With group keys, statements of their own add group_key (the last parameter).
+    const insert = (name: string, traceColumn = '', traceValue = '', groupArray = '') =>
       names.statement(
         name,
         `INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts, max_attempts_default,
@@ -73,8 +76,8 @@ export class UniqueInsertQueries {
               COALESCE(r.run_at, now() + COALESCE(r.delay_ms, 0) * interval '1 millisecond'),
               COALESCE(r.max_attempts, 20), r.max_attempts IS NULL, r.unique_key, r.unique_states::text[]${traceValue}
        FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::int[], $5::timestamptz[], $6::float8[], $7::int[],
-                   $8::text[], $9::text[])
-            AS r(kind, queue, payload, priority, run_at, delay_ms, max_attempts, unique_key, unique_states)
+                   $8::text[], $9::text[]${groupArray})
+            AS r(kind, queue, payload, priority, run_at, delay_ms, max_attempts, unique_key, unique_states${groupArray ? ', group_key' : ''})
        WHERE NOT EXISTS (SELECT 1 FROM ${names.jobs} h WHERE h.unique_lock = r.unique_key)
        ORDER BY r.unique_key COLLATE "C"
        ON CONFLICT (unique_lock) WHERE unique_lock IS NOT NULL DO NOTHING
@@ -82,6 +85,13 @@ export class UniqueInsertQueries {
       );
     this.#insert = insert('insert_unique');
     this.#insertTraced = insert('insert_unique_traced', ', trace_context', ', $10::text::jsonb');
+    this.#insertGrouped = insert('insert_unique_grouped', ', group_key', ', r.group_key', ', $10::text[]');
+    this.#insertTracedGrouped = insert(
+      'insert_unique_traced_grouped',
+      ', trace_context, group_key',
+      ', $10::text::jsonb, r.group_key',
+      ', $11::text[]',
+    );
     // The jobs holding the keys that were not inserted; with 'replace', a queued
     // holder is rewritten (and its queue woken, since its run_at may be sooner).
     // The holders to rewrite are locked first, in key order (a lock taken in
@@ -158,11 +168,12 @@ export class UniqueInsertQueries {
     ];
     const traceContext = jobs[0]?.traceContext;
     if (traceContext !== undefined) values.push(traceContext);
-    const { rows } = await run<UniqueJobRow>(
-      db,
-      traceContext === undefined ? this.#insert : this.#insertTraced,
-      values,
-    );
+    let statement = traceContext === undefined ? this.#insert : this.#insertTraced;
+    if (jobs.some((j) => j.groupKey !== undefined)) {
+      values.push(jobs.map((j) => j.groupKey ?? null));
+      statement = traceContext === undefined ? this.#insertGrouped : this.#insertTracedGrouped;
+    }
+    const { rows } = await run<UniqueJobRow>(db, statement, values);
     return rows;
   }
 

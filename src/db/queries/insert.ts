@@ -31,6 +31,8 @@ export interface NewJob {
    * it are inserted by the statements that leave the column out.
    */
   traceContext?: string | undefined;
+  /** The job's group key; jobs without one are inserted by the statements that leave `group_key` out. */
+  groupKey?: string | undefined;
 }
 
 /** What the database decided for one inserted job of a batch. */
@@ -48,6 +50,15 @@ export class InsertQueries {
   readonly #many: Statement;
   readonly #oneTraced: Statement;
   readonly #manyTraced: Statement;
+  /** The statements with `group_key`, made on first use. */
+  readonly #grouped = new Map<string, Statement>();
+  readonly #oneOf: (name: string, extraColumns?: string, extraValues?: string) => Statement;
+  readonly #manyOf: (
+    name: string,
+    extraColumns?: string,
+    extraValues?: string,
+    extraArrays?: string,
+  ) => Statement;
 
   constructor(names: SchemaNames) {
     // The payload arrives as JSON text, cast through text: a driver that
@@ -65,6 +76,7 @@ export class InsertQueries {
                COALESCE($7::int, 20), $7::int IS NULL${traceValue})
        RETURNING ${JOB_COLUMNS}`,
       );
+    this.#oneOf = one;
     this.#one = one('insert_one');
     this.#oneTraced = one('insert_one_traced', ', trace_context', ', $8::text::jsonb');
     // Returns only what the database decided: the ids in input order, run_at
@@ -73,7 +85,7 @@ export class InsertQueries {
     // much as inserting them. Payloads arrive as one JSON array (no per-element
     // array escaping; `json`, whose text may exceed jsonb's 256 MiB as a whole);
     // ROWS FROM zips it with the other columns by position.
-    const many = (name: string, traceColumn = '', traceValue = '') =>
+    const many = (name: string, traceColumn = '', traceValue = '', groupArray = '') =>
       names.statement(
         name,
         `WITH inserted AS (
@@ -82,8 +94,8 @@ export class InsertQueries {
                 COALESCE(r.run_at, now() + COALESCE(r.delay_ms, 0) * interval '1 millisecond'),
                 COALESCE(r.max_attempts, 20), r.max_attempts IS NULL${traceValue}
          FROM ROWS FROM (unnest($1::text[]), unnest($2::text[]), json_array_elements($3::text::json), unnest($4::int[]),
-                         unnest($5::timestamptz[]), unnest($6::float8[]), unnest($7::int[]))
-              WITH ORDINALITY AS r(kind, queue, payload, priority, run_at, delay_ms, max_attempts, ord)
+                         unnest($5::timestamptz[]), unnest($6::float8[]), unnest($7::int[])${groupArray ? `, ${groupArray}` : ''})
+              WITH ORDINALITY AS r(kind, queue, payload, priority, run_at, delay_ms, max_attempts${groupArray ? ', group_key' : ''}, ord)
          ORDER BY r.ord
          RETURNING id, NULLIF(run_at, created_at) AS run_at
        )
@@ -91,6 +103,7 @@ export class InsertQueries {
        FROM inserted
        ORDER BY id`,
       );
+    this.#manyOf = many;
     this.#many = many('insert_many');
     this.#manyTraced = many('insert_many_traced', ', trace_context', ', $8::text::jsonb');
   }
@@ -107,11 +120,12 @@ export class InsertQueries {
       job.maxAttempts,
     ];
     if (job.traceContext !== undefined) values.push(job.traceContext);
-    const { rows } = await run<JobRow>(
-      db,
-      job.traceContext === undefined ? this.#one : this.#oneTraced,
-      values,
-    );
+    let statement = job.traceContext === undefined ? this.#one : this.#oneTraced;
+    if (job.groupKey !== undefined) {
+      values.push(job.groupKey);
+      statement = this.#groupedStatement('one', job.traceContext !== undefined);
+    }
+    const { rows } = await run<JobRow>(db, statement, values);
     return toJobRecord(rows[0]!);
   }
 
@@ -146,7 +160,11 @@ export class InsertQueries {
     ];
     const traceContext = jobs[0]?.traceContext;
     if (traceContext !== undefined) values.push(traceContext);
-    const statement = traceContext === undefined ? this.#many : this.#manyTraced;
+    let statement = traceContext === undefined ? this.#many : this.#manyTraced;
+    if (jobs.some((j) => j.groupKey !== undefined)) {
+      values.push(jobs.map((j) => j.groupKey ?? null));
+      statement = this.#groupedStatement('many', traceContext !== undefined);
+    }
     const { rows } = await run<{ id: string; run_at: Date | null; created_at: Date | null }>(
       db,
       statement,
@@ -156,5 +174,26 @@ export class InsertQueries {
     // time is sent once (first row); run_at only where it differs from it.
     const createdAt = rows[0]?.created_at ?? new Date();
     return rows.map((r) => ({ id: r.id, runAt: r.run_at ?? createdAt, createdAt }));
+  }
+
+  /** The statement that also sets `group_key` (the last parameter), after the trace context when traced. */
+  #groupedStatement(shape: 'one' | 'many', traced: boolean): Statement {
+    const name = `insert_${shape}${traced ? '_traced' : ''}_grouped`;
+    let statement = this.#grouped.get(name);
+    if (statement === undefined) {
+      const columns = traced ? ', trace_context, group_key' : ', group_key';
+      if (shape === 'one') {
+        statement = this.#oneOf(name, columns, traced ? ', $8::text::jsonb, $9' : ', $8');
+      } else {
+        statement = this.#manyOf(
+          name,
+          columns,
+          traced ? ', $8::text::jsonb, r.group_key' : ', r.group_key',
+          traced ? 'unnest($9::text[])' : 'unnest($8::text[])',
+        );
+      }
+      this.#grouped.set(name, statement);
+    }
+    return statement;
   }
 }
