@@ -55,7 +55,7 @@ describe('pause and resume', () => {
       pausedAt: null,
       queued: 0,
       running: 0,
-      limits: { concurrency: null, rate: null },
+      limits: { concurrency: null, rate: null, groupConcurrency: null, groupRate: null, strictOrder: false },
     });
 
     const t0 = performance.now();

@@ -31,10 +31,16 @@ describe('setQueueLimits', () => {
     expect(await t.skiplock.setQueueLimits('api', { concurrency: 4 })).toEqual({
       concurrency: 4,
       rate: null,
+      groupConcurrency: null,
+      groupRate: null,
+      strictOrder: false,
     });
     expect(await t.skiplock.setQueueLimits('api', { rate: { count: 10, periodMs: 1000 } })).toEqual({
       concurrency: 4,
       rate: { count: 10, periodMs: 1000 },
+      groupConcurrency: null,
+      groupRate: null,
+      strictOrder: false,
     });
     await t.skiplock.enqueue('call', {}, { queue: 'api' });
     expect((await t.skiplock.queues()).find((q) => q.name === 'api')).toEqual({
@@ -43,23 +49,41 @@ describe('setQueueLimits', () => {
       pausedAt: null,
       queued: 1,
       running: 0,
-      limits: { concurrency: 4, rate: { count: 10, periodMs: 1000 } },
+      limits: {
+        concurrency: 4,
+        rate: { count: 10, periodMs: 1000 },
+        groupConcurrency: null,
+        groupRate: null,
+        strictOrder: false,
+      },
     });
     expect(await t.skiplock.setQueueLimits('api', { concurrency: null })).toEqual({
       concurrency: null,
       rate: { count: 10, periodMs: 1000 },
+      groupConcurrency: null,
+      groupRate: null,
+      strictOrder: false,
     });
-    expect(await t.skiplock.setQueueLimits('api', { rate: null })).toEqual({ concurrency: null, rate: null });
+    expect(await t.skiplock.setQueueLimits('api', { rate: null })).toEqual({
+      concurrency: null,
+      rate: null,
+      groupConcurrency: null,
+      groupRate: null,
+      strictOrder: false,
+    });
     expect((await t.skiplock.queues()).find((q) => q.name === 'api')?.limits).toEqual({
       concurrency: null,
       rate: null,
+      groupConcurrency: null,
+      groupRate: null,
+      strictOrder: false,
     });
     // Limits and pause are independent settings of one row.
     await t.skiplock.pauseQueue('api');
     await t.skiplock.setQueueLimits('api', { concurrency: 2 });
     expect((await t.skiplock.queues()).find((q) => q.name === 'api')).toMatchObject({
       paused: true,
-      limits: { concurrency: 2, rate: null },
+      limits: { concurrency: 2, rate: null, groupConcurrency: null, groupRate: null, strictOrder: false },
     });
   });
 

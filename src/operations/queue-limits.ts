@@ -21,20 +21,38 @@ export interface QueueLimitsOptions extends ClientOption {
   concurrency?: number | null;
   /** Most job starts per period across all workers; null removes the limit. */
   rate?: RateLimit | null;
+  /**
+   * Most jobs of one group key (the `groupKey` enqueue option) running at once
+   * across all workers (an integer ≥ 1; 1 runs a key's jobs one at a time);
+   * null removes the limit. Free slots go to the keys round-robin.
+   */
+  groupConcurrency?: number | null;
+  /** Most job starts of one group key per period across all workers; null removes the limit. */
+  groupRate?: RateLimit | null;
+  /**
+   * true: the jobs of a key start in (priority, run_at, id) order, and a job
+   * of the key waiting to retry holds the ones behind it. @default false
+   */
+  strictOrder?: boolean;
 }
 
 const INT_MAX = 2_147_483_647;
 
+const rateSchema = z
+  .strictObject(
+    { count: integerInRange(1, INT_MAX), periodMs: integerInRange(1, INT_MAX) },
+    { error: 'must be { count, periodMs } or null' },
+  )
+  .nullable()
+  .optional();
+
 const limitsSchema = z.strictObject({
   client: queryable.optional(),
   concurrency: integerInRange(1, INT_MAX).nullable().optional(),
-  rate: z
-    .strictObject(
-      { count: integerInRange(1, INT_MAX), periodMs: integerInRange(1, INT_MAX) },
-      { error: 'must be { count, periodMs } or null' },
-    )
-    .nullable()
-    .optional(),
+  rate: rateSchema,
+  groupConcurrency: integerInRange(1, INT_MAX).nullable().optional(),
+  groupRate: rateSchema,
+  strictOrder: z.boolean({ error: 'must be true or false' }).optional(),
 });
 
 /**
@@ -44,8 +62,9 @@ const limitsSchema = z.strictObject({
  *
  * @returns the queue's limits now in force.
  * @throws {ValidationError} naming the field (`name`, `concurrency`, `rate`,
- *   `rate.count`, `rate.periodMs`) on bad input, or `limits` when neither
- *   `concurrency` nor `rate` is given; nothing is changed then.
+ *   `rate.count`, `rate.periodMs`, `groupConcurrency`, `groupRate`,
+ *   `groupRate.count`, `groupRate.periodMs`, `strictOrder`) on bad input, or
+ *   `limits` when none of them is given; nothing is changed then.
  */
 export async function setQueueLimits(
   queries: JobQueries,
@@ -55,14 +74,23 @@ export async function setQueueLimits(
 ): Promise<QueueLimits> {
   const queue = queueName(name);
   if (typeof limits !== 'object' || limits === null || Array.isArray(limits)) {
-    throw new ValidationError('limits', 'must be an object: { concurrency, rate }');
+    throw new ValidationError(
+      'limits',
+      'must be an object: { concurrency, rate, groupConcurrency, groupRate, strictOrder }',
+    );
   }
   const parsed = parseOptions(limitsSchema, limits, '');
-  if (parsed.concurrency === undefined && parsed.rate === undefined) {
-    throw new ValidationError('limits', 'give concurrency or rate (null removes that limit)');
-  }
   const change: QueueLimitsChange = {};
   if (parsed.concurrency !== undefined) change.concurrency = parsed.concurrency;
   if (parsed.rate !== undefined) change.rate = parsed.rate;
+  if (parsed.groupConcurrency !== undefined) change.groupConcurrency = parsed.groupConcurrency;
+  if (parsed.groupRate !== undefined) change.groupRate = parsed.groupRate;
+  if (parsed.strictOrder !== undefined) change.strictOrder = parsed.strictOrder;
+  if (Object.keys(change).length === 0) {
+    throw new ValidationError(
+      'limits',
+      'give concurrency, rate, groupConcurrency, groupRate or strictOrder (null removes that limit)',
+    );
+  }
   return queries.queueLimits.set(parsed.client ?? pool, queue, change);
 }

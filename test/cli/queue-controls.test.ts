@@ -38,7 +38,13 @@ describe('skiplock CLI queue controls', () => {
         pausedAt: expect.any(String),
         queued: 0,
         running: 0,
-        limits: { concurrency: null, rate: null },
+        limits: {
+          concurrency: null,
+          rate: null,
+          groupConcurrency: null,
+          groupRate: null,
+          strictOrder: false,
+        },
       },
     ]);
     const table = await runCli(['queues', ...conn]);

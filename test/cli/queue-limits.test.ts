@@ -24,13 +24,22 @@ describe('skiplock queues limits', () => {
     expect((await skiplock.queues()).find((q) => q.name === 'cli-l')?.limits).toEqual({
       concurrency: 3,
       rate: { count: 50, periodMs: 1000 },
+      groupConcurrency: null,
+      groupRate: null,
+      strictOrder: false,
     });
 
     const rate = await runCli(['queues', 'limits', 'cli-l', '--rate', '1000/2m', ...conn, '--json']);
     expect(rate.code, rate.stderr).toBe(0);
     expect(JSON.parse(rate.stdout)).toEqual({
       queue: 'cli-l',
-      limits: { concurrency: 3, rate: { count: 1000, periodMs: 120_000 } },
+      limits: {
+        concurrency: 3,
+        rate: { count: 1000, periodMs: 120_000 },
+        groupConcurrency: null,
+        groupRate: null,
+        strictOrder: false,
+      },
     });
     const shown = await runCli(['queues', 'limits', 'cli-l', ...conn]);
     expect(shown.stdout.trim()).toBe('cli-l: limits concurrency 3, rate 1000/120000ms');
@@ -65,6 +74,44 @@ describe('skiplock queues limits', () => {
     expect((await skiplock.queues()).find((q) => q.name === 'cli-l')?.limits).toEqual({
       concurrency: null,
       rate: null,
+      groupConcurrency: null,
+      groupRate: null,
+      strictOrder: false,
+    });
+  });
+
+  it('sets and removes group limits', async () => {
+    const set = await runCli([
+      'queues',
+      'limits',
+      'cli-g',
+      '--group-concurrency',
+      '2',
+      '--group-rate',
+      '5/1s',
+      '--strict-order',
+      ...conn,
+    ]);
+    expect(set.code, set.stderr).toBe(0);
+    expect(set.stdout.trim()).toBe('cli-g: limits group concurrency 2, group rate 5/1000ms, strict order');
+    const refused = await runCli(['queues', 'limits', 'cli-g', '--group-concurrency', '0', ...conn]);
+    expect(refused.code).not.toBe(0);
+    const cleared = await runCli([
+      'queues',
+      'limits',
+      'cli-g',
+      '--group-concurrency',
+      'none',
+      '--group-rate',
+      'none',
+      '--no-strict-order',
+      ...conn,
+      '--json',
+    ]);
+    expect(cleared.code, cleared.stderr).toBe(0);
+    expect(JSON.parse(cleared.stdout)).toEqual({
+      queue: 'cli-g',
+      limits: { concurrency: null, rate: null, groupConcurrency: null, groupRate: null, strictOrder: false },
     });
   });
 });

@@ -1,6 +1,8 @@
 /**
- * `skiplock queues limits NAME [--concurrency N|none] [--rate COUNT/PERIOD|none]`:
- * sets or removes a queue's global limits, or shows them when no flag is given.
+ * `skiplock queues limits NAME [--concurrency N|none] [--rate COUNT/PERIOD|none]
+ * [--group-concurrency N|none] [--group-rate COUNT/PERIOD|none] [--strict-order|--no-strict-order]`:
+ * sets or removes a queue's global and per-group-key limits, or shows them
+ * when no flag is given.
  */
 import { Command, InvalidArgumentError } from 'commander';
 import type { QueueLimits, QueueLimitsOptions, RateLimit } from '../../skiplock.js';
@@ -9,7 +11,14 @@ import { type ConnectionFlags, examples, integer } from '../flags.js';
 import { printJson, printText } from '../output.js';
 
 // `none` stays a string through commander, which turns a parser's null into ''.
-type Flags = ConnectionFlags & { json?: boolean; concurrency?: number | 'none'; rate?: RateLimit | 'none' };
+type Flags = ConnectionFlags & {
+  json?: boolean;
+  concurrency?: number | 'none';
+  rate?: RateLimit | 'none';
+  groupConcurrency?: number | 'none';
+  groupRate?: RateLimit | 'none';
+  strictOrder?: boolean;
+};
 
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
@@ -36,6 +45,10 @@ export function formatLimits(limits: QueueLimits): string {
   const parts: string[] = [];
   if (limits.concurrency !== null) parts.push(`concurrency ${limits.concurrency}`);
   if (limits.rate !== null) parts.push(`rate ${limits.rate.count}/${limits.rate.periodMs}ms`);
+  if (limits.groupConcurrency !== null) parts.push(`group concurrency ${limits.groupConcurrency}`);
+  if (limits.groupRate !== null)
+    parts.push(`group rate ${limits.groupRate.count}/${limits.groupRate.periodMs}ms`);
+  if (limits.strictOrder) parts.push('strict order');
   return parts.length === 0 ? 'none' : parts.join(', ');
 }
 
@@ -53,12 +66,18 @@ export function queueLimitsCommand(): Command {
       'most job starts per period: 50/1s, 100/500ms, 1000/1m, 10/1h',
       rateFlag,
     )
+    .option('--group-concurrency <n|none>', 'most jobs of one group key running at once', concurrencyFlag)
+    .option('--group-rate <count/period|none>', 'most job starts of one group key per period', rateFlag)
+    .option('--strict-order', "start a group key's jobs in order; a retry holds the ones behind it")
+    .option('--no-strict-order', "start a group key's jobs in any order (the default)")
     .addHelpText(
       'after',
       `${examples(
         'skiplock queues limits emails --concurrency 5',
         'skiplock queues limits emails --rate 100/1m',
         'skiplock queues limits emails --concurrency none --rate none',
+        'skiplock queues limits ledger --group-concurrency 1 --strict-order',
+        'skiplock queues limits api --group-rate 10/1s',
         'skiplock queues limits emails',
       )}\nConnection and --json: the flags of \`skiplock queues\`, given before or after NAME.`,
     );
@@ -69,12 +88,20 @@ export function queueLimitsCommand(): Command {
       if (flags.concurrency !== undefined)
         change.concurrency = flags.concurrency === 'none' ? null : flags.concurrency;
       if (flags.rate !== undefined) change.rate = flags.rate === 'none' ? null : flags.rate;
-      const changing = flags.concurrency !== undefined || flags.rate !== undefined;
+      if (flags.groupConcurrency !== undefined)
+        change.groupConcurrency = flags.groupConcurrency === 'none' ? null : flags.groupConcurrency;
+      if (flags.groupRate !== undefined)
+        change.groupRate = flags.groupRate === 'none' ? null : flags.groupRate;
+      if (flags.strictOrder !== undefined) change.strictOrder = flags.strictOrder;
+      const changing = Object.keys(change).length > 0;
       const limits = changing
         ? await skiplock.setQueueLimits(name, change)
         : ((await skiplock.queues()).find((q) => q.name === name)?.limits ?? {
             concurrency: null,
             rate: null,
+            groupConcurrency: null,
+            groupRate: null,
+            strictOrder: false,
           });
       if (flags.json) printJson({ queue: name, limits });
       else printText(`${name}: limits ${formatLimits(limits)}`);

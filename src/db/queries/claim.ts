@@ -7,6 +7,7 @@
 import type pg from 'pg';
 import type { Job } from '../../job/job.js';
 import { run, runPrepared, type Statement } from '../executor.js';
+import { GROUPED } from './queue-limits.js';
 import type { SchemaNames } from './schema-names.js';
 
 /** A claimed job as its handler sees it, plus the lease number its result is fenced by. */
@@ -102,11 +103,11 @@ export class ClaimQueries {
        WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
        RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
                  j.lease_seq, j.created_at${traceColumn}`;
-    // Paused queues are skipped, and so are limited ones (the limited claim
+    // Paused queues are skipped, and so are limited and grouped ones (the limited claim
     // takes them), should a worker not have heard of their limits yet. Both
     // filters are uncorrelated subqueries, evaluated once per claim (one index
     // probe per queue), not once per row.
-    const skipped = `(q.paused OR q.concurrency_limit IS NOT NULL OR q.rate_count IS NOT NULL)`;
+    const skipped = `(q.paused OR q.concurrency_limit IS NOT NULL OR q.rate_count IS NOT NULL OR ${GROUPED})`;
     const one = `queue = $1 AND NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = $1 AND ${skipped})`;
     const any = `queue = ANY(ARRAY(SELECT n FROM unnest($1::text[]) n
                                WHERE NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = n AND ${skipped})))`;

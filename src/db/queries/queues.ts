@@ -4,7 +4,7 @@
  * paused ones (see claim.ts).
  */
 import { type Queryable, run, type Statement } from '../executor.js';
-import { limitsOf, type QueueLimits } from './queue-limits.js';
+import { LIMIT_COLUMNS, limitsOf, type QueueLimits } from './queue-limits.js';
 import type { SchemaNames } from './schema-names.js';
 
 /** A queue as operators see it. */
@@ -58,7 +58,7 @@ export class QueueQueries {
       'queue_list',
       `SELECT n.name, COALESCE(q.paused, false) AS paused, q.paused_at,
               COALESCE(c.queued, 0)::int AS queued, COALESCE(c.running, 0)::int AS running,
-              q.concurrency_limit, q.rate_count, q.rate_period_ms
+              ${LIMIT_COLUMNS}
        FROM (SELECT name FROM ${queues} UNION SELECT DISTINCT queue FROM ${jobs}) n (name)
        LEFT JOIN ${queues} q ON q.name = n.name
        LEFT JOIN (
@@ -97,6 +97,10 @@ export class QueueQueries {
       concurrency_limit: number | null;
       rate_count: number | null;
       rate_period_ms: number | null;
+      group_concurrency: number | null;
+      group_rate_count: number | null;
+      group_rate_period_ms: number | null;
+      strict_order: boolean | null;
     }>(db, this.#list, []);
     return rows.map((r) => ({
       name: r.name,
