@@ -552,8 +552,9 @@ export class ClaimLoop extends Service {
   #afterLimitedClaim(queue: string, claim: LimitedClaim, requested: number): boolean {
     const claimed = claim.jobs.length;
     const byLimits = Math.min(claim.concurrencyRoom ?? requested + 1, claim.rateRoom ?? requested + 1);
-    // Fewer than allowed: the queue had no more due jobs; the insert wake-up brings the next.
-    if (claimed < Math.min(requested, byLimits)) {
+    // Fewer than allowed: the queue had no more due jobs; the insert wake-up
+    // brings the next. Unless a group key's limit held some back: a freed slot may start them.
+    if (claimed < Math.min(requested, byLimits) && !claim.groupHeld) {
       this.#short.delete(queue);
       return false;
     }

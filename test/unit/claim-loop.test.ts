@@ -107,6 +107,7 @@ function setup(s: Setup = {}) {
           concurrencyRoom: room,
           rateRoom: null,
           rateWaitMs: null,
+          groupHeld: false,
         };
       },
     },

@@ -5,11 +5,14 @@
  * was granted — counts the queue's running jobs, claims at most what the
  * limits leave, and records the starts in the rate's sliding log. One
  * statement could not do it: under READ COMMITTED its snapshot would be taken
- * before the lock wait, and it would count stale running jobs.
+ * before the lock wait, and it would count stale running jobs. A queue with
+ * group limits is claimed by the grouped statement (claim-grouped.ts).
  */
 import type pg from 'pg';
 import { run, runPrepared, type Statement, withTransaction } from '../executor.js';
 import { type ClaimedJob, type ClaimRequest, type ClaimRow, claimedJob, KIND_MAX_ATTEMPTS } from './claim.js';
+import { groupedClaimSql } from './claim-grouped.js';
+import { GROUPED } from './queue-limits.js';
 import type { SchemaNames } from './schema-names.js';
 
 /** What one limited claim took, and what the limits left. */
@@ -21,6 +24,8 @@ export interface LimitedClaim {
   rateRoom: number | null;
   /** Milliseconds until the rate's oldest counted start expires (null: no rate limit or no start counted). */
   rateWaitMs: number | null;
+  /** A group key of the queue had queued jobs but no room (its group concurrency or rate): a freed slot may start them. */
+  groupHeld: boolean;
 }
 
 /** The room the limits left, on every row; a claimed job's columns, or NULLs when none was claimed. */
@@ -28,6 +33,7 @@ interface LimitedClaimRow extends Omit<ClaimRow, 'id'> {
   concurrency_room: number | null;
   rate_room: number | null;
   rate_wait_ms: string | null;
+  group_held?: boolean;
   id: string | null;
 }
 
@@ -41,11 +47,16 @@ const RATE_SLOTS_PER_PERIOD = 64;
 export class LimitedClaimQueries {
   readonly #lock: Statement;
   readonly #claim: Statement;
+  readonly #claimGrouped: Statement;
 
   constructor(names: SchemaNames) {
     const { statement, queues, jobs } = names;
     // Every claim of the queue waits here for the one before it to commit.
-    this.#lock = statement('claim_limited_lock', `SELECT FROM ${queues} WHERE name = $1 FOR UPDATE`);
+    // It also says whether the queue has group limits, read under the lock.
+    this.#lock = statement(
+      'claim_limited_lock',
+      `SELECT ${GROUPED} AS grouped FROM ${queues} q WHERE name = $1 FOR UPDATE`,
+    );
     // statement_timestamp(), not now(): it is read after the lock was granted,
     // so the log's times grow with the order of the claims.
     this.#claim = statement(
@@ -104,6 +115,10 @@ export class LimitedClaimQueries {
               c.lease_seq, c.created_at, c.trace_context
        FROM room r LEFT JOIN claimed c ON true`,
     );
+    this.#claimGrouped = statement(
+      'claim_grouped',
+      groupedClaimSql(names, RATE_SLOTS_PER_PERIOD, KIND_MAX_ATTEMPTS),
+    );
   }
 
   /**
@@ -119,8 +134,9 @@ export class LimitedClaimQueries {
     const rows = await withTransaction(
       pool,
       async (client) => {
-        await send(client, this.#lock, [queue]);
-        const { rows } = await send<LimitedClaimRow>(client, this.#claim, [
+        const lock = await send<{ grouped: boolean }>(client, this.#lock, [queue]);
+        const grouped = lock.rows[0]?.grouped === true;
+        const { rows } = await send<LimitedClaimRow>(client, grouped ? this.#claimGrouped : this.#claim, [
           queue,
           request.limit,
           request.workerId,
@@ -144,6 +160,7 @@ export class LimitedClaimQueries {
       concurrencyRoom: first?.concurrency_room ?? null,
       rateRoom: first?.rate_room ?? null,
       rateWaitMs: first?.rate_wait_ms == null ? null : Math.max(0, Number(first.rate_wait_ms)),
+      groupHeld: first?.group_held === true,
     };
   }
 }

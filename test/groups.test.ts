@@ -1,0 +1,269 @@
+/** Group keys in one process: the options, the limits' storage, fairness, strict order, and which claim a queue gets. */
+import pg from 'pg';
+import { describe, expect, it } from 'vitest';
+import { Skiplock, ValidationError } from '../src/index.js';
+import { tableIn, waitFor } from './support/database.js';
+import { useTestDatabase } from './support/fixture.js';
+
+const t = useTestDatabase();
+
+async function errorOf(promise: Promise<unknown>): Promise<ValidationError> {
+  const error = await promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(error).toBeInstanceOf(ValidationError);
+  return error as ValidationError;
+}
+
+const NO_LIMITS = {
+  concurrency: null,
+  rate: null,
+  groupConcurrency: null,
+  groupRate: null,
+  strictOrder: false,
+};
+
+describe('group keys and group limits', () => {
+  it('stores the group key of enqueue, enqueueMany and unique jobs; bad keys name the field', async () => {
+    const one = await t.skiplock.enqueue('k', {}, { groupKey: 'tenant-1' });
+    const [a, b] = await t.skiplock.enqueueMany([
+      { kind: 'k', payload: {}, groupKey: 'tenant-2' },
+      { kind: 'k', payload: {} },
+    ]);
+    const unique = await t.skiplock.enqueue('k', {}, { groupKey: 'tenant-3', uniqueKey: 'u1' });
+    const plain = await t.skiplock.enqueue('k', {});
+    const keys = await t.query<{ id: string; group_key: string | null }>(
+      `SELECT id::text, group_key FROM ${t.jobs} ORDER BY id`,
+    );
+    expect(keys).toEqual([
+      { id: one.id, group_key: 'tenant-1' },
+      { id: a!.id, group_key: 'tenant-2' },
+      { id: b!.id, group_key: null },
+      { id: unique.id, group_key: 'tenant-3' },
+      { id: plain.id, group_key: null },
+    ]);
+    expect((await errorOf(t.skiplock.enqueue('k', {}, { groupKey: '' }))).field).toBe('options.groupKey');
+    expect((await errorOf(t.skiplock.enqueue('k', {}, { groupKey: 'x'.repeat(201) }))).field).toBe(
+      'options.groupKey',
+    );
+    expect((await errorOf(t.skiplock.enqueue('k', {}, { groupKey: 7 as unknown as string }))).field).toBe(
+      'options.groupKey',
+    );
+    expect(
+      (
+        await errorOf(
+          t.skiplock.enqueueMany([
+            { kind: 'k', payload: {} },
+            { kind: 'k', payload: {}, groupKey: '' },
+          ]),
+        )
+      ).field,
+    ).toBe('jobs[1].groupKey');
+    expect(await t.jobCount()).toBe(5);
+  });
+
+  it('sets, lists and removes group limits; bad input names the field and changes nothing', async () => {
+    expect(
+      await t.skiplock.setQueueLimits('g', {
+        groupConcurrency: 2,
+        groupRate: { count: 5, periodMs: 1000 },
+        strictOrder: true,
+      }),
+    ).toEqual({
+      concurrency: null,
+      rate: null,
+      groupConcurrency: 2,
+      groupRate: { count: 5, periodMs: 1000 },
+      strictOrder: true,
+    });
+    expect(await t.skiplock.setQueueLimits('g', { concurrency: 4 })).toEqual({
+      concurrency: 4,
+      rate: null,
+      groupConcurrency: 2,
+      groupRate: { count: 5, periodMs: 1000 },
+      strictOrder: true,
+    });
+    const cases: [unknown, string][] = [
+      [{ groupConcurrency: 0 }, 'groupConcurrency'],
+      [{ groupConcurrency: 1.5 }, 'groupConcurrency'],
+      [{ groupRate: { count: 0, periodMs: 10 } }, 'groupRate.count'],
+      [{ groupRate: { count: 1, periodMs: 0 } }, 'groupRate.periodMs'],
+      [{ groupRate: 3 }, 'groupRate'],
+      [{ strictOrder: 'yes' }, 'strictOrder'],
+      [{ strictOrder: null }, 'strictOrder'],
+    ];
+    for (const [limits, field] of cases) {
+      expect(
+        (await errorOf(t.skiplock.setQueueLimits('g', limits as never))).field,
+        JSON.stringify(limits),
+      ).toBe(field);
+    }
+    expect((await t.skiplock.queues()).find((q) => q.name === 'g')?.limits).toEqual({
+      concurrency: 4,
+      rate: null,
+      groupConcurrency: 2,
+      groupRate: { count: 5, periodMs: 1000 },
+      strictOrder: true,
+    });
+    expect(
+      await t.skiplock.setQueueLimits('g', {
+        concurrency: null,
+        groupConcurrency: null,
+        groupRate: null,
+        strictOrder: false,
+      }),
+    ).toEqual(NO_LIMITS);
+  });
+
+  it('claims keys round-robin: a small key enqueued behind a big backlog starts before the big key’s 100th job', async () => {
+    await t.skiplock.setQueueLimits('fair', { groupConcurrency: 100 });
+    await t.skiplock.enqueueMany(
+      Array.from({ length: 2000 }, (_, i) => ({
+        kind: 'step',
+        payload: { key: 'big', i },
+        queue: 'fair',
+        groupKey: 'big',
+      })),
+    );
+    await t.skiplock.enqueueMany(
+      Array.from({ length: 10 }, (_, i) => ({
+        kind: 'step',
+        payload: { key: 'small', i },
+        queue: 'fair',
+        groupKey: 'small',
+      })),
+    );
+    const started: string[] = [];
+    const worker = t.worker({
+      queues: ['fair'],
+      concurrency: 8,
+      handlers: {
+        step: async (job) => {
+          started.push((job.payload as { key: string }).key);
+        },
+      },
+    });
+    await worker.start();
+    await waitFor(
+      () =>
+        started.filter((k) => k === 'small').length === 10 &&
+        started.filter((k) => k === 'big').length >= 100,
+      60_000,
+      'the small key and 100 jobs of the big one to start',
+    );
+    const lastSmall = started.lastIndexOf('small');
+    let big = 0;
+    let hundredthBig = -1;
+    for (let i = 0; i < started.length && hundredthBig < 0; i++)
+      if (started[i] === 'big' && ++big === 100) hundredthBig = i;
+    expect(lastSmall).toBeLessThan(hundredthBig);
+  });
+
+  it('strictOrder: a key’s failing first job holds the key’s next job until it succeeds; other keys go on', async () => {
+    await t.skiplock.setQueueLimits('ledger', { groupConcurrency: 1, strictOrder: true });
+    const first = await t.skiplock.enqueue('entry', { n: 1 }, { queue: 'ledger', groupKey: 'acct' });
+    const second = await t.skiplock.enqueue('entry', { n: 2 }, { queue: 'ledger', groupKey: 'acct' });
+    const other = await t.skiplock.enqueue('entry', { n: 3 }, { queue: 'ledger', groupKey: 'other' });
+    const events: string[] = [];
+    const worker = t.worker({
+      queues: ['ledger'],
+      concurrency: 4,
+      pollIntervalMs: 100,
+      handlers: {
+        entry: {
+          backoff: 500,
+          handle: async (job) => {
+            const n = (job.payload as { n: number }).n;
+            events.push(`start ${n}#${job.attempts}`);
+            if (n === 1 && job.attempts < 3) throw new Error('not yet');
+          },
+        },
+      },
+    });
+    await worker.start();
+    await waitFor(
+      async () => (await t.jobCount(`status = 'queued' OR status = 'running'`)) === 0,
+      30_000,
+      'every job to finish',
+      () => events,
+    );
+    expect(events.filter((e) => e.startsWith('start 1') || e.startsWith('start 2'))).toEqual([
+      'start 1#1',
+      'start 1#2',
+      'start 1#3',
+      'start 2#1',
+    ]);
+    expect(events).toContain('start 3#1');
+    expect(events.indexOf('start 3#1')).toBeLessThan(events.indexOf('start 1#3'));
+    expect([first.id, second.id, other.id].length).toBe(3);
+  });
+
+  it('without strictOrder, a key’s next job does not wait for a retry', async () => {
+    await t.skiplock.setQueueLimits('loose', { groupConcurrency: 1 });
+    await t.skiplock.enqueue('entry', { n: 1 }, { queue: 'loose', groupKey: 'acct' });
+    await t.skiplock.enqueue('entry', { n: 2 }, { queue: 'loose', groupKey: 'acct' });
+    const events: string[] = [];
+    const worker = t.worker({
+      queues: ['loose'],
+      concurrency: 4,
+      pollIntervalMs: 100,
+      handlers: {
+        entry: {
+          backoff: 2000,
+          handle: async (job) => {
+            const n = (job.payload as { n: number }).n;
+            events.push(`start ${n}#${job.attempts}`);
+            if (n === 1 && job.attempts < 2) throw new Error('not yet');
+          },
+        },
+      },
+    });
+    await worker.start();
+    await waitFor(
+      () => events.length === 3,
+      30_000,
+      'three starts',
+      () => events,
+    );
+    expect(events).toEqual(['start 1#1', 'start 2#1', 'start 1#2']);
+  });
+
+  it('an ungrouped queue is claimed by the ordinary claim statement, a grouped one by the grouped claim', async () => {
+    // The worker's pools copy this pool's settings, its Client class too: every statement is seen.
+    const used = new Map<string, string>();
+    class SeenClient extends pg.Client {
+      override query(config: unknown, ...rest: unknown[]): never {
+        const c = config as { name?: string; text?: string } | null;
+        if (typeof c === 'object' && c !== null && typeof c.name === 'string' && c.name.includes('claim'))
+          used.set(c.name.slice(c.name.indexOf('claim')), c.text ?? '');
+        return (super.query as (...args: unknown[]) => never)(config, ...rest);
+      }
+    }
+    const pool = new pg.Pool({ connectionString: t.url, max: 4, Client: SeenClient });
+    t.defer(() => pool.end());
+    const skiplock = new Skiplock({ pool, schema: t.schema });
+    await skiplock.setQueueLimits('grouped', { groupConcurrency: 1 });
+    await skiplock.enqueue('step', {}, { queue: 'plain' });
+    await skiplock.enqueue('step', {}, { queue: 'grouped', groupKey: 'a' });
+    const worker = t.track(
+      skiplock.worker({
+        queues: ['plain', 'grouped'],
+        handlers: { step: async () => {} },
+        handleSignals: false,
+      }),
+    );
+    await worker.start();
+    await waitFor(async () => (await t.jobCount()) === 0, 20_000, 'both jobs to finish');
+    expect([...used.keys()].sort()).toEqual(['claim', 'claim_grouped', 'claim_limited_lock']);
+    const plain = used.get('claim')!;
+    expect(plain).not.toContain('group_key');
+    expect(plain).toMatch(/ORDER BY priority DESC, run_at\s+LIMIT \$2\s+FOR UPDATE SKIP LOCKED/);
+    const row = (
+      await t.query(
+        `SELECT group_concurrency, strict_order FROM ${tableIn(t.schema, 'queues')} WHERE name = 'grouped'`,
+      )
+    )[0];
+    expect(row).toEqual({ group_concurrency: 1, strict_order: false });
+  });
+});
