@@ -2,6 +2,7 @@
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { Skiplock, ValidationError } from '../src/index.js';
+import { drain } from '../src/testing/index.js';
 import { tableIn, waitFor } from './support/database.js';
 import { useTestDatabase } from './support/fixture.js';
 
@@ -114,6 +115,34 @@ describe('group keys and group limits', () => {
         strictOrder: false,
       }),
     ).toEqual(NO_LIMITS);
+  });
+
+  it('groupRate caps the starts of each key per period; jobs without a key run beside the keys', async () => {
+    await t.skiplock.setQueueLimits('paced', { groupRate: { count: 3, periodMs: 600_000 } });
+    await t.skiplock.enqueueMany([
+      ...Array.from({ length: 5 }, () => ({ kind: 'step', payload: {}, queue: 'paced', groupKey: 'a' })),
+      ...Array.from({ length: 2 }, () => ({ kind: 'step', payload: {}, queue: 'paced', groupKey: 'b' })),
+      ...Array.from({ length: 4 }, () => ({ kind: 'step', payload: {}, queue: 'paced' })),
+    ]);
+    const result = await drain(t.skiplock, { step: async () => {} }, { onSuccess: 'keep' });
+    expect(result).toMatchObject({ succeeded: 9, failed: 0 });
+    const rows = await t.query(
+      `SELECT group_key, status, count(*)::int AS n FROM ${t.jobs} GROUP BY 1, 2 ORDER BY 1 NULLS LAST, 2`,
+    );
+    expect(rows).toEqual([
+      { group_key: 'a', status: 'queued', n: 2 },
+      { group_key: 'a', status: 'succeeded', n: 3 },
+      { group_key: 'b', status: 'succeeded', n: 2 },
+      { group_key: null, status: 'succeeded', n: 4 },
+    ]);
+    // Removing the rate forgets its log: the key's remaining jobs run.
+    await t.skiplock.setQueueLimits('paced', { groupRate: null, groupConcurrency: 1 });
+    expect(await t.query(`SELECT count(*)::int AS n FROM ${tableIn(t.schema, 'group_rate_slots')}`)).toEqual([
+      { n: 0 },
+    ]);
+    expect(await drain(t.skiplock, { step: async () => {} }, { onSuccess: 'keep' })).toMatchObject({
+      succeeded: 2,
+    });
   });
 
   it('claims keys round-robin: a small key enqueued behind a big backlog starts before the big key’s 100th job', async () => {
