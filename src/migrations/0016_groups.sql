@@ -16,6 +16,9 @@ ALTER TABLE queues ADD COLUMN group_concurrency int;
 ALTER TABLE queues ADD COLUMN group_rate_count int;
 ALTER TABLE queues ADD COLUMN group_rate_period_ms int;
 ALTER TABLE queues ADD COLUMN strict_order boolean NOT NULL DEFAULT false;
+-- Where the grouped claim's round-robin walk over the keys stopped last: the
+-- next claim starts at the key after it.
+ALTER TABLE queues ADD COLUMN group_cursor text;
 ALTER TABLE queues ADD CONSTRAINT queues_group_concurrency_chk CHECK (group_concurrency >= 1);
 ALTER TABLE queues ADD CONSTRAINT queues_group_rate_chk
   CHECK ((group_rate_count IS NULL) = (group_rate_period_ms IS NULL)

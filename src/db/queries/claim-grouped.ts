@@ -3,8 +3,10 @@
  * `groupRate` or `strictOrder`), run by the limited claim after it locked the
  * queue's row. It keeps the queue's own limits (as the limited statement does)
  * and, per group key, at most `group_concurrency` running jobs and
- * `group_rate_count` starts per period, taking the keys round-robin: every
- * key's first job before any key's second.
+ * `group_rate_count` starts per period, taking the keys round-robin: the walk
+ * over the keys starts after the key where the last claim's walk stopped (the
+ * queue's `group_cursor`), and within a claim every key's first job comes
+ * before any key's second. A key's backlog never starves the others.
  *
  * Why the limits hold across workers: every claim of the queue first locks the
  * queue's row, so grouped claims of one queue run one after another, and this
@@ -43,10 +45,27 @@ export function groupedClaimSql(
   // first under strictOrder, and a job not yet due, or of a kind this worker
   // does not run, holds every job behind it.
   const keyOrder = 'o.retry DESC, o.priority DESC, o.run_at, o.id';
+  // A key's room: what this claim may take at most, less what its limits
+  // leave (running jobs, starts within the rate's period), and no more than
+  // its due jobs of the worker's kinds (an upper bound under strictOrder).
+  const keyRoom = (key: string) => `least(
+       t.n,
+       CASE WHEN q.group_concurrency IS NULL THEN t.n ELSE greatest(q.group_concurrency - (
+         SELECT count(*) FROM ${jobs} r
+         WHERE r.queue = $1 AND r.group_key = ${key} AND r.status = 'running'), 0) END,
+       CASE WHEN q.group_rate_count IS NULL THEN t.n ELSE greatest(q.group_rate_count - (
+         SELECT COALESCE(sum(s.starts), 0) FROM ${groupRateSlots} s
+         WHERE s.queue = $1 AND s.group_key = ${key} AND s.slot_end + q.group_period_ms > q.at_ms), 0) END,
+       (SELECT count(*) FROM (SELECT FROM ${jobs} d
+          WHERE d.queue = $1 AND d.status = 'queued' AND d.group_key = ${key}
+            AND d.run_at <= now() AND d.kind = ANY($5::text[])
+          LIMIT t.n) due)
+     )::int`;
   return `WITH RECURSIVE q AS (
      SELECT paused, concurrency_limit, rate_count, rate_period_ms::bigint AS period_ms,
             rate_slot_ends, rate_slot_starts,
             group_concurrency, group_rate_count, group_rate_period_ms::bigint AS group_period_ms, strict_order,
+            group_cursor,
             floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint AS at_ms,
             greatest(1, ceil(rate_period_ms / ${rateSlotsPerPeriod}.0))::bigint AS slot_ms,
             greatest(1, ceil(group_rate_period_ms / ${GROUP_RATE_SLOTS_PER_PERIOD}.0))::bigint AS group_slot_ms
@@ -67,30 +86,39 @@ export function groupedClaimSql(
      SELECT CASE WHEN paused THEN 0
                  ELSE least($2::int, COALESCE(concurrency_room, $2::int), COALESCE(rate_room, $2::int)) END AS n
      FROM room
-   ), keys AS (
-     -- The keys with queued jobs: a skip scan of the group claim index.
-     (SELECT group_key FROM ${jobs}
-      WHERE queue = $1 AND status = 'queued' AND group_key IS NOT NULL
-      ORDER BY group_key LIMIT 1)
+   ), walk AS (
+     -- The keys with queued jobs, round-robin: from the key after the last
+     -- claim's cursor, wrapping around once, until the keys visited have room
+     -- for what this claim may take. Each step is a probe of the group claim
+     -- index, and a key's room is its limits less its running jobs and recent starts.
+     SELECT w.group_key, 1 AS step, w.group_key AS first, w.room, w.room AS total
+     FROM (SELECT f.group_key, ${keyRoom('f.group_key')} AS room
+           FROM (SELECT COALESCE(
+                   (SELECT j.group_key FROM ${jobs} j
+                    WHERE j.queue = $1 AND j.status = 'queued' AND j.group_key IS NOT NULL AND j.group_key > q.group_cursor
+                    ORDER BY j.group_key LIMIT 1),
+                   (SELECT j.group_key FROM ${jobs} j
+                    WHERE j.queue = $1 AND j.status = 'queued' AND j.group_key IS NOT NULL
+                    ORDER BY j.group_key LIMIT 1)) AS group_key
+                 FROM q) f, q, take t
+           WHERE f.group_key IS NOT NULL AND t.n > 0) w
      UNION ALL
-     SELECT (SELECT j.group_key FROM ${jobs} j
-             WHERE j.queue = $1 AND j.status = 'queued' AND j.group_key IS NOT NULL AND j.group_key > k.group_key
-             ORDER BY j.group_key LIMIT 1)
-     FROM keys k WHERE k.group_key IS NOT NULL
+     SELECT nx.group_key, w.step + 1, w.first, nx.room, w.total + nx.room
+     FROM walk w, q, take t, LATERAL (
+       SELECT k.group_key, ${keyRoom('k.group_key')} AS room
+       FROM (SELECT COALESCE(
+               (SELECT j.group_key FROM ${jobs} j
+                WHERE j.queue = $1 AND j.status = 'queued' AND j.group_key IS NOT NULL AND j.group_key > w.group_key
+                ORDER BY j.group_key LIMIT 1),
+               (SELECT j.group_key FROM ${jobs} j
+                WHERE j.queue = $1 AND j.status = 'queued' AND j.group_key IS NOT NULL
+                ORDER BY j.group_key LIMIT 1)) AS group_key) k
+     ) nx
+     WHERE w.total < t.n AND nx.group_key <> w.first
    ), key_room AS (
-     SELECT k.group_key, least(
-              t.n,
-              CASE WHEN q.group_concurrency IS NULL THEN t.n ELSE greatest(q.group_concurrency - (
-                SELECT count(*) FROM ${jobs} r
-                WHERE r.queue = $1 AND r.group_key = k.group_key AND r.status = 'running'), 0) END,
-              CASE WHEN q.group_rate_count IS NULL THEN t.n ELSE greatest(q.group_rate_count - (
-                SELECT COALESCE(sum(s.starts), 0) FROM ${groupRateSlots} s
-                WHERE s.queue = $1 AND s.group_key = k.group_key AND s.slot_end + q.group_period_ms > q.at_ms), 0) END
-            )::int AS room
-     FROM keys k, q, take t
-     WHERE k.group_key IS NOT NULL AND t.n > 0
+     SELECT group_key, step, room FROM walk
    ), candidates AS (
-     SELECT c.id, c.rank, c.priority, c.run_at
+     SELECT c.id, c.rank, kr.step, c.priority, c.run_at
      FROM key_room kr, q, LATERAL (
        SELECT o.id, o.priority, o.run_at, row_number() OVER (ORDER BY o.priority DESC, o.run_at, o.id) AS rank
        FROM (SELECT j.id, j.priority, j.run_at FROM ${jobs} j
@@ -101,7 +129,7 @@ export function groupedClaimSql(
      ) c
      WHERE kr.room > 0 AND NOT q.strict_order
      UNION ALL
-     SELECT c.id, c.rank, c.priority, c.run_at
+     SELECT c.id, c.rank, kr.step, c.priority, c.run_at
      FROM key_room kr, q, LATERAL (
        SELECT s.id, s.priority, s.run_at, s.rank
        FROM (
@@ -120,7 +148,7 @@ export function groupedClaimSql(
      ) c
      WHERE kr.room > 0 AND q.strict_order
      UNION ALL
-     SELECT u.id, 1, u.priority, u.run_at
+     SELECT u.id, 1, 0, u.priority, u.run_at
      FROM (SELECT j.id, j.priority, j.run_at, j.group_key, j.kind FROM ${jobs} j
            WHERE j.queue = $1 AND j.status = 'queued' AND j.run_at <= now()
            ORDER BY j.priority DESC, j.run_at
@@ -129,7 +157,7 @@ export function groupedClaimSql(
    ), picked AS (
      SELECT j.id FROM ${jobs} j
      WHERE j.id = ANY(ARRAY(
-             SELECT id FROM candidates ORDER BY rank, priority DESC, run_at, id LIMIT (SELECT n FROM take)))
+             SELECT id FROM candidates ORDER BY rank, step, priority DESC, run_at, id LIMIT (SELECT n FROM take)))
        AND j.status = 'queued'
      FOR UPDATE SKIP LOCKED
    ), claimed AS (
@@ -149,10 +177,16 @@ export function groupedClaimSql(
      ) e
      GROUP BY slot_end HAVING sum(starts) > 0
    ), logged AS (
+     -- One update of the queue's row: the rate's log, and where the walk stopped.
      UPDATE ${queues} u
-     SET rate_slot_ends = COALESCE((SELECT array_agg(slot_end ORDER BY slot_end) FROM log), '{}'),
-         rate_slot_starts = COALESCE((SELECT array_agg(starts ORDER BY slot_end) FROM log), '{}')
-     WHERE u.name = $1 AND u.rate_count IS NOT NULL AND EXISTS (SELECT FROM claimed)
+     SET rate_slot_ends = CASE WHEN u.rate_count IS NOT NULL AND EXISTS (SELECT FROM claimed)
+                          THEN COALESCE((SELECT array_agg(slot_end ORDER BY slot_end) FROM log), '{}')
+                          ELSE u.rate_slot_ends END,
+         rate_slot_starts = CASE WHEN u.rate_count IS NOT NULL AND EXISTS (SELECT FROM claimed)
+                            THEN COALESCE((SELECT array_agg(starts ORDER BY slot_end) FROM log), '{}')
+                            ELSE u.rate_slot_starts END,
+         group_cursor = COALESCE((SELECT group_key FROM walk ORDER BY step DESC LIMIT 1), u.group_cursor)
+     WHERE u.name = $1 AND ((u.rate_count IS NOT NULL AND EXISTS (SELECT FROM claimed)) OR EXISTS (SELECT FROM walk))
    ), group_logged AS (
      INSERT INTO ${groupRateSlots} AS s (queue, group_key, slot_end, starts)
      SELECT $1, c.group_key, (q.at_ms / q.group_slot_ms + 1) * q.group_slot_ms, count(*)::int
