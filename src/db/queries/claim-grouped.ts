@@ -48,19 +48,20 @@ export function groupedClaimSql(
   // A key's room: what this claim may take at most, less what its limits
   // leave (running jobs, starts within the rate's period), and no more than
   // its due jobs of the worker's kinds (an upper bound under strictOrder).
-  const keyRoom = (key: string) => `least(
+  const keyRoom = (key: string) => `(
+     SELECT least(c.cap, (SELECT count(*) FROM (SELECT FROM ${jobs} d
+                            WHERE d.queue = $1 AND d.status = 'queued' AND d.group_key = ${key}
+                              AND d.run_at <= now() AND d.kind = ANY($5::text[])
+                            LIMIT c.cap) due))::int
+     FROM (SELECT least(
        t.n,
        CASE WHEN q.group_concurrency IS NULL THEN t.n ELSE greatest(q.group_concurrency - (
          SELECT count(*) FROM ${jobs} r
          WHERE r.queue = $1 AND r.group_key = ${key} AND r.status = 'running'), 0) END,
        CASE WHEN q.group_rate_count IS NULL THEN t.n ELSE greatest(q.group_rate_count - (
          SELECT COALESCE(sum(s.starts), 0) FROM ${groupRateSlots} s
-         WHERE s.queue = $1 AND s.group_key = ${key} AND s.slot_end + q.group_period_ms > q.at_ms), 0) END,
-       (SELECT count(*) FROM (SELECT FROM ${jobs} d
-          WHERE d.queue = $1 AND d.status = 'queued' AND d.group_key = ${key}
-            AND d.run_at <= now() AND d.kind = ANY($5::text[])
-          LIMIT t.n) due)
-     )::int`;
+         WHERE s.queue = $1 AND s.group_key = ${key} AND s.slot_end + q.group_period_ms > q.at_ms), 0) END
+     ) AS cap) c)`;
   return `WITH RECURSIVE q AS (
      SELECT paused, concurrency_limit, rate_count, rate_period_ms::bigint AS period_ms,
             rate_slot_ends, rate_slot_starts,
