@@ -31,7 +31,7 @@ GRANT SELECT ON TABLE :"schema".migrations TO :"producer_role", :"worker_role";
 REVOKE INSERT ON TABLE :"schema".jobs FROM :"producer_role";
 GRANT SELECT ON TABLE :"schema".jobs TO :"producer_role";
 GRANT INSERT (kind, queue, payload, priority, run_at, max_attempts, max_attempts_default,
-              unique_key, unique_states, trace_context)
+              unique_key, unique_states, trace_context, tags, start_by)
   ON TABLE :"schema".jobs TO :"producer_role";
 
 -- Worker: claim (SELECT … FOR UPDATE SKIP LOCKED, UPDATE), heartbeat, fail,
