@@ -3,7 +3,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { JobQueries } from '../src/db/queries/jobs.js';
 import { type JobRecord, ValidationError } from '../src/index.js';
-import { waitFor } from './support/database.js';
+import { quoteIdent, waitFor } from './support/database.js';
 import { useTestDatabase } from './support/fixture.js';
 
 const t = useTestDatabase();
@@ -336,5 +336,89 @@ describe('tag filters', () => {
         `UPDATE ${t.jobs} SET status = 'cancelled' WHERE status IN ('queued', 'running') AND tags @> ARRAY['rare']`,
       ),
     ).toContain('jobs_tags_idx');
+  });
+});
+
+describe('the SQL functions', () => {
+  const fn = (name: string) => `${quoteIdent(t.schema)}.${name}`;
+  const refusal = (sql: string, values: unknown[] = []) =>
+    t.query(sql, values).then(
+      () => undefined,
+      (e: { code?: string; message?: string }) => ({ code: e.code, message: e.message }),
+    );
+
+  it('enqueue takes tags and start_by (old calls unchanged); bad tags raise 22023 naming them', async () => {
+    const [old] = await t.query<{ id: string }>(`SELECT ${fn('enqueue')}('k', '{}', 'q', 0, now(), 3) AS id`);
+    const [tagged] = await t.query<{ id: string }>(
+      `SELECT ${fn('enqueue')}('k', tags => ARRAY['a', 'b'], start_by => now() + interval '5 seconds') AS id`,
+    );
+    const [keyed] = await t.query<{ id: string }>(
+      `SELECT ${fn('enqueue')}('k', unique_key => 'u', tags => ARRAY['c'], start_by => $1) AS id`,
+      [new Date('2100-01-01T00:00:00Z')],
+    );
+    const read = async (id: string) => (await t.skiplock.getJob(id)) as JobRecord;
+    expect(await read(old!.id)).toMatchObject({ tags: [], startBy: null, maxAttempts: 3 });
+    expect(await read(tagged!.id)).toMatchObject({ tags: ['a', 'b'] });
+    const [within] = await t.query<{ ms: number }>(
+      `SELECT (EXTRACT(EPOCH FROM start_by - created_at) * 1000)::float8 AS ms FROM ${t.jobs} WHERE id = $1`,
+      [tagged!.id],
+    );
+    expect(within?.ms).toBe(5_000);
+    expect(await read(keyed!.id)).toMatchObject({ tags: ['c'], startBy: new Date('2100-01-01T00:00:00Z') });
+    const message = 'tags: must be at most 20 distinct tags of 1 to 100 characters each';
+    for (const bad of [
+      [''],
+      ['a', 'a'],
+      ['x'.repeat(101)],
+      [null],
+      Array.from({ length: 21 }, (_, i) => `t${i}`),
+    ]) {
+      expect(await refusal(`SELECT ${fn('enqueue')}('k', tags => $1::text[])`, [bad])).toEqual({
+        code: '22023',
+        message,
+      });
+    }
+    expect(await refusal(`SELECT ${fn('enqueue')}('k', start_by => 'infinity')`)).toEqual({
+      code: '22023',
+      message: 'start_by: must be a finite time',
+    });
+    expect(await t.jobCount()).toBe(3);
+  });
+
+  it('cancel and requeue filter by tags; sweep ends expired jobs; requeue clears the deadline', async () => {
+    const ids = (
+      await t.skiplock.enqueueMany([
+        { kind: 'k', payload: {}, tags: ['a', 'b'] },
+        { kind: 'k', payload: {}, tags: ['a'] },
+        { kind: 'k', payload: {}, startBy: new Date(Date.now() - 1_000) },
+      ])
+    ).map((j) => j.id);
+    const [counts] = await t.query(`SELECT * FROM ${fn('cancel')}(tags => ARRAY['b', 'a'])`);
+    expect(counts).toEqual({ cancelled: 1, running: 0 });
+    expect((await t.row(ids[0]!))?.status).toBe('cancelled');
+    expect((await t.row(ids[1]!))?.status).toBe('queued');
+    expect(await refusal(`SELECT * FROM ${fn('cancel')}(tags => '{}')`)).toEqual({
+      code: '22023',
+      message: 'tags: must hold at least one tag',
+    });
+
+    const [swept] = await t.query<{ n: number }>(`SELECT ${fn('sweep')}() AS n`);
+    expect(swept?.n).toBe(0);
+    const expired = (await t.skiplock.getJob(ids[2]!)) as JobRecord;
+    expect(expired).toMatchObject({
+      status: 'cancelled',
+      lastError: `expired: not started by ${expired.startBy?.toISOString()}`,
+    });
+
+    const [requeued] = await t.query<{ n: number }>(
+      `SELECT ${fn('requeue')}(tags => ARRAY['a'], statuses => ARRAY['cancelled']) AS n`,
+    );
+    expect(requeued?.n).toBe(1);
+    expect((await t.row(ids[0]!))?.status).toBe('queued');
+    const [again] = await t.query<{ n: number }>(`SELECT ${fn('requeue')}(ids => ARRAY[$1]::bigint[]) AS n`, [
+      ids[2],
+    ]);
+    expect(again?.n).toBe(1);
+    expect(await t.skiplock.getJob(ids[2]!)).toMatchObject({ status: 'queued', startBy: null });
   });
 });
