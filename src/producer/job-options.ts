@@ -37,7 +37,9 @@ export interface JobOptions extends UniqueOptions {
    * Labels for finding and acting on jobs together: `listJobs`, `cancel` and
    * `requeue` take a `tags` filter (jobs having every tag given). At most 20
    * distinct, non-empty strings of at most 100 characters each; any text
-   * otherwise (stored as given). An empty array is no tags. @default no tags
+   * otherwise (stored as given). An empty array is no tags. With a unique key
+   * held by another job, that job keeps its own tags (and start deadline),
+   * `onConflict: 'replace'` included. @default no tags
    * @throws {ValidationError} naming the field (`options.tags`, or the tag: `options.tags[2]`).
    */
   tags?: string[] | undefined;
@@ -45,9 +47,11 @@ export interface JobOptions extends UniqueOptions {
    * Start deadline: a job not claimed by then is never run; it ends
    * `cancelled` with a `last_error` that says it expired (by the database
    * clock, within a sweep interval of the deadline; no worker needs to see
-   * it). A job claimed in time runs to its end; a retry (or a snooze) is a new
-   * start, so a job waiting to retry past its deadline expires instead of
-   * running again. A requeue clears the deadline. @default no deadline
+   * it). A claim is the start: a job claimed in time runs to its end, even if
+   * it waited in a worker's prefetch buffer past the deadline. Every return to
+   * `queued` (a retry, a snooze, a release at shutdown, a lease reclaimed by
+   * the sweeper) waits for a new start, so past the deadline the job expires
+   * instead of running again. A requeue clears the deadline. @default no deadline
    */
   startBy?: Date | undefined;
   /**

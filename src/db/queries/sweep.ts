@@ -46,7 +46,7 @@ export class SweepQueries {
     // wake-up: nothing became claimable. to_char in UTC, so the text reads the
     // same whatever the session's time zone.
     this.#expire = names.statement(
-      'expire',
+      'sweep_expire',
       `WITH due AS (
          SELECT id FROM ${names.jobs}
          WHERE status = 'queued' AND start_by IS NOT NULL AND start_by < now()
