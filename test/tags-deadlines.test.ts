@@ -246,6 +246,52 @@ describe('start deadlines', () => {
     expect(await t.jobCount(`status = 'queued'`)).toBe(2);
   });
 
+  it('runs a job claimed in time; its retry past the deadline expires instead of running', async () => {
+    // Long enough for a slow worker start to claim it in time.
+    const job = await t.skiplock.enqueue('flaky', {}, { startWithinMs: 10_000 });
+    let calls = 0;
+    const worker = t.worker({
+      handlers: {
+        flaky: {
+          backoff: 3_600_000,
+          handle: () => {
+            calls++;
+            throw new Error('not yet');
+          },
+        },
+      },
+      pollIntervalMs: 100,
+    });
+    await worker.start();
+    await waitFor(
+      async () => {
+        const row = await t.row(job.id);
+        return row?.status === 'queued' && row.attempts === 1;
+      },
+      30_000,
+      'the first attempt failed',
+      () => t.row(job.id),
+    );
+    await worker.stop();
+    expect(calls).toBe(1);
+    await waitFor(
+      async () =>
+        (await t.query(`SELECT start_by < now() AS past FROM ${t.jobs} WHERE id = $1`, [job.id]))[0]?.past,
+      30_000,
+      'the deadline passed',
+    );
+    await t.skiplock.sweep();
+    const read = (await t.skiplock.getJob(job.id)) as JobRecord;
+    expect(read).toMatchObject({
+      status: 'cancelled',
+      attempts: 1,
+      lastError: `expired: not started by ${read.startBy?.toISOString()}`,
+    });
+    expect(read.errors).toHaveLength(1);
+    expect(read.errors[0]?.error).toContain('not yet');
+    expect(calls).toBe(1);
+  });
+
   it('leaves a job claimed in time to run, and a running job is never expired', async () => {
     const [running] = await t.query<{ id: string }>(
       `INSERT INTO ${t.jobs} (kind, status, attempts, locked_at, locked_by, start_by)
