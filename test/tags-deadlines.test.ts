@@ -424,6 +424,17 @@ describe('the SQL functions', () => {
         message,
       });
     }
+    // Plain inserts are held to the table's bounds too.
+    for (const bad of [[], [null], Array.from({ length: 21 }, (_, i) => `t${i}`)]) {
+      expect(
+        await refusal(`INSERT INTO ${t.jobs} (kind, tags) VALUES ('k', $1::text[])`, [bad]),
+      ).toMatchObject({
+        code: '23514',
+      });
+    }
+    expect(await refusal(`INSERT INTO ${t.jobs} (kind, start_by) VALUES ('k', 'infinity')`)).toMatchObject({
+      code: '23514',
+    });
     expect(await refusal(`SELECT ${fn('enqueue')}('k', start_by => 'infinity')`)).toEqual({
       code: '22023',
       message: 'start_by: must be a finite time',

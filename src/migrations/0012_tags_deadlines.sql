@@ -10,8 +10,8 @@
 ALTER TABLE jobs
   ADD COLUMN tags text[],
   ADD COLUMN start_by timestamptz,
-  -- At most 20 tags, one dimension, no NULL element; an instant, not
-  -- 'infinity'. NOT VALID: the new columns are NULL in every existing row, so
+  -- 1 to 20 tags (no tags is NULL, not '{}'), one dimension, no NULL
+  -- element; an instant, not 'infinity'. NOT VALID: the new columns are NULL in every existing row, so
   -- the table is not scanned under the migration's lock; every new or updated
   -- row is checked.
   ADD CONSTRAINT jobs_tags_chk
