@@ -444,7 +444,8 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
 
   /**
    * Runs one sweep now (workers also sweep on their own): reclaims running jobs
-   * whose lease outlived their visibility timeout.
+   * whose lease outlived their visibility timeout, and ends queued jobs past
+   * their start deadline as `cancelled` (expired).
    *
    * @param defaultVisibilityTimeoutMs - for running rows with no timeout of their own. @default 300_000
    */

@@ -133,7 +133,11 @@ describe.each(names)('%s', (name) => {
     await listener.settle();
     const runAt = new Date(Date.now() + 60_000);
     const job = await stack().transaction((client) =>
-      skiplock.enqueue('adapted', { via: name, n: [1, null] }, { client, queue, priority: 2, runAt }),
+      skiplock.enqueue(
+        'adapted',
+        { via: name, n: [1, null] },
+        { client, queue, priority: 2, runAt, tags: ['t "1"', 'b,c', 'NULL'], startWithinMs: 60_000 },
+      ),
     );
     expect(job).toEqual({
       id: expect.stringMatching(/^\d+$/),
@@ -148,7 +152,14 @@ describe.each(names)('%s', (name) => {
       duplicate: false,
     });
     const stored = await skiplock.getJob(job.id);
-    expect(stored).toMatchObject({ kind: 'adapted', queue, payload: { via: name, n: [1, null] }, runAt });
+    expect(stored).toMatchObject({
+      kind: 'adapted',
+      queue,
+      payload: { via: name, n: [1, null] },
+      runAt,
+      tags: ['t "1"', 'b,c', 'NULL'],
+    });
+    expect(stored!.startBy!.getTime() - stored!.createdAt.getTime()).toBe(60_000);
     const wakeUps = await listener.settle();
     expect(wakeUps.map((w) => [w.type, w.queue, w.delayMs > 50_000])).toEqual([['insert', queue, true]]);
   });
@@ -174,7 +185,14 @@ describe.each(names)('%s', (name) => {
     const { jobs, fetched, listed, requeued, stats } = await stack().transaction(async (client) => {
       const jobs = await skiplock.enqueueMany(
         [
-          { kind: 'many', payload: { i: 1 }, queue: `${queue}-many`, runAt },
+          {
+            kind: 'many',
+            payload: { i: 1 },
+            queue: `${queue}-many`,
+            runAt,
+            tags: ['a "b"', 'c,d'],
+            startBy: runAt,
+          },
           { kind: 'many', payload: { i: 2 }, queue: `${queue}-many`, delayMs: 1_000 },
           {
             kind: 'many',
@@ -219,6 +237,8 @@ describe.each(names)('%s', (name) => {
       finishedAt: null,
       cancelRequestedAt: null,
       errors: [],
+      tags: ['a "b"', 'c,d'],
+      startBy: runAt,
     });
     expect(listed.map((j) => j.id)).toEqual(jobs.map((j) => j.id));
     expect(requeued).toBe(1);

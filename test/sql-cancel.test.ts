@@ -440,7 +440,7 @@ describe('bad arguments of enqueue and requeue', () => {
     );
     expect(await failure(`SELECT ${fn('requeue')}()`)).toEqual({
       code: '22023',
-      message: 'give ids, kinds, queues or statuses, or all_jobs => true for every dead and failed job',
+      message: 'give ids, kinds, queues, statuses or tags, or all_jobs => true for every dead and failed job',
     });
     expect(await t.jobCount(`status = 'queued'`)).toBe(0);
     const [row] = await t.query<{ n: number }>(`SELECT ${fn('requeue')}(all_jobs => true) AS n`);

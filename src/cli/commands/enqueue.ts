@@ -8,6 +8,7 @@ import {
   addConnectionFlags,
   addJsonFlag,
   type ConnectionFlags,
+  collect,
   examples,
   integer,
   milliseconds,
@@ -20,6 +21,8 @@ interface EnqueueFlags extends ConnectionFlags {
   priority?: number;
   delayMs?: number;
   maxAttempts?: number;
+  tag?: string[];
+  startWithinMs?: number;
   json?: boolean;
 }
 
@@ -33,7 +36,13 @@ export function enqueueCommand(): Command {
     .option('--queue <name>', 'queue name', 'default')
     .option('--priority <n>', 'larger runs first (32-bit integer)', integer(-2_147_483_648, 2_147_483_647))
     .option('--delay-ms <ms>', 'run no earlier than this many milliseconds from now', milliseconds(0))
-    .option('--max-attempts <n>', 'attempts before the dead letter (default 20)', integer(1, 2_147_483_647));
+    .option('--max-attempts <n>', 'attempts before the dead letter (default 20)', integer(1, 2_147_483_647))
+    .option('--tag <tag>', 'a tag for the job (repeatable; at most 20, each 1-100 characters)', collect)
+    .option(
+      '--start-within-ms <ms>',
+      'never run the job unless it starts within this many milliseconds from now (it ends cancelled, expired)',
+      milliseconds(0),
+    );
   addConnectionFlags(command);
   addJsonFlag(command);
   return command
@@ -43,6 +52,7 @@ export function enqueueCommand(): Command {
         `skiplock enqueue send_invoice_email '{"orderId": 42}'`,
         `skiplock enqueue resize_image '{"url": "s3://img/1.png"}' --queue media --priority 5 --delay-ms 60000`,
         'skiplock enqueue nightly_report --max-attempts 3 --json',
+        `skiplock enqueue sync_account '{"accountId": 7}' --tag tenant:7 --tag import --start-within-ms 300000`,
       ),
     )
     .action(async (kind: string, payloadJson: string, flags: EnqueueFlags) => {
@@ -52,6 +62,8 @@ export function enqueueCommand(): Command {
       if (flags.priority !== undefined) options.priority = flags.priority;
       if (flags.delayMs !== undefined) options.delayMs = flags.delayMs;
       if (flags.maxAttempts !== undefined) options.maxAttempts = flags.maxAttempts;
+      if (flags.tag !== undefined) options.tags = flags.tag;
+      if (flags.startWithinMs !== undefined) options.startWithinMs = flags.startWithinMs;
       await withDatabase(flags, async ({ skiplock }) => {
         const job = await skiplock.enqueue(kind, payload, options);
         if (flags.json) printJson(job);

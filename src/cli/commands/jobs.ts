@@ -22,6 +22,7 @@ interface ListFlags extends ConnectionFlags {
   queue?: string[];
   kind?: string[];
   status?: JobStatus[];
+  tag?: string[];
   limit: number;
   oldestFirst?: boolean;
   after?: string;
@@ -34,11 +35,12 @@ export function jobsCommand(): Command {
   const list = new Command('list')
     .summary('list jobs (the default)')
     .description(
-      'Lists jobs, newest first (--oldest-first for the other way); --after ID continues after the last id of a page. Filters of one kind are OR-ed; filters of different kinds AND-ed.',
+      'Lists jobs, newest first (--oldest-first for the other way); --after ID continues after the last id of a page. Filters of one kind are OR-ed (but --tag: a job must have every tag given); filters of different kinds AND-ed.',
     )
     .option('--queue <name>', 'only this queue (repeatable)', collect)
     .option('--kind <kind>', 'only this kind (repeatable)', collect)
     .addOption(repeatableChoice('--status <status>', 'only this status', JOB_STATUSES))
+    .option('--tag <tag>', 'only jobs having this tag (repeatable: jobs having every tag given)', collect)
     .option('--limit <n>', 'most jobs shown', integer(1, 100_000), 100)
     .option('--oldest-first', 'oldest id first instead of newest')
     .option('--after <id>', 'continue after this job id (the last id of the previous page)', jobId)
@@ -57,6 +59,7 @@ export function jobsCommand(): Command {
         'skiplock jobs',
         'skiplock jobs list --status dead --kind send_invoice_email',
         'skiplock jobs --queue media --status queued --status running --json',
+        'skiplock jobs --tag tenant:7 --tag import',
       ),
     )
     .action(async (flags: ListFlags) => {
@@ -70,6 +73,7 @@ export function jobsCommand(): Command {
       if (flags.queue) filter.queue = flags.queue;
       if (flags.kind) filter.kind = flags.kind;
       if (flags.status) filter.status = flags.status;
+      if (flags.tag) filter.tags = flags.tag;
       await withDatabase(flags, async ({ skiplock }) => {
         const jobs = await skiplock.listJobs(filter);
         if (flags.json) printJson(jobs);
@@ -77,7 +81,7 @@ export function jobsCommand(): Command {
         else
           printText(
             renderTable(
-              ['id', 'queue', 'kind', 'status', 'priority', 'attempts', 'run_at', 'last_error'],
+              ['id', 'queue', 'kind', 'status', 'priority', 'attempts', 'run_at', 'tags', 'last_error'],
               jobs.map((j) => [
                 j.id,
                 j.queue,
@@ -86,6 +90,7 @@ export function jobsCommand(): Command {
                 j.priority,
                 `${j.attempts}/${j.maxAttempts}`,
                 j.runAt.toISOString(),
+                j.tags.join(', '),
                 firstLine(j.lastError),
               ]),
             ),
@@ -146,6 +151,8 @@ function describeJob(job: JobRecord): string {
     `locked_at     ${time(job.lockedAt)}`,
     `locked_by     ${job.lockedBy ?? '-'}`,
     `finished_at   ${time(job.finishedAt)}`,
+    `start_by      ${time(job.startBy)}`,
+    `tags          ${job.tags.length === 0 ? '-' : job.tags.join(', ')}`,
     `payload       ${JSON.stringify(job.payload)}`,
     `last_error    ${job.lastError ?? '-'}`,
     `errors        ${job.errors.length === 0 ? '-' : `${job.errors.length} failed attempts, oldest first`}`,

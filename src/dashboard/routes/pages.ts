@@ -1,9 +1,11 @@
 /**
- * The pages: queues (`/`), jobs (`/jobs`), one job (`/jobs/:id`) and schedules (`/schedules`). Query
+ * The pages: queues (`/`), jobs (`/jobs`, filtered by status, kind, queue and tags), one job (`/jobs/:id`) and schedules (`/schedules`). Query
  * parameters are checked here and reach SQL only as bind parameters.
  */
 import type { Hono } from 'hono';
+import { ValidationError } from '../../errors.js';
 import { JOB_STATUSES, type JobStatus } from '../../job/job.js';
+import { toTagFilter } from '../../operations/operations.js';
 import type { Dashboard, DashboardEnv } from '../context.js';
 import { jobPage } from '../views/job.js';
 import { type JobsQuery, jobsPage } from '../views/jobs.js';
@@ -60,6 +62,17 @@ export function registerPages(app: Hono<DashboardEnv>, d: Dashboard): void {
       if (value !== undefined && !isName(value)) return errorPage(c, d, 400, `Unusable ${key} filter.`);
       query[key] = value;
     }
+    // `tag` may repeat: jobs having every tag given. Empty fields are no filter.
+    const tagValues = (c.req.queries('tag') ?? []).filter((t) => t !== '');
+    if (tagValues.length > 0) {
+      try {
+        query.tags = toTagFilter(tagValues, 'tag');
+      } catch (error) {
+        if (error instanceof ValidationError)
+          return errorPage(c, d, 400, `Unusable tag filter: ${error.reason}.`);
+        throw error;
+      }
+    }
     const before = c.req.query('before') || undefined;
     if (before !== undefined && !isJobId(before)) return errorPage(c, d, 400, 'Bad page cursor.');
     query.before = before;
@@ -68,6 +81,7 @@ export function registerPages(app: Hono<DashboardEnv>, d: Dashboard): void {
         ...(query.status && { status: query.status as JobStatus }),
         ...(query.kind && { kind: query.kind }),
         ...(query.queue && { queue: query.queue }),
+        ...(query.tags && { tags: query.tags }),
         ...(before && { after: before }),
         order: 'newest',
         limit: d.options.pageSize,

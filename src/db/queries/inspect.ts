@@ -20,6 +20,8 @@ export interface JobFilter {
   status?: JobStatus[];
   kind?: string[];
   queue?: string[];
+  /** Jobs having every one of these tags (`tags @> …`, through the tags index). */
+  tags?: string[];
 }
 
 /** Order of a listing: newest id first (the default for people) or oldest first. */
@@ -53,16 +55,17 @@ export class InspectQueries {
     const { jobs, statement } = names;
     this.#byId = statement('get_by_id', `SELECT ${JOB_COLUMNS} FROM ${jobs} WHERE id = $1`);
     // The filters, order and page shared by both shapes of a list (whole rows, or payload previews).
-    const page = (cursor: string, order: string) =>
+    const page = (cursor: string, order: string, tags: string) =>
       `WHERE ($1::bigint[] IS NULL OR id = ANY($1::bigint[]))
          AND ($2::text[] IS NULL OR status = ANY($2::text[]))
          AND ($3::text[] IS NULL OR kind = ANY($3::text[]))
          AND ($4::text[] IS NULL OR queue = ANY($4::text[]))
          AND ($6::bigint IS NULL OR ${cursor})
+         AND (${tags}::text[] IS NULL OR tags @> ${tags}::text[])
        ORDER BY ${order}
        LIMIT $5`;
     const list = (cursor: string, order: string) =>
-      `SELECT ${JOB_COLUMNS} FROM ${jobs} ${page(cursor, order)}`;
+      `SELECT ${JOB_COLUMNS} FROM ${jobs} ${page(cursor, order, '$7')}`;
     this.#list = {
       newest: statement('list_newest', list('id < $6', 'id DESC')),
       oldest: statement('list_oldest', list('id > $6', 'id')),
@@ -71,7 +74,7 @@ export class InspectQueries {
     const preview = (cursor: string, order: string) =>
       `SELECT ${JOB_COLUMNS_BUT_PAYLOAD}, left(p.text, $7) AS payload_preview, length(p.text) > $7 AS payload_truncated
        FROM ${jobs} CROSS JOIN LATERAL (SELECT payload::text AS text) p
-       ${page(cursor, order)}`;
+       ${page(cursor, order, '$8')}`;
     this.#listPreview = {
       newest: statement('list_preview_newest', preview('id < $6', 'id DESC')),
       oldest: statement('list_preview_oldest', preview('id > $6', 'id')),
@@ -102,6 +105,7 @@ export class InspectQueries {
       filter.queue ?? null,
       page.limit,
       page.after ?? null,
+      filter.tags ?? null,
     ]);
     return rows.map(toJobRecord);
   }
@@ -121,6 +125,7 @@ export class InspectQueries {
       page.limit,
       page.after ?? null,
       previewChars,
+      filter.tags ?? null,
     ]);
     return rows.map(toJobSummary);
   }
