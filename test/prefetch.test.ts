@@ -6,20 +6,18 @@
  * get work.
  */
 import type { ChildProcess } from 'node:child_process';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { Skiplock, Worker } from '../src/index.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase, waitFor } from './support/database.js';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { Worker } from '../src/index.js';
+import { TEST_SCHEMA, waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
+import { useFileDatabase } from './support/file-database.js';
 import { exited, startWorkerProcess } from './support/processes.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
+const { db, skiplock } = useFileDatabase();
 const workers: Worker[] = [];
 const children: ChildProcess[] = [];
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
   await db.query(
     'CREATE TABLE effects (job_id bigint NOT NULL, attempts int NOT NULL, pid int NOT NULL, at timestamptz DEFAULT now())',
   );
@@ -27,9 +25,6 @@ beforeAll(async () => {
 afterEach(async () => {
   await Promise.all(workers.splice(0).map((w) => w.stop()));
   for (const child of children.splice(0)) child.kill('SIGKILL');
-});
-afterAll(async () => {
-  await db?.close();
 });
 
 const base = { handleSignals: false, pollIntervalMs: 200 } as const;

@@ -1,20 +1,12 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Skiplock, SnoozeError, ValidationError } from '../src/index.js';
+import { describe, expect, it } from 'vitest';
+import { SnoozeError, ValidationError } from '../src/index.js';
 import { PAUSE_RECHECK_MS } from '../src/worker/cancellation.js';
-import { createTestDatabase, type TestDatabase, waitFor } from './support/database.js';
+import { waitFor } from './support/database.js';
 import { nextEvent, record } from './support/events.js';
+import { useFileDatabase } from './support/file-database.js';
 import { blockOnceBuffered } from './support/gate.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-});
-afterAll(async () => {
-  await db?.close();
-});
+const { db, skiplock } = useFileDatabase();
 
 const fast = { handleSignals: false, pollIntervalMs: 200 } as const;
 

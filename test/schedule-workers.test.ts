@@ -1,20 +1,11 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import type { Skiplock } from '../src/index.js';
-import { createTestDatabase, type TestDatabase, waitFor } from './support/database.js';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { waitFor } from './support/database.js';
 import { record } from './support/events.js';
+import { useFileDatabase } from './support/file-database.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
-let schedules: string;
+const { db, skiplock } = useFileDatabase();
+const schedules = db.jobs.replace(/\.jobs$/, '.schedules');
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-  schedules = db.jobs.replace(/\.jobs$/, '.schedules');
-});
-afterAll(async () => {
-  await db?.close();
-});
 beforeEach(async () => {
   await db.query(`DELETE FROM ${schedules}`);
   await db.query(`DELETE FROM ${db.jobs}`);

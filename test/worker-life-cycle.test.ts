@@ -5,26 +5,19 @@
  * be used.
  */
 import pg from 'pg';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { JobQueries } from '../src/db/queries/jobs.js';
-import { DatabaseError, type Skiplock, Skiplock as SkiplockClass, type Worker } from '../src/index.js';
+import { DatabaseError, Skiplock as SkiplockClass, type Worker } from '../src/index.js';
 import { Completer } from '../src/worker/completer.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase, urlFor, waitFor } from './support/database.js';
+import { TEST_SCHEMA, urlFor, waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
+import { useFileDatabase } from './support/file-database.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
+const { db, skiplock } = useFileDatabase();
 const workers: Worker[] = [];
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-});
 afterEach(async () => {
   await Promise.all(workers.splice(0).map((w) => w.stop()));
-});
-afterAll(async () => {
-  await db?.close();
 });
 
 const base = { handleSignals: false, pollIntervalMs: 200 } as const;

@@ -11,13 +11,8 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDashboard } from '../../src/dashboard/index.js';
 import { Skiplock } from '../../src/index.js';
-import {
-  createTestDatabase,
-  onServer,
-  quoteIdent,
-  TEST_SCHEMA,
-  type TestDatabase,
-} from '../support/database.js';
+import { onServer, quoteIdent, TEST_SCHEMA } from '../support/database.js';
+import { useFileDatabase } from '../support/file-database.js';
 import { type Seeded, seed } from './support/seed.js';
 
 const GRANTS = fileURLToPath(new URL('../../sql/grants.sql', import.meta.url));
@@ -39,7 +34,7 @@ const roles = {
   reader: { name: `skiplock "reader" ${suffix}`, password: randomBytes(8).toString('hex') },
 };
 
-let db: TestDatabase;
+const { db } = useFileDatabase();
 let seeded: Seeded;
 let archivedId: string;
 const opened: Skiplock[] = [];
@@ -52,7 +47,6 @@ function urlAs(role: { name: string; password: string }): string {
 }
 
 beforeAll(async () => {
-  db = await createTestDatabase();
   for (const role of Object.values(roles)) {
     await onServer(`CREATE ROLE ${quoteIdent(role.name)} LOGIN PASSWORD '${role.password}'`);
   }
@@ -73,7 +67,6 @@ afterAll(async () => {
   await Promise.all(opened.map((s) => s.close()));
   const names = Object.values(roles).map((r) => quoteIdent(r.name));
   await db?.query(`DROP OWNED BY ${names.join(', ')}`).catch(() => {});
-  await db?.close();
   for (const role of Object.values(roles)) await onServer(`DROP ROLE IF EXISTS ${quoteIdent(role.name)}`);
 });
 
