@@ -95,14 +95,7 @@ export class InspectQueries {
 
   /** One page of the jobs matching the filter. */
   async list(db: Queryable, filter: JobFilter, page: ListPage): Promise<JobRecord[]> {
-    const { rows } = await run<JobRow>(db, this.#list[page.order], [
-      filter.ids ?? null,
-      filter.status ?? null,
-      filter.kind ?? null,
-      filter.queue ?? null,
-      page.limit,
-      page.after ?? null,
-    ]);
+    const { rows } = await run<JobRow>(db, this.#list[page.order], listValues(filter, page));
     return rows.map(toJobRecord);
   }
 
@@ -114,12 +107,7 @@ export class InspectQueries {
     previewChars: number,
   ): Promise<JobSummary[]> {
     const { rows } = await run<JobSummaryRow>(db, this.#listPreview[page.order], [
-      filter.ids ?? null,
-      filter.status ?? null,
-      filter.kind ?? null,
-      filter.queue ?? null,
-      page.limit,
-      page.after ?? null,
+      ...listValues(filter, page),
       previewChars,
     ]);
     return rows.map(toJobSummary);
@@ -140,4 +128,16 @@ export class InspectQueries {
       oldestQueuedAgeMs: r.oldest_queued_age_ms,
     }));
   }
+}
+
+/** The list statements' parameters $1 to $6: the filter, then the page. */
+function listValues(filter: JobFilter, page: ListPage): unknown[] {
+  return [
+    filter.ids ?? null,
+    filter.status ?? null,
+    filter.kind ?? null,
+    filter.queue ?? null,
+    page.limit,
+    page.after ?? null,
+  ];
 }
