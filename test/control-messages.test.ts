@@ -8,6 +8,7 @@ import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { channelName } from '../src/db/sql.js';
 import { Skiplock } from '../src/index.js';
+import { withClient } from './support/client.js';
 import { waitFor } from './support/database.js';
 import { nextEvent, record } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
@@ -23,13 +24,9 @@ async function forge(payloads: unknown[], transactions: 'each' | 'one' = 'each')
     await t.query('SELECT pg_notify($1, p) FROM unnest($2::text[]) p', [channel, texts]);
     return;
   }
-  const client = new pg.Client({ connectionString: t.url });
-  await client.connect();
-  try {
+  await withClient(t.url, async (client) => {
     for (const text of texts) await client.query('SELECT pg_notify($1, $2)', [channel, text]);
-  } finally {
-    await client.end();
-  }
+  });
 }
 
 /**

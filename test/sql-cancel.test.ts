@@ -4,9 +4,9 @@
  * running jobs, a real worker aborting), requeue of cancelled jobs, all immune
  * to a hostile search_path and leaving nothing when rolled back.
  */
-import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { CancelledError } from '../src/index.js';
+import { withClient } from './support/client.js';
 import { quoteIdent, waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
@@ -244,9 +244,7 @@ describe('transactions and search_path', () => {
       running,
     ]);
     await listener.settle();
-    const client = new pg.Client({ connectionString: t.url });
-    await client.connect();
-    try {
+    await withClient(t.url, async (client) => {
       await client.query('BEGIN');
       await client.query(
         `DO $$ BEGIN
@@ -256,9 +254,7 @@ describe('transactions and search_path', () => {
          END $$`,
       );
       await client.query('ROLLBACK');
-    } finally {
-      await client.end();
-    }
+    });
     expect(await t.query(`SELECT id, status, cancel_requested_at FROM ${t.jobs}`)).toEqual([
       { id: running, status: 'running', cancel_requested_at: null },
     ]);
