@@ -1,0 +1,51 @@
+/**
+ * The setup of a dashboard test file that drives a real browser: the file's
+ * database (useFileDatabase), headless Chromium, and the dashboards the file
+ * serves on that database, all closed after its last test.
+ */
+import type { Browser } from 'playwright-core';
+import { afterAll, beforeAll } from 'vitest';
+import {
+  type DashboardServer,
+  type ServeDashboardOptions,
+  serveDashboard,
+} from '../../../src/dashboard/index.js';
+import type { TestDatabase } from '../../support/database.js';
+import { useFileDatabase } from '../../support/file-database.js';
+import { launchBrowser } from './browser.js';
+
+/** What a dashboard browser test works with. */
+export interface DashboardInBrowser {
+  /** The file's database (migrated, empty until the file seeds it). */
+  db: TestDatabase;
+  /** The browser; there from the file's first hook on. */
+  browser(): Browser;
+  /** Serves a dashboard on the file's database: a free port, no auto-refresh, then `options`. */
+  serve(options?: ServeDashboardOptions): Promise<DashboardServer>;
+}
+
+/** Registers the hooks; register the file's own after it, so they run once the database and browser are there. */
+export function useDashboardInBrowser(): DashboardInBrowser {
+  const { db } = useFileDatabase();
+  let browser: Browser | undefined;
+  const servers: DashboardServer[] = [];
+  beforeAll(async () => {
+    browser = await launchBrowser();
+  });
+  afterAll(async () => {
+    await browser?.close();
+    await Promise.all(servers.splice(0).map((s) => s.close()));
+  });
+  return {
+    db,
+    browser: () => {
+      if (!browser) throw new Error('the browser is only there inside a test or hook');
+      return browser;
+    },
+    serve: async (options = {}) => {
+      const server = await serveDashboard(db.skiplock(), { port: 0, refreshIntervalMs: 0, ...options });
+      servers.push(server);
+      return server;
+    },
+  };
+}
