@@ -11,7 +11,7 @@ import { useDashboardInBrowser } from './support/dashboard-in-browser.js';
 import { screenshot as saveScreenshot, screenshotFolder } from './support/screenshots.js';
 import { SEEDED, type Seeded, seed } from './support/seed.js';
 
-const { db, browser, serve } = useDashboardInBrowser();
+const { db, browser, serve, openPage } = useDashboardInBrowser();
 let server: DashboardServer;
 let seeded: Seeded;
 let shots: ReturnType<typeof screenshotFolder> | undefined;
@@ -27,17 +27,8 @@ afterAll(async () => {
   shots?.remove();
 });
 
-/** A fresh page that records every dialog it sees (and dismisses it unless told otherwise). */
-async function open(path: string): Promise<{ page: Page; dialogs: string[] }> {
-  const page = await browser().newPage({ viewport: { width: 1280, height: 860 } });
-  const dialogs: string[] = [];
-  page.on('dialog', (dialog) => {
-    dialogs.push(`${dialog.type()}: ${dialog.message()}`);
-    void dialog.dismiss();
-  });
-  await page.goto(new URL(path.replace(/^\//, ''), server.url).href);
-  return { page, dialogs };
-}
+/** A fresh page at `path` that records every dialog it sees (and dismisses it unless told otherwise). */
+const open = (path: string) => openPage(server, path, 860);
 
 /** Saves a screenshot; with SKIPLOCK_SCREENSHOTS=docs it also replaces docs/dashboard-NAME.png. */
 const screenshot = (page: Page, name: string) => saveScreenshot(page, shots!.dir, name);

@@ -9,7 +9,7 @@ import { TEST_SCHEMA, tableIn, waitFor } from '../support/database.js';
 import { useDashboardInBrowser } from './support/dashboard-in-browser.js';
 import { screenshot, screenshotFolder } from './support/screenshots.js';
 
-const { db, browser, serve } = useDashboardInBrowser();
+const { db, browser, serve, openPage } = useDashboardInBrowser();
 let server: DashboardServer;
 let shots: ReturnType<typeof screenshotFolder> | undefined;
 const schedulesTable = tableIn(TEST_SCHEMA, 'schedules');
@@ -22,17 +22,8 @@ afterAll(async () => {
   shots?.remove();
 });
 
-/** A fresh page that records every dialog it sees (and dismisses it). */
-async function open(path: string): Promise<{ page: Page; dialogs: string[] }> {
-  const page = await browser().newPage({ viewport: { width: 1280, height: 600 } });
-  const dialogs: string[] = [];
-  page.on('dialog', (dialog) => {
-    dialogs.push(`${dialog.type()}: ${dialog.message()}`);
-    void dialog.dismiss();
-  });
-  await page.goto(new URL(path, server.url).href);
-  return { page, dialogs };
-}
+/** A fresh page at `path` that records every dialog it sees (and dismisses it). */
+const open = (path: string) => openPage(server, path, 600);
 
 const field = (page: Page, schedule: string, name: string) =>
   page.locator(`tr[data-schedule="${schedule}"] [data-field="${name}"]`);

@@ -3,7 +3,7 @@
  * database (useFileDatabase), headless Chromium, and the dashboards the file
  * serves on that database, all closed after its last test.
  */
-import type { Browser } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll } from 'vitest';
 import {
   type DashboardServer,
@@ -22,6 +22,16 @@ export interface DashboardInBrowser {
   browser(): Browser;
   /** Serves a dashboard on the file's database: a free port, no auto-refresh, then `options`. */
   serve(options?: ServeDashboardOptions): Promise<DashboardServer>;
+  /**
+   * A fresh page, 1280 px wide and `heightPx` high, at `path` of `server` (a
+   * leading `/` ignored), that records every dialog it sees as
+   * `type: message` and dismisses it.
+   */
+  openPage(
+    server: DashboardServer,
+    path: string,
+    heightPx: number,
+  ): Promise<{ page: Page; dialogs: string[] }>;
 }
 
 /** Registers the hooks; register the file's own after it, so they run once the database and browser are there. */
@@ -36,7 +46,7 @@ export function useDashboardInBrowser(): DashboardInBrowser {
     await browser?.close();
     await Promise.all(servers.splice(0).map((s) => s.close()));
   });
-  return {
+  const context: DashboardInBrowser = {
     db,
     browser: () => {
       if (!browser) throw new Error('the browser is only there inside a test or hook');
@@ -47,5 +57,16 @@ export function useDashboardInBrowser(): DashboardInBrowser {
       servers.push(server);
       return server;
     },
+    openPage: async (server, path, heightPx) => {
+      const page = await context.browser().newPage({ viewport: { width: 1280, height: heightPx } });
+      const dialogs: string[] = [];
+      page.on('dialog', (dialog) => {
+        dialogs.push(`${dialog.type()}: ${dialog.message()}`);
+        void dialog.dismiss();
+      });
+      await page.goto(new URL(path.replace(/^\//, ''), server.url).href);
+      return { page, dialogs };
+    },
   };
+  return context;
 }
