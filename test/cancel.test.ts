@@ -5,6 +5,7 @@ import { CancelledError, ValidationError } from '../src/index.js';
 import { TEST_SCHEMA, waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
 import { useFileDatabase } from './support/file-database.js';
+import { untilAborted } from './support/gate.js';
 
 const { db, skiplock } = useFileDatabase();
 
@@ -62,18 +63,12 @@ describe('cancel', () => {
   });
 
   it('aborts a running handler that waits on its signal within 2 s; the job ends cancelled, attempts unchanged', async () => {
-    let reason: unknown;
+    const aborted = untilAborted();
     const worker = skiplock.worker({
       ...fast,
       queues: ['c-running'],
       handlers: {
-        wait: (_job, { signal }) =>
-          new Promise((_, reject) => {
-            signal.addEventListener('abort', () => {
-              reason = signal.reason;
-              reject(signal.reason);
-            });
-          }),
+        wait: aborted.handler,
       },
     });
     await worker.start();
@@ -87,9 +82,9 @@ describe('cancel', () => {
     const elapsed = performance.now() - t0;
     expect(ended.id).toBe(job.id);
     expect(elapsed).toBeLessThan(2000);
-    expect(reason).toBeInstanceOf(CancelledError);
+    expect(aborted.reason).toBeInstanceOf(CancelledError);
     expect((await skiplock.getJob(job.id))?.cancelRequestedAt).toBeInstanceOf(Date);
-    expect((reason as CancelledError).code).toBe('CANCELLED');
+    expect((aborted.reason as CancelledError).code).toBe('CANCELLED');
     expect(await row(job.id)).toEqual({ status: 'cancelled', attempts: 1, finished: true, locked_by: null });
     await worker.stop();
   });
@@ -130,8 +125,7 @@ describe('cancel', () => {
       queues: ['c-heartbeat'],
       heartbeatIntervalMs: 100,
       handlers: {
-        wait: (_job, { signal }) =>
-          new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason))),
+        wait: untilAborted().handler,
       },
     });
     await worker.start();

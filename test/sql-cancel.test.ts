@@ -10,6 +10,7 @@ import { withClient } from './support/client.js';
 import { quoteIdent, waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
+import { untilAborted } from './support/gate.js';
 import { listenForWakeUps } from './support/wake-ups.js';
 
 const t = useTestDatabase();
@@ -182,17 +183,11 @@ describe('cancel()', () => {
   });
 
   it('a running job: its worker aborts the handler within 2 s; it ends cancelled, attempts unchanged', async () => {
-    let reason: unknown;
+    const aborted = untilAborted();
     const worker = t.worker({
       pollIntervalMs: 200,
       handlers: {
-        wait: (_job, { signal }) =>
-          new Promise((_, reject) => {
-            signal.addEventListener('abort', () => {
-              reason = signal.reason;
-              reject(signal.reason);
-            });
-          }),
+        wait: aborted.handler,
       },
     });
     await worker.start();
@@ -206,7 +201,7 @@ describe('cancel()', () => {
     const [ended] = await cancelled;
     expect(performance.now() - t0).toBeLessThan(2000);
     expect(ended.id).toBe(id);
-    expect(reason).toBeInstanceOf(CancelledError);
+    expect(aborted.reason).toBeInstanceOf(CancelledError);
     expect(await t.row(id)).toEqual({ status: 'cancelled', attempts: 1, locked_by: null, last_error: null });
   });
 });
