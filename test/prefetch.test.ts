@@ -11,6 +11,7 @@ import type { Worker } from '../src/index.js';
 import { TEST_SCHEMA, waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
 import { useFileDatabase } from './support/file-database.js';
+import { blockOnceBuffered } from './support/gate.js';
 import { exited, startWorkerProcess } from './support/processes.js';
 
 const { db, skiplock } = useFileDatabase();
@@ -41,37 +42,35 @@ async function jobRows(queue: string) {
   );
 }
 
+/**
+ * A worker of `queue` (not started; one slot, prefetch 10) whose first job
+ * that starts while others wait in the buffer holds its slot, and 40 jobs.
+ */
+async function slotBlockedOnceBuffered(
+  queue: string,
+  options: { onSuccess?: 'keep'; prefetchTimeoutMs?: number },
+) {
+  const slot = blockOnceBuffered(() => worker);
+  const worker = track(
+    skiplock.worker({
+      ...base,
+      ...options,
+      queues: [queue],
+      concurrency: 1,
+      prefetch: 10,
+      handlers: { fast: slot.handler },
+    }),
+  );
+  await skiplock.enqueueMany(Array.from({ length: 40 }, (_, i) => ({ kind: 'fast', payload: { i }, queue })));
+  return { worker, slot };
+}
+
 describe('prefetch', () => {
   it('stop() gives buffered jobs back at once, without charging their attempt', async () => {
     const queue = 'pf-stop';
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    let blockedId: string | undefined;
-    const worker = track(
-      skiplock.worker({
-        ...base,
-        queues: [queue],
-        concurrency: 1,
-        prefetch: 10,
-        onSuccess: 'keep',
-        handlers: {
-          fast: async (job) => {
-            // The first job that starts while others wait in the buffer holds its slot.
-            if (blockedId === undefined && worker.bufferedCount > 0) {
-              blockedId = job.id;
-              await gate;
-            }
-          },
-        },
-      }),
-    );
-    await skiplock.enqueueMany(
-      Array.from({ length: 40 }, (_, i) => ({ kind: 'fast', payload: { i }, queue })),
-    );
+    const { worker, slot } = await slotBlockedOnceBuffered(queue, { onSuccess: 'keep' });
     await worker.start();
-    await waitFor(() => blockedId, 20_000, 'a job to start while others are buffered');
+    await waitFor(() => slot.blockedId, 20_000, 'a job to start while others are buffered');
     const buffered = worker.bufferedCount;
     expect(buffered).toBeGreaterThan(0);
     const released: string[] = [];
@@ -83,11 +82,13 @@ describe('prefetch', () => {
     const byId = new Map(rows.map((r) => [r.id, r]));
     for (const id of released)
       expect(byId.get(id)).toMatchObject({ status: 'queued', attempts: 0, locked_by: null });
-    expect(byId.get(blockedId!)).toMatchObject({ status: 'running', attempts: 1 });
-    release();
+    expect(byId.get(slot.blockedId!)).toMatchObject({ status: 'running', attempts: 1 });
+    slot.release();
     await stopping;
     // The blocked job ended by its own result; nothing is left running.
-    expect((await jobRows(queue)).find((r) => r.id === blockedId)).toMatchObject({ status: 'succeeded' });
+    expect((await jobRows(queue)).find((r) => r.id === slot.blockedId)).toMatchObject({
+      status: 'succeeded',
+    });
     expect((await jobRows(queue)).filter((r) => r.status === 'running')).toEqual([]);
   });
 
@@ -248,39 +249,15 @@ describe('prefetch', () => {
 
   it('a buffered job not started within prefetchTimeoutMs is given back for any worker', async () => {
     const queue = 'pf-timeout';
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    let blocked = false;
-    const worker = track(
-      skiplock.worker({
-        ...base,
-        queues: [queue],
-        concurrency: 1,
-        prefetch: 10,
-        prefetchTimeoutMs: 300,
-        handlers: {
-          fast: async () => {
-            if (!blocked && worker.bufferedCount > 0) {
-              blocked = true;
-              await gate;
-            }
-          },
-        },
-      }),
-    );
-    await skiplock.enqueueMany(
-      Array.from({ length: 40 }, (_, i) => ({ kind: 'fast', payload: { i }, queue })),
-    );
+    const { worker, slot } = await slotBlockedOnceBuffered(queue, { prefetchTimeoutMs: 300 });
     const releasedEvent = nextEvent(worker, 'job:released', 20_000);
     await worker.start();
-    await waitFor(() => blocked, 20_000, 'a job to block while others are buffered');
+    await waitFor(() => slot.blocked, 20_000, 'a job to block while others are buffered');
     await releasedEvent;
     await waitFor(() => worker.bufferedCount === 0, 10_000, 'the buffer to be given back');
     const rows = await jobRows(queue);
     expect(rows.filter((r) => r.status === 'running')).toHaveLength(1);
     expect(rows.filter((r) => r.status === 'queued').every((r) => r.attempts === 0)).toBe(true);
-    release();
+    slot.release();
   });
 });

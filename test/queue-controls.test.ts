@@ -18,6 +18,27 @@ async function statuses(queue: string): Promise<Record<string, number>> {
   return Object.fromEntries(rows.map((r) => [r.status, r.n]));
 }
 
+/**
+ * A worker of `queue` (one slot, prefetch 10) and 40 jobs of it: resolves once
+ * one job holds the slot (until `slot.release()`) and others wait in the buffer.
+ */
+async function blockedWithBuffer(queue: string, options: { listen?: boolean } = {}) {
+  const slot = blockOnceBuffered(() => worker);
+  const worker = skiplock.worker({
+    ...fast,
+    ...options,
+    queues: [queue],
+    concurrency: 1,
+    prefetch: 10,
+    onSuccess: 'keep',
+    handlers: { step: slot.handler },
+  });
+  await skiplock.enqueueMany(Array.from({ length: 40 }, () => ({ kind: 'step', payload: {}, queue })));
+  await worker.start();
+  await waitFor(() => slot.blocked && worker.bufferedCount > 0, 5000, 'a blocked handler and a buffer');
+  return { worker, slot };
+}
+
 describe('pause and resume', () => {
   it("a paused queue's jobs are not claimed while another queue's are; resume runs them at once", async () => {
     expect(await skiplock.pauseQueue('p-paused')).toBe(true);
@@ -60,22 +81,7 @@ describe('pause and resume', () => {
   });
 
   it('pause stops claims within a second; running jobs finish; buffered ones are given back; it outlives a restart', async () => {
-    const slot = blockOnceBuffered(() => worker);
-    const worker = skiplock.worker({
-      ...fast,
-      queues: ['p-live'],
-      concurrency: 1,
-      prefetch: 10,
-      onSuccess: 'keep',
-      handlers: {
-        step: slot.handler,
-      },
-    });
-    await skiplock.enqueueMany(
-      Array.from({ length: 40 }, () => ({ kind: 'step', payload: {}, queue: 'p-live' })),
-    );
-    await worker.start();
-    await waitFor(() => slot.blocked && worker.bufferedCount > 0, 5000, 'a blocked handler and a buffer');
+    const { worker, slot } = await blockedWithBuffer('p-live');
     const t0 = performance.now();
     await skiplock.pauseQueue('p-live');
     // The buffer is given back (its release statement committed): only the
@@ -113,23 +119,7 @@ describe('pause and resume', () => {
   });
 
   it('without LISTEN, a buffered job of a paused queue does not start once the pause is a second old; it is given back uncharged', async () => {
-    const slot = blockOnceBuffered(() => worker);
-    const worker = skiplock.worker({
-      ...fast,
-      listen: false,
-      queues: ['p-no-listen'],
-      concurrency: 1,
-      prefetch: 10,
-      onSuccess: 'keep',
-      handlers: {
-        step: slot.handler,
-      },
-    });
-    await skiplock.enqueueMany(
-      Array.from({ length: 40 }, () => ({ kind: 'step', payload: {}, queue: 'p-no-listen' })),
-    );
-    await worker.start();
-    await waitFor(() => slot.blocked && worker.bufferedCount > 0, 5000, 'a blocked handler and a buffer');
+    const { worker, slot } = await blockedWithBuffer('p-no-listen', { listen: false });
     const buffered = worker.bufferedCount;
     const starts: number[] = [];
     worker.on('job:start', () => starts.push(performance.now()));
