@@ -3,7 +3,7 @@
  * answers every page (archive, schedules and metrics included), and the role
  * can change nothing.
  */
-import { execFile, execFileSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -13,18 +13,10 @@ import { createDashboard } from '../../src/dashboard/index.js';
 import { Skiplock } from '../../src/index.js';
 import { onServer, quoteIdent, TEST_SCHEMA } from '../support/database.js';
 import { useFileDatabase } from '../support/file-database.js';
+import { hasPsql } from '../support/psql.js';
 import { type Seeded, seed } from './support/seed.js';
 
 const GRANTS = fileURLToPath(new URL('../../sql/grants.sql', import.meta.url));
-
-function hasPsql(): boolean {
-  try {
-    execFileSync('psql', ['--version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 const suffix = randomBytes(4).toString('hex');
 const roles = {
