@@ -5,7 +5,7 @@ import { CancelledError, ValidationError } from '../src/index.js';
 import { TEST_SCHEMA, waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
 import { useFileDatabase } from './support/file-database.js';
-import { untilAborted } from './support/gate.js';
+import { gate, untilAborted } from './support/gate.js';
 
 const { db, skiplock } = useFileDatabase();
 
@@ -90,17 +90,14 @@ describe('cancel', () => {
   });
 
   it('a handler that ignores its signal and later succeeds still ends cancelled', async () => {
-    let finish!: () => void;
-    const returned = new Promise<void>((resolve) => {
-      finish = resolve;
-    });
+    const returned = gate();
     let settled = false;
     const worker = skiplock.worker({
       ...fast,
       queues: ['c-ignore'],
       handlers: {
         stubborn: async () => {
-          await returned;
+          await returned.opened;
           settled = true;
         },
       },
@@ -112,7 +109,7 @@ describe('cancel', () => {
     const cancelled = nextEvent(worker, 'job:cancelled');
     expect(await skiplock.cancel({ ids: [job.id] })).toEqual({ cancelled: 0, running: 1 });
     await cancelled;
-    finish();
+    returned.open();
     await waitFor(() => settled, 5000, 'the handler to return');
     expect(await row(job.id)).toEqual({ status: 'cancelled', attempts: 1, finished: true, locked_by: null });
     await worker.stop();
@@ -141,10 +138,7 @@ describe('cancel', () => {
   });
 
   it('a buffered job whose cancel is requested never starts and ends cancelled', async () => {
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => {
-      release = resolve;
-    });
+    const released = gate();
     const ran: string[] = [];
     let blocked: string | undefined;
     const worker = skiplock.worker({
@@ -159,7 +153,7 @@ describe('cancel', () => {
           // Quick until the buffer holds jobs, then one blocks so that they wait there.
           if (blocked === undefined && worker.bufferedCount > 0) {
             blocked = job.id;
-            await gate;
+            await released.opened;
           }
         },
       },
@@ -187,7 +181,7 @@ describe('cancel', () => {
       finished: true,
       locked_by: null,
     });
-    release();
+    released.open();
     await waitFor(
       async () =>
         (

@@ -12,7 +12,7 @@ import { withClient } from './support/client.js';
 import { waitFor } from './support/database.js';
 import { nextEvent, record } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
-import { blockOnceBuffered } from './support/gate.js';
+import { blockOnceBuffered, gate } from './support/gate.js';
 
 const t = useTestDatabase();
 
@@ -56,10 +56,7 @@ function countingSkiplock(): { skiplock: Skiplock; claims: () => number } {
 
 describe('forged messages on the workers’ channel', () => {
   it('a forged cancel message does not abort a running job; a real cancel still does within a second', async () => {
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => {
-      release = resolve;
-    });
+    const released = gate();
     const aborted: unknown[] = [];
     const worker = t.worker({
       queues: ['forged-cancel'],
@@ -72,7 +69,7 @@ describe('forged messages on the workers’ channel', () => {
               aborted.push(signal.reason);
               reject(signal.reason);
             });
-            void gate.then(resolve);
+            void released.opened.then(resolve);
           }),
       },
     });
@@ -102,7 +99,7 @@ describe('forged messages on the workers’ channel', () => {
     expect(cancelledEvents.map(([job]) => job.id)).toEqual([third.id]);
     // The forged ones run on and succeed on their first attempt.
     const succeeded = record(worker, 'job:success');
-    release();
+    released.open();
     await waitFor(() => succeeded.length === 2, 10_000, 'the two jobs to succeed');
     for (const job of [victim!, other!]) {
       expect(await t.row(job.id)).toEqual({

@@ -11,7 +11,7 @@ import type { Worker } from '../src/index.js';
 import { TEST_SCHEMA, waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
 import { useFileDatabase } from './support/file-database.js';
-import { blockOnceBuffered } from './support/gate.js';
+import { blockOnceBuffered, gate } from './support/gate.js';
 import { exited, startWorkerProcess } from './support/processes.js';
 
 const { db, skiplock } = useFileDatabase();
@@ -207,10 +207,7 @@ describe('prefetch', () => {
   it('slow jobs buffered behind fast ones are given back for other workers once the handlers slow down', async () => {
     const queue = 'pf-slow-after-fast';
     const slowBy = new Map<string, number>();
-    let slowStarted!: () => void;
-    const firstSlow = new Promise<void>((resolve) => {
-      slowStarted = resolve;
-    });
+    const firstSlow = gate();
     const make = (name: string) =>
       track(
         skiplock.worker({
@@ -220,7 +217,7 @@ describe('prefetch', () => {
           handlers: {
             fast: async () => {},
             slow: async () => {
-              slowStarted();
+              firstSlow.open();
               slowBy.set(name, (slowBy.get(name) ?? 0) + 1);
               await new Promise((resolve) => setTimeout(resolve, 200));
             },
@@ -234,7 +231,7 @@ describe('prefetch', () => {
       ...Array.from({ length: 60 }, (_, i) => ({ kind: 'slow', payload: { i }, queue })),
     ]);
     await a.start();
-    await firstSlow;
+    await firstSlow.opened;
     const b = make('b');
     await b.start();
     await waitFor(

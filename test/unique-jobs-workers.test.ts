@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { PermanentError } from '../src/index.js';
 import { waitFor } from './support/database.js';
 import { useFileDatabase } from './support/file-database.js';
+import { gate } from './support/gate.js';
 
 const { db, skiplock } = useFileDatabase();
 
@@ -93,15 +94,12 @@ describe('unique keys as workers move jobs', () => {
 
     // Make it due, and let a worker hold it running.
     await db.query(`UPDATE ${db.jobs} SET run_at = now() WHERE id = $1`, [first.id]);
-    let release: () => void = () => {};
-    const held = new Promise<void>((r) => {
-      release = r;
-    });
+    const held = gate();
     const worker = skiplock.worker({
       queues: ['rep'],
       handleSignals: false,
       onSuccess: 'keep',
-      handlers: { debounce: () => held },
+      handlers: { debounce: () => held.opened },
     });
     worker.on('error', () => {});
     await worker.start();
@@ -122,7 +120,7 @@ describe('unique keys as workers move jobs', () => {
       ]);
       expect(row).toEqual({ payload: { v: 2 }, priority: 7, max_attempts: 3 });
     } finally {
-      release();
+      held.open();
       await worker.stop();
     }
   });
@@ -133,14 +131,11 @@ describe('unique keys as workers move jobs', () => {
       {},
       { uniqueKey: 'q-1', queue: 'qonly', uniqueStates: ['queued'] },
     );
-    let release: () => void = () => {};
-    const held = new Promise<void>((r) => {
-      release = r;
-    });
+    const held = gate();
     const worker = skiplock.worker({
       queues: ['qonly'],
       handleSignals: false,
-      handlers: { slow: () => held },
+      handlers: { slow: () => held.opened },
     });
     worker.on('error', () => {});
     await worker.start();
@@ -163,7 +158,7 @@ describe('unique keys as workers move jobs', () => {
       expect([second.duplicate, third.duplicate, third.id]).toEqual([false, true, second.id]);
       expect(second.id).not.toBe(first.id);
     } finally {
-      release();
+      held.open();
       await worker.stop();
     }
   });
