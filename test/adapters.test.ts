@@ -15,13 +15,12 @@ import { fromKysely } from '../src/adapters/kysely.js';
 import { fromPostgresJs } from '../src/adapters/postgres-js.js';
 import { fromPrisma } from '../src/adapters/prisma.js';
 import { translateError } from '../src/db/executor.js';
-import { DatabaseError, type Queryable, type Skiplock } from '../src/index.js';
+import { DatabaseError, type Queryable } from '../src/index.js';
 import { openPrisma, type PrismaLike } from './adapters/prisma-client.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { useFileDatabase } from './support/file-database.js';
 import { listenForWakeUps, type WakeUpListener } from './support/wake-ups.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
+const { db, skiplock } = useFileDatabase();
 let listener: WakeUpListener;
 const closers: (() => Promise<unknown>)[] = [];
 
@@ -36,8 +35,6 @@ interface Stack {
 const stacks: Stack[] = [];
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
   listener = await listenForWakeUps(db.url);
   await db.query('CREATE TABLE orders (id int PRIMARY KEY)');
 
@@ -110,7 +107,6 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const close of closers) await close().catch(() => {});
   await listener?.close();
-  await db?.close();
 });
 
 class Rollback extends Error {}

@@ -1,20 +1,11 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Skiplock, ValidationError } from '../src/index.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase, waitFor } from './support/database.js';
+import { describe, expect, it } from 'vitest';
+import { ValidationError } from '../src/index.js';
+import { waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
+import { useFileDatabase } from './support/file-database.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
-let archive: string;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-  archive = `"${TEST_SCHEMA.replaceAll('"', '""')}".jobs_archive`;
-});
-afterAll(async () => {
-  await db?.close();
-});
+const { db, skiplock } = useFileDatabase();
+const archive = db.archive;
 
 /** Inserts `count` jobs of `status` in `queue`, finished `ageMinutes` ago (null: not finished). */
 async function seed(queue: string, status: string, count: number, ageMinutes: number | null) {

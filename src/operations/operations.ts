@@ -13,7 +13,7 @@ import { isJobId } from '../job/defaults.js';
 import { JOB_STATUSES, type JobRecord, type JobStatus, type JobSummary } from '../job/job.js';
 import { toTags } from '../job/tags.js';
 import { integerInRange, parseOptions } from '../options.js';
-import { type ClientOption, clientOptionsSchema, queryable } from '../producer/job-options.js';
+import { type ClientOption, clientOrPool, queryable } from '../producer/job-options.js';
 
 /** A status requeue accepts. */
 type Requeuable = (typeof REQUEUABLE_STATUSES)[number];
@@ -165,8 +165,7 @@ export async function getJob(
 ): Promise<JobRecord | undefined> {
   if (!isJobId(id))
     throw new ValidationError('id', 'must be a job id (a decimal string within bigint range)');
-  const parsed = parseOptions(clientOptionsSchema, options, 'options');
-  return queries.inspect.getById(parsed.client ?? pool, id);
+  return queries.inspect.getById(clientOrPool(pool, options), id);
 }
 
 /**
@@ -188,8 +187,7 @@ export async function listJobs(
 
 /** Counts per queue and status. @throws {ValidationError} on an unknown option. */
 export async function stats(queries: JobQueries, pool: pg.Pool, options: unknown): Promise<QueueStats[]> {
-  const parsed = parseOptions(clientOptionsSchema, options, 'options');
-  return queries.inspect.stats(parsed.client ?? pool);
+  return queries.inspect.stats(clientOrPool(pool, options));
 }
 
 function toFilter(parsed: {

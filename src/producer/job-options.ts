@@ -117,6 +117,16 @@ export const manyItemSchema = z.strictObject({ kind: z.unknown(), payload: z.unk
 /** The options of calls that take only a connection. */
 export const clientOptionsSchema = z.strictObject({ client: queryable.optional() });
 
+/**
+ * Where a call that takes only `{ client }` runs: the given client (the
+ * caller's transaction), else `pool`.
+ *
+ * @throws {ValidationError} (field `options…`) on an unknown option or a client without `query`.
+ */
+export function clientOrPool(pool: Queryable, options: unknown): Queryable {
+  return parseOptions(clientOptionsSchema, options, 'options').client ?? pool;
+}
+
 /** Job options as parsed. */
 interface ParsedJobOptions {
   queue?: unknown;

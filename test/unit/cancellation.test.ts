@@ -8,6 +8,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { ClaimedJob } from '../../src/db/queries/claim.js';
 import { Cancellation, PAUSE_RECHECK_MS } from '../../src/worker/cancellation.js';
 import { bufferedExecution, Executions } from '../../src/worker/executions.js';
+import { sampleJob } from '../support/sample-job.js';
 
 beforeEach(() => {
   vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance', 'Date'] });
@@ -17,18 +18,7 @@ afterEach(() => {
 });
 
 function claimed(id: string): ClaimedJob {
-  return {
-    id,
-    kind: 'k',
-    queue: 'q',
-    payload: {},
-    priority: 0,
-    runAt: new Date(),
-    attempts: 1,
-    maxAttempts: 20,
-    createdAt: new Date(),
-    leaseSeq: '1',
-  };
+  return { ...sampleJob({ id, queue: 'q' }), leaseSeq: '1' };
 }
 
 /** A Cancellation whose paused-state reads take `readMs` each (none paused). */

@@ -7,11 +7,9 @@ import { CANCELLABLE_STATUSES, type CancellableStatus } from '../../db/queries/c
 import type { CancelFilter } from '../../operations/cancel.js';
 import { withDatabase } from '../database.js';
 import {
-  addConnectionFlags,
-  addJsonFlag,
+  addDatabaseCommandFlags,
   type ConnectionFlags,
   collect,
-  examples,
   readIdsFrom,
   repeatableChoice,
 } from '../flags.js';
@@ -45,19 +43,12 @@ export function cancelCommand(): Command {
       '--ids-from <file>',
       'also the job ids in FILE (- for standard input), separated by whitespace or commas',
     );
-  addConnectionFlags(command);
-  addJsonFlag(command);
-  return command
-    .addHelpText(
-      'after',
-      examples(
+  return addDatabaseCommandFlags(command, [
         'skiplock cancel 42 43',
         'skiplock cancel --kind send_invoice_email --status queued --json',
         'skiplock cancel --tag tenant:7 --tag import',
         "psql -At -c \"SELECT id FROM skiplock.jobs WHERE payload->>'tenant' = '7'\" | skiplock cancel --ids-from -",
-      ),
-    )
-    .action(async (args: string[], flags: CancelFlags) => {
+  ]).action(async (args: string[], flags: CancelFlags) => {
       const ids = flags.idsFrom === undefined ? args : [...args, ...(await readIdsFrom(flags.idsFrom))];
       const bad = ids.find((id) => !/^[1-9][0-9]{0,18}$/.test(id));
       if (bad !== undefined) throw new UsageError(`ID must be a job id (a positive integer), got ${bad}`);

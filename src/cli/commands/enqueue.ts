@@ -5,11 +5,9 @@ import { Command } from 'commander';
 import type { JobOptions } from '../../skiplock.js';
 import { withDatabase } from '../database.js';
 import {
-  addConnectionFlags,
-  addJsonFlag,
+  addDatabaseCommandFlags,
   type ConnectionFlags,
   collect,
-  examples,
   integer,
   milliseconds,
   parsePayloadArgument,
@@ -43,34 +41,27 @@ export function enqueueCommand(): Command {
       'never run the job unless it starts within this many milliseconds from now (it ends cancelled, expired)',
       milliseconds(0),
     );
-  addConnectionFlags(command);
-  addJsonFlag(command);
-  return command
-    .addHelpText(
-      'after',
-      examples(
-        `skiplock enqueue send_invoice_email '{"orderId": 42}'`,
-        `skiplock enqueue resize_image '{"url": "s3://img/1.png"}' --queue media --priority 5 --delay-ms 60000`,
-        'skiplock enqueue nightly_report --max-attempts 3 --json',
-        `skiplock enqueue sync_account '{"accountId": 7}' --tag tenant:7 --tag import --start-within-ms 300000`,
-      ),
-    )
-    .action(async (kind: string, payloadJson: string, flags: EnqueueFlags) => {
-      const payload = parsePayloadArgument(payloadJson);
-      const options: JobOptions = {};
-      if (flags.queue !== undefined) options.queue = flags.queue;
-      if (flags.priority !== undefined) options.priority = flags.priority;
-      if (flags.delayMs !== undefined) options.delayMs = flags.delayMs;
-      if (flags.maxAttempts !== undefined) options.maxAttempts = flags.maxAttempts;
-      if (flags.tag !== undefined) options.tags = flags.tag;
-      if (flags.startWithinMs !== undefined) options.startWithinMs = flags.startWithinMs;
-      await withDatabase(flags, async ({ skiplock }) => {
-        const job = await skiplock.enqueue(kind, payload, options);
-        if (flags.json) printJson(job);
-        else
-          printText(
-            `enqueued job ${job.id} (kind ${job.kind}, queue ${job.queue}, priority ${job.priority}, run_at ${job.runAt.toISOString()})`,
-          );
-      });
+  return addDatabaseCommandFlags(command, [
+    `skiplock enqueue send_invoice_email '{"orderId": 42}'`,
+    `skiplock enqueue resize_image '{"url": "s3://img/1.png"}' --queue media --priority 5 --delay-ms 60000`,
+    'skiplock enqueue nightly_report --max-attempts 3 --json',
+    `skiplock enqueue sync_account '{"accountId": 7}' --tag tenant:7 --tag import --start-within-ms 300000`,
+  ]).action(async (kind: string, payloadJson: string, flags: EnqueueFlags) => {
+    const payload = parsePayloadArgument(payloadJson);
+    const options: JobOptions = {};
+    if (flags.queue !== undefined) options.queue = flags.queue;
+    if (flags.priority !== undefined) options.priority = flags.priority;
+    if (flags.delayMs !== undefined) options.delayMs = flags.delayMs;
+    if (flags.maxAttempts !== undefined) options.maxAttempts = flags.maxAttempts;
+    if (flags.tag !== undefined) options.tags = flags.tag;
+    if (flags.startWithinMs !== undefined) options.startWithinMs = flags.startWithinMs;
+    await withDatabase(flags, async ({ skiplock }) => {
+      const job = await skiplock.enqueue(kind, payload, options);
+      if (flags.json) printJson(job);
+      else
+        printText(
+          `enqueued job ${job.id} (kind ${job.kind}, queue ${job.queue}, priority ${job.priority}, run_at ${job.runAt.toISOString()})`,
+        );
     });
+  });
 }

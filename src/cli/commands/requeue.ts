@@ -5,11 +5,9 @@ import { Command } from 'commander';
 import type { RequeueFilter, Skiplock } from '../../skiplock.js';
 import { withDatabase } from '../database.js';
 import {
-  addConnectionFlags,
-  addJsonFlag,
+  addDatabaseCommandFlags,
   type ConnectionFlags,
   collect,
-  examples,
   readIdsFrom,
   repeatableChoice,
 } from '../flags.js';
@@ -49,20 +47,13 @@ export function requeueCommand(): Command {
       'also the job ids in FILE (- for standard input), separated by whitespace or commas',
     )
     .option('--all', 'every dead and failed job, when no id or filter is given');
-  addConnectionFlags(command);
-  addJsonFlag(command);
-  return command
-    .addHelpText(
-      'after',
-      examples(
+  return addDatabaseCommandFlags(command, [
         'skiplock requeue 42 43',
         'skiplock requeue --status dead --kind send_invoice_email',
         'skiplock requeue --tag tenant:7',
         'skiplock requeue --all --json',
         'skiplock requeue --ids-from dead-ids.txt',
-      ),
-    )
-    .action(async (args: string[], flags: RequeueFlags) => {
+  ]).action(async (args: string[], flags: RequeueFlags) => {
       const ids = flags.idsFrom === undefined ? args : [...args, ...(await readIdsFrom(flags.idsFrom))];
       const filter: RequeueFilter = {};
       const bad = ids.find((id) => !/^[1-9][0-9]{0,18}$/.test(id));

@@ -99,12 +99,7 @@ export class InspectQueries {
   /** One page of the jobs matching the filter. */
   async list(db: Queryable, filter: JobFilter, page: ListPage): Promise<JobRecord[]> {
     const { rows } = await run<JobRow>(db, this.#list[page.order], [
-      filter.ids ?? null,
-      filter.status ?? null,
-      filter.kind ?? null,
-      filter.queue ?? null,
-      page.limit,
-      page.after ?? null,
+      ...listValues(filter, page),
       filter.tags ?? null,
     ]);
     return rows.map(toJobRecord);
@@ -118,12 +113,7 @@ export class InspectQueries {
     previewChars: number,
   ): Promise<JobSummary[]> {
     const { rows } = await run<JobSummaryRow>(db, this.#listPreview[page.order], [
-      filter.ids ?? null,
-      filter.status ?? null,
-      filter.kind ?? null,
-      filter.queue ?? null,
-      page.limit,
-      page.after ?? null,
+      ...listValues(filter, page),
       previewChars,
       filter.tags ?? null,
     ]);
@@ -145,4 +135,16 @@ export class InspectQueries {
       oldestQueuedAgeMs: r.oldest_queued_age_ms,
     }));
   }
+}
+
+/** The list statements' parameters $1 to $6: the filter, then the page. */
+function listValues(filter: JobFilter, page: ListPage): unknown[] {
+  return [
+    filter.ids ?? null,
+    filter.status ?? null,
+    filter.kind ?? null,
+    filter.queue ?? null,
+    page.limit,
+    page.after ?? null,
+  ];
 }
