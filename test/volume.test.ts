@@ -37,7 +37,7 @@ beforeAll(async () => {
      SELECT 'v' || (g % 10), 'k1', '{}', now() + interval '1 hour', 20 FROM generate_series(1, $1::int) g`,
     [QUEUED],
   );
-  // The archive over the last four UTC days, each in its partition.
+  // The archive over the last four days (five UTC days), each day in its partition.
   await db.query(
     `SELECT ${tableIn(TEST_SCHEMA, 'archive_partition')}(((now() - d * interval '1 day') AT TIME ZONE 'UTC')::date)
      FROM generate_series(1, 4) d`,
@@ -46,7 +46,7 @@ beforeAll(async () => {
     `INSERT INTO ${db.archive} (id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
                                 created_at, finished_at)
      SELECT 100000000 + g, 'v' || (g % 10), 'k' || (g % 7), jsonb_build_object('n', g), 'succeeded', 0, now(), 1, 20,
-            now(), now() - (g % 345600) * interval '1 second'
+            now(), now() - ((g * 7) % 345600) * interval '1 second'
      FROM generate_series(1, $1::int) g`,
     [ARCHIVED],
   );
@@ -85,12 +85,16 @@ interface PlanNode {
  * is rightly read whole).
  */
 async function unboundedScans(text: string, values: unknown[]): Promise<string[]> {
-  const [row] = await db.query<{ 'QUERY PLAN': [{ Plan: PlanNode }] }>(`EXPLAIN (FORMAT JSON) ${text}`, values);
+  const [row] = await db.query<{ 'QUERY PLAN': [{ Plan: PlanNode }] }>(
+    `EXPLAIN (FORMAT JSON) ${text}`,
+    values,
+  );
   const scanned: string[] = [];
   const walk = (node: PlanNode, limited: boolean) => {
     const underLimit = limited || node['Node Type'] === 'Limit';
     const relation = node['Relation Name'] ?? '';
-    if (node['Node Type'] === 'Seq Scan' && relation.startsWith('jobs') && !underLimit) scanned.push(relation);
+    if (node['Node Type'] === 'Seq Scan' && relation.startsWith('jobs') && !underLimit)
+      scanned.push(relation);
     for (const child of node.Plans ?? []) walk(child, underLimit);
   };
   walk(row!['QUERY PLAN'][0].Plan, false);
@@ -139,7 +143,18 @@ describe('at volume', () => {
     await dashboard.throughput(pool);
     await dashboard.getArchived(pool, '100000042');
     await dashboard.storedJobIds(pool, ['1', '100000042']);
-    expect(sent.length).toBe(10);
+    await dashboard.listArchived(pool, {}, 50);
+    await dashboard.listArchived(pool, { kind: 'k3' }, 50);
+    await dashboard.listArchived(
+      pool,
+      {
+        queue: 'v3',
+        from: new Date(Date.now() - 2 * 86_400_000),
+        before: { finishedAt: new Date().toISOString(), id: '1' },
+      },
+      50,
+    );
+    expect(sent.length).toBe(13);
     for (const { text, values } of sent) {
       expect(await unboundedScans(text, values), text).toEqual([]);
     }
@@ -158,5 +173,40 @@ describe('at volume', () => {
     const archived = await app.request('/jobs/100000042');
     expect(archived.status).toBe(200);
     expect(await archived.text()).toContain('100000042');
+  });
+
+  it('browses the archive newest first, by kind, queue and days, page after page', async () => {
+    const app = createDashboard(skiplock, { refreshIntervalMs: 0 });
+    const ids = (body: string) => [...body.matchAll(/data-job-id="(\d+)"/g)].map((m) => m[1]);
+    const expected = async (where: string, values: unknown[], offset: number) =>
+      (
+        await db.query<{ id: string }>(
+          `SELECT id::text FROM ${db.archive} WHERE ${where}
+           ORDER BY finished_at DESC, id DESC OFFSET ${offset} LIMIT 50`,
+          values,
+        )
+      ).map((r) => r.id);
+
+    const first = await (await app.request('/archive?kind=k3')).text();
+    expect(ids(first)).toEqual(await expected('kind = $1', ['k3'], 0));
+    const older = /href="([^"]+)" rel="next"/.exec(first)![1]!.replaceAll('&amp;', '&');
+    const second = await (await app.request(older)).text();
+    expect(ids(second)).toEqual(await expected('kind = $1', ['k3'], 50));
+
+    const [{ day }] = (await db.query<{ day: string }>(
+      `SELECT to_char((now() - interval '2 days') AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day`,
+    )) as [{ day: string }];
+    const ranged = await (await app.request(`/archive?queue=v3&from=${day}&to=${day}`)).text();
+    expect(ids(ranged)).toEqual(
+      await expected(
+        `queue = 'v3' AND finished_at >= $1::date::timestamp AT TIME ZONE 'UTC'
+         AND finished_at < ($1::date + 1)::timestamp AT TIME ZONE 'UTC'`,
+        [day],
+        0,
+      ),
+    );
+    expect(ids(ranged)).toHaveLength(50);
+    expect((await app.request('/archive?from=yesterday')).status).toBe(400);
+    expect((await app.request('/archive?before=nonsense')).status).toBe(400);
   });
 });
