@@ -149,7 +149,7 @@ describe('at volume', () => {
       pool,
       {
         queue: 'v3',
-        from: new Date(Date.now() - 2 * 86_400_000),
+        since: new Date(Date.now() - 2 * 86_400_000),
         before: { finishedAt: new Date().toISOString(), id: '1' },
       },
       50,
@@ -196,7 +196,7 @@ describe('at volume', () => {
     const [{ day }] = (await db.query<{ day: string }>(
       `SELECT to_char((now() - interval '2 days') AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day`,
     )) as [{ day: string }];
-    const ranged = await (await app.request(`/archive?queue=v3&from=${day}&to=${day}`)).text();
+    const ranged = await (await app.request(`/archive?queue=v3&since=${day}&until=${day}`)).text();
     expect(ids(ranged)).toEqual(
       await expected(
         `queue = 'v3' AND finished_at >= $1::date::timestamp AT TIME ZONE 'UTC'
@@ -206,7 +206,7 @@ describe('at volume', () => {
       ),
     );
     expect(ids(ranged)).toHaveLength(50);
-    expect((await app.request('/archive?from=yesterday')).status).toBe(400);
+    expect((await app.request('/archive?since=yesterday')).status).toBe(400);
     expect((await app.request('/archive?before=nonsense')).status).toBe(400);
   });
 });

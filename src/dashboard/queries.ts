@@ -25,9 +25,9 @@ export interface ArchiveFilter {
   kind?: string | undefined;
   queue?: string | undefined;
   /** Finished at or after this instant. */
-  from?: Date | undefined;
+  since?: Date | undefined;
   /** Finished before this instant. */
-  to?: Date | undefined;
+  until?: Date | undefined;
   /** Continue after this row, newest first: its finished_at (as {@link ArchivedSummary.finishedAtText}) and id. */
   before?: { finishedAt: string; id: string } | undefined;
 }
@@ -129,8 +129,8 @@ export class DashboardQueries {
     }>(this.#archive, [
       filter.kind ?? null,
       filter.queue ?? null,
-      filter.from ?? null,
-      filter.to ?? null,
+      filter.since ?? null,
+      filter.until ?? null,
       filter.before?.finishedAt ?? null,
       filter.before?.id ?? null,
       limit,

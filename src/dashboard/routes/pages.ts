@@ -51,15 +51,16 @@ export function registerPages(app: Hono<DashboardEnv>, d: Dashboard): void {
       if (value !== undefined && !isName(value)) return errorPage(c, d, 400, `Unusable ${key} filter.`);
       query[key] = value;
     }
-    const days: { from?: Date; to?: Date } = {};
-    for (const key of ['from', 'to'] as const) {
+    const days: { since?: Date; until?: Date } = {};
+    for (const key of ['since', 'until'] as const) {
       const value = c.req.query(key) || undefined;
       if (value === undefined) continue;
       const day = /^\d{4}-\d{2}-\d{2}$/.test(value) ? new Date(`${value}T00:00:00Z`) : undefined;
-      if (!day || Number.isNaN(day.getTime())) return errorPage(c, d, 400, `A ${key} day is YYYY-MM-DD.`);
+      if (!day || Number.isNaN(day.getTime()))
+        return errorPage(c, d, 400, `A day to filter by is YYYY-MM-DD (${key}).`);
       query[key] = value;
-      // The range takes whole UTC days: `to` is the last day shown.
-      days[key] = key === 'to' ? new Date(day.getTime() + 86_400_000) : day;
+      // The range takes whole UTC days: `until` is the last day shown.
+      days[key] = key === 'until' ? new Date(day.getTime() + 86_400_000) : day;
     }
     const before = c.req.query('before') || undefined;
     let cursor: { finishedAt: string; id: string } | undefined;
@@ -77,7 +78,7 @@ export function registerPages(app: Hono<DashboardEnv>, d: Dashboard): void {
     }
     const jobs = await d.queries.listArchived(
       d.pool,
-      { kind: query.kind, queue: query.queue, from: days.from, to: days.to, before: cursor },
+      { kind: query.kind, queue: query.queue, since: days.since, before: cursor, until: days.until },
       d.options.pageSize,
     );
     return render(c, d, archivePage(d, query, jobs));

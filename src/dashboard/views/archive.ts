@@ -13,8 +13,8 @@ import { type Page, statusPill } from './layout.js';
 export interface ArchiveQuery {
   kind?: string | undefined;
   queue?: string | undefined;
-  from?: string | undefined;
-  to?: string | undefined;
+  since?: string | undefined;
+  until?: string | undefined;
   /** The cursor: `<finished_at>~<id>` of the last row of the previous page. */
   before?: string | undefined;
 }
@@ -27,8 +27,8 @@ export function archivePage(d: Dashboard, query: ArchiveQuery, jobs: ArchivedSum
 <form class="filters" method="get" action="${d.link('/archive')}">
 <label>kind<input name="kind" value="${query.kind ?? ''}" placeholder="any"></label>
 <label>queue<input name="queue" value="${query.queue ?? ''}" placeholder="any"></label>
-<label>finished from<input type="date" name="from" value="${query.from ?? ''}"></label>
-<label>to<input type="date" name="to" value="${query.to ?? ''}"></label>
+<label>finished since<input type="date" name="since" value="${query.since ?? ''}"></label>
+<label>until<input type="date" name="until" value="${query.until ?? ''}"></label>
 <button type="submit">Filter</button>
 <a href="${d.link('/archive')}">clear</a>
 </form>
@@ -49,7 +49,7 @@ export function archivePage(d: Dashboard, query: ArchiveQuery, jobs: ArchivedSum
   const last = jobs.at(-1);
   const params = (extra: Record<string, string>) => {
     const p = new URLSearchParams();
-    for (const key of ['kind', 'queue', 'from', 'to'] as const) if (query[key]) p.set(key, query[key]);
+    for (const key of ['kind', 'queue', 'since', 'until'] as const) if (query[key]) p.set(key, query[key]);
     for (const [k, v] of Object.entries(extra)) p.set(k, v);
     const text = p.toString();
     return d.link(`/archive${text ? `?${text}` : ''}`);
