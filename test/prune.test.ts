@@ -103,6 +103,16 @@ describe('prune', () => {
     );
     await expect(skiplock.prune({ retention: { dead: -1 } })).rejects.toThrow(/retention\.dead/);
     await expect(skiplock.prune({ retention: { queued: 1 } as never })).rejects.toThrow(/retention/);
+    const worker = (retention: unknown) =>
+      skiplock.worker({
+        handleSignals: false,
+        maintenanceOnly: true,
+        handlers: {},
+        retention: retention as never,
+      });
+    expect(() => worker({ dead: -1 })).toThrow(/worker\.retention\.dead/);
+    expect(() => worker({ archive: Number.NaN })).toThrow(/worker\.retention\.archive/);
+    expect(() => worker([])).toThrow(/worker\.retention/);
     await expect(skiplock.prune({ olderThanMs: -1 })).rejects.toThrow(/olderThanMs/);
     await expect(skiplock.prune({ olderThanMs: 1, status: 'queued' as never })).rejects.toThrow(/status/);
   });

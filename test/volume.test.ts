@@ -100,7 +100,7 @@ async function unboundedScans(text: string, values: unknown[]): Promise<string[]
   walk(row!['QUERY PLAN'][0].Plan, false);
   const large = await db.query<{ name: string }>(
     `SELECT relname AS name FROM pg_class
-     WHERE relnamespace = $1::regnamespace AND relname = ANY($2::text[]) AND relpages > 50`,
+     WHERE relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = $1) AND relname = ANY($2::text[]) AND relpages > 50`,
     [TEST_SCHEMA, scanned],
   );
   return large.map((r) => r.name).sort();
