@@ -72,7 +72,8 @@ const pruneSchema = z.strictObject({
  * partitions whose whole UTC day is older are dropped first (counted in
  * `archivePartitions`, their rows not counted); the older rows left (part of
  * a day, or in the default partition) are then deleted. With `client`, every
- * statement runs on the caller's connection (inside its transaction, if any).
+ * statement runs on the caller's connection (inside its transaction, if any;
+ * a dropped partition then keeps the archive locked until that commits).
  *
  * @returns how many rows were deleted from the jobs table and from the
  *   archive, and how many archive partitions were dropped.
