@@ -82,6 +82,10 @@ GRANT EXECUTE ON FUNCTION
   :"schema".cancel(bigint[], text[], text[], text[], text[]),
   :"schema".control(text, text, text, bigint[])
   TO :"worker_role";
+-- The archive's partition upkeep (worker maintenance, prune): creates day
+-- partitions ahead and drops expired ones. It runs with its owner's rights
+-- (SECURITY DEFINER: DDL needs the archive's owner) and is not PUBLIC's.
+GRANT EXECUTE ON FUNCTION :"schema".archive_partitions(timestamptz, int, bigint) TO :"worker_role";
 
 -- Reader (optional, -v reader_role=…): reads everything skiplock keeps and
 -- changes nothing: getJob, listJobs, stats, queues, schedules, the archive, and

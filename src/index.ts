@@ -33,6 +33,7 @@ export {
   type EnqueuedJob,
   type UniqueOptions,
 } from './job/unique.js';
+export type { Retention } from './maintenance/pruner.js';
 export type { SweepResult } from './maintenance/sweeper.js';
 export type { MigrateResult } from './migrations/migrator.js';
 export type { CatchUp } from './schedule/cron.js';

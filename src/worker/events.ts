@@ -18,6 +18,7 @@ export type WorkerErrorSource =
   | 'notifier'
   | 'release'
   | 'prune'
+  | 'archive'
   | 'listener';
 
 /** What a failed attempt led to, as written to the database. */
@@ -64,7 +65,9 @@ export interface WorkerEvents {
   /** A sweep ran under the lock and reclaimed jobs (requeued, or dead when out of attempts). */
   'worker:sweep': [result: { requeued: number; dead: number }];
   /** A prune (worker option `retentionMs`) ran under the lock and deleted finished rows. */
-  'worker:prune': [result: { jobs: number; archive: number }];
+  'worker:prune': [result: { jobs: number; archive: number; archivePartitions: number }];
+  /** The archive's partition upkeep created or dropped day partitions (or left expired ones for a later turn). */
+  'worker:archive': [result: { created: number; dropped: number; skipped: number }];
   /** The LISTEN connection is (re)established. */
   'worker:listen': [];
   /**

@@ -187,6 +187,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       onSwept: (result) => this.#events.emit('worker:sweep', result),
       retention: options,
       onPruned: (result) => this.#events.emit('worker:prune', result),
+      onArchivePartitions: (result) => this.#events.emit('worker:archive', result),
       onError: (error, service) => this.#events.error(error, service),
       onWarning: (message) => this.#events.warn(message),
     });

@@ -47,7 +47,7 @@ describe('skiplock CLI queue controls', () => {
       '--json',
     ]);
     expect(pruned.code, pruned.stderr).toBe(0);
-    expect(JSON.parse(pruned.stdout)).toEqual({ jobs: 1, archive: 0 });
+    expect(JSON.parse(pruned.stdout)).toEqual({ jobs: 1, archive: 0, archivePartitions: 0 });
     const missing = await runCli(['prune', ...conn]);
     expect(missing.code).toBe(2);
   });

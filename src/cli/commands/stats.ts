@@ -13,7 +13,7 @@ export function statsCommand(): Command {
   const command = new Command('stats')
     .summary('jobs per queue and status')
     .description(
-      'Counts jobs per queue and status; "oldest due" is how long the oldest queued job has been due (a growing value means workers are behind).',
+      'Counts jobs per queue and status (≈n: estimated from a sample, for 10,000 or more finished jobs); "oldest due" is how long the oldest queued job has been due (a growing value means workers are behind).',
     );
   return addDatabaseCommandFlags(command, [
     'skiplock stats',
@@ -35,7 +35,11 @@ export function statsCommand(): Command {
         const oldest = of.find((s) => s.status === 'queued')?.oldestQueuedAgeMs ?? null;
         return [
           queue,
-          ...JOB_STATUSES.map((status) => of.find((s) => s.status === status)?.count ?? 0),
+            // A count estimated from a sample (a large group of finished jobs) reads ≈n.
+            ...JOB_STATUSES.map((status) => {
+              const row = of.find((s) => s.status === status);
+              return row?.estimated ? `≈${row.count}` : (row?.count ?? 0);
+            }),
           oldest === null ? null : formatDuration(oldest),
         ];
       });

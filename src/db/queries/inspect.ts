@@ -39,10 +39,23 @@ export interface ListPage {
 export interface QueueStatsRow {
   queue: string;
   status: JobStatus;
+  /** Rows of this queue and status; an estimate when `estimated`. */
   count: number;
+  /**
+   * True when `count` is estimated from a sample of the table: failed and
+   * dead, or succeeded and cancelled, jobs once that group holds
+   * {@link EXACT_COUNT_LIMIT} rows or more. Queued and running counts are exact.
+   */
+  estimated: boolean;
   /** Milliseconds since the oldest due queued job's run_at; null for other statuses or when none is due. */
   oldestQueuedAgeMs: number | null;
 }
+
+/** Below this many failed and dead (or succeeded and cancelled) jobs, stats() counts them exactly. */
+export const EXACT_COUNT_LIMIT = 10_000;
+
+/** Pages of the jobs table read by stats() to estimate a larger group (8 MiB of 8 KiB pages). */
+export const STATS_SAMPLE_PAGES = 1000;
 
 /** The read-only statements. */
 export class InspectQueries {
@@ -50,6 +63,7 @@ export class InspectQueries {
   readonly #list: Record<ListOrder, Statement>;
   readonly #listPreview: Record<ListOrder, Statement>;
   readonly #stats: Statement;
+  readonly #jobsTable: string;
 
   constructor(names: SchemaNames) {
     const { jobs, statement } = names;
@@ -79,15 +93,49 @@ export class InspectQueries {
       newest: statement('list_preview_newest', preview('id < $6', 'id DESC')),
       oldest: statement('list_preview_oldest', preview('id > $6', 'id')),
     };
+    // Counts that stay cheap at any volume: queued and running jobs through
+    // their partial indexes, exactly. Failed and dead jobs, and succeeded and
+    // cancelled ones kept in the table, are counted exactly while each group
+    // has fewer than $1 rows (read with LIMIT $1, so never more); a larger group is
+    // estimated from a sample of about $2 pages, scaled by the table's size,
+    // and its rows say so. Nothing reads a payload.
     this.#stats = statement(
       'stats',
-      `SELECT queue, status, count(*)::int AS count,
-              (EXTRACT(EPOCH FROM now() - min(run_at) FILTER (WHERE status = 'queued' AND run_at <= now())) * 1000)::float8
-                AS oldest_queued_age_ms
-       FROM ${jobs}
+      `WITH failed AS (
+         SELECT queue, status FROM ${jobs} WHERE status IN ('failed', 'dead') LIMIT $1
+       ), kept AS (
+         SELECT queue, status FROM ${jobs} WHERE status IN ('succeeded', 'cancelled') LIMIT $1
+       ), big AS (
+         SELECT (SELECT count(*) FROM failed) >= $1 AS failed, (SELECT count(*) FROM kept) >= $1 AS kept,
+                LEAST(100, 100.0 * $2 / GREATEST(pg_catalog.pg_relation_size($3::regclass)
+                  / pg_catalog.current_setting('block_size')::int, 1))::float4 AS percent
+       ), counted AS (
+         SELECT queue, status, count(*)::float8 AS n,
+                min(run_at) FILTER (WHERE run_at <= now()) AS oldest_due, false AS estimated
+         FROM ${jobs} WHERE status = 'queued' GROUP BY queue, status
+         UNION ALL
+         SELECT queue, status, count(*), NULL, false
+         FROM ${jobs} WHERE locked_at IS NOT NULL AND status = 'running' GROUP BY queue, status
+         UNION ALL
+         SELECT queue, status, count(*), NULL, false
+         FROM failed WHERE NOT (SELECT failed FROM big) GROUP BY queue, status
+         UNION ALL
+         SELECT queue, status, count(*), NULL, false
+         FROM kept WHERE NOT (SELECT kept FROM big) GROUP BY queue, status
+         UNION ALL
+         SELECT queue, status, count(*) * 100.0 / (SELECT percent FROM big), NULL, true
+         FROM ${jobs} TABLESAMPLE SYSTEM ((SELECT percent FROM big))
+         WHERE ((SELECT failed FROM big) OR (SELECT kept FROM big))
+           AND ((status IN ('failed', 'dead') AND (SELECT failed FROM big))
+             OR (status IN ('succeeded', 'cancelled') AND (SELECT kept FROM big)))
        GROUP BY queue, status
+       )
+       SELECT queue, status, round(n)::int AS count, estimated,
+              (EXTRACT(EPOCH FROM now() - oldest_due) * 1000)::float8 AS oldest_queued_age_ms
+       FROM counted
        ORDER BY queue, status`,
     );
+    this.#jobsTable = jobs;
   }
 
   /** One job by id, or undefined. */
@@ -120,18 +168,20 @@ export class InspectQueries {
     return rows.map(toJobSummary);
   }
 
-  /** Counts per queue and status, and the oldest due queued job's age. */
+  /** Counts per queue and status (some estimated at volume), and the oldest due queued job's age. */
   async stats(db: Queryable): Promise<QueueStatsRow[]> {
     const { rows } = await run<{
       queue: string;
       status: JobStatus;
       count: number;
+      estimated: boolean;
       oldest_queued_age_ms: number | null;
-    }>(db, this.#stats, []);
+    }>(db, this.#stats, [EXACT_COUNT_LIMIT, STATS_SAMPLE_PAGES, this.#jobsTable]);
     return rows.map((r) => ({
       queue: r.queue,
       status: r.status,
       count: r.count,
+      estimated: r.estimated,
       oldestQueuedAgeMs: r.oldest_queued_age_ms,
     }));
   }
