@@ -9,7 +9,7 @@ import { translateError } from '../db/executor.js';
 import { leaseKey } from '../db/queries/job-row.js';
 import type { SkiplockError } from '../errors.js';
 import { type Clock, sleep, systemClock } from '../runtime/clock.js';
-import type { EventReporter } from './event-reporter.js';
+import type { EventReporter } from './events.js';
 import type { Execution } from './executions.js';
 import { loopBackoffMs } from './loop-backoff.js';
 

@@ -20,20 +20,19 @@ import type { JobTracing } from '../telemetry/tracing.js';
 import { Cancellation } from './cancellation.js';
 import { ClaimLoop, workerClaimRequest } from './claim-loop.js';
 import type { Completer } from './completer.js';
-import { EventReporter } from './event-reporter.js';
 import type { WorkerEvents } from './events.js';
+import { EventReporter } from './events.js';
 import { bufferedExecution, type Execution, Executions } from './executions.js';
 import { type RunOutcome, runJob } from './executor.js';
 import { kindRetryDelayMs, type ResolvedHandler } from './handler-definition.js';
 import { Heartbeat } from './heartbeat.js';
-import type { Notifier } from './notifier.js';
+import { type Notifier, workerNotifier } from './notifier.js';
 import type { ResolvedWorkerOptions } from './options.js';
 import { releaseExecutions } from './release.js';
 import { resultWriter } from './result-writer.js';
 import { serverWarnings } from './server-check.js';
 import { forgetOnSignals, stopOnSignals } from './signals.js';
 import { TransactionalAttempts } from './transactional.js';
-import { workerNotifier } from './worker-notifier.js';
 import { settlesWithin, type WorkerPool, workerPool } from './worker-pool.js';
 
 /** What a worker needs from its Skiplock. */
