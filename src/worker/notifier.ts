@@ -228,6 +228,8 @@ export interface WorkerNotifierDeps {
   claimLoop: ClaimLoop;
   cancellation: Cancellation;
   events: EventReporter;
+  /** Times the reconnect pauses, the probes and stop(). @default the process's clock */
+  clock?: Clock;
 }
 
 /** The notifier of one worker, its messages routed. */
@@ -236,31 +238,36 @@ export function workerNotifier(deps: WorkerNotifierDeps): Notifier {
   /** The LISTEN connection missed a probe and no probe has come back since (warned once). */
   let deaf = false;
   const listenConfig = listenClientConfig(deps.clientConfig, options.listenConnectionString);
-  return new Notifier(listenConfig, queries.channel, {
-    onWakeUp: (message) => {
-      if (message.type === 'limits') return claimLoop.onLimitsMessage(message.queue);
-      if (cancellation.onMessage(message)) return;
-      if (message.queue === null || options.queues.includes(message.queue)) {
-        claimLoop.onWakeUp(message.queue);
-        claimLoop.hint(message.delayMs);
-      }
+  return new Notifier(
+    listenConfig,
+    queries.channel,
+    {
+      onWakeUp: (message) => {
+        if (message.type === 'limits') return claimLoop.onLimitsMessage(message.queue);
+        if (cancellation.onMessage(message)) return;
+        if (message.queue === null || options.queues.includes(message.queue)) {
+          claimLoop.onWakeUp(message.queue);
+          claimLoop.hint(message.delayMs);
+        }
+      },
+      onListening: () => {
+        events.emit('worker:listen');
+        claimLoop.wake();
+      },
+      onError: (error) => events.error(error, 'notifier'),
+      sendProbe: (token) => queries.probe.send(deps.pool, token),
+      probeIntervalMs: options.listenProbeIntervalMs,
+      onHeard: () => {
+        deaf = false;
+      },
+      onDeaf: (timeoutMs) => {
+        if (deaf) return;
+        deaf = true;
+        events.warn(deafListenerWarning(timeoutMs, options.pollIntervalMs));
+      },
     },
-    onListening: () => {
-      events.emit('worker:listen');
-      claimLoop.wake();
-    },
-    onError: (error) => events.error(error, 'notifier'),
-    sendProbe: (token) => queries.probe.send(deps.pool, token),
-    probeIntervalMs: options.listenProbeIntervalMs,
-    onHeard: () => {
-      deaf = false;
-    },
-    onDeaf: (timeoutMs) => {
-      if (deaf) return;
-      deaf = true;
-      events.warn(deafListenerWarning(timeoutMs, options.pollIntervalMs));
-    },
-  });
+    deps.clock,
+  );
 }
 
 /** A probe that did not come back: the connection hears nothing. */

@@ -88,6 +88,8 @@ export async function releaseExecutions(
   deps: {
     release(leases: ReleasedLease[]): Promise<Map<string, 'queued' | 'cancelled'>>;
     events: EventReporter;
+    /** Times the deadline and the pauses between tries. @default the process's clock */
+    clock?: Clock;
   },
 ): Promise<void> {
   const held = executions.filter((e) => e.state === 'buffered' || e.state === 'running');
@@ -106,5 +108,6 @@ export async function releaseExecutions(
     onReleased: (e, status) =>
       deps.events.emit(status === 'cancelled' ? 'job:cancelled' : 'job:released', e.job),
     onError: (error) => deps.events.error(error, 'release'),
+    ...(deps.clock && { clock: deps.clock }),
   });
 }
