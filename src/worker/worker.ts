@@ -403,9 +403,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
    * that handler: it resolves once the other handlers are done or given back,
    * and the calling job ends by its handler's result, which stop waits for
    * until `shutdownTimeoutMs` (at least a second after the others are done)
-   * before it aborts and gives back that job too. Called later in a handler,
-   * it is an ordinary stop: a handler that awaits it is aborted at the
-   * deadline, and its job given back.
+   * before it aborts and gives back that job too. Called later in a handler
+   * (or by a transactional handler, or one behind middleware, which start
+   * after an `await` of the worker's), it is an ordinary stop: a handler that
+   * awaits it is aborted at the deadline, and its job given back.
    */
   stop(): Promise<void> {
     const caller = this.#calling;
