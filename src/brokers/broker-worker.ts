@@ -22,7 +22,7 @@ import { type RelayedJob, toHandlerJob } from '../relay/message.js';
 import type { Skiplock } from '../skiplock.js';
 import { AttemptControl } from '../worker/attempt-control.js';
 import type { FailureOutcomeInfo } from '../worker/events.js';
-import { runJob } from '../worker/executor.js';
+import { failure, type RunOutcome, runJob } from '../worker/executor.js';
 import { kindRetryDelayMs, type ResolvedHandler, resolveHandlers } from '../worker/handler-definition.js';
 import type { Handlers } from '../worker/options.js';
 
@@ -203,14 +203,21 @@ export class DeliveryRunner {
     const job = toHandlerJob(relayed, attempt, maxAttempts);
     this.#emitter.emit('job:start', job);
     const heartbeat = setInterval(() => delivery.working(), this.#heartbeatMs);
-    let outcome: Awaited<ReturnType<typeof runJob>>;
+    let outcome: RunOutcome;
     try {
-      outcome = await runJob(
-        handler?.handle as Parameters<typeof runJob>[0],
-        job,
-        control,
-        handler?.timeoutMs ?? this.#settings.jobTimeoutMs,
+      // A handler that ignores its signal on stop is not waited for: the delivery goes back at once.
+      const stopped = new Promise<RunOutcome>((resolve) =>
+        control.signal.addEventListener('abort', () => resolve(failure(control.reason)), { once: true }),
       );
+      outcome = await Promise.race([
+        runJob(
+          handler?.handle as Parameters<typeof runJob>[0],
+          job,
+          control,
+          handler?.timeoutMs ?? this.#settings.jobTimeoutMs,
+        ),
+        stopped,
+      ]);
     } finally {
       clearInterval(heartbeat);
     }

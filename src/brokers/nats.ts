@@ -169,43 +169,39 @@ export function natsTarget(options: NatsStreamOptions): RelayTarget {
 
 /** Options of {@link natsWorker}. */
 export interface NatsWorkerOptions<Jobs extends JobMap> extends BrokerWorkerOptions<Jobs>, NatsStreamOptions {
-  /**
-   * The durable consumer's name, shared by every worker of the same queues.
-   * @default `skiplock_<hash of the sorted queues>`
-   */
-  consumer?: string;
   /** How long the broker waits for a delivery's ack before redelivering it, in milliseconds; running handlers extend it. @default 30000 */
   ackWaitMs?: number;
+}
+
+/**
+ * The durable consumer of one queue's subject, shared by every worker of that
+ * queue: `skiplock_<hash of the subject>` (one consumer per subject, as a
+ * work-queue stream wants).
+ */
+export function natsConsumerName(subject: string): string {
+  return `skiplock_${createHash('sha256').update(subject).digest('hex').slice(0, 16)}`;
 }
 
 /** A broker-side worker on NATS JetStream: `start()`, `stop()`, events. */
 export class NatsWorker extends EventEmitter<BrokerWorkerEvents> {
   /** The id recorded in the attempt history. */
   readonly id: string;
-  readonly #skiplock: Skiplock;
   readonly #stream: Required<NatsStreamOptions>;
   readonly #settings: ReturnType<typeof resolveBrokerWorkerOptions>;
-  readonly #consumer: string;
   readonly #ackWaitMs: number;
   readonly #runner: DeliveryRunner;
+  readonly #slots: (() => void)[] = [];
   #connection: NatsConnection | undefined;
-  #messages: { stop(): void } | undefined;
-  #consuming: Promise<void> | undefined;
+  readonly #subscriptions: { stop(): void }[] = [];
+  readonly #consuming: Promise<void>[] = [];
   #stopping: Promise<void> | undefined;
 
   /** Made by {@link natsWorker}. */
   constructor(skiplock: Skiplock, options: NatsWorkerOptions<JobMap>) {
     super();
-    this.#skiplock = skiplock;
     this.#stream = checkStreamOptions(options, 'natsWorker');
     this.#settings = resolveBrokerWorkerOptions(options, 'natsWorker');
     this.id = this.#settings.workerId;
-    const sorted = [...this.#settings.queues].sort();
-    this.#consumer =
-      options.consumer ??
-      `skiplock_${createHash('sha256').update(sorted.join('\u0000')).digest('hex').slice(0, 16)}`;
-    if (!/^[A-Za-z0-9_-]+$/.test(this.#consumer))
-      throw new ValidationError('natsWorker.consumer', 'must be a consumer name (A-Z, a-z, 0-9, _ and -)');
     this.#ackWaitMs = options.ackWaitMs ?? 30_000;
     if (!Number.isInteger(this.#ackWaitMs) || this.#ackWaitMs < 1000)
       throw new ValidationError('natsWorker.ackWaitMs', 'must be an integer ≥ 1000');
@@ -218,10 +214,10 @@ export class NatsWorker extends EventEmitter<BrokerWorkerEvents> {
   }
 
   /**
-   * Connects, creates or checks the stream and the durable consumer, and starts
-   * consuming. Resolves once it consumes.
+   * Connects, creates or checks the stream and the durable consumer of each
+   * queue, and starts consuming. Resolves once it consumes.
    *
-   * @throws the broker's error when it cannot connect or create the consumer.
+   * @throws the broker's error when it cannot connect or create a consumer.
    */
   async start(): Promise<void> {
     if (this.#connection) return;
@@ -230,27 +226,31 @@ export class NatsWorker extends EventEmitter<BrokerWorkerEvents> {
     this.#connection = connection;
     await ensureStream(jetstream, connection, this.#stream);
     const manager = await jetstream.jetstreamManager(connection);
-    const config = {
-      durable_name: this.#consumer,
-      ack_policy: jetstream.AckPolicy.Explicit,
-      ack_wait: this.#ackWaitMs * 1_000_000,
-      // Attempts are counted in the message and ended by the worker (dead letter), not by the broker.
-      max_deliver: -1,
-      max_ack_pending: Math.max(1000, this.#settings.concurrency * 2),
-      filter_subjects: this.#settings.queues.map((queue) => natsSubject(this.#stream.subjectPrefix, queue)),
-    };
-    try {
-      await manager.consumers.info(this.#stream.stream, this.#consumer);
-    } catch (error) {
-      if (!(error instanceof jetstream.JetStreamApiError) || error.status !== 404) throw error;
-      await manager.consumers.add(this.#stream.stream, config);
-    }
     const client = jetstream.jetstream(connection);
-    const consumer = await client.consumers.get(this.#stream.stream, this.#consumer);
-    const messages = await consumer.consume({ max_messages: this.#settings.concurrency });
-    this.#messages = messages;
+    const republish = (job: RelayedJob) => this.#republish(client, job);
+    for (const queue of this.#settings.queues) {
+      const subject = natsSubject(this.#stream.subjectPrefix, queue);
+      const name = natsConsumerName(subject);
+      try {
+        await manager.consumers.info(this.#stream.stream, name);
+      } catch (error) {
+        if (!(error instanceof jetstream.JetStreamApiError) || error.status !== 404) throw error;
+        await manager.consumers.add(this.#stream.stream, {
+          durable_name: name,
+          filter_subject: subject,
+          ack_policy: jetstream.AckPolicy.Explicit,
+          ack_wait: this.#ackWaitMs * 1_000_000,
+          // Attempts are counted in the message and ended by the worker (dead letter), not by the broker.
+          max_deliver: -1,
+          max_ack_pending: Math.max(1000, this.#settings.concurrency * 2),
+        });
+      }
+      const consumer = await client.consumers.get(this.#stream.stream, name);
+      const messages = await consumer.consume({ max_messages: this.#settings.concurrency });
+      this.#subscriptions.push(messages);
+      this.#consuming.push(this.#consume(messages, republish));
+    }
     if (this.#settings.handleSignals) stopOnSignals(this);
-    this.#consuming = this.#consume(messages, (job) => this.#republish(client, job));
   }
 
   async #republish(client: import('@nats-io/jetstream').JetStreamClient, job: RelayedJob): Promise<void> {
@@ -263,8 +263,6 @@ export class NatsWorker extends EventEmitter<BrokerWorkerEvents> {
     messages: AsyncIterable<JsMsg>,
     republish: (job: RelayedJob) => Promise<void>,
   ): Promise<void> {
-    const free: (() => void)[] = [];
-    let active = 0;
     try {
       for await (const message of messages) {
         if (this.#stopping) {
@@ -275,12 +273,14 @@ export class NatsWorker extends EventEmitter<BrokerWorkerEvents> {
         try {
           job = decodeRelayedJob(message.data);
         } catch (error) {
-          // Not a skiplock job: keep it out of the way, never lose it silently.
+          // Not a skiplock job: kept out of the way, and reported.
           message.term('not a relayed skiplock job');
           this.#runner.report(error, 'consume');
           continue;
         }
-        active++;
+        // The slots are shared by every queue's consumer.
+        if (this.#runner.activeCount >= this.#settings.concurrency)
+          await new Promise<void>((resolve) => this.#slots.push(resolve));
         void this.#runner
           .run(
             {
@@ -291,11 +291,7 @@ export class NatsWorker extends EventEmitter<BrokerWorkerEvents> {
             },
             republish,
           )
-          .finally(() => {
-            active--;
-            free.shift()?.();
-          });
-        if (active >= this.#settings.concurrency) await new Promise<void>((resolve) => free.push(resolve));
+          .finally(() => this.#slots.shift()?.());
       }
     } catch (error) {
       this.#runner.report(error, 'consume');
@@ -309,19 +305,15 @@ export class NatsWorker extends EventEmitter<BrokerWorkerEvents> {
    */
   stop(): Promise<void> {
     this.#stopping ??= (async () => {
-      this.#messages?.stop();
+      for (const subscription of this.#subscriptions) subscription.stop();
+      for (const release of this.#slots.splice(0)) release();
       await this.#runner.drain(this.#settings.shutdownTimeoutMs);
-      await this.#consuming;
+      await Promise.allSettled(this.#consuming);
       await this.#connection?.drain().catch(() => {});
       forgetOnSignals(this);
       this.emit('worker:stop');
     })();
     return this.#stopping;
-  }
-
-  /** The skiplock the worker writes dead and failed jobs back to. */
-  get skiplock(): Skiplock {
-    return this.#skiplock;
   }
 }
 
@@ -342,7 +334,7 @@ export class NatsWorker extends EventEmitter<BrokerWorkerEvents> {
  */
 export function natsWorker<Jobs extends JobMap>(
   skiplock: Skiplock<Jobs>,
-  options: NatsWorkerOptions<Jobs>,
+  options: NatsWorkerOptions<NoInfer<Jobs>>,
 ): NatsWorker {
   return new NatsWorker(skiplock as unknown as Skiplock, options as unknown as NatsWorkerOptions<JobMap>);
 }
