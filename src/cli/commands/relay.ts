@@ -5,6 +5,7 @@
  */
 import { Command } from 'commander';
 import { natsTarget } from '../../brokers/nats.js';
+import { rabbitmqTarget } from '../../brokers/rabbitmq.js';
 import { createRelay, type Relay, type RelayTarget } from '../../relay/relay.js';
 import { openDatabase } from '../database.js';
 import { maskUrl } from '../embedded.js';
@@ -24,6 +25,7 @@ import { assertDatabaseUsable } from './worker.js';
 interface RelayFlags extends ConnectionFlags {
   to: string;
   stream: string;
+  rabbitmqQueue: string;
   queue?: string[];
   batchSize?: number;
   lingerMs?: number;
@@ -35,12 +37,20 @@ interface RelayFlags extends ConnectionFlags {
 /** The `relay` command. It exits 1 with one line at start when the database or the broker address cannot be used. */
 export function relayCommand(): Command {
   const command = new Command('relay')
-    .summary('relay jobs to a broker (NATS JetStream)')
+    .summary('relay jobs to a broker (NATS JetStream, RabbitMQ)')
     .description(
       'Relays the jobs of its queues to a broker: claims committed, due jobs with SKIP LOCKED, publishes them, waits for every acknowledgement, then deletes them. A relay killed at any point publishes the jobs again under the same message id, which the broker drops within its duplicate window. Several relays share the work. Stops gracefully on SIGTERM/SIGINT.',
     )
-    .requiredOption('--to <url>', 'the broker: nats://HOST:PORT (NATS JetStream)')
-    .option('--stream <name>', 'the JetStream stream (created when missing)', 'skiplock')
+    .requiredOption(
+      '--to <url>',
+      'the broker: nats://HOST:PORT (NATS JetStream) or amqp://USER:PASSWORD@HOST:PORT (RabbitMQ)',
+    )
+    .option('--stream <name>', 'NATS: the JetStream stream (created when missing)', 'skiplock')
+    .option(
+      '--rabbitmq-queue <prefix>',
+      'RabbitMQ: jobs of queue Q go to the quorum queue PREFIX.Q (created when missing)',
+      'skiplock',
+    )
     .option('--queue <name>', 'queue to relay, repeatable (default: default)', collect)
     .option('--batch-size <n>', 'jobs per batch (default 100)', integer(1, 10_000))
     .option('--linger-ms <ms>', 'wait after a batch that was not full (default 200)', milliseconds(1))
@@ -62,6 +72,7 @@ export function relayCommand(): Command {
       examples(
         'skiplock relay --to nats://127.0.0.1:4222 --queue emails',
         'skiplock relay --to nats://nats.internal:4222 --stream jobs --queue emails --queue media --batch-size 500',
+        'skiplock relay --to amqp://guest:guest@127.0.0.1:5672 --queue emails',
       ),
     )
     .action(async (flags: RelayFlags) => {
@@ -103,7 +114,7 @@ export function relayCommand(): Command {
       });
       relay.start();
       logger.info(
-        { schema: db.skiplock.schema, to: maskUrl(flags.to), stream: flags.stream, relayId: relay.id },
+        { schema: db.skiplock.schema, to: maskUrl(flags.to), broker: target.name, relayId: relay.id },
         `relay started on queues ${relay.queues.join(', ')}`,
       );
       process.send?.({ event: 'relay:started', relayId: relay.id });
@@ -123,7 +134,11 @@ function targetOf(flags: RelayFlags): RelayTarget {
   }
   if (url.protocol === 'nats:' || url.protocol === 'tls:')
     return natsTarget({ servers: flags.to, stream: flags.stream });
-  throw new UsageError(`--to: unsupported broker ${url.protocol}// (give nats://HOST:PORT)`);
+  if (url.protocol === 'amqp:' || url.protocol === 'amqps:')
+    return rabbitmqTarget({ url: flags.to, queue: flags.rabbitmqQueue });
+  throw new UsageError(
+    `--to: unsupported broker ${url.protocol}// (give nats://HOST:PORT or amqp://HOST:PORT)`,
+  );
 }
 
 /** One log line per batch at debug, and every error. */
