@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { natsTarget } from '../../src/brokers/nats.js';
 import { createRelay, type Relay } from '../../src/index.js';
+import { fakeClock } from '../support/fake-clock.js';
 import { useTestDatabase } from '../support/fixture.js';
 import {
   deleteStream,
@@ -136,11 +137,10 @@ describe('the relay to NATS JetStream', () => {
     expect(await exited(child)).toBe('SIGKILL');
     expect(await t.jobCount("status = 'running'")).toBe(2);
     // The crashed relay's lease (1 s) runs out; the sweeper gives the jobs back.
-    await until(
-      async () =>
-        (await t.skiplock.sweep(1000)).requeued > 0 || (await t.jobCount("status = 'queued'")) === 2,
-      'jobs reclaimed',
-    );
+    await until(async () => {
+      await t.skiplock.sweep(1000);
+      return (await t.jobCount("status = 'queued'")) === 2;
+    }, 'jobs reclaimed');
     const relay = relayTo(stream, ['relayed']);
     relay.start();
     await until(async () => (await t.jobCount()) === 0, 'jobs relayed again');
@@ -150,5 +150,30 @@ describe('the relay to NATS JetStream', () => {
     await connection.close();
     expect(messages.map((m) => m.job.id).sort()).toEqual(jobs.map((job) => job.id).sort());
     expect(messages.map((m) => m.msgId)).toEqual(messages.map((m) => m.job.messageId));
+  });
+
+  it('after a batch that was not full, looks again only when lingerMs has passed on its clock', async () => {
+    const stream = newStream();
+    const clock = fakeClock();
+    const relay = createRelay(t.skiplock, {
+      target: natsTarget({ servers: NATS_URL, stream }),
+      queues: ['relayed'],
+      handleSignals: false,
+      lingerMs: 60_000,
+      clock,
+    });
+    relay.on('error', () => {});
+    relays.push(relay);
+    const published: string[] = [];
+    relay.on('relay:publish', (jobs) => published.push(...jobs.map((job) => job.id)));
+    const first = await t.skiplock.enqueue('a', {}, { queue: 'relayed' });
+    relay.start();
+    await until(() => published.length === 1 && clock.pending() === 1, 'the first batch, then the linger');
+    const second = await t.skiplock.enqueue('a', {}, { queue: 'relayed' });
+    await clock.tick(59_999);
+    expect([published, (await t.row(second.id))?.status]).toEqual([[first.id], 'queued']);
+    await clock.tick(1);
+    await until(() => published.length === 2, 'the second batch');
+    expect(published).toEqual([first.id, second.id]);
   });
 });
