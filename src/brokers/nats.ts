@@ -47,14 +47,16 @@ type Nats = typeof import('@nats-io/transport-node');
 type JetStreamModule = typeof import('@nats-io/jetstream');
 
 async function loadClients(): Promise<{ nats: Nats; jetstream: JetStreamModule }> {
-  const dependency = {
-    packageName: '@nats-io/transport-node @nats-io/jetstream',
-    neededFor: 'NATS JetStream',
-  };
-  const [nats, jetstream] = await Promise.all([
-    importOptional<Nats>('@nats-io/transport-node', dependency),
-    importOptional<JetStreamModule>('@nats-io/jetstream', dependency),
-  ]);
+  const neededFor = 'skiplock/nats';
+  // One after the other, so a missing client is named in a fixed order.
+  const nats = await importOptional<Nats>('@nats-io/transport-node', {
+    packageName: '@nats-io/transport-node',
+    neededFor,
+  });
+  const jetstream = await importOptional<JetStreamModule>('@nats-io/jetstream', {
+    packageName: '@nats-io/jetstream',
+    neededFor,
+  });
   return { nats, jetstream };
 }
 
@@ -220,10 +222,21 @@ export class NatsWorker extends EventEmitter<BrokerWorkerEvents> {
    * @throws the broker's error when it cannot connect or create a consumer.
    */
   async start(): Promise<void> {
-    if (this.#connection) return;
+    if (this.#connection || this.#stopping) return;
     const { nats, jetstream } = await loadClients();
     const connection = await nats.connect({ servers: this.#stream.servers, maxReconnectAttempts: -1 });
+    try {
+      await this.#subscribe(jetstream, connection);
+    } catch (error) {
+      for (const subscription of this.#subscriptions.splice(0)) subscription.stop();
+      await connection.close().catch(() => {});
+      throw error;
+    }
     this.#connection = connection;
+    if (this.#settings.handleSignals) stopOnSignals(this);
+  }
+
+  async #subscribe(jetstream: JetStreamModule, connection: NatsConnection): Promise<void> {
     await ensureStream(jetstream, connection, this.#stream);
     const manager = await jetstream.jetstreamManager(connection);
     const client = jetstream.jetstream(connection);
@@ -250,7 +263,6 @@ export class NatsWorker extends EventEmitter<BrokerWorkerEvents> {
       this.#subscriptions.push(messages);
       this.#consuming.push(this.#consume(messages, republish));
     }
-    if (this.#settings.handleSignals) stopOnSignals(this);
   }
 
   async #republish(client: import('@nats-io/jetstream').JetStreamClient, job: RelayedJob): Promise<void> {

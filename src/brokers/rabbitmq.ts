@@ -43,7 +43,7 @@ type Amqp = typeof import('amqplib');
 async function loadClient(): Promise<Amqp> {
   const module = await importOptional<Amqp & { default?: Amqp }>('amqplib', {
     packageName: 'amqplib',
-    neededFor: 'RabbitMQ',
+    neededFor: 'skiplock/rabbitmq',
   });
   return module.default ?? module;
 }
@@ -193,19 +193,25 @@ export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
    * @throws the broker's error when it cannot connect or declare a queue.
    */
   async start(): Promise<void> {
-    if (this.#connection) return;
+    if (this.#connection || this.#stopping) return;
     const connection = await open(await loadClient(), this.#queues.url);
-    this.#connection = connection;
     const { channel } = connection;
-    await channel.prefetch(this.#settings.concurrency);
-    for (const queue of this.#settings.queues) {
-      const name = rabbitmqQueueName(this.#queues.queue, queue);
-      await assertQueues(channel, name);
-      const { consumerTag } = await channel.consume(name, (message) => {
-        if (message) this.#deliver(channel, message);
-      });
-      this.#consumerTags.push(consumerTag);
+    try {
+      await channel.prefetch(this.#settings.concurrency);
+      for (const queue of this.#settings.queues) {
+        const name = rabbitmqQueueName(this.#queues.queue, queue);
+        await assertQueues(channel, name);
+        const { consumerTag } = await channel.consume(name, (message) => {
+          if (message) this.#deliver(channel, message);
+        });
+        this.#consumerTags.push(consumerTag);
+      }
+    } catch (error) {
+      this.#consumerTags.length = 0;
+      await connection.model.close().catch(() => {});
+      throw error;
     }
+    this.#connection = connection;
     if (this.#settings.handleSignals) stopOnSignals(this);
   }
 

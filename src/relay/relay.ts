@@ -17,7 +17,7 @@ import { RelayQueries } from '../db/queries/relay.js';
 import { schemaNames } from '../db/queries/schema-names.js';
 import { SkiplockError } from '../errors.js';
 import { describeFailure } from '../job/failure.js';
-import { assertName } from '../job/job.js';
+import { assertName, type JobMap } from '../job/job.js';
 import { durationMs, integerInRange, parseOptions } from '../options.js';
 import type { Clock } from '../runtime/clock.js';
 import { Service } from '../runtime/service.js';
@@ -304,6 +304,6 @@ class RelayLoop extends Service {
  *
  * @throws {ValidationError} naming the option (`relay.batchSize`…).
  */
-export function createRelay(skiplock: Skiplock, options: RelayOptions): Relay {
-  return new Relay(skiplock, options);
+export function createRelay<Jobs extends JobMap>(skiplock: Skiplock<Jobs>, options: RelayOptions): Relay {
+  return new Relay(skiplock as unknown as Skiplock, options);
 }
