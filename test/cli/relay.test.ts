@@ -22,24 +22,27 @@ afterAll(async () => {
 describe('skiplock relay', () => {
   it('relays the jobs of its queues to NATS JetStream and stops on SIGTERM with exit 0', async () => {
     const job = await t.skiplock.enqueue('send_email', { to: 'a@example.com' }, { queue: 'emails' });
-    const relay = spawnCli(
-      [
-        'relay',
-        '--to',
-        NATS_URL,
-        '--stream',
-        stream,
-        '--queue',
-        'emails',
-        '--database-url',
-        t.url,
-        '--schema',
-        t.schema,
-      ],
-      {},
-    );
+    const relay = spawnCli([
+      'relay',
+      '--to',
+      NATS_URL,
+      '--stream',
+      stream,
+      '--queue',
+      'emails',
+      '--metrics-port',
+      '0',
+      '--database-url',
+      t.url,
+      '--schema',
+      t.schema,
+    ]);
     await relay.waitForOutput(/relay started on queues emails/);
     await until(async () => (await t.jobCount()) === 0, 'the job relayed');
+    await relay.waitForOutput(/metrics at http/);
+    const url = /metrics at (http:\/\/\S+)"/.exec(relay.stdout())![1]!;
+    const scraped = await (await fetch(url)).text();
+    expect(scraped).toMatch(/^skiplock_relay_published_total\{queue="emails"\} 1$/m);
     relay.child.kill('SIGTERM');
     expect(await relay.exited).toBe(0);
     expect(relay.stdout()).toMatch(/"published":1/);

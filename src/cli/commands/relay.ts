@@ -7,6 +7,7 @@ import { Command } from 'commander';
 import { natsTarget } from '../../brokers/nats.js';
 import { rabbitmqTarget } from '../../brokers/rabbitmq.js';
 import { createRelay, type Relay, type RelayTarget } from '../../relay/relay.js';
+import { createMetrics, type MetricsServer, serveMetrics } from '../../telemetry/metrics.js';
 import { openDatabase } from '../database.js';
 import { maskUrl } from '../embedded.js';
 import {
@@ -32,6 +33,8 @@ interface RelayFlags extends ConnectionFlags {
   visibilityTimeoutMs?: number;
   publishTimeoutMs?: number;
   logLevel: LogLevel;
+  metricsPort?: number;
+  metricsHost: string;
 }
 
 /** The `relay` command. It exits 1 with one line at start when the database or the broker address cannot be used. */
@@ -64,6 +67,12 @@ export function relayCommand(): Command {
       "wait for the broker's acknowledgements (default 10000)",
       milliseconds(1),
     )
+    .option(
+      '--metrics-port <n>',
+      'serve Prometheus metrics at /metrics on this port (needs prom-client)',
+      integer(0, 65_535),
+    )
+    .option('--metrics-host <address>', 'address of the metrics server', '127.0.0.1')
     .addOption(choice('--log-level <level>', 'log level', LOG_LEVELS).default('info'));
   addConnectionFlags(command);
   return command
@@ -80,6 +89,7 @@ export function relayCommand(): Command {
       const logger = createLogger(flags.logLevel);
       const db = await openDatabase(flags);
       let relay: Relay;
+      let metrics: MetricsServer | undefined;
       try {
         await assertDatabaseUsable(db);
         relay = createRelay(db.skiplock, {
@@ -91,6 +101,11 @@ export function relayCommand(): Command {
           ...(flags.visibilityTimeoutMs !== undefined && { visibilityTimeoutMs: flags.visibilityTimeoutMs }),
           ...(flags.publishTimeoutMs !== undefined && { publishTimeoutMs: flags.publishTimeoutMs }),
         });
+        if (flags.metricsPort !== undefined) {
+          const registry = await createMetrics(db.skiplock);
+          registry.observeRelay(relay);
+          metrics = await serveMetrics(registry, { port: flags.metricsPort, host: flags.metricsHost });
+        }
       } catch (error) {
         await db.close();
         throw error;
@@ -118,7 +133,9 @@ export function relayCommand(): Command {
         `relay started on queues ${relay.queues.join(', ')}`,
       );
       process.send?.({ event: 'relay:started', relayId: relay.id });
+      if (metrics) logger.info({ url: metrics.url }, `metrics at ${metrics.url}`);
       await stopped;
+      await metrics?.close();
       await db.close();
       logger.info({ relayId: relay.id, ...relay.metrics }, 'relay stopped');
       process.exit(0);
