@@ -250,6 +250,13 @@ class RelayLoop extends Service {
       })
       .catch(fail('claim'));
     if (rows.length === 0) return false;
+    // Published in claim order, so the broker stores a batch highest priority first, then oldest.
+    rows.sort(
+      (a, b) =>
+        b.priority - a.priority ||
+        a.run_at.getTime() - b.run_at.getTime() ||
+        Number(BigInt(a.id) - BigInt(b.id)),
+    );
     const jobs = rows.map((row) => toRelayedJob(row, this.#namespace!));
     let acked: Set<string>;
     let publishFailed = false;

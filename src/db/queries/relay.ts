@@ -75,7 +75,7 @@ export class RelayQueries {
          WHERE status = 'queued' AND run_at <= now()
            AND queue = ANY(ARRAY(SELECT n FROM unnest($1::text[]) n
                                  WHERE NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = n AND q.paused)))
-         ORDER BY priority DESC, run_at, id
+         ORDER BY priority DESC, run_at
          LIMIT $2
          FOR UPDATE SKIP LOCKED
        )
@@ -120,7 +120,7 @@ export class RelayQueries {
     );
   }
 
-  /** Claims up to `request.limit` due jobs of the relayed queues, highest priority and oldest first. */
+  /** Claims up to `request.limit` due jobs of the relayed queues, highest priority and oldest first (rows in no order). */
   async claim(db: Queryable, request: RelayClaimRequest): Promise<RelayRow[]> {
     const { rows } = await run<RelayRow>(db, this.#claim, [
       request.queues,
