@@ -110,4 +110,30 @@ describe('rabbitmqWorker', () => {
     expect(successes).toEqual([greet.id, doomed.id]);
     expect(attempts.filter(([kind]) => kind === 'doomed').map(([, n]) => n)).toEqual([1, 2, 3, 1]);
   });
+
+  it('stops within its shutdown timeout; the abandoned job comes back to the next worker, uncharged', async () => {
+    const prefix = relayed('q');
+    const options = { url: RABBITMQ_URL, queue: prefix, queues: ['q'], handleSignals: false };
+    const first = await started(
+      rabbitmqWorker(t.skiplock, {
+        ...options,
+        shutdownTimeoutMs: 300,
+        handlers: { stuck: () => new Promise(() => {}) },
+      }),
+    );
+    const begun: number[] = [];
+    first.on('job:start', (job) => begun.push(job.attempts));
+    await t.skiplock.enqueue('stuck', {}, { queue: 'q' });
+    await until(() => begun.length === 1, 'the handler started');
+    await first.stop();
+    const attempts: number[] = [];
+    await started(
+      rabbitmqWorker(t.skiplock, {
+        ...options,
+        handlers: { stuck: (j: Job) => void attempts.push(j.attempts) },
+      }),
+    );
+    await until(() => attempts.length === 1, 'the job run by the next worker');
+    expect([begun, attempts]).toEqual([[1], [1]]);
+  });
 });

@@ -73,7 +73,7 @@ describe('the relay to NATS JetStream', () => {
     expect(await t.jobCount('id = $1', [other.id])).toBe(1);
   });
 
-  it('does not relay a paused queue until it is resumed, nor a job before its run_at', async () => {
+  it('does not relay a paused queue until it is resumed, nor a job before its run_at comes', async () => {
     const stream = newStream();
     await t.skiplock.pauseQueue('relayed');
     const job = await t.skiplock.enqueue('a', {}, { queue: 'relayed' });
@@ -93,6 +93,10 @@ describe('the relay to NATS JetStream', () => {
     await until(async () => (await t.jobCount('id = $1', [job.id])) === 0, 'relayed after resume');
     expect(relay.metrics.published).toBe(2);
     expect((await t.row(later.id))?.status).toBe('queued');
+    // Once due, the scheduled job is relayed too.
+    await t.query(`UPDATE ${t.jobs} SET run_at = now() WHERE id = $1`, [later.id]);
+    await until(async () => (await t.jobCount('id = $1', [later.id])) === 0, 'relayed once due');
+    expect(relay.metrics.published).toBe(3);
   });
 
   it('shares the work between two relays: no job is published by both', async () => {

@@ -8,6 +8,7 @@ import {
   uniqueStream,
   until,
 } from '../support/nats.js';
+import { deleteQueues, drainQueue, RABBITMQ_URL, uniquePrefix } from '../support/rabbitmq.js';
 import { runCli, spawnCli } from './cli-process.js';
 
 const t = useTestDatabase();
@@ -52,6 +53,34 @@ describe('skiplock relay', () => {
     expect(messages.map((m) => [m.job.id, m.job.kind, m.job.payload])).toEqual([
       [job.id, 'send_email', { to: 'a@example.com' }],
     ]);
+  });
+
+  it('relays to RabbitMQ with --to amqp://', async () => {
+    const prefix = uniquePrefix('cli_relay');
+    const job = await t.skiplock.enqueue('send_email', { to: 'b@example.com' }, { queue: 'emails' });
+    const relay = spawnCli([
+      'relay',
+      '--to',
+      RABBITMQ_URL,
+      '--rabbitmq-queue',
+      prefix,
+      '--queue',
+      'emails',
+      '--database-url',
+      t.url,
+      '--schema',
+      t.schema,
+    ]);
+    try {
+      await until(async () => (await t.jobCount()) === 0, 'the job relayed');
+      relay.child.kill('SIGTERM');
+      expect(await relay.exited).toBe(0);
+      expect(relay.stdout()).not.toMatch(/guest:guest/);
+      const messages = await drainQueue(`${prefix}.emails`);
+      expect(messages.map((m) => [m.job.id, m.job.payload])).toEqual([[job.id, { to: 'b@example.com' }]]);
+    } finally {
+      await deleteQueues([`${prefix}.emails`]);
+    }
   });
 
   it('refuses a broker it does not know, as a usage error (exit 2)', async () => {
