@@ -17,6 +17,7 @@ import { schemaNames } from '../db/queries/schema-names.js';
 import { ShutdownError, SkiplockError, ValidationError } from '../errors.js';
 import { MAX_ATTEMPT_ERROR_CHARS, MAX_ATTEMPT_ERRORS } from '../job/attempt-history.js';
 import { backoffDelayMs } from '../job/backoff.js';
+import { describeFailure } from '../job/failure.js';
 import type { Job, JobMap } from '../job/job.js';
 import { type RelayedJob, toHandlerJob } from '../relay/message.js';
 import type { Skiplock } from '../skiplock.js';
@@ -55,7 +56,7 @@ export interface BrokerWorkerEvents {
   /** A handler threw a SnoozeError: the job comes back after `delayMs`, its attempt not charged. */
   'job:snoozed': [job: Job, info: { delayMs: number }];
   /** A broker or database error; the worker goes on. */
-  error: [error: SkiplockError, source: 'consume' | 'publish' | 'write-back'];
+  error: [error: SkiplockError, source: 'consume' | 'publish' | 'write-back' | 'listener'];
   /** The worker stopped. */
   'worker:stop': [];
 }
@@ -170,6 +171,23 @@ export class DeliveryRunner {
     await Promise.allSettled([...this.#running.values()]);
   }
 
+  /** Emits `event`; a listener that throws is reported as an `error` from source `listener`. */
+  #notify<K extends Exclude<keyof BrokerWorkerEvents, 'error'>>(
+    event: K,
+    ...args: BrokerWorkerEvents[K]
+  ): void {
+    try {
+      (this.#emitter.emit as (event: K, ...args: BrokerWorkerEvents[K]) => boolean)(event, ...args);
+    } catch (error) {
+      this.report(
+        new SkiplockError('LISTENER', `a '${event}' listener threw: ${describeFailure(error)}`, {
+          cause: error,
+        }),
+        'listener',
+      );
+    }
+  }
+
   /** Reports a background error as an `error` event (or on the console when nobody listens). */
   report(error: unknown, source: BrokerWorkerEvents['error'][1]): void {
     const translated =
@@ -180,11 +198,17 @@ export class DeliveryRunner {
           : new SkiplockError('BROKER', error instanceof Error ? error.message : String(error), {
               cause: error,
             });
-    if (this.#emitter.listenerCount('error') > 0) this.#emitter.emit('error', translated, source);
-    else
-      console.error(
-        `[skiplock] broker worker ${this.#settings.workerId}: ${source} error: ${translated.message}`,
-      );
+    if (this.#emitter.listenerCount('error') > 0) {
+      try {
+        this.#emitter.emit('error', translated, source);
+        return;
+      } catch {
+        // An 'error' listener that throws: the console still hears it.
+      }
+    }
+    console.error(
+      `[skiplock] broker worker ${this.#settings.workerId}: ${source} error: ${translated.message}`,
+    );
   }
 
   async #run(delivery: Delivery, republish: Republish, control: AttemptControl): Promise<void> {
@@ -201,7 +225,7 @@ export class DeliveryRunner {
         : relayed.maxAttempts;
     const attempt = relayed.attempts + 1;
     const job = toHandlerJob(relayed, attempt, maxAttempts);
-    this.#emitter.emit('job:start', job);
+    this.#notify('job:start', job);
     const heartbeat = setInterval(() => delivery.working(), this.#heartbeatMs);
     let outcome: RunOutcome;
     try {
@@ -223,7 +247,7 @@ export class DeliveryRunner {
     }
     if (outcome.ok) {
       await delivery.ack();
-      this.#emitter.emit('job:success', job);
+      this.#notify('job:success', job);
       return;
     }
     if (control.reason instanceof ShutdownError) {
@@ -235,7 +259,7 @@ export class DeliveryRunner {
     if (outcome.snoozeDelayMs !== undefined) {
       const notBefore = new Date(Date.now() + outcome.snoozeDelayMs).toISOString();
       await this.#forward(delivery, republish, { ...base, notBefore });
-      this.#emitter.emit('job:snoozed', job, { delayMs: outcome.snoozeDelayMs });
+      this.#notify('job:snoozed', job, { delayMs: outcome.snoozeDelayMs });
       return;
     }
     const errors = [
@@ -254,7 +278,7 @@ export class DeliveryRunner {
       const retryDelayMs = Math.round(kindRetryDelayMs(handler, job, outcome) ?? backoffDelayMs(attempt));
       const notBefore = new Date(Date.now() + retryDelayMs).toISOString();
       await this.#forward(delivery, republish, { ...base, attempts: attempt, errors, notBefore });
-      this.#emitter.emit('job:failure', job, outcome.thrown, {
+      this.#notify('job:failure', job, outcome.thrown, {
         status: 'queued',
         retryDelayMs,
         lastError: outcome.error,
@@ -286,7 +310,7 @@ export class DeliveryRunner {
       return;
     }
     await delivery.ack();
-    this.#emitter.emit('job:failure', job, outcome.thrown, {
+    this.#notify('job:failure', job, outcome.thrown, {
       status,
       retryDelayMs: 0,
       lastError: outcome.error,

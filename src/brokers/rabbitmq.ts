@@ -94,9 +94,14 @@ function send(channel: ConfirmChannel, queue: string, job: RelayedJob, expiratio
 async function open(amqp: Amqp, url: string): Promise<{ model: ChannelModel; channel: ConfirmChannel }> {
   const model = await amqp.connect(url);
   model.on('error', () => {});
-  const channel = await model.createConfirmChannel();
-  channel.on('error', () => {});
-  return { model, channel };
+  try {
+    const channel = await model.createConfirmChannel();
+    channel.on('error', () => {});
+    return { model, channel };
+  } catch (error) {
+    await model.close().catch(() => {});
+    throw error;
+  }
 }
 
 /**

@@ -80,7 +80,7 @@ export interface RelayEvents {
   /** Jobs the broker did not acknowledge in time were given back, to be published again. */
   'relay:release': [count: number];
   /** A database or broker error; the relay retries by itself. */
-  error: [error: SkiplockError, source: 'claim' | 'publish' | 'remove' | 'connect'];
+  error: [error: SkiplockError, source: 'claim' | 'publish' | 'remove' | 'connect' | 'listener'];
   /** The relay stopped. */
   'relay:stop': [];
 }
@@ -175,6 +175,20 @@ export class Relay extends EventEmitter<RelayEvents> {
     this.emit('relay:stop');
   }
 
+  /** @internal emits `event`; a listener that throws is reported as an `error` from source `listener`. */
+  notify<K extends 'relay:publish' | 'relay:release'>(event: K, ...args: RelayEvents[K]): void {
+    try {
+      (this.emit as (event: K, ...args: RelayEvents[K]) => boolean)(event, ...args);
+    } catch (error) {
+      this.report(
+        new SkiplockError('LISTENER', `a '${event}' listener threw: ${describeFailure(error)}`, {
+          cause: error,
+        }),
+        'listener',
+      );
+    }
+  }
+
   /** @internal reports a background error. */
   report(error: unknown, source: RelayEvents['error'][1]): void {
     this.metrics.errors++;
@@ -182,8 +196,15 @@ export class Relay extends EventEmitter<RelayEvents> {
       source === 'claim' || source === 'remove' || error instanceof SkiplockError
         ? translateError(error)
         : new SkiplockError('BROKER', `${this.#targetName}: ${describeFailure(error)}`, { cause: error });
-    if (this.listenerCount('error') > 0) this.emit('error', translated, source);
-    else console.error(`[skiplock] relay ${this.id}: ${source} error: ${translated.message}`);
+    if (this.listenerCount('error') > 0) {
+      try {
+        this.emit('error', translated, source);
+        return;
+      } catch {
+        // An 'error' listener that throws: the console still hears it.
+      }
+    }
+    console.error(`[skiplock] relay ${this.id}: ${source} error: ${translated.message}`);
   }
 }
 
@@ -282,14 +303,14 @@ class RelayLoop extends Service {
         .catch(fail('remove'));
       relay.metrics.published += published.length;
       relay.metrics.batches++;
-      relay.emit('relay:publish', published);
+      relay.notify('relay:publish', published);
     }
     if (unpublished.length > 0) {
       const released = await this.#queries
         .release(skiplock.pool, unpublished, relay.id)
         .catch(fail('remove'));
       relay.metrics.released += released;
-      relay.emit('relay:release', released);
+      relay.notify('relay:release', released);
       const error = new SkiplockError('BROKER', `${unpublished.length} jobs were not acknowledged in time`);
       if (!publishFailed) relay.report(error, 'publish');
       throw error;

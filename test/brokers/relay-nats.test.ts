@@ -180,4 +180,26 @@ describe('the relay to NATS JetStream', () => {
     await until(() => published.length === 2, 'the second batch');
     expect(published).toEqual([first.id, second.id]);
   });
+
+  it('reports a listener that throws as an error from source listener, and goes on relaying', async () => {
+    const stream = newStream();
+    const relay = relayTo(stream, ['relayed']);
+    const errors: [string, string][] = [];
+    relay.on('error', (error, source) => errors.push([source, error.code]));
+    relay.on('relay:publish', () => {
+      throw new Error('listener bug');
+    });
+    relay.start();
+    await t.skiplock.enqueue('a', {}, { queue: 'relayed' });
+    await until(async () => (await t.jobCount()) === 0, 'the first job relayed');
+    await t.skiplock.enqueue('a', {}, { queue: 'relayed' });
+    await until(
+      async () => relay.metrics.published === 2 && (await t.jobCount()) === 0,
+      'the second job relayed',
+    );
+    expect(errors).toEqual([
+      ['listener', 'LISTENER'],
+      ['listener', 'LISTENER'],
+    ]);
+  });
 });
