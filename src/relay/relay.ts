@@ -15,7 +15,7 @@ import { z } from 'zod';
 import { translateError } from '../db/executor.js';
 import { RelayQueries } from '../db/queries/relay.js';
 import { schemaNames } from '../db/queries/schema-names.js';
-import { SkiplockError } from '../errors.js';
+import { SkiplockError, ValidationError } from '../errors.js';
 import { describeFailure } from '../job/failure.js';
 import { assertName, type JobMap } from '../job/job.js';
 import { durationMs, integerInRange, parseOptions } from '../options.js';
@@ -61,7 +61,10 @@ export interface RelayOptions {
    * shorter than the broker's duplicate window. @default 60000
    */
   visibilityTimeoutMs?: number;
-  /** How long to wait for the broker's acknowledgements, in milliseconds (1…2147483647). @default 10000 */
+  /**
+   * How long to wait for the broker's acknowledgements, in milliseconds; at
+   * most half of `visibilityTimeoutMs`. @default 10000
+   */
   publishTimeoutMs?: number;
   /** Pause after a database or broker error before trying again, in milliseconds. @default 1000 */
   retryDelayMs?: number;
@@ -134,6 +137,14 @@ export class Relay extends EventEmitter<RelayEvents> {
     const queues = parsed.queues ?? ['default'];
     for (const [i, queue] of queues.entries()) assertName(queue, `relay.queues[${i}]`);
     this.id = parsed.relayId ?? `relay:${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
+    const visibilityTimeoutMs = parsed.visibilityTimeoutMs ?? 60_000;
+    const publishTimeoutMs = parsed.publishTimeoutMs ?? 10_000;
+    // A batch must be published and removed well within its lease, or the sweeper gives it back meanwhile.
+    if (publishTimeoutMs * 2 > visibilityTimeoutMs)
+      throw new ValidationError(
+        'relay.publishTimeoutMs',
+        `must be at most half of visibilityTimeoutMs (${visibilityTimeoutMs} ms)`,
+      );
     this.#handleSignals = parsed.handleSignals ?? true;
     this.#targetName = parsed.target.name;
     this.#loop = new RelayLoop(
@@ -143,8 +154,8 @@ export class Relay extends EventEmitter<RelayEvents> {
         queues: [...new Set(queues)],
         batchSize: parsed.batchSize ?? 100,
         lingerMs: parsed.lingerMs ?? 200,
-        visibilityTimeoutMs: parsed.visibilityTimeoutMs ?? 60_000,
-        publishTimeoutMs: parsed.publishTimeoutMs ?? 10_000,
+        visibilityTimeoutMs,
+        publishTimeoutMs,
         retryDelayMs: parsed.retryDelayMs ?? 1000,
         relay: this,
       },
@@ -330,7 +341,8 @@ class RelayLoop extends Service {
  * });
  * relay.start();
  *
- * @throws {ValidationError} naming the option (`relay.batchSize`…).
+ * @throws {ValidationError} naming the option (`relay.batchSize`…), also when
+ *   `publishTimeoutMs` is more than half of `visibilityTimeoutMs`.
  */
 export function createRelay<Jobs extends JobMap>(skiplock: Skiplock<Jobs>, options: RelayOptions): Relay {
   return new Relay(skiplock as unknown as Skiplock, options);

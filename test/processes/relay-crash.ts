@@ -24,6 +24,7 @@ const relay = createRelay(skiplock, {
   },
   queues: [process.env.RELAY_QUEUE!],
   visibilityTimeoutMs: 1000,
+  publishTimeoutMs: 500,
   handleSignals: false,
 });
 relay.start();

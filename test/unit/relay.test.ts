@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { natsSubject } from '../../src/brokers/nats.js';
+import { natsSubject, natsTarget } from '../../src/brokers/nats.js';
+import { createRelay, Skiplock } from '../../src/index.js';
 import { brokerMessageId, relayMessageId, relayNamespace } from '../../src/relay/message.js';
 
 describe('relayed message ids', () => {
@@ -30,5 +31,21 @@ describe('NATS subjects', () => {
     expect(natsSubject('jobs', 'emails')).toBe('jobs.emails');
     expect(natsSubject('jobs', 'a.b *>c')).toBe('jobs.a%2Eb%20%2A%3Ec');
     expect(natsSubject('jobs', 'é')).toBe('jobs.%C3%A9');
+  });
+});
+
+describe('relay options', () => {
+  const skiplock = new Skiplock({ connectionString: 'postgres://nobody@127.0.0.1:1/none' });
+  const target = natsTarget({ servers: 'nats://127.0.0.1:1', stream: 'jobs' });
+
+  it('are refused naming the field, nothing started', () => {
+    expect(() => createRelay(skiplock, { target, batchSize: 0 })).toThrow(/relay\.batchSize/);
+    expect(() => createRelay(skiplock, { target, queues: [] })).toThrow(/relay\.queues/);
+    expect(() => createRelay(skiplock, { target, queues: [''] })).toThrow(/relay\.queues\[0\]/);
+    expect(() => createRelay(skiplock, { target: {} as never })).toThrow(/relay\.target/);
+    expect(() =>
+      createRelay(skiplock, { target, visibilityTimeoutMs: 10_000, publishTimeoutMs: 6000 }),
+    ).toThrow(/relay\.publishTimeoutMs: must be at most half of visibilityTimeoutMs/);
+    expect(() => natsTarget({ servers: 'nats://h', stream: 'a.b' })).toThrow(/natsTarget\.stream/);
   });
 });
