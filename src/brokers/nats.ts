@@ -291,8 +291,13 @@ export class NatsWorker extends EventEmitter<BrokerWorkerEvents> {
           continue;
         }
         // The slots are shared by every queue's consumer.
-        if (this.#runner.activeCount >= this.#settings.concurrency)
+        if (this.#runner.activeCount >= this.#settings.concurrency) {
           await new Promise<void>((resolve) => this.#slots.push(resolve));
+          if (this.#stopping) {
+            message.nak();
+            continue;
+          }
+        }
         void this.#runner
           .run(
             {

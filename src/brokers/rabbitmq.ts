@@ -172,6 +172,8 @@ export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
   readonly #settings: ReturnType<typeof resolveBrokerWorkerOptions>;
   readonly #runner: DeliveryRunner;
   readonly #done = new Set<string>();
+  /** Deliveries waiting for a free slot. */
+  readonly #waiting: (() => void)[] = [];
   #connection: { model: ChannelModel; channel: ConfirmChannel } | undefined;
   readonly #consumerTags: string[] = [];
   #stopping: Promise<void> | undefined;
@@ -244,29 +246,39 @@ export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
       const waitMs = next.notBefore === undefined ? 0 : Date.parse(next.notBefore) - Date.now();
       await (waitMs > 0 ? send(channel, `${name}.delay`, next, waitMs) : send(channel, name, next));
     };
-    void this.#runner.run(
-      {
-        job,
-        ack: () => {
-          channel.ack(message);
-          this.#remember(messageId);
-        },
-        retry: async (delayMs) => {
-          if (delayMs <= 0) {
-            channel.nack(message, false, true);
-            return;
-          }
-          try {
-            await send(channel, `${name}.delay`, job, delayMs);
-            channel.ack(message);
-          } catch {
-            channel.nack(message, false, true);
-          }
-        },
-        working: () => {},
-      },
-      republish,
-    );
+    const run = () =>
+      this.#runner
+        .run(
+          {
+            job,
+            ack: () => {
+              channel.ack(message);
+              this.#remember(messageId);
+            },
+            retry: async (delayMs) => {
+              if (delayMs <= 0) {
+                channel.nack(message, false, true);
+                return;
+              }
+              try {
+                await send(channel, `${name}.delay`, job, delayMs);
+                channel.ack(message);
+              } catch {
+                channel.nack(message, false, true);
+              }
+            },
+            working: () => {},
+          },
+          republish,
+        )
+        .finally(() => this.#waiting.shift()?.());
+    // The prefetch is per queue's consumer (quorum queues have no channel-wide one): the slots are shared here.
+    const start = () => {
+      if (this.#stopping) channel.nack(message, false, true);
+      else void run();
+    };
+    if (this.#runner.activeCount < this.#settings.concurrency) start();
+    else this.#waiting.push(start);
   }
 
   #remember(messageId: string): void {
@@ -283,6 +295,8 @@ export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
     this.#stopping ??= (async () => {
       const connection = this.#connection;
       for (const tag of this.#consumerTags) await connection?.channel.cancel(tag).catch(() => {});
+      // Deliveries still waiting for a slot go back to the broker.
+      for (const start of this.#waiting.splice(0)) start();
       await this.#runner.drain(this.#settings.shutdownTimeoutMs);
       await connection?.model.close().catch(() => {});
       forgetOnSignals(this);

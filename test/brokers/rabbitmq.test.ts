@@ -7,6 +7,7 @@ import {
 } from '../../src/brokers/rabbitmq.js';
 import { createRelay, type Job, type Relay } from '../../src/index.js';
 import { useTestDatabase } from '../support/fixture.js';
+import { gate } from '../support/gate.js';
 import { until } from '../support/nats.js';
 import { deleteQueues, drainQueue, RABBITMQ_URL, uniquePrefix } from '../support/rabbitmq.js';
 
@@ -135,5 +136,51 @@ describe('rabbitmqWorker', () => {
     );
     await until(() => attempts.length === 1, 'the job run by the next worker');
     expect([begun, attempts]).toEqual([[1], [1]]);
+  });
+
+  it('runs at most `concurrency` handlers at once across its queues', async () => {
+    const prefix = relayed('q1');
+    // A second relay to the same prefix for the second queue.
+    queues.push(rabbitmqQueueName(prefix, 'q2'));
+    const relay2 = createRelay(t.skiplock, {
+      target: rabbitmqTarget({ url: RABBITMQ_URL, queue: prefix }),
+      queues: ['q2'],
+      handleSignals: false,
+      lingerMs: 20,
+    });
+    relay2.on('error', () => {});
+    relay2.start();
+    running.push(relay2);
+    const release = gate();
+    let active = 0;
+    let most = 0;
+    let done = 0;
+    await started(
+      rabbitmqWorker(t.skiplock, {
+        url: RABBITMQ_URL,
+        queue: prefix,
+        queues: ['q1', 'q2'],
+        concurrency: 2,
+        handleSignals: false,
+        handlers: {
+          hold: async () => {
+            active++;
+            most = Math.max(most, active);
+            await release.opened;
+            active--;
+            done++;
+          },
+        },
+      }),
+    );
+    await t.skiplock.enqueueMany(
+      Array.from({ length: 6 }, (_, n) => ({ kind: 'hold', payload: {}, queue: n % 2 ? 'q1' : 'q2' })),
+    );
+    await until(() => active === 2, 'two handlers running');
+    await until(async () => (await t.jobCount()) === 0, 'every job relayed');
+    expect([active, most, done]).toEqual([2, 2, 0]);
+    release.open();
+    await until(() => done === 6, 'every job done');
+    expect(most).toBe(2);
   });
 });
