@@ -36,6 +36,15 @@ export {
 export type { Retention } from './maintenance/pruner.js';
 export type { SweepResult } from './maintenance/sweeper.js';
 export type { MigrateResult } from './migrations/migrator.js';
+export type { RelayedJob } from './relay/message.js';
+export {
+  createRelay,
+  Relay,
+  type RelayEvents,
+  type RelayMetrics,
+  type RelayOptions,
+  type RelayTarget,
+} from './relay/relay.js';
 export type { CatchUp } from './schedule/cron.js';
 export type { Overlap, ScheduleInfo, ScheduleOptions } from './schedule/schedule-options.js';
 export {
