@@ -79,7 +79,7 @@ export class Cancellation {
   constructor(deps: CancellationDeps, clock: Clock = systemClock) {
     this.#deps = deps;
     this.#clock = clock;
-    this.#reads = new Coalesced(() => this.#read(), CONTROL_READ_INTERVAL_MS);
+    this.#reads = new Coalesced(() => this.#read(), CONTROL_READ_INTERVAL_MS, clock);
   }
 
   /**

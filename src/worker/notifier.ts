@@ -9,16 +9,29 @@
  * deadline. A connection that hears nothing (a half-open socket, or LISTEN
  * issued through a transaction pooler, whose server connection goes back to
  * the pool) is reported as deaf and replaced; the worker's poll covers the gap.
+ *
+ * {@link workerNotifier} routes each message to the part of the worker it
+ * concerns (limits, wake-ups of its queues and resume to the claim loop,
+ * cancel/pause to the cancellation) and warns once per spell of a deaf
+ * listener. Any role that can connect can send on the channel, so every
+ * message is a hint: what it leads to is read from the database, and a flood
+ * of them is coalesced (see the claim loop and the cancellation).
  */
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { translateError } from '../db/executor.js';
+import type { JobQueries } from '../db/queries/jobs.js';
 import { quoteIdent } from '../db/sql.js';
 import { parseWakeUp, type WakeUp } from '../db/wake-up.js';
 import type { SkiplockError } from '../errors.js';
 import { type Clock, sleep } from '../runtime/clock.js';
 import { Service } from '../runtime/service.js';
+import type { Cancellation } from './cancellation.js';
+import type { ClaimLoop } from './claim-loop.js';
+import type { EventReporter } from './events.js';
 import { loopBackoffMs } from './loop-backoff.js';
+import type { ResolvedWorkerOptions } from './options.js';
+import { deafListenerWarning } from './server-check.js';
 import { destroySocket, settlesWithin } from './worker-pool.js';
 
 /** The part of a `pg.Client` the notifier uses. */
@@ -203,6 +216,58 @@ export function listenClientConfig(config: pg.ClientConfig, connectionString?: s
     ...(config.ssl !== undefined ? { ssl: config.ssl } : {}),
     ...(config.application_name !== undefined ? { application_name: config.application_name } : {}),
   };
+}
+
+/** The parts of a worker its messages go to. */
+export interface WorkerNotifierDeps {
+  clientConfig: pg.ClientConfig;
+  options: ResolvedWorkerOptions;
+  queries: JobQueries;
+  /** The worker's pool, which sends the probes. */
+  pool: Pick<pg.Pool, 'query'>;
+  claimLoop: ClaimLoop;
+  cancellation: Cancellation;
+  events: EventReporter;
+  /** Times the reconnect pauses, the probes and stop(). @default the process's clock */
+  clock?: Clock;
+}
+
+/** The notifier of one worker, its messages routed. */
+export function workerNotifier(deps: WorkerNotifierDeps): Notifier {
+  const { options, queries, claimLoop, cancellation, events } = deps;
+  /** The LISTEN connection missed a probe and no probe has come back since (warned once). */
+  let deaf = false;
+  const listenConfig = listenClientConfig(deps.clientConfig, options.listenConnectionString);
+  return new Notifier(
+    listenConfig,
+    queries.channel,
+    {
+      onWakeUp: (message) => {
+        if (message.type === 'limits') return claimLoop.onLimitsMessage(message.queue);
+        if (cancellation.onMessage(message)) return;
+        if (message.queue === null || options.queues.includes(message.queue)) {
+          claimLoop.onWakeUp(message.queue);
+          claimLoop.hint(message.delayMs);
+        }
+      },
+      onListening: () => {
+        events.emit('worker:listen');
+        claimLoop.wake();
+      },
+      onError: (error) => events.error(error, 'notifier'),
+      sendProbe: (token) => queries.probe.send(deps.pool, token),
+      probeIntervalMs: options.listenProbeIntervalMs,
+      onHeard: () => {
+        deaf = false;
+      },
+      onDeaf: (timeoutMs) => {
+        if (deaf) return;
+        deaf = true;
+        events.warn(deafListenerWarning(timeoutMs, options.pollIntervalMs));
+      },
+    },
+    deps.clock,
+  );
 }
 
 /** A probe that did not come back: the connection hears nothing. */

@@ -9,7 +9,7 @@ import { translateError } from '../db/executor.js';
 import { leaseKey } from '../db/queries/job-row.js';
 import type { SkiplockError } from '../errors.js';
 import { type Clock, sleep, systemClock } from '../runtime/clock.js';
-import type { EventReporter } from './event-reporter.js';
+import type { EventReporter } from './events.js';
 import type { Execution } from './executions.js';
 import { loopBackoffMs } from './loop-backoff.js';
 
@@ -88,6 +88,8 @@ export async function releaseExecutions(
   deps: {
     release(leases: ReleasedLease[]): Promise<Map<string, 'queued' | 'cancelled'>>;
     events: EventReporter;
+    /** Times the deadline and the pauses between tries. @default the process's clock */
+    clock?: Clock;
   },
 ): Promise<void> {
   const held = executions.filter((e) => e.state === 'buffered' || e.state === 'running');
@@ -106,5 +108,6 @@ export async function releaseExecutions(
     onReleased: (e, status) =>
       deps.events.emit(status === 'cancelled' ? 'job:cancelled' : 'job:released', e.job),
     onError: (error) => deps.events.error(error, 'release'),
+    ...(deps.clock && { clock: deps.clock }),
   });
 }

@@ -8,7 +8,7 @@ import type pg from 'pg';
 import type { JobQueries } from '../db/queries/jobs.js';
 import type { FailedJob, FailureOutcome, SuccessPolicy } from '../db/queries/results.js';
 import { Completer } from './completer.js';
-import type { EventReporter } from './event-reporter.js';
+import type { EventReporter } from './events.js';
 import type { Execution } from './executions.js';
 
 /** What the result writer needs from its worker. */

@@ -7,7 +7,7 @@
  */
 import type { UniqueSpec } from '../../job/unique.js';
 import { type Queryable, run, type Statement } from '../executor.js';
-import type { NewJob } from './insert.js';
+import { isExtended, type NewJob } from './insert.js';
 import { JOB_COLUMNS, type JobRow } from './job-row.js';
 import type { SchemaNames } from './schema-names.js';
 
@@ -46,9 +46,7 @@ const QUALIFIED_COLUMNS = JOB_COLUMNS.split(', ')
 /** Statements of the unique-key shape. */
 export class UniqueInsertQueries {
   readonly #insert: Statement;
-  readonly #insertTraced: Statement;
-  readonly #insertGrouped: Statement;
-  readonly #insertTracedGrouped: Statement;
+  readonly #insertExtended: Statement;
   readonly #resolve: Statement;
   /** The holders of keys none of whose items replaces: read only, so a producer needs no UPDATE grant. */
   readonly #holders: Statement;
@@ -65,32 +63,36 @@ export class UniqueInsertQueries {
     // job; ON CONFLICT settles the race with an uncommitted one (it waits for
     // that transaction, and inserts if it rolls back). Neither is a
     // check-then-insert: the unique index decides.
-    // With tracing on, a statement of its own adds trace_context ($10).
-    // With group keys, statements of their own add group_key (the last parameter).
-    const insert = (name: string, traceColumn = '', traceValue = '', groupArray = '') =>
+    // Jobs with a trace context, tags or a start deadline go through a
+    // statement of its own: trace_context ($10), tags ($11, a JSON array of
+    // arrays), start_by ($12, or $13 milliseconds on the database clock),
+    // group_key ($14).
+    const insert = (name: string, moreColumns = '', moreValues = '', moreRows = '', moreNames = '') =>
       names.statement(
         name,
         `INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts, max_attempts_default,
-                                  unique_key, unique_states${traceColumn})
+                                  unique_key, unique_states${moreColumns})
        SELECT r.kind, r.queue, r.payload, r.priority,
               COALESCE(r.run_at, now() + COALESCE(r.delay_ms, 0) * interval '1 millisecond'),
-              COALESCE(r.max_attempts, 20), r.max_attempts IS NULL, r.unique_key, r.unique_states::text[]${traceValue}
-       FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::int[], $5::timestamptz[], $6::float8[], $7::int[],
-                   $8::text[], $9::text[]${groupArray})
-            AS r(kind, queue, payload, priority, run_at, delay_ms, max_attempts, unique_key, unique_states${groupArray ? ', group_key' : ''})
+              COALESCE(r.max_attempts, 20), r.max_attempts IS NULL, r.unique_key, r.unique_states::text[]${moreValues}
+       FROM ROWS FROM (unnest($1::text[], $2::text[], $3::jsonb[], $4::int[], $5::timestamptz[], $6::float8[],
+                              $7::int[], $8::text[], $9::text[])${moreRows})
+            AS r(kind, queue, payload, priority, run_at, delay_ms, max_attempts, unique_key, unique_states${moreNames})
        WHERE NOT EXISTS (SELECT 1 FROM ${names.jobs} h WHERE h.unique_lock = r.unique_key)
        ORDER BY r.unique_key COLLATE "C"
        ON CONFLICT (unique_lock) WHERE unique_lock IS NOT NULL DO NOTHING
        RETURNING ${JOB_COLUMNS}, unique_key, false AS replaced`,
       );
     this.#insert = insert('insert_unique');
-    this.#insertTraced = insert('insert_unique_traced', ', trace_context', ', $10::text::jsonb');
-    this.#insertGrouped = insert('insert_unique_grouped', ', group_key', ', r.group_key', ', $10::text[]');
-    this.#insertTracedGrouped = insert(
-      'insert_unique_traced_grouped',
-      ', trace_context, group_key',
-      ', $10::text::jsonb, r.group_key',
-      ', $11::text[]',
+    this.#insertExtended = insert(
+      'insert_unique_extended',
+      ', trace_context, tags, start_by, group_key',
+      `, $10::text::jsonb,
+              CASE WHEN json_typeof(r.tags) = 'array' THEN ARRAY(SELECT json_array_elements_text(r.tags)) END,
+              COALESCE(r.start_by, now() + r.start_within_ms * interval '1 millisecond'), r.group_key`,
+      `, json_array_elements($11::text::json), unnest($12::timestamptz[]), unnest($13::float8[]),
+                              unnest($14::text[])`,
+      ', tags, start_by, start_within_ms, group_key',
     );
     // The jobs holding the keys that were not inserted; with 'replace', a queued
     // holder is rewritten (and its queue woken, since its run_at may be sooner).
@@ -166,15 +168,16 @@ export class UniqueInsertQueries {
       jobs.map((j) => j.unique.key),
       jobs.map((j) => j.unique.statesText),
     ];
-    const traceContext = jobs[0]?.traceContext;
-    if (traceContext !== undefined) values.push(traceContext);
-    let statement = traceContext === undefined ? this.#insert : this.#insertTraced;
-    if (jobs.some((j) => j.groupKey !== undefined)) {
-      values.push(jobs.map((j) => j.groupKey ?? null));
-      statement = traceContext === undefined ? this.#insertGrouped : this.#insertTracedGrouped;
-    }
-    const { rows } = await run<UniqueJobRow>(db, statement, values);
-    return rows;
+    if (!jobs.some(isExtended)) return (await run<UniqueJobRow>(db, this.#insert, values)).rows;
+    values.push(
+      // A trace context is the same for every job of one call.
+      jobs[0]?.traceContext ?? null,
+      `[${jobs.map((j) => (j.tags === undefined ? 'null' : JSON.stringify(j.tags))).join(',')}]`,
+      jobs.map((j) => j.startBy ?? null),
+      jobs.map((j) => j.startWithinMs ?? null),
+      jobs.map((j) => j.groupKey ?? null),
+    );
+    return (await run<UniqueJobRow>(db, this.#insertExtended, values)).rows;
   }
 
   /**
