@@ -12,6 +12,7 @@ import { type Measurement, renderReport } from './report.js';
 import { ceilingScenario } from './scenarios/ceiling.js';
 import { drainScenario } from './scenarios/drain.js';
 import { enqueueScenario } from './scenarios/enqueue.js';
+import { groupedDrainScenario } from './scenarios/grouped-drain.js';
 import { heldSnapshotScenario } from './scenarios/held-snapshot.js';
 import { latencyScenario } from './scenarios/latency.js';
 import { memoryScenario } from './scenarios/memory.js';
@@ -31,6 +32,7 @@ const SCENARIOS: readonly Scenario[] = [
   ceilingScenario,
   memoryScenario,
   volumeScenario,
+  groupedDrainScenario,
 ];
 const DEFAULT_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
 const RESULTS = new URL('./results/', import.meta.url);
