@@ -145,6 +145,21 @@ describe('group keys and group limits', () => {
     });
   });
 
+  it('a job past its start deadline is never claimed and holds nothing, even under strictOrder', async () => {
+    await t.skiplock.setQueueLimits('late', { groupConcurrency: 1, strictOrder: true });
+    const expired = await t.skiplock.enqueue(
+      'step',
+      {},
+      { queue: 'late', groupKey: 'k', startBy: new Date(Date.now() - 60_000) },
+    );
+    const next = await t.skiplock.enqueue('step', {}, { queue: 'late', groupKey: 'k' });
+    expect(await drain(t.skiplock, { step: async () => {} }, { onSuccess: 'keep' })).toMatchObject({
+      succeeded: 1,
+    });
+    expect((await t.row(expired.id))?.status).toBe('queued');
+    expect((await t.row(next.id))?.status).toBe('succeeded');
+  });
+
   it('claims keys round-robin: a small key enqueued behind a big backlog starts before the big key’s 100th job', async () => {
     await t.skiplock.setQueueLimits('fair', { groupConcurrency: 100 });
     await t.skiplock.enqueueMany(

@@ -43,7 +43,8 @@ export function groupedClaimSql(
   const { queues, jobs, groupRateSlots } = names;
   // A key's first jobs, in order: those already tried (waiting to retry) come
   // first under strictOrder, and a job not yet due, or of a kind this worker
-  // does not run, holds every job behind it.
+  // does not run, holds every job behind it. A job past its start deadline is
+  // never claimed (the sweeper ends it), and holds nothing.
   const keyOrder = 'o.retry DESC, o.priority DESC, o.run_at, o.id';
   // A key's room: what this claim may take at most, less what its limits
   // leave (running jobs, starts within the rate's period), and no more than
@@ -52,6 +53,7 @@ export function groupedClaimSql(
      SELECT least(c.cap, (SELECT count(*) FROM (SELECT FROM ${jobs} d
                             WHERE d.queue = $1 AND d.status = 'queued' AND d.group_key = ${key}
                               AND d.run_at <= now() AND d.kind = ANY($5::text[])
+                              AND (d.start_by IS NULL OR d.start_by >= now())
                             LIMIT c.cap) due))::int
      FROM (SELECT least(
        t.n,
@@ -125,6 +127,7 @@ export function groupedClaimSql(
        FROM (SELECT j.id, j.priority, j.run_at FROM ${jobs} j
              WHERE j.queue = $1 AND j.status = 'queued' AND j.group_key = kr.group_key
                AND j.run_at <= now() AND j.kind = ANY($5::text[])
+               AND (j.start_by IS NULL OR j.start_by >= now())
              ORDER BY j.priority DESC, j.run_at, j.id
              LIMIT kr.room) o
      ) c
@@ -139,10 +142,12 @@ export function groupedClaimSql(
                 bool_and(o.run_at <= now() AND o.kind = ANY($5::text[])) OVER (ORDER BY ${keyOrder}) AS ready
          FROM ((SELECT j.id, j.priority, j.run_at, j.kind, true AS retry FROM ${jobs} j
                 WHERE j.queue = $1 AND j.status = 'queued' AND j.group_key = kr.group_key AND j.attempts > 0
+                  AND (j.start_by IS NULL OR j.start_by >= now())
                 ORDER BY j.priority DESC, j.run_at, j.id LIMIT kr.room)
                UNION ALL
                (SELECT j.id, j.priority, j.run_at, j.kind, false FROM ${jobs} j
                 WHERE j.queue = $1 AND j.status = 'queued' AND j.group_key = kr.group_key AND j.attempts = 0
+                  AND (j.start_by IS NULL OR j.start_by >= now())
                 ORDER BY j.priority DESC, j.run_at, j.id LIMIT kr.room)) o
        ) s
        WHERE s.ready AND s.rank <= kr.room
@@ -152,6 +157,7 @@ export function groupedClaimSql(
      SELECT u.id, 1, 0, u.priority, u.run_at
      FROM (SELECT j.id, j.priority, j.run_at, j.group_key, j.kind FROM ${jobs} j
            WHERE j.queue = $1 AND j.status = 'queued' AND j.run_at <= now()
+             AND (j.start_by IS NULL OR j.start_by >= now())
            ORDER BY j.priority DESC, j.run_at
            LIMIT ${UNKEYED_REACH}) u
      WHERE u.group_key IS NULL AND u.kind = ANY($5::text[])
@@ -159,7 +165,7 @@ export function groupedClaimSql(
      SELECT j.id FROM ${jobs} j
      WHERE j.id = ANY(ARRAY(
              SELECT id FROM candidates ORDER BY rank, step, priority DESC, run_at, id LIMIT (SELECT n FROM take)))
-       AND j.status = 'queued'
+       AND j.status = 'queued' AND (j.start_by IS NULL OR j.start_by >= now())
      FOR UPDATE SKIP LOCKED
    ), claimed AS (
      UPDATE ${jobs} j
