@@ -57,6 +57,12 @@ interface Setup {
   /** Jobs of limited queues, by queue, and the room their limits leave per claim. */
   limitedJobs?: Map<string, number[]>;
   limitedRoom?: number;
+  /**
+   * Given: the limited queue is a grouped one without queue limits (no
+   * concurrency room), whose claims take at most `limitedRoom` jobs and say
+   * whether a key's limit held jobs back.
+   */
+  groupHeld?: boolean;
   /** A clock whose monotonic time runs `skew()` ahead of its timers (a late timer). */
   skew?: () => number;
 }
@@ -104,10 +110,10 @@ function setup(s: Setup = {}) {
         const taken = waiting.splice(0, Math.min(room, request.limit));
         return {
           jobs: taken.map((id) => job(id, queue)),
-          concurrencyRoom: room,
+          concurrencyRoom: s.groupHeld === undefined ? room : null,
           rateRoom: null,
           rateWaitMs: null,
-          groupHeld: false,
+          groupHeld: (s.groupHeld ?? false) && waiting.length > 0,
         };
       },
     },
@@ -473,6 +479,28 @@ describe('ClaimLoop', () => {
     expect(dispatched).toEqual([['1', '2'], ['3']]);
     await loop.stop();
   });
+
+  for (const groupHeld of [true, false]) {
+    it(`a grouped queue's claim that a key's limit held back ${groupHeld ? 'claims again when a slot frees' : 'waits for the poll when none was held'}`, async () => {
+      const limitedJobs = new Map([['grp', [1, 2, 3]]]);
+      const { clock, loop, requests, dispatched, free } = setup({
+        concurrency: 4,
+        limited: ['grp'],
+        limitedJobs,
+        limitedRoom: 1,
+        groupHeld,
+      });
+      await loop.readLimits();
+      loop.start();
+      await settle(clock);
+      expect(dispatched).toEqual([['1']]);
+      free(1);
+      await settle(clock);
+      expect(dispatched).toEqual(groupHeld ? [['1'], ['2']] : [['1']]);
+      expect(requests.filter((r) => r.queues[0] === 'grp')).toHaveLength(groupHeld ? 2 : 1);
+      await loop.stop();
+    });
+  }
 
   it('limits are read every poll and after a limits message, at most one read every 50 ms however many come', async () => {
     const { clock, loop, limitReads, claims } = setup();
