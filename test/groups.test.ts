@@ -160,6 +160,32 @@ describe('group keys and group limits', () => {
     expect((await t.row(next.id))?.status).toBe('succeeded');
   });
 
+  it('a key held by its group rate starts again when its oldest start leaves the window, not at the next poll', async () => {
+    await t.skiplock.setQueueLimits('paced-worker', { groupRate: { count: 2, periodMs: 1500 } });
+    await t.skiplock.enqueueMany(
+      Array.from({ length: 5 }, (_, i) => ({
+        kind: 'step',
+        payload: { i },
+        queue: 'paced-worker',
+        groupKey: 'k',
+      })),
+    );
+    const worker = t.worker({
+      queues: ['paced-worker'],
+      concurrency: 4,
+      // Only the rate's own wake-up can start the later jobs before this deadline.
+      pollIntervalMs: 120_000,
+      handlers: { step: async () => {} },
+    });
+    await worker.start();
+    await waitFor(
+      async () => (await t.jobCount()) === 0,
+      30_000,
+      'the key to drain at its rate',
+      () => t.query(`SELECT id, status, attempts, run_at, now() AS now FROM ${t.jobs} ORDER BY id`),
+    );
+  });
+
   it('claims keys round-robin: a small key enqueued behind a big backlog starts before the big key’s 100th job', async () => {
     await t.skiplock.setQueueLimits('fair', { groupConcurrency: 100 });
     await t.skiplock.enqueueMany(

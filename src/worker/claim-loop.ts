@@ -562,6 +562,8 @@ export class ClaimLoop extends Service {
     this.#retryOnSlot = true;
     if (claim.rateRoom !== null && claimed >= claim.rateRoom && claim.rateWaitMs !== null)
       this.wakeAfter(claim.rateWaitMs + 1);
+    // A key held by its group rate may start once its oldest counted start expires.
+    if (claim.groupRateWaitMs !== null) this.wakeAfter(claim.groupRateWaitMs + 1);
     return byLimits > requested;
   }
 }

@@ -114,6 +114,7 @@ function setup(s: Setup = {}) {
           rateRoom: null,
           rateWaitMs: null,
           groupHeld: (s.groupHeld ?? false) && waiting.length > 0,
+          groupRateWaitMs: null,
         };
       },
     },

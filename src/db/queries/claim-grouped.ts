@@ -31,9 +31,10 @@ const UNKEYED_REACH = 256;
 /**
  * The grouped claim's SQL. Parameters as the limited claim's: $1 queue, $2
  * most jobs, $3 worker id, $4 visibility timeout (ms), $5 kinds, $6/$7 the
- * kinds' max attempts. Returns the limited claim's columns, and `group_held`:
- * a key had due jobs but no room (its slots or rate), so a freed slot may
- * start it.
+ * kinds' max attempts. Returns the limited claim's columns, `group_held`: a
+ * key had more due jobs than its limits (or the claim's size) let it start,
+ * so a freed slot may start them, and `group_rate_wait_ms`: when the first
+ * counted start of such a key leaves its rate's window (null: none counted).
  */
 export function groupedClaimSql(
   names: SchemaNames,
@@ -46,15 +47,14 @@ export function groupedClaimSql(
   // does not run, holds every job behind it. A job past its start deadline is
   // never claimed (the sweeper ends it), and holds nothing.
   const keyOrder = 'o.retry DESC, o.priority DESC, o.run_at, o.id';
-  // A key's room: what this claim may take at most, less what its limits
-  // leave (running jobs, starts within the rate's period), and no more than
-  // its due jobs of the worker's kinds (an upper bound under strictOrder).
-  const keyRoom = (key: string) => `(
-     SELECT least(c.cap, (SELECT count(*) FROM (SELECT FROM ${jobs} d
-                            WHERE d.queue = $1 AND d.status = 'queued' AND d.group_key = ${key}
-                              AND d.run_at <= now() AND d.kind = ANY($5::text[])
-                              AND (d.start_by IS NULL OR d.start_by >= now())
-                            LIMIT c.cap) due))::int
+  // A key's room and whether its limits held jobs back, as an array: what
+  // this claim may take at most, less what its limits leave (running jobs,
+  // starts within the rate's period), and no more than its due jobs of the
+  // worker's kinds (an upper bound under strictOrder); held (1) when it has
+  // more due jobs than that. The subqueries that compute it end in OFFSET 0,
+  // so that the planner does not copy (and run) it once per use of its result.
+  const keyState = (key: string) => `(
+     SELECT ARRAY[least(c.cap, x.due), (x.due > c.cap)::int]
      FROM (SELECT least(
        t.n,
        CASE WHEN q.group_concurrency IS NULL THEN t.n ELSE greatest(q.group_concurrency - (
@@ -63,7 +63,12 @@ export function groupedClaimSql(
        CASE WHEN q.group_rate_count IS NULL THEN t.n ELSE greatest(q.group_rate_count - (
          SELECT COALESCE(sum(s.starts), 0) FROM ${groupRateSlots} s
          WHERE s.queue = $1 AND s.group_key = ${key} AND s.slot_end + q.group_period_ms > q.at_ms), 0) END
-     ) AS cap) c)`;
+     )::int AS cap) c,
+     LATERAL (SELECT count(*)::int AS due FROM (SELECT FROM ${jobs} d
+                WHERE d.queue = $1 AND d.status = 'queued' AND d.group_key = ${key}
+                  AND d.run_at <= now() AND d.kind = ANY($5::text[])
+                  AND (d.start_by IS NULL OR d.start_by >= now())
+                LIMIT c.cap + 1) z) x)`;
   return `WITH RECURSIVE q AS (
      SELECT paused, concurrency_limit, rate_count, rate_period_ms::bigint AS period_ms,
             rate_slot_ends, rate_slot_starts,
@@ -94,8 +99,9 @@ export function groupedClaimSql(
      -- claim's cursor, wrapping around once, until the keys visited have room
      -- for what this claim may take. Each step is a probe of the group claim
      -- index, and a key's room is its limits less its running jobs and recent starts.
-     SELECT w.group_key, 1 AS step, w.group_key AS first, w.room, w.room AS total
-     FROM (SELECT f.group_key, ${keyRoom('f.group_key')} AS room
+     SELECT w.group_key, 1 AS step, w.group_key AS first, w.state[1] AS room, w.state[2] = 1 AS held,
+            w.state[1] AS total
+     FROM (SELECT f.group_key, ${keyState('f.group_key')} AS state
            FROM (SELECT COALESCE(
                    (SELECT j.group_key FROM ${jobs} j
                     WHERE j.queue = $1 AND j.status = 'queued' AND j.group_key IS NOT NULL AND j.group_key > q.group_cursor
@@ -104,11 +110,12 @@ export function groupedClaimSql(
                     WHERE j.queue = $1 AND j.status = 'queued' AND j.group_key IS NOT NULL
                     ORDER BY j.group_key LIMIT 1)) AS group_key
                  FROM q) f, q, take t
-           WHERE f.group_key IS NOT NULL AND t.n > 0) w
+           WHERE f.group_key IS NOT NULL AND t.n > 0
+           OFFSET 0) w
      UNION ALL
-     SELECT nx.group_key, w.step + 1, w.first, nx.room, w.total + nx.room
+     SELECT nx.group_key, w.step + 1, w.first, nx.state[1], nx.state[2] = 1, w.total + nx.state[1]
      FROM walk w, q, take t, LATERAL (
-       SELECT k.group_key, ${keyRoom('k.group_key')} AS room
+       SELECT k.group_key, ${keyState('k.group_key')} AS state
        FROM (SELECT COALESCE(
                (SELECT j.group_key FROM ${jobs} j
                 WHERE j.queue = $1 AND j.status = 'queued' AND j.group_key IS NOT NULL AND j.group_key > w.group_key
@@ -116,10 +123,11 @@ export function groupedClaimSql(
                (SELECT j.group_key FROM ${jobs} j
                 WHERE j.queue = $1 AND j.status = 'queued' AND j.group_key IS NOT NULL
                 ORDER BY j.group_key LIMIT 1)) AS group_key) k
+       OFFSET 0
      ) nx
      WHERE w.total < t.n AND nx.group_key <> w.first
    ), key_room AS (
-     SELECT group_key, step, room FROM walk
+     SELECT group_key, step, room, held FROM walk
    ), candidates AS (
      SELECT c.id, c.rank, kr.step, c.priority, c.run_at
      FROM key_room kr, q, LATERAL (
@@ -207,7 +215,11 @@ export function groupedClaimSql(
    )
    SELECT r.concurrency_room, r.rate_room,
           (SELECT (SELECT min(slot_end) FROM log) + q.period_ms - q.at_ms FROM q) AS rate_wait_ms,
-          EXISTS (SELECT FROM key_room WHERE room = 0) AS group_held,
+          EXISTS (SELECT FROM key_room WHERE held) AS group_held,
+          (SELECT min(s.slot_end + q.group_period_ms - q.at_ms)
+           FROM ${groupRateSlots} s, q
+           WHERE s.queue = $1 AND s.slot_end + q.group_period_ms > q.at_ms
+             AND s.group_key IN (SELECT group_key FROM key_room WHERE held)) AS group_rate_wait_ms,
           c.id, c.queue, c.kind, c.payload, c.priority, c.run_at, c.attempts, c.max_attempts,
           c.lease_seq, c.created_at, c.trace_context
    FROM room r LEFT JOIN claimed c ON true`;

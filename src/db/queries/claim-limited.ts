@@ -26,6 +26,8 @@ export interface LimitedClaim {
   rateWaitMs: number | null;
   /** A group key of the queue had queued jobs but no room (its group concurrency or rate): a freed slot may start them. */
   groupHeld: boolean;
+  /** Milliseconds until a start of a key held by its group rate leaves the rate's window (null: none). */
+  groupRateWaitMs: number | null;
 }
 
 /** The room the limits left, on every row; a claimed job's columns, or NULLs when none was claimed. */
@@ -34,6 +36,7 @@ interface LimitedClaimRow extends Omit<ClaimRow, 'id'> {
   rate_room: number | null;
   rate_wait_ms: string | null;
   group_held?: boolean;
+  group_rate_wait_ms?: string | null;
   id: string | null;
 }
 
@@ -162,6 +165,8 @@ export class LimitedClaimQueries {
       rateRoom: first?.rate_room ?? null,
       rateWaitMs: first?.rate_wait_ms == null ? null : Math.max(0, Number(first.rate_wait_ms)),
       groupHeld: first?.group_held === true,
+      groupRateWaitMs:
+        first?.group_rate_wait_ms == null ? null : Math.max(0, Number(first.group_rate_wait_ms)),
     };
   }
 }
