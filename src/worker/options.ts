@@ -36,7 +36,7 @@ export type Handlers<Jobs extends JobMap> = {
   [Kind in keyof Jobs & string]?: HandlerEntry<Kind, Jobs[Kind]>;
 };
 
-import type { SuccessPolicy } from '../db/queries/results.js';
+import type { SuccessPolicy } from '../db/queries/finish.js';
 
 export type { SuccessPolicy };
 

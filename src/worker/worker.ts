@@ -238,6 +238,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
     this.#state = 'running';
     if (this.#options.handleSignals) stopOnSignals(this);
+    this.#completer.start();
     this.#heartbeat.start();
     if (this.#options.listen) await this.#notifier.start();
     this.#fetcher.start();
