@@ -129,13 +129,8 @@ function finishSql(names: SchemaNames, variant: Variant): string {
       at: (array: string) => `(${array})[array_position(${ids}, j.id)]`,
     };
   };
-  const ctes = [
-    `cancelled AS (
-       UPDATE ${jobs} j SET status = 'cancelled', ${ENDED}
-       ${leaseFence('$1::bigint[]', '$2::text[]', '$3')} AND j.cancel_requested_at IS NOT NULL
-       ${RETURNED("'cancelled'", '0')})`,
-  ];
-  const selects = ['cancelled'];
+  const ctes: string[] = [];
+  const selects: string[] = [];
   if (variant.success) {
     const { fence } = part();
     ctes.push(...successParts(names, variant.success, fence));
@@ -179,6 +174,16 @@ function finishSql(names: SchemaNames, variant: Variant): string {
        ${RETURNED("'snoozed'", delay)})`);
     selects.push('snoozed');
   }
+  // Only the jobs no outcome part wrote: in the common batch, none, so it reads no row.
+  const rest =
+    selects.length === 0
+      ? '$1::bigint[]'
+      : `ARRAY(SELECT unnest($1::bigint[]) EXCEPT ALL (${selects.map((p) => `SELECT id FROM ${p}`).join(' UNION ALL ')}))`;
+  ctes.push(`cancelled AS (
+       UPDATE ${jobs} j SET status = 'cancelled', ${ENDED}
+       ${leaseFence(rest, '$2::text[]', '$3')} AND j.cancel_requested_at IS NOT NULL
+       ${RETURNED("'cancelled'", '0')})`);
+  selects.push('cancelled');
   return `WITH ${ctes.join(',\n')}
 SELECT * FROM ${selects.join(' UNION ALL SELECT * FROM ')}`;
 }
