@@ -79,7 +79,6 @@ interface Pending<T> {
 export class Completer<T extends LeasedJob> extends Service {
   readonly #deps: CompleterDeps<T>;
   #queued: Pending<T>[] = [];
-  #writing = 0;
   /** Set by a drain past its deadline: stop retrying. */
   readonly #giveUp = new AbortController();
 
@@ -89,9 +88,9 @@ export class Completer<T extends LeasedJob> extends Service {
     this.#deps = deps;
   }
 
-  /** Number of results not yet written. */
+  /** Number of results waiting for the next batch (the batch being written is not counted). */
   get backlog(): number {
-    return this.#queued.length + this.#writing;
+    return this.#queued.length;
   }
 
   /** Queues a success. */
@@ -115,13 +114,7 @@ export class Completer<T extends LeasedJob> extends Service {
       }
       // Handlers that settle in this turn of the event loop join the batch.
       await new Promise((resolve) => setImmediate(resolve));
-      const batch = this.#queued.splice(0, MAX_BATCH);
-      this.#writing = batch.length;
-      try {
-        await this.#write(batch);
-      } finally {
-        this.#writing = 0;
-      }
+      await this.#write(this.#queued.splice(0, MAX_BATCH));
       this.#deps.onBatchWritten?.();
     }
   }

@@ -106,15 +106,16 @@ const ENDED = 'locked_at = NULL, locked_by = NULL, finished_at = now()';
  * or null; snoozes: delay), read by the job's position in its ids.
  *
  * Writable CTEs on one table must not touch the same row (PostgreSQL applies
- * one of two such updates, unpredictably). Here every row is in at most one:
- * the outcome parts take disjoint sets of job ids (one lease per job in the
- * batch, and each job in the part of its one result), and each of them
- * requires `cancel_requested_at IS NULL` while the cancelled part requires
- * the opposite. Every part reads the same snapshot, and a row a concurrent
- * cancel flags is rechecked against the new version, so no row satisfies
- * both; once set on a running job, the flag is cleared only by ending the
- * lease. A row that a concurrent cancel flagged after the snapshot is left
- * alone by every part; the caller reads its state and writes it again.
+ * one of two such changes, unpredictably). Here a row is in at most one part:
+ * the outcome parts take disjoint sets of job ids (the batch holds one lease
+ * per job, and each job goes to the part of its one result), and the
+ * cancelled part takes only the ids no outcome part returned. The outcome
+ * parts also require `cancel_requested_at IS NULL` and the cancelled part the
+ * opposite, all on one snapshot, so a job whose cancel was requested before
+ * the statement ends `cancelled`. A cancel committed after the snapshot fails
+ * an outcome part's recheck of the row, and the cancelled part's snapshot does
+ * not see it: the row is left alone, and the caller reads its state and writes
+ * it again.
  */
 function finishSql(names: SchemaNames, variant: Variant): string {
   const { jobs } = names;
