@@ -175,11 +175,15 @@ function finishSql(names: SchemaNames, variant: Variant): string {
        ${RETURNED("'snoozed'", delay)})`);
     selects.push('snoozed');
   }
-  // Only the jobs no outcome part wrote: in the common batch, none, so it reads no row.
+  // Only the jobs no outcome part wrote; when they wrote every job (the common batch), none, read
+  // without a scan: a CASE evaluates its ELSE (the set difference) only when reached.
+  const written = selects.map((p) => `(SELECT count(*) FROM ${p})`).join(' + ');
+  const unwritten = selects.map((p) => `SELECT id FROM ${p}`).join(' UNION ALL ');
   const rest =
     selects.length === 0
       ? '$1::bigint[]'
-      : `ARRAY(SELECT unnest($1::bigint[]) EXCEPT ALL (${selects.map((p) => `SELECT id FROM ${p}`).join(' UNION ALL ')}))`;
+      : `CASE WHEN ${written} = cardinality($1::bigint[]) THEN '{}'::bigint[]
+              ELSE ARRAY(SELECT unnest($1::bigint[]) EXCEPT ALL (${unwritten})) END`;
   ctes.push(`cancelled AS (
        UPDATE ${jobs} j SET status = 'cancelled', ${ENDED}
        ${leaseFence(rest, '$2::text[]', '$3')} AND j.cancel_requested_at IS NOT NULL
