@@ -2,8 +2,8 @@
  * One attempt of a transactional handler: BEGIN on a connection of the
  * transactional pool, the handler with that connection, the job's completion
  * (the finish statement, fenced by its lease, by the `onSuccess` policy) on
- * the same connection, then COMMIT. The handler's writes and the job's completion commit together or not
- * at all:
+ * the same connection, then COMMIT. The handler's writes and the job's
+ * completion commit together or not at all:
  *
  * - the handler throws, times out, is cancelled or stopped, or the lease was
  *   lost: the transaction rolls back and the attempt ends as any other does
@@ -163,9 +163,10 @@ export function finishing(lease: LeasedJob, outcome: 'succeeded' | 'cancelled'):
 }
 
 /**
- * Runs `handle` on `connection` (inside a transaction), guarded (see guardedClient). A handler
- * that ended the transaction itself fails without retry, since a retry would
- * repeat what it committed. Never rejects; the caller rolls back or commits.
+ * Runs `handle` on `connection` (inside a transaction), guarded (see
+ * guardedClient). A handler that ended the transaction itself fails without
+ * retry, since a retry would repeat what it committed. Never rejects; the
+ * caller rolls back or commits.
  */
 export async function runInTransaction(
   connection: pg.PoolClient,

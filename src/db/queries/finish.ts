@@ -22,7 +22,6 @@
  * hashes, and the fence stays linear in the batch.
  */
 import { BACKOFF_MAX_EXPONENT } from '../../job/backoff.js';
-import type { JobStatus } from '../../job/job.js';
 import { type Queryable, run, type Statement } from '../executor.js';
 import { appendAttemptError } from './attempt-errors.js';
 import { type LeasedJob, leaseFence, leaseFenceKey, newestLeasePerJob } from './job-row.js';
@@ -61,16 +60,6 @@ export type FinishingJob = LeasedJob & AttemptResult;
 /** What the finish statement wrote for one job. */
 export type FinishOutcome = 'succeeded' | 'retry' | 'snoozed' | 'failed' | 'dead' | 'cancelled';
 
-/** The status a job has after each {@link FinishOutcome} (a deleted or archived success counts as `succeeded`). */
-export const STATUS_AFTER: Readonly<Record<FinishOutcome, JobStatus>> = {
-  succeeded: 'succeeded',
-  retry: 'queued',
-  snoozed: 'queued',
-  failed: 'failed',
-  dead: 'dead',
-  cancelled: 'cancelled',
-};
-
 /** One row the finish statement wrote. */
 export interface FinishedJob {
   id: string;
@@ -102,8 +91,8 @@ const ENDED = 'locked_at = NULL, locked_by = NULL, finished_at = now()';
  * leaseFenceKey) and $3 worker id of the whole batch; then, for each outcome
  * present (successes, failures, snoozes, in that order), the ids and lease
  * keys of its jobs — left out when its jobs are the whole batch — and its
- * per-job values (failures: error, permanent, retry delay
- * or null; snoozes: delay), read by the job's position in its ids.
+ * per-job values (failures: error, permanent, retry delay or null; snoozes:
+ * delay), read by the job's position in its ids.
  *
  * Writable CTEs on one table must not touch the same row (PostgreSQL applies
  * one of two such changes, unpredictably). Here a row is in at most one part:

@@ -88,8 +88,8 @@ export interface LeasedJob {
  * after the fence's parameters): `($n::type[])[AT]`. A lookup by position is
  * linear in the batch, so only statements that need per-job values use it
  * (releases, and the finish statement's failures and snoozes); the fence
- * itself does not. A batch holds each
- * job id once: see {@link newestLeasePerJob}.
+ * itself does not. A batch holds each job id once: see
+ * {@link newestLeasePerJob}.
  */
 export const AT = 'array_position($1::bigint[], j.id)';
 
