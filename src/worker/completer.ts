@@ -122,9 +122,10 @@ export class Completer<T extends LeasedJob> extends Service {
   /**
    * Resolves when every queued result is written, or after `timeoutMs` on the
    * clock (then stops retrying; the jobs left come back through the sweeper).
-   * The completer then stops.
+   * The completer then stops (one never started writes what is queued first).
    */
   async drain(timeoutMs: number): Promise<void> {
+    if (this.state === 'new' && this.backlog > 0) this.start();
     const stopping = this.stop();
     const deadline = new AbortController();
     let timedOut = false;
