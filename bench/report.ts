@@ -221,6 +221,17 @@ export function renderTargets(measurements: readonly Measurement[], peers: Targe
       detail: 'median of the per-run ratios',
     });
   }
+  const pages = measurements.filter(
+    (m) => m.tag === 'volume.page' && m.system === 'skiplock' && m.samples.length > 0,
+  );
+  targets.push({
+    goal: 'volume: stats(), queues(), listJobs pages and every dashboard page ≤ 200 ms',
+    value: pages.length > 0 ? Math.max(...pages.map((m) => median(m.samples))) : undefined,
+    limit: 200,
+    kind: 'max',
+    show: (v) => `${v.toFixed(0)} ms`,
+    detail: 'the slowest median',
+  });
   const spread = fig('memory.spread', 'skiplock');
   targets.push({
     goal: 'memory: RSS flat (± 10 %) across the drain',

@@ -18,6 +18,7 @@ import { memoryScenario } from './scenarios/memory.js';
 import type { BenchContext, Scenario } from './scenarios/scenario.js';
 import { steadyStateScenario } from './scenarios/steady-state.js';
 import { tableSizeScenario } from './scenarios/table-size.js';
+import { volumeScenario } from './scenarios/volume.js';
 import { SYSTEMS, systemByName } from './systems/index.js';
 
 const SCENARIOS: readonly Scenario[] = [
@@ -29,6 +30,7 @@ const SCENARIOS: readonly Scenario[] = [
   heldSnapshotScenario,
   ceilingScenario,
   memoryScenario,
+  volumeScenario,
 ];
 const DEFAULT_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
 const RESULTS = new URL('./results/', import.meta.url);

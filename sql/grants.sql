@@ -31,7 +31,7 @@ GRANT SELECT ON TABLE :"schema".migrations TO :"producer_role", :"worker_role";
 REVOKE INSERT ON TABLE :"schema".jobs FROM :"producer_role";
 GRANT SELECT ON TABLE :"schema".jobs TO :"producer_role";
 GRANT INSERT (kind, queue, payload, priority, run_at, max_attempts, max_attempts_default,
-              unique_key, unique_states, trace_context)
+              unique_key, unique_states, trace_context, tags, start_by)
   ON TABLE :"schema".jobs TO :"producer_role";
 
 -- Worker: claim (SELECT … FOR UPDATE SKIP LOCKED, UPDATE), heartbeat, fail,
@@ -73,15 +73,19 @@ GRANT SELECT, UPDATE ON TABLE :"schema".schedules TO :"worker_role";
 -- statements and of these functions. PostgreSQL lets every role execute a new
 -- function unless that default was revoked; these grants work either way.
 GRANT EXECUTE ON FUNCTION
-  :"schema".enqueue(text, jsonb, text, int, timestamptz, int, text, text[]),
+  :"schema".enqueue(text, jsonb, text, int, timestamptz, int, text, text[], text[], timestamptz),
   :"schema".wake_up(text, text, text, bigint)
   TO :"producer_role", :"worker_role";
 GRANT EXECUTE ON FUNCTION
-  :"schema".requeue(bigint[], text[], text[], text[], boolean),
+  :"schema".requeue(bigint[], text[], text[], text[], boolean, text[]),
   :"schema".sweep(int),
-  :"schema".cancel(bigint[], text[], text[], text[]),
+  :"schema".cancel(bigint[], text[], text[], text[], text[]),
   :"schema".control(text, text, text, bigint[])
   TO :"worker_role";
+-- The archive's partition upkeep (worker maintenance, prune): creates day
+-- partitions ahead and drops expired ones. It runs with its owner's rights
+-- (SECURITY DEFINER: DDL needs the archive's owner) and is not PUBLIC's.
+GRANT EXECUTE ON FUNCTION :"schema".archive_partitions(timestamptz, int, bigint) TO :"worker_role";
 
 -- Reader (optional, -v reader_role=…): reads everything skiplock keeps and
 -- changes nothing: getJob, listJobs, stats, queues, schedules, the archive, and

@@ -21,7 +21,8 @@ export type SkiplockErrorCode =
   | 'EMBEDDED_SERVER'
   | 'MISSING_DEPENDENCY'
   | 'CANCELLED'
-  | 'SNOOZE';
+  | 'SNOOZE'
+  | 'BROKER';
 
 /** Base class of every skiplock error. `cause` carries the underlying error, when any. */
 export class SkiplockError extends Error {

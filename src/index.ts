@@ -33,8 +33,18 @@ export {
   type EnqueuedJob,
   type UniqueOptions,
 } from './job/unique.js';
+export type { Retention } from './maintenance/pruner.js';
 export type { SweepResult } from './maintenance/sweeper.js';
 export type { MigrateResult } from './migrations/migrator.js';
+export type { RelayedJob } from './relay/message.js';
+export {
+  createRelay,
+  Relay,
+  type RelayEvents,
+  type RelayMetrics,
+  type RelayOptions,
+  type RelayTarget,
+} from './relay/relay.js';
 export type { CatchUp } from './schedule/cron.js';
 export type { Overlap, ScheduleInfo, ScheduleOptions } from './schedule/schedule-options.js';
 export {

@@ -394,12 +394,16 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   /**
    * Deletes finished jobs (succeeded, failed, dead, cancelled; or the given
    * `status`) and archived jobs whose `finished_at` is older than
-   * `olderThanMs`, in batches of 1000 rows per statement.
+   * `olderThanMs`, in batches of 1000 rows per statement; or, with
+   * `retention`, each status after its own age. The archive's day partitions
+   * whose whole UTC day is older are dropped, not deleted from.
    *
-   * @returns rows deleted from the jobs table (`jobs`) and from the archive (`archive`).
+   * @returns rows deleted from the jobs table (`jobs`) and from the archive
+   *   (`archive`), and archive partitions dropped (`archivePartitions`).
    * @throws {ValidationError} on a bad filter.
    * @example
    * await skiplock.prune({ olderThanMs: 7 * 24 * 3600_000, status: ['succeeded', 'cancelled'] });
+   * await skiplock.prune({ retention: { succeeded: 86_400_000, dead: 30 * 86_400_000 } });
    */
   async prune(filter: PruneFilter): Promise<PruneResult> {
     this.#assertOpen();
@@ -444,7 +448,8 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
 
   /**
    * Runs one sweep now (workers also sweep on their own): reclaims running jobs
-   * whose lease outlived their visibility timeout.
+   * whose lease outlived their visibility timeout, and ends queued jobs past
+   * their start deadline as `cancelled` (expired).
    *
    * @param defaultVisibilityTimeoutMs - for running rows with no timeout of their own. @default 300_000
    */

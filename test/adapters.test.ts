@@ -15,13 +15,12 @@ import { fromKysely } from '../src/adapters/kysely.js';
 import { fromPostgresJs } from '../src/adapters/postgres-js.js';
 import { fromPrisma } from '../src/adapters/prisma.js';
 import { translateError } from '../src/db/executor.js';
-import { DatabaseError, type Queryable, type Skiplock } from '../src/index.js';
+import { DatabaseError, type Queryable } from '../src/index.js';
 import { openPrisma, type PrismaLike } from './adapters/prisma-client.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { useFileDatabase } from './support/file-database.js';
 import { listenForWakeUps, type WakeUpListener } from './support/wake-ups.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
+const { db, skiplock } = useFileDatabase();
 let listener: WakeUpListener;
 const closers: (() => Promise<unknown>)[] = [];
 
@@ -36,8 +35,6 @@ interface Stack {
 const stacks: Stack[] = [];
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
   listener = await listenForWakeUps(db.url);
   await db.query('CREATE TABLE orders (id int PRIMARY KEY)');
 
@@ -110,7 +107,6 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const close of closers) await close().catch(() => {});
   await listener?.close();
-  await db?.close();
 });
 
 class Rollback extends Error {}
@@ -133,7 +129,11 @@ describe.each(names)('%s', (name) => {
     await listener.settle();
     const runAt = new Date(Date.now() + 60_000);
     const job = await stack().transaction((client) =>
-      skiplock.enqueue('adapted', { via: name, n: [1, null] }, { client, queue, priority: 2, runAt }),
+      skiplock.enqueue(
+        'adapted',
+        { via: name, n: [1, null] },
+        { client, queue, priority: 2, runAt, tags: ['t "1"', 'b,c', 'NULL'], startWithinMs: 60_000 },
+      ),
     );
     expect(job).toEqual({
       id: expect.stringMatching(/^\d+$/),
@@ -148,7 +148,14 @@ describe.each(names)('%s', (name) => {
       duplicate: false,
     });
     const stored = await skiplock.getJob(job.id);
-    expect(stored).toMatchObject({ kind: 'adapted', queue, payload: { via: name, n: [1, null] }, runAt });
+    expect(stored).toMatchObject({
+      kind: 'adapted',
+      queue,
+      payload: { via: name, n: [1, null] },
+      runAt,
+      tags: ['t "1"', 'b,c', 'NULL'],
+    });
+    expect(stored!.startBy!.getTime() - stored!.createdAt.getTime()).toBe(60_000);
     const wakeUps = await listener.settle();
     expect(wakeUps.map((w) => [w.type, w.queue, w.delayMs > 50_000])).toEqual([['insert', queue, true]]);
   });
@@ -174,7 +181,14 @@ describe.each(names)('%s', (name) => {
     const { jobs, fetched, listed, requeued, stats } = await stack().transaction(async (client) => {
       const jobs = await skiplock.enqueueMany(
         [
-          { kind: 'many', payload: { i: 1 }, queue: `${queue}-many`, runAt },
+          {
+            kind: 'many',
+            payload: { i: 1 },
+            queue: `${queue}-many`,
+            runAt,
+            tags: ['a "b"', 'c,d'],
+            startBy: runAt,
+          },
           { kind: 'many', payload: { i: 2 }, queue: `${queue}-many`, delayMs: 1_000 },
           {
             kind: 'many',
@@ -219,6 +233,8 @@ describe.each(names)('%s', (name) => {
       finishedAt: null,
       cancelRequestedAt: null,
       errors: [],
+      tags: ['a "b"', 'c,d'],
+      startBy: runAt,
     });
     expect(listed.map((j) => j.id)).toEqual(jobs.map((j) => j.id));
     expect(requeued).toBe(1);

@@ -1,20 +1,13 @@
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { parseWakeUp, type WakeUp } from '../src/db/wake-up.js';
-import { CancelledError, type Skiplock, ValidationError } from '../src/index.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase, waitFor } from './support/database.js';
+import { CancelledError, ValidationError } from '../src/index.js';
+import { TEST_SCHEMA, waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
+import { useFileDatabase } from './support/file-database.js';
+import { gate, untilAborted } from './support/gate.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-});
-afterAll(async () => {
-  await db?.close();
-});
+const { db, skiplock } = useFileDatabase();
 
 const fast = { handleSignals: false, pollIntervalMs: 200 } as const;
 
@@ -70,18 +63,12 @@ describe('cancel', () => {
   });
 
   it('aborts a running handler that waits on its signal within 2 s; the job ends cancelled, attempts unchanged', async () => {
-    let reason: unknown;
+    const aborted = untilAborted();
     const worker = skiplock.worker({
       ...fast,
       queues: ['c-running'],
       handlers: {
-        wait: (_job, { signal }) =>
-          new Promise((_, reject) => {
-            signal.addEventListener('abort', () => {
-              reason = signal.reason;
-              reject(signal.reason);
-            });
-          }),
+        wait: aborted.handler,
       },
     });
     await worker.start();
@@ -95,25 +82,22 @@ describe('cancel', () => {
     const elapsed = performance.now() - t0;
     expect(ended.id).toBe(job.id);
     expect(elapsed).toBeLessThan(2000);
-    expect(reason).toBeInstanceOf(CancelledError);
+    expect(aborted.reason).toBeInstanceOf(CancelledError);
     expect((await skiplock.getJob(job.id))?.cancelRequestedAt).toBeInstanceOf(Date);
-    expect((reason as CancelledError).code).toBe('CANCELLED');
+    expect((aborted.reason as CancelledError).code).toBe('CANCELLED');
     expect(await row(job.id)).toEqual({ status: 'cancelled', attempts: 1, finished: true, locked_by: null });
     await worker.stop();
   });
 
   it('a handler that ignores its signal and later succeeds still ends cancelled', async () => {
-    let finish!: () => void;
-    const returned = new Promise<void>((resolve) => {
-      finish = resolve;
-    });
+    const returned = gate();
     let settled = false;
     const worker = skiplock.worker({
       ...fast,
       queues: ['c-ignore'],
       handlers: {
         stubborn: async () => {
-          await returned;
+          await returned.opened;
           settled = true;
         },
       },
@@ -125,7 +109,7 @@ describe('cancel', () => {
     const cancelled = nextEvent(worker, 'job:cancelled');
     expect(await skiplock.cancel({ ids: [job.id] })).toEqual({ cancelled: 0, running: 1 });
     await cancelled;
-    finish();
+    returned.open();
     await waitFor(() => settled, 5000, 'the handler to return');
     expect(await row(job.id)).toEqual({ status: 'cancelled', attempts: 1, finished: true, locked_by: null });
     await worker.stop();
@@ -138,8 +122,7 @@ describe('cancel', () => {
       queues: ['c-heartbeat'],
       heartbeatIntervalMs: 100,
       handlers: {
-        wait: (_job, { signal }) =>
-          new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason))),
+        wait: untilAborted().handler,
       },
     });
     await worker.start();
@@ -155,10 +138,7 @@ describe('cancel', () => {
   });
 
   it('a buffered job whose cancel is requested never starts and ends cancelled', async () => {
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => {
-      release = resolve;
-    });
+    const released = gate();
     const ran: string[] = [];
     let blocked: string | undefined;
     const worker = skiplock.worker({
@@ -173,7 +153,7 @@ describe('cancel', () => {
           // Quick until the buffer holds jobs, then one blocks so that they wait there.
           if (blocked === undefined && worker.bufferedCount > 0) {
             blocked = job.id;
-            await gate;
+            await released.opened;
           }
         },
       },
@@ -201,7 +181,7 @@ describe('cancel', () => {
       finished: true,
       locked_by: null,
     });
-    release();
+    released.open();
     await waitFor(
       async () =>
         (

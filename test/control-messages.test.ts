@@ -8,10 +8,11 @@ import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { channelName } from '../src/db/sql.js';
 import { Skiplock } from '../src/index.js';
+import { withClient } from './support/client.js';
 import { waitFor } from './support/database.js';
 import { nextEvent, record } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
-import { blockOnceBuffered } from './support/gate.js';
+import { blockOnceBuffered, gate } from './support/gate.js';
 
 const t = useTestDatabase();
 
@@ -23,13 +24,9 @@ async function forge(payloads: unknown[], transactions: 'each' | 'one' = 'each')
     await t.query('SELECT pg_notify($1, p) FROM unnest($2::text[]) p', [channel, texts]);
     return;
   }
-  const client = new pg.Client({ connectionString: t.url });
-  await client.connect();
-  try {
+  await withClient(t.url, async (client) => {
     for (const text of texts) await client.query('SELECT pg_notify($1, $2)', [channel, text]);
-  } finally {
-    await client.end();
-  }
+  });
 }
 
 /**
@@ -59,10 +56,7 @@ function countingSkiplock(): { skiplock: Skiplock; claims: () => number } {
 
 describe('forged messages on the workers’ channel', () => {
   it('a forged cancel message does not abort a running job; a real cancel still does within a second', async () => {
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => {
-      release = resolve;
-    });
+    const released = gate();
     const aborted: unknown[] = [];
     const worker = t.worker({
       queues: ['forged-cancel'],
@@ -75,7 +69,7 @@ describe('forged messages on the workers’ channel', () => {
               aborted.push(signal.reason);
               reject(signal.reason);
             });
-            void gate.then(resolve);
+            void released.opened.then(resolve);
           }),
       },
     });
@@ -105,7 +99,7 @@ describe('forged messages on the workers’ channel', () => {
     expect(cancelledEvents.map(([job]) => job.id)).toEqual([third.id]);
     // The forged ones run on and succeed on their first attempt.
     const succeeded = record(worker, 'job:success');
-    release();
+    released.open();
     await waitFor(() => succeeded.length === 2, 10_000, 'the two jobs to succeed');
     for (const job of [victim!, other!]) {
       expect(await t.row(job.id)).toEqual({

@@ -5,24 +5,20 @@
  * running meanwhile.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Skiplock } from '../src/index.js';
-import { createTestDatabase, type TestDatabase, waitFor } from './support/database.js';
+import { waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
+import { useFileDatabase } from './support/file-database.js';
 import { type NetProxy, startNetProxy } from './support/net-proxy.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
+const { db, skiplock } = useFileDatabase();
 let proxy: NetProxy;
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
   const server = new URL(db.url);
   proxy = await startNetProxy({ host: server.hostname, port: Number(server.port || 5432) });
 });
 afterAll(async () => {
   await proxy?.close();
-  await db?.close();
 });
 
 const PROBE_INTERVAL_MS = 300;

@@ -1,15 +1,8 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { assertMigrated, loadMigrations, type Migration, migrate } from '../src/migrations/migrator.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { useFileDatabase } from './support/file-database.js';
 
-let db: TestDatabase;
-
-beforeAll(async () => {
-  db = await createTestDatabase(false);
-});
-afterAll(async () => {
-  await db?.close();
-});
+const { db } = useFileDatabase({ migrate: false });
 
 describe('migrator', () => {
   it('applies a migration numbered below one already applied, once, in order', async () => {

@@ -3,20 +3,14 @@
  * recorded is applied, in order, whatever higher versions a database already
  * has; and a worker refuses a schema that lacks any of them.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { SchemaVersionError, Skiplock } from '../src/index.js';
 import { loadMigrations } from '../src/migrations/migrator.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase } from './support/database.js';
+import { TEST_SCHEMA } from './support/database.js';
+import { useFileDatabase } from './support/file-database.js';
 
-let db: TestDatabase;
+const { db } = useFileDatabase({ migrate: false });
 const s = `"${TEST_SCHEMA.replaceAll('"', '""')}"`;
-
-beforeAll(async () => {
-  db = await createTestDatabase(false);
-});
-afterAll(async () => {
-  await db?.close();
-});
 
 /** The newest version this library ships. */
 const LATEST = loadMigrations().at(-1)!.version;

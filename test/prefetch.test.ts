@@ -6,20 +6,19 @@
  * get work.
  */
 import type { ChildProcess } from 'node:child_process';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { Skiplock, Worker } from '../src/index.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase, waitFor } from './support/database.js';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { Worker } from '../src/index.js';
+import { TEST_SCHEMA, waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
+import { useFileDatabase } from './support/file-database.js';
+import { blockOnceBuffered, gate } from './support/gate.js';
 import { exited, startWorkerProcess } from './support/processes.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
+const { db, skiplock } = useFileDatabase();
 const workers: Worker[] = [];
 const children: ChildProcess[] = [];
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
   await db.query(
     'CREATE TABLE effects (job_id bigint NOT NULL, attempts int NOT NULL, pid int NOT NULL, at timestamptz DEFAULT now())',
   );
@@ -27,9 +26,6 @@ beforeAll(async () => {
 afterEach(async () => {
   await Promise.all(workers.splice(0).map((w) => w.stop()));
   for (const child of children.splice(0)) child.kill('SIGKILL');
-});
-afterAll(async () => {
-  await db?.close();
 });
 
 const base = { handleSignals: false, pollIntervalMs: 200 } as const;
@@ -46,37 +42,35 @@ async function jobRows(queue: string) {
   );
 }
 
+/**
+ * A worker of `queue` (not started; one slot, prefetch 10) whose first job
+ * that starts while others wait in the buffer holds its slot, and 40 jobs.
+ */
+async function slotBlockedOnceBuffered(
+  queue: string,
+  options: { onSuccess?: 'keep'; prefetchTimeoutMs?: number },
+) {
+  const slot = blockOnceBuffered(() => worker);
+  const worker = track(
+    skiplock.worker({
+      ...base,
+      ...options,
+      queues: [queue],
+      concurrency: 1,
+      prefetch: 10,
+      handlers: { fast: slot.handler },
+    }),
+  );
+  await skiplock.enqueueMany(Array.from({ length: 40 }, (_, i) => ({ kind: 'fast', payload: { i }, queue })));
+  return { worker, slot };
+}
+
 describe('prefetch', () => {
   it('stop() gives buffered jobs back at once, without charging their attempt', async () => {
     const queue = 'pf-stop';
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    let blockedId: string | undefined;
-    const worker = track(
-      skiplock.worker({
-        ...base,
-        queues: [queue],
-        concurrency: 1,
-        prefetch: 10,
-        onSuccess: 'keep',
-        handlers: {
-          fast: async (job) => {
-            // The first job that starts while others wait in the buffer holds its slot.
-            if (blockedId === undefined && worker.bufferedCount > 0) {
-              blockedId = job.id;
-              await gate;
-            }
-          },
-        },
-      }),
-    );
-    await skiplock.enqueueMany(
-      Array.from({ length: 40 }, (_, i) => ({ kind: 'fast', payload: { i }, queue })),
-    );
+    const { worker, slot } = await slotBlockedOnceBuffered(queue, { onSuccess: 'keep' });
     await worker.start();
-    await waitFor(() => blockedId, 20_000, 'a job to start while others are buffered');
+    await waitFor(() => slot.blockedId, 20_000, 'a job to start while others are buffered');
     const buffered = worker.bufferedCount;
     expect(buffered).toBeGreaterThan(0);
     const released: string[] = [];
@@ -88,11 +82,13 @@ describe('prefetch', () => {
     const byId = new Map(rows.map((r) => [r.id, r]));
     for (const id of released)
       expect(byId.get(id)).toMatchObject({ status: 'queued', attempts: 0, locked_by: null });
-    expect(byId.get(blockedId!)).toMatchObject({ status: 'running', attempts: 1 });
-    release();
+    expect(byId.get(slot.blockedId!)).toMatchObject({ status: 'running', attempts: 1 });
+    slot.release();
     await stopping;
     // The blocked job ended by its own result; nothing is left running.
-    expect((await jobRows(queue)).find((r) => r.id === blockedId)).toMatchObject({ status: 'succeeded' });
+    expect((await jobRows(queue)).find((r) => r.id === slot.blockedId)).toMatchObject({
+      status: 'succeeded',
+    });
     expect((await jobRows(queue)).filter((r) => r.status === 'running')).toEqual([]);
   });
 
@@ -211,10 +207,7 @@ describe('prefetch', () => {
   it('slow jobs buffered behind fast ones are given back for other workers once the handlers slow down', async () => {
     const queue = 'pf-slow-after-fast';
     const slowBy = new Map<string, number>();
-    let slowStarted!: () => void;
-    const firstSlow = new Promise<void>((resolve) => {
-      slowStarted = resolve;
-    });
+    const firstSlow = gate();
     const make = (name: string) =>
       track(
         skiplock.worker({
@@ -224,7 +217,7 @@ describe('prefetch', () => {
           handlers: {
             fast: async () => {},
             slow: async () => {
-              slowStarted();
+              firstSlow.open();
               slowBy.set(name, (slowBy.get(name) ?? 0) + 1);
               await new Promise((resolve) => setTimeout(resolve, 200));
             },
@@ -238,7 +231,7 @@ describe('prefetch', () => {
       ...Array.from({ length: 60 }, (_, i) => ({ kind: 'slow', payload: { i }, queue })),
     ]);
     await a.start();
-    await firstSlow;
+    await firstSlow.opened;
     const b = make('b');
     await b.start();
     await waitFor(
@@ -253,39 +246,15 @@ describe('prefetch', () => {
 
   it('a buffered job not started within prefetchTimeoutMs is given back for any worker', async () => {
     const queue = 'pf-timeout';
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    let blocked = false;
-    const worker = track(
-      skiplock.worker({
-        ...base,
-        queues: [queue],
-        concurrency: 1,
-        prefetch: 10,
-        prefetchTimeoutMs: 300,
-        handlers: {
-          fast: async () => {
-            if (!blocked && worker.bufferedCount > 0) {
-              blocked = true;
-              await gate;
-            }
-          },
-        },
-      }),
-    );
-    await skiplock.enqueueMany(
-      Array.from({ length: 40 }, (_, i) => ({ kind: 'fast', payload: { i }, queue })),
-    );
+    const { worker, slot } = await slotBlockedOnceBuffered(queue, { prefetchTimeoutMs: 300 });
     const releasedEvent = nextEvent(worker, 'job:released', 20_000);
     await worker.start();
-    await waitFor(() => blocked, 20_000, 'a job to block while others are buffered');
+    await waitFor(() => slot.blocked, 20_000, 'a job to block while others are buffered');
     await releasedEvent;
     await waitFor(() => worker.bufferedCount === 0, 10_000, 'the buffer to be given back');
     const rows = await jobRows(queue);
     expect(rows.filter((r) => r.status === 'running')).toHaveLength(1);
     expect(rows.filter((r) => r.status === 'queued').every((r) => r.attempts === 0)).toBe(true);
-    release();
+    slot.release();
   });
 });

@@ -4,7 +4,7 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { loadMigrations } from '../src/migrations/migrator.js';
 import { countRows, tableIn, waitFor } from './support/database.js';
 import { useTestDatabase } from './support/fixture.js';
-import { exited, forkScript, sent, startWorkerProcess } from './support/processes.js';
+import { exited, forkScript, killedAfterTest, sent, startWorkerProcess } from './support/processes.js';
 
 const t = useTestDatabase();
 
@@ -15,15 +15,7 @@ beforeEach(async () => {
 });
 
 /** Child processes of the test, killed after it whatever happened. */
-function owned(child: ChildProcess): ChildProcess {
-  t.defer(async () => {
-    if (child.exitCode === null && child.signalCode === null) {
-      child.kill('SIGKILL');
-      await exited(child);
-    }
-  });
-  return child;
-}
+const owned = (child: ChildProcess) => killedAfterTest(t, child);
 
 function env(queue: string, options: Record<string, unknown> = {}, delayMs = 0) {
   return {

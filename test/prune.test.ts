@@ -1,20 +1,11 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Skiplock, ValidationError } from '../src/index.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase, waitFor } from './support/database.js';
+import { describe, expect, it } from 'vitest';
+import { ValidationError } from '../src/index.js';
+import { waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
+import { useFileDatabase } from './support/file-database.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
-let archive: string;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-  archive = `"${TEST_SCHEMA.replaceAll('"', '""')}".jobs_archive`;
-});
-afterAll(async () => {
-  await db?.close();
-});
+const { db, skiplock } = useFileDatabase();
+const archive = db.archive;
 
 /** Inserts `count` jobs of `status` in `queue`, finished `ageMinutes` ago (null: not finished). */
 async function seed(queue: string, status: string, count: number, ageMinutes: number | null) {
@@ -51,11 +42,13 @@ describe('prune', () => {
     expect(await skiplock.prune({ olderThanMs: 3_600_000, status: ['failed', 'cancelled'] })).toEqual({
       jobs: 8,
       archive: 0,
+      archivePartitions: 0,
     });
     // 2500 old succeeded rows: three batches of at most 1000; 1200 old archived rows: two.
     expect(await skiplock.prune({ olderThanMs: 3_600_000, status: 'succeeded' })).toEqual({
       jobs: 2500,
       archive: 1200,
+      archivePartitions: 0,
     });
     expect(await counts()).toEqual({
       'old:dead': 4,
@@ -63,14 +56,54 @@ describe('prune', () => {
       'old:queued': 7,
       'old:running': 8,
     });
-    expect(await skiplock.prune({ olderThanMs: 3_600_000 })).toEqual({ jobs: 4, archive: 0 });
+    expect(await skiplock.prune({ olderThanMs: 3_600_000 })).toEqual({
+      jobs: 4,
+      archive: 0,
+      archivePartitions: 0,
+    });
     expect(await db.query(`SELECT count(*)::int AS n FROM ${archive}`)).toEqual([{ n: 100 }]);
-    expect(await skiplock.prune({ olderThanMs: 0 })).toEqual({ jobs: 6, archive: 100 });
+    expect(await skiplock.prune({ olderThanMs: 0 })).toEqual({ jobs: 6, archive: 100, archivePartitions: 0 });
     expect(await counts()).toEqual({ 'old:queued': 7, 'old:running': 8 });
+  });
+
+  it('prunes each status after its own age, in batches of 1000', async () => {
+    await seed('ps', 'succeeded', 2300, 120);
+    await seed('ps', 'succeeded', 5, 10);
+    await seed('ps', 'failed', 6, 120);
+    await seed('ps', 'dead', 7, 120);
+    await seed('ps', 'dead', 8, 10);
+    await seed('ps', 'cancelled', 9, 120);
+    const before = await counts();
+    expect(
+      await skiplock.prune({ retention: { succeeded: 3_600_000, dead: 60_000, failed: 7_200_000 + 60_000 } }),
+    ).toEqual({ jobs: 2300 + 15, archive: 0, archivePartitions: 0 });
+    expect(await counts()).toEqual({
+      ...before,
+      'ps:succeeded': 5,
+      'ps:failed': 6,
+      'ps:dead': undefined,
+      'ps:cancelled': 9,
+    });
+    await db.query(`DELETE FROM ${db.jobs} WHERE queue = 'ps'`);
   });
 
   it('refuses a bad filter', async () => {
     await expect(skiplock.prune({} as never)).rejects.toBeInstanceOf(ValidationError);
+    await expect(skiplock.prune({ olderThanMs: 1, retention: { dead: 1 } } as never)).rejects.toThrow(
+      /filter\.retention/,
+    );
+    await expect(skiplock.prune({ retention: { dead: -1 } })).rejects.toThrow(/retention\.dead/);
+    await expect(skiplock.prune({ retention: { queued: 1 } as never })).rejects.toThrow(/retention/);
+    const worker = (retention: unknown) =>
+      skiplock.worker({
+        handleSignals: false,
+        maintenanceOnly: true,
+        handlers: {},
+        retention: retention as never,
+      });
+    expect(() => worker({ dead: -1 })).toThrow(/worker\.retention\.dead/);
+    expect(() => worker({ archive: Number.NaN })).toThrow(/worker\.retention\.archive/);
+    expect(() => worker([])).toThrow(/worker\.retention/);
     await expect(skiplock.prune({ olderThanMs: -1 })).rejects.toThrow(/olderThanMs/);
     await expect(skiplock.prune({ olderThanMs: 1, status: 'queued' as never })).rejects.toThrow(/status/);
   });
@@ -90,10 +123,48 @@ describe('prune', () => {
     const pruned = nextEvent(worker, 'worker:prune');
     await worker.start();
     const [result] = await pruned;
-    expect(result).toEqual({ jobs: 4, archive: 0 });
+    expect(result).toEqual({ jobs: 4, archive: 0, archivePartitions: 0 });
     await waitFor(async () => (await counts())['w:succeeded'] === 4, 5000, 'the prune to commit');
     expect(await counts()).toMatchObject({ 'w:dead': 2, 'w:succeeded': 4 });
     expect((await counts())['w:cancelled']).toBeUndefined();
+    await worker.stop();
+  });
+
+  it('a worker with retention prunes each status after its own age; retentionMs fills the rest', async () => {
+    // The prune is not per queue: the previous test's dead letters would go too.
+    await db.query(`DELETE FROM ${db.jobs} WHERE queue = 'w'`);
+    await seed('r', 'succeeded', 3, 10);
+    await seed('r', 'failed', 2, 10);
+    await seed('r', 'dead', 4, 10);
+    await seed('r', 'dead', 1, 0);
+    await seed('r', 'cancelled', 5, 10);
+    const worker = skiplock.worker({
+      handleSignals: false,
+      queues: ['r'],
+      retentionMs: 60_000,
+      retention: { dead: 60_000, cancelled: 3_600_000 },
+      pruneIntervalMs: 100,
+      handlers: { k: async () => {} },
+    });
+    expect(worker.options.retention).toEqual({
+      succeeded: 60_000,
+      failed: 60_000,
+      dead: 60_000,
+      cancelled: 3_600_000,
+      archive: 60_000,
+    });
+    const pruned = nextEvent(worker, 'worker:prune');
+    await worker.start();
+    const [result] = await pruned;
+    expect(result).toEqual({ jobs: 9, archive: 0, archivePartitions: 0 });
+    await waitFor(async () => (await counts())['r:dead'] === 1, 5000, 'the prune to commit');
+    const left = await counts();
+    expect([left['r:succeeded'], left['r:failed'], left['r:dead'], left['r:cancelled']]).toEqual([
+      undefined,
+      undefined,
+      1,
+      5,
+    ]);
     await worker.stop();
   });
 });

@@ -1,20 +1,12 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Skiplock, SnoozeError, ValidationError } from '../src/index.js';
+import { describe, expect, it } from 'vitest';
+import { SnoozeError, ValidationError } from '../src/index.js';
 import { PAUSE_RECHECK_MS } from '../src/worker/cancellation.js';
-import { createTestDatabase, type TestDatabase, waitFor } from './support/database.js';
+import { waitFor } from './support/database.js';
 import { nextEvent, record } from './support/events.js';
+import { useFileDatabase } from './support/file-database.js';
 import { blockOnceBuffered } from './support/gate.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-});
-afterAll(async () => {
-  await db?.close();
-});
+const { db, skiplock } = useFileDatabase();
 
 const fast = { handleSignals: false, pollIntervalMs: 200 } as const;
 
@@ -24,6 +16,27 @@ async function statuses(queue: string): Promise<Record<string, number>> {
     [queue],
   );
   return Object.fromEntries(rows.map((r) => [r.status, r.n]));
+}
+
+/**
+ * A worker of `queue` (one slot, prefetch 10) and 40 jobs of it: resolves once
+ * one job holds the slot (until `slot.release()`) and others wait in the buffer.
+ */
+async function blockedWithBuffer(queue: string, options: { listen?: boolean } = {}) {
+  const slot = blockOnceBuffered(() => worker);
+  const worker = skiplock.worker({
+    ...fast,
+    ...options,
+    queues: [queue],
+    concurrency: 1,
+    prefetch: 10,
+    onSuccess: 'keep',
+    handlers: { step: slot.handler },
+  });
+  await skiplock.enqueueMany(Array.from({ length: 40 }, () => ({ kind: 'step', payload: {}, queue })));
+  await worker.start();
+  await waitFor(() => slot.blocked && worker.bufferedCount > 0, 5000, 'a blocked handler and a buffer');
+  return { worker, slot };
 }
 
 describe('pause and resume', () => {
@@ -68,22 +81,7 @@ describe('pause and resume', () => {
   });
 
   it('pause stops claims within a second; running jobs finish; buffered ones are given back; it outlives a restart', async () => {
-    const slot = blockOnceBuffered(() => worker);
-    const worker = skiplock.worker({
-      ...fast,
-      queues: ['p-live'],
-      concurrency: 1,
-      prefetch: 10,
-      onSuccess: 'keep',
-      handlers: {
-        step: slot.handler,
-      },
-    });
-    await skiplock.enqueueMany(
-      Array.from({ length: 40 }, () => ({ kind: 'step', payload: {}, queue: 'p-live' })),
-    );
-    await worker.start();
-    await waitFor(() => slot.blocked && worker.bufferedCount > 0, 5000, 'a blocked handler and a buffer');
+    const { worker, slot } = await blockedWithBuffer('p-live');
     const t0 = performance.now();
     await skiplock.pauseQueue('p-live');
     // The buffer is given back (its release statement committed): only the
@@ -121,23 +119,7 @@ describe('pause and resume', () => {
   });
 
   it('without LISTEN, a buffered job of a paused queue does not start once the pause is a second old; it is given back uncharged', async () => {
-    const slot = blockOnceBuffered(() => worker);
-    const worker = skiplock.worker({
-      ...fast,
-      listen: false,
-      queues: ['p-no-listen'],
-      concurrency: 1,
-      prefetch: 10,
-      onSuccess: 'keep',
-      handlers: {
-        step: slot.handler,
-      },
-    });
-    await skiplock.enqueueMany(
-      Array.from({ length: 40 }, () => ({ kind: 'step', payload: {}, queue: 'p-no-listen' })),
-    );
-    await worker.start();
-    await waitFor(() => slot.blocked && worker.bufferedCount > 0, 5000, 'a blocked handler and a buffer');
+    const { worker, slot } = await blockedWithBuffer('p-no-listen', { listen: false });
     const buffered = worker.bufferedCount;
     const starts: number[] = [];
     worker.on('job:start', () => starts.push(performance.now()));

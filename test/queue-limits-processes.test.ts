@@ -4,7 +4,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { waitFor } from './support/database.js';
 import { useTestDatabase } from './support/fixture.js';
-import { exited, forkScript, sent } from './support/processes.js';
+import { exited, forkScript, killedAfterTest, sent } from './support/processes.js';
 
 const t = useTestDatabase();
 
@@ -23,18 +23,15 @@ async function workerProcess(
   delayMs: number,
   url = t.db.url,
 ) {
-  const child = forkScript('../processes/limits-worker-process.ts', {
-    SKIPLOCK_URL: url,
-    SKIPLOCK_SCHEMA: t.schema,
-    HANDLER_DELAY_MS: String(delayMs),
-    WORKER_OPTIONS: JSON.stringify({ queues: [queue], pollIntervalMs: 200, ...options }),
-  });
-  t.defer(async () => {
-    if (child.exitCode === null && child.signalCode === null) {
-      child.kill('SIGKILL');
-      await exited(child);
-    }
-  });
+  const child = killedAfterTest(
+    t,
+    forkScript('../processes/limits-worker-process.ts', {
+      SKIPLOCK_URL: url,
+      SKIPLOCK_SCHEMA: t.schema,
+      HANDLER_DELAY_MS: String(delayMs),
+      WORKER_OPTIONS: JSON.stringify({ queues: [queue], pollIntervalMs: 200, ...options }),
+    }),
+  );
   await sent(child, 'ready');
   return child;
 }

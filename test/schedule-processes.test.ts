@@ -1,25 +1,16 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Skiplock } from '../src/index.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase, waitFor } from './support/database.js';
+import { describe, expect, it } from 'vitest';
+import { TEST_SCHEMA, waitFor } from './support/database.js';
+import { useFileDatabase } from './support/file-database.js';
 
 const SCHEDULER = fileURLToPath(new URL('./processes/scheduler-process.ts', import.meta.url));
 const CLOCK_AHEAD = fileURLToPath(new URL('./processes/clock-ahead.ts', import.meta.url));
 const PROCESSES = 4;
 const SLOTS = 12;
 
-let db: TestDatabase;
-let skiplock: Skiplock;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-});
-afterAll(async () => {
-  await db?.close();
-});
+const { db, skiplock } = useFileDatabase();
 
 /** A worker process; with `clockAheadMs`, its wall clock runs that far ahead of the database's. */
 async function startScheduler(clockAheadMs = 0): Promise<ChildProcess & { clock: Promise<number> }> {

@@ -1,20 +1,12 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import type { Skiplock } from '../src/index.js';
-import { createTestDatabase, type TestDatabase, waitFor } from './support/database.js';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { waitFor } from './support/database.js';
 import { record } from './support/events.js';
+import { useFileDatabase } from './support/file-database.js';
+import { gate } from './support/gate.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
-let schedules: string;
+const { db, skiplock } = useFileDatabase();
+const schedules = db.jobs.replace(/\.jobs$/, '.schedules');
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-  schedules = db.jobs.replace(/\.jobs$/, '.schedules');
-});
-afterAll(async () => {
-  await db?.close();
-});
 beforeEach(async () => {
   await db.query(`DELETE FROM ${schedules}`);
   await db.query(`DELETE FROM ${db.jobs}`);
@@ -54,14 +46,11 @@ describe('the scheduler in a worker', () => {
   });
 
   it("overlap 'skip': a job slower than its 1-second interval never piles up", async () => {
-    let release: () => void = () => {};
-    const held = new Promise<void>((r) => {
-      release = r;
-    });
+    const held = gate();
     const worker = skiplock.worker({
       queues: ['slow'],
       handleSignals: false,
-      handlers: { slow: () => held },
+      handlers: { slow: () => held.opened },
     });
     worker.on('error', () => {});
     await skiplock.schedule('slow', '* * * * * *', 'slow', {}, { queue: 'slow' });
@@ -89,7 +78,7 @@ describe('the scheduler in a worker', () => {
         { run_at: first, status: 'running' },
       ]);
     } finally {
-      release();
+      held.open();
       await worker.stop();
     }
   });

@@ -1,7 +1,7 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { withTransaction } from '../src/db/executor.js';
 import { JobQueries } from '../src/db/queries/jobs.js';
-import { type Skiplock, ValidationError } from '../src/index.js';
+import { ValidationError } from '../src/index.js';
 import { loadMigrations, migrate } from '../src/migrations/migrator.js';
 import {
   MAX_JOBS_PER_TURN,
@@ -9,21 +9,13 @@ import {
   SCHEDULE_CHECK_MS,
   schedulerService,
 } from '../src/schedule/scheduler.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase, tableIn } from './support/database.js';
+import { createTestDatabase, TEST_SCHEMA, tableIn } from './support/database.js';
+import { useFileDatabase } from './support/file-database.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
-let schedules: string;
+const { db, skiplock } = useFileDatabase();
+const schedules = db.jobs.replace(/\.jobs$/, '.schedules');
 const queries = new JobQueries(TEST_SCHEMA);
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-  schedules = db.jobs.replace(/\.jobs$/, '.schedules');
-});
-afterAll(async () => {
-  await db?.close();
-});
 beforeEach(async () => {
   await db.query(`DELETE FROM ${schedules}`);
   await db.query(`DELETE FROM ${db.jobs}`);

@@ -7,7 +7,7 @@
  *   (every statement skiplock sends is recorded and searched for the values);
  * - passwords in connection URLs never appear in errors or logs skiplock produces.
  */
-import { execFile, execFileSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { inspect, promisify } from 'node:util';
@@ -19,6 +19,7 @@ import { runCli } from './cli/cli-process.js';
 import { onServer, quoteIdent, tableIn, waitFor } from './support/database.js';
 import { useTestDatabase } from './support/fixture.js';
 import { startTestServer, type TestServer } from './support/pg-server.js';
+import { hasPsql } from './support/psql.js';
 
 const VERSIONS = loadMigrations().map((m) => m.version);
 const LATEST = VERSIONS.at(-1);
@@ -26,15 +27,6 @@ const LATEST = VERSIONS.at(-1);
 const GRANTS = fileURLToPath(new URL('../sql/grants.sql', import.meta.url));
 
 const t = useTestDatabase();
-
-function hasPsql(): boolean {
-  try {
-    execFileSync('psql', ['--version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 function withUser(url: string, user: string, password: string): string {
   const u = new URL(url);

@@ -5,7 +5,7 @@ import { ShutdownError, Skiplock } from '../src/index.js';
 import { waitFor } from './support/database.js';
 import { nextEvent, record } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
-import { gate } from './support/gate.js';
+import { gate, untilAborted } from './support/gate.js';
 import { startNetProxy } from './support/net-proxy.js';
 
 const t = useTestDatabase();
@@ -98,8 +98,7 @@ describe('graceful stop', () => {
         visibilityTimeoutMs: 3000,
         // statementTimeoutMs stays at its default (30 s): stop() must not wait for it.
         handlers: {
-          hold: (_, { signal }) =>
-            new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason))),
+          hold: untilAborted().handler,
           finish: () => finish.opened,
         },
       }),

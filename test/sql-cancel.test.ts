@@ -4,12 +4,13 @@
  * running jobs, a real worker aborting), requeue of cancelled jobs, all immune
  * to a hostile search_path and leaving nothing when rolled back.
  */
-import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { CancelledError } from '../src/index.js';
+import { withClient } from './support/client.js';
 import { quoteIdent, waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
+import { untilAborted } from './support/gate.js';
 import { listenForWakeUps } from './support/wake-ups.js';
 
 const t = useTestDatabase();
@@ -182,17 +183,11 @@ describe('cancel()', () => {
   });
 
   it('a running job: its worker aborts the handler within 2 s; it ends cancelled, attempts unchanged', async () => {
-    let reason: unknown;
+    const aborted = untilAborted();
     const worker = t.worker({
       pollIntervalMs: 200,
       handlers: {
-        wait: (_job, { signal }) =>
-          new Promise((_, reject) => {
-            signal.addEventListener('abort', () => {
-              reason = signal.reason;
-              reject(signal.reason);
-            });
-          }),
+        wait: aborted.handler,
       },
     });
     await worker.start();
@@ -206,7 +201,7 @@ describe('cancel()', () => {
     const [ended] = await cancelled;
     expect(performance.now() - t0).toBeLessThan(2000);
     expect(ended.id).toBe(id);
-    expect(reason).toBeInstanceOf(CancelledError);
+    expect(aborted.reason).toBeInstanceOf(CancelledError);
     expect(await t.row(id)).toEqual({ status: 'cancelled', attempts: 1, locked_by: null, last_error: null });
   });
 });
@@ -244,9 +239,7 @@ describe('transactions and search_path', () => {
       running,
     ]);
     await listener.settle();
-    const client = new pg.Client({ connectionString: t.url });
-    await client.connect();
-    try {
+    await withClient(t.url, async (client) => {
       await client.query('BEGIN');
       await client.query(
         `DO $$ BEGIN
@@ -256,9 +249,7 @@ describe('transactions and search_path', () => {
          END $$`,
       );
       await client.query('ROLLBACK');
-    } finally {
-      await client.end();
-    }
+    });
     expect(await t.query(`SELECT id, status, cancel_requested_at FROM ${t.jobs}`)).toEqual([
       { id: running, status: 'running', cancel_requested_at: null },
     ]);
@@ -440,7 +431,7 @@ describe('bad arguments of enqueue and requeue', () => {
     );
     expect(await failure(`SELECT ${fn('requeue')}()`)).toEqual({
       code: '22023',
-      message: 'give ids, kinds, queues or statuses, or all_jobs => true for every dead and failed job',
+      message: 'give ids, kinds, queues, statuses or tags, or all_jobs => true for every dead and failed job',
     });
     expect(await t.jobCount(`status = 'queued'`)).toBe(0);
     const [row] = await t.query<{ n: number }>(`SELECT ${fn('requeue')}(all_jobs => true) AS n`);

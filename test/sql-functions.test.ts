@@ -6,27 +6,24 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Job, Skiplock } from '../src/index.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase } from './support/database.js';
+import type { Job } from '../src/index.js';
+import { TEST_SCHEMA } from './support/database.js';
 import { nextEvent } from './support/events.js';
+import { useFileDatabase } from './support/file-database.js';
 import { listenForWakeUps, type WakeUpListener } from './support/wake-ups.js';
 
 const run = promisify(execFile);
 
-let db: TestDatabase;
-let skiplock: Skiplock;
+const { db, skiplock } = useFileDatabase();
 let listener: WakeUpListener;
 /** The schema, quoted, to call its functions. */
 const s = `"${TEST_SCHEMA.replaceAll('"', '""')}"`;
 
 beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
   listener = await listenForWakeUps(db.url);
 });
 afterAll(async () => {
   await listener?.close();
-  await db?.close();
 });
 
 /** Runs SQL through the psql program; returns its unaligned output. */

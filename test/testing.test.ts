@@ -2,16 +2,15 @@
  * skiplock/testing: drain runs due jobs of the given kinds in-process, to
  * completion, with the worker's rules; enqueued lists what waits.
  */
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import {
   PermanentError,
-  type Skiplock,
   SkiplockError,
   SnoozeError,
   type TransactionalHandlerContext,
 } from '../src/index.js';
 import { drain, enqueued } from '../src/testing/index.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { useFileDatabase } from './support/file-database.js';
 
 type Jobs = {
   send_email: { to: string };
@@ -21,16 +20,8 @@ type Jobs = {
   fan_out: { n: number };
 };
 
-let db: TestDatabase;
-let skiplock: Skiplock<Jobs>;
+const { db, skiplock } = useFileDatabase<Jobs>();
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock<Jobs>();
-});
-afterAll(async () => {
-  await db?.close();
-});
 beforeEach(async () => {
   await db.query(`DELETE FROM ${db.jobs}`);
 });

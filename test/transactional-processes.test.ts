@@ -8,7 +8,7 @@ import type { ChildProcess } from 'node:child_process';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { countRows, tableIn, waitFor } from './support/database.js';
 import { useTestDatabase } from './support/fixture.js';
-import { exited, forkScript, sent } from './support/processes.js';
+import { exited, forkScript, killedAfterTest, sent } from './support/processes.js';
 
 const t = useTestDatabase();
 const effects = () => tableIn(t.schema, 'txn_effects');
@@ -21,17 +21,14 @@ beforeEach(async () => {
 
 /** Starts a worker process (killed after the test whatever happened) and waits until it runs. */
 async function startWorker(options: Record<string, unknown>): Promise<ChildProcess> {
-  const child = forkScript('../processes/transactional-worker.ts', {
-    SKIPLOCK_URL: t.db.url,
-    SKIPLOCK_SCHEMA: t.schema,
-    WORKER_OPTIONS: JSON.stringify({ queues: ['txn'], pollIntervalMs: 200, ...options }),
-  });
-  t.defer(async () => {
-    if (child.exitCode === null && child.signalCode === null) {
-      child.kill('SIGKILL');
-      await exited(child);
-    }
-  });
+  const child = killedAfterTest(
+    t,
+    forkScript('../processes/transactional-worker.ts', {
+      SKIPLOCK_URL: t.db.url,
+      SKIPLOCK_SCHEMA: t.schema,
+      WORKER_OPTIONS: JSON.stringify({ queues: ['txn'], pollIntervalMs: 200, ...options }),
+    }),
+  );
   await sent(child, 'ready');
   return child;
 }

@@ -1,17 +1,10 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PermanentError, type Skiplock } from '../src/index.js';
-import { createTestDatabase, type TestDatabase, waitFor } from './support/database.js';
+import { describe, expect, it } from 'vitest';
+import { PermanentError } from '../src/index.js';
+import { waitFor } from './support/database.js';
+import { useFileDatabase } from './support/file-database.js';
+import { gate } from './support/gate.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-});
-afterAll(async () => {
-  await db?.close();
-});
+const { db, skiplock } = useFileDatabase();
 
 async function jobsWithKey(key: string) {
   return db.query<{ id: string; status: string; payload: unknown; unique_lock: string | null }>(
@@ -101,15 +94,12 @@ describe('unique keys as workers move jobs', () => {
 
     // Make it due, and let a worker hold it running.
     await db.query(`UPDATE ${db.jobs} SET run_at = now() WHERE id = $1`, [first.id]);
-    let release: () => void = () => {};
-    const held = new Promise<void>((r) => {
-      release = r;
-    });
+    const held = gate();
     const worker = skiplock.worker({
       queues: ['rep'],
       handleSignals: false,
       onSuccess: 'keep',
-      handlers: { debounce: () => held },
+      handlers: { debounce: () => held.opened },
     });
     worker.on('error', () => {});
     await worker.start();
@@ -130,7 +120,7 @@ describe('unique keys as workers move jobs', () => {
       ]);
       expect(row).toEqual({ payload: { v: 2 }, priority: 7, max_attempts: 3 });
     } finally {
-      release();
+      held.open();
       await worker.stop();
     }
   });
@@ -141,14 +131,11 @@ describe('unique keys as workers move jobs', () => {
       {},
       { uniqueKey: 'q-1', queue: 'qonly', uniqueStates: ['queued'] },
     );
-    let release: () => void = () => {};
-    const held = new Promise<void>((r) => {
-      release = r;
-    });
+    const held = gate();
     const worker = skiplock.worker({
       queues: ['qonly'],
       handleSignals: false,
-      handlers: { slow: () => held },
+      handlers: { slow: () => held.opened },
     });
     worker.on('error', () => {});
     await worker.start();
@@ -171,7 +158,7 @@ describe('unique keys as workers move jobs', () => {
       expect([second.duplicate, third.duplicate, third.id]).toEqual([false, true, second.id]);
       expect(second.id).not.toBe(first.id);
     } finally {
-      release();
+      held.open();
       await worker.stop();
     }
   });

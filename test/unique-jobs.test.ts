@@ -1,24 +1,11 @@
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  type ConflictMode,
-  type EnqueuedJob,
-  type JobOptions,
-  type Skiplock,
-  ValidationError,
-} from '../src/index.js';
-import { createTestDatabase, type TestDatabase, waitFor } from './support/database.js';
+import { describe, expect, it } from 'vitest';
+import { type ConflictMode, type EnqueuedJob, type JobOptions, ValidationError } from '../src/index.js';
+import { withClient } from './support/client.js';
+import { waitFor } from './support/database.js';
+import { useFileDatabase } from './support/file-database.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-});
-afterAll(async () => {
-  await db?.close();
-});
+const { db, skiplock } = useFileDatabase();
 
 async function jobsWithKey(key: string) {
   return db.query<{ id: string; status: string; payload: unknown; unique_lock: string | null }>(
@@ -50,9 +37,7 @@ describe('unique keys', () => {
   });
 
   it('a producer that inserts a key and rolls back lets the waiting producer insert its job', async () => {
-    const holder = new pg.Client({ connectionString: db.url });
-    await holder.connect();
-    try {
+    await withClient(db.url, async (holder) => {
       await holder.query('BEGIN');
       const mine = await skiplock.enqueue(
         'report',
@@ -82,15 +67,11 @@ describe('unique keys', () => {
       expect(await jobsWithKey('rb-1')).toEqual([
         { id: other.id, status: 'queued', payload: { from: 'other' }, unique_lock: 'rb-1' },
       ]);
-    } finally {
-      await holder.end();
-    }
+    });
   });
 
   it('a producer that commits makes the waiting producer a duplicate of its job', async () => {
-    const holder = new pg.Client({ connectionString: db.url });
-    await holder.connect();
-    try {
+    await withClient(db.url, async (holder) => {
       await holder.query('BEGIN');
       const mine = await skiplock.enqueue(
         'report',
@@ -102,9 +83,7 @@ describe('unique keys', () => {
       await holder.query('COMMIT');
       expect(await waiting).toEqual({ ...mine, duplicate: true });
       expect((await jobsWithKey('commit-1')).map((j) => j.id)).toEqual([mine.id]);
-    } finally {
-      await holder.end();
-    }
+    });
   });
 
   it("enqueueMany with a key twice in one batch, the second 'replace': the first inserts, the second rewrites it", async () => {
@@ -270,9 +249,7 @@ describe('unique keys', () => {
   });
 
   it("enqueueMany with keys on the caller's connection outside a transaction inserts them (no savepoint needed)", async () => {
-    const client = new pg.Client({ connectionString: db.url });
-    await client.connect();
-    try {
+    await withClient(db.url, async (client) => {
       const held = await skiplock.enqueue('report', { n: 0 }, { uniqueKey: 'autocommit-b' });
       const jobs = await skiplock.enqueueMany(
         [
@@ -292,15 +269,11 @@ describe('unique keys', () => {
       expect((await jobsWithKey('autocommit-a')).map((j) => j.id)).toEqual([jobs[0]!.id]);
       const { rows } = await client.query('SELECT now() = statement_timestamp() AS autocommit');
       expect(rows).toEqual([{ autocommit: true }]);
-    } finally {
-      await client.end();
-    }
+    });
   });
 
   it("enqueueMany with keys in the caller's transaction leaves no savepoint behind, and rolls back with it", async () => {
-    const client = new pg.Client({ connectionString: db.url });
-    await client.connect();
-    try {
+    await withClient(db.url, async (client) => {
       await client.query('BEGIN');
       await client.query('SAVEPOINT mine');
       const jobs = await skiplock.enqueueMany(
@@ -316,9 +289,7 @@ describe('unique keys', () => {
       await client.query('COMMIT');
       expect(await jobsWithKey('in-tx-a')).toEqual([]);
       expect(await jobsWithKey('in-tx-b')).toEqual([]);
-    } finally {
-      await client.end();
-    }
+    });
   });
 
   it("a batch the database fails to break a deadlock starts over from its savepoint, and the caller's transaction goes on", async () => {

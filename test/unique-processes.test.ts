@@ -1,23 +1,17 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { BatchResult } from './processes/unique-batch-process.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase, waitFor } from './support/database.js';
+import { TEST_SCHEMA, waitFor } from './support/database.js';
+import { useFileDatabase } from './support/file-database.js';
 import { forkScript, sent } from './support/processes.js';
 
 const PRODUCER = fileURLToPath(new URL('./processes/unique-enqueue-process.ts', import.meta.url));
 const PROCESSES = 8;
 const ENQUEUES = 200;
 
-let db: TestDatabase;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db?.close();
-});
+const { db } = useFileDatabase();
 
 async function startProducer(key: string): Promise<ChildProcess> {
   const child = fork(PRODUCER, [], {

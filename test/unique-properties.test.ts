@@ -1,18 +1,9 @@
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { JobStatus, Skiplock } from '../src/index.js';
-import { createTestDatabase, type TestDatabase } from './support/database.js';
+import { describe, expect, it } from 'vitest';
+import type { JobStatus } from '../src/index.js';
+import { useFileDatabase } from './support/file-database.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-});
-afterAll(async () => {
-  await db?.close();
-});
+const { db, skiplock } = useFileDatabase();
 
 /** A job as the model sees it. */
 interface ModelJob {

@@ -4,27 +4,20 @@
  * whose answer is lost, and a start that fails fast when the database cannot
  * be used.
  */
-import pg from 'pg';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { JobQueries } from '../src/db/queries/jobs.js';
-import { DatabaseError, type Skiplock, Skiplock as SkiplockClass, type Worker } from '../src/index.js';
+import { DatabaseError, Skiplock as SkiplockClass, type Worker } from '../src/index.js';
 import { Completer } from '../src/worker/completer.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase, urlFor, waitFor } from './support/database.js';
+import { withClient } from './support/client.js';
+import { TEST_SCHEMA, urlFor, waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
+import { useFileDatabase } from './support/file-database.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
+const { db, skiplock } = useFileDatabase();
 const workers: Worker[] = [];
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-});
 afterEach(async () => {
   await Promise.all(workers.splice(0).map((w) => w.stop()));
-});
-afterAll(async () => {
-  await db?.close();
 });
 
 const base = { handleSignals: false, pollIntervalMs: 200 } as const;
@@ -46,9 +39,7 @@ describe('stop', () => {
       }),
     );
     await worker.start();
-    const locker = new pg.Client({ connectionString: db.url });
-    await locker.connect();
-    try {
+    await withClient(db.url, async (locker) => {
       await locker.query('BEGIN');
       await locker.query(`LOCK TABLE ${db.jobs} IN ACCESS EXCLUSIVE MODE`);
       // A job enqueued now waits behind the lock; so does the worker's next claim.
@@ -73,9 +64,7 @@ describe('stop', () => {
       await locker.query('ROLLBACK');
       await pending;
       await blocked.close();
-    } finally {
-      await locker.end();
-    }
+    });
   });
 
   it('called from a handler does not wait for that handler; the job ends by its result', async () => {

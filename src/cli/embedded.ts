@@ -27,16 +27,6 @@ import {
   runPostgresProgram,
 } from './postgres-programs.js';
 
-export {
-  type Binaries,
-  EmbeddedServerError,
-  freePort,
-  loadBinaries,
-  postgresUser,
-  type RunAs,
-  runPostgresProgram,
-};
-
 /** The folder, relative to the working directory, that holds the embedded server. */
 export const EMBEDDED_DIR = '.skiplock';
 

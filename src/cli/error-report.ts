@@ -70,7 +70,10 @@ export function commanderOutputError(text: string, write: (text: string) => void
 function flagOf(field: string): string {
   if (field === 'kind' || field === 'cron' || field === 'name') return field.toUpperCase();
   if (/^payload($|[.[])/.test(field)) return `PAYLOAD_JSON${field.slice('payload'.length)}`;
-  const name = field.replace(/^(worker|options)\./, '').replace(/^queues\[\d+\]$/, 'queue');
+  const name = field
+    .replace(/^(worker|options|filter)\./, '')
+    .replace(/^queues\[\d+\]$/, 'queue')
+    .replace(/^tags(\[\d+\])?$/, 'tag');
   if (/^[a-z][a-zA-Z]*$/.test(name)) return `--${name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
   return field;
 }

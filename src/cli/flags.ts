@@ -37,6 +37,17 @@ export function addJsonFlag(command: Command): Command {
 }
 
 /**
+ * Adds what every command that reads or changes the jobs table and prints a
+ * result has: the connection flags, `--json`, and `exampleLines` as the
+ * examples shown after its help.
+ */
+export function addDatabaseCommandFlags(command: Command, exampleLines: readonly string[]): Command {
+  addConnectionFlags(command);
+  addJsonFlag(command);
+  return command.addHelpText('after', examples(...exampleLines));
+}
+
+/**
  * A parser for an integer flag within [min, max].
  *
  * @throws {InvalidArgumentError} (exit 2) for anything else, such as `1.5`, `abc` or `1e3`.

@@ -15,6 +15,7 @@ import { jobsCommand } from './commands/jobs.js';
 import { migrateCommand } from './commands/migrate.js';
 import { pruneCommand } from './commands/prune.js';
 import { queuesCommand } from './commands/queues.js';
+import { relayCommand } from './commands/relay.js';
 import { requeueCommand } from './commands/requeue.js';
 import { scheduleCommand } from './commands/schedule.js';
 import { schedulesCommand } from './commands/schedules.js';
@@ -49,6 +50,7 @@ Examples:
 for (const command of [
   migrateCommand(),
   workerCommand(),
+  relayCommand(),
   enqueueCommand(),
   statsCommand(),
   jobsCommand(),

@@ -7,6 +7,7 @@
  * never returned to the pool inside a transaction.
  */
 import type pg from 'pg';
+import { type Clock, systemClock } from '../runtime/clock.js';
 import { translateError } from './executor.js';
 
 /**
@@ -32,6 +33,7 @@ const TERMINATE_TIMEOUT_MS = 2_000;
 export class HeldTransaction {
   readonly client: pg.PoolClient;
   readonly #deadlineMs: number;
+  readonly #clock: Clock;
   /** Another pool, which ends this connection's session on the server when it is dropped mid-transaction. */
   #terminator: Pick<pg.Pool, 'query'> | undefined;
   /** The termination of this connection's session, while in flight. */
@@ -47,11 +49,18 @@ export class HeldTransaction {
   /**
    * @param deadlineMs - how long BEGIN, COMMIT and ROLLBACK may take before
    *   the connection is dropped (milliseconds).
+   * @param clock - times those deadlines; defaults to the process's clock.
    */
-  constructor(client: pg.PoolClient, deadlineMs: number, terminator?: Pick<pg.Pool, 'query'>) {
+  constructor(
+    client: pg.PoolClient,
+    deadlineMs: number,
+    terminator?: Pick<pg.Pool, 'query'>,
+    clock: Clock = systemClock,
+  ) {
     this.client = client;
     this.#deadlineMs = deadlineMs;
     this.#terminator = terminator;
+    this.#clock = clock;
     // A checked-out client whose connection dies emits 'error'; unheard, that would crash the process.
     client.on('error', this.#onError);
   }
@@ -59,7 +68,8 @@ export class HeldTransaction {
   /**
    * Checks out a connection of `pool` and wraps it. With `terminator` (a pool
    * of other connections), a transaction dropped while open also has its
-   * server session ended (see {@link HeldTransaction.destroy}).
+   * server session ended (see {@link HeldTransaction.destroy}). `clock` times
+   * its deadlines (the process's clock by default).
    *
    * @throws {DatabaseError} when none can be had.
    */
@@ -67,9 +77,10 @@ export class HeldTransaction {
     pool: pg.Pool,
     deadlineMs: number,
     terminator?: Pick<pg.Pool, 'query'>,
+    clock?: Clock,
   ): Promise<HeldTransaction> {
     try {
-      return new HeldTransaction(await pool.connect(), deadlineMs, terminator);
+      return new HeldTransaction(await pool.connect(), deadlineMs, terminator, clock);
     } catch (error) {
       throw translateError(error);
     }
@@ -124,15 +135,15 @@ export class HeldTransaction {
     const pid = (this.client as { processID?: unknown }).processID;
     this.#terminator = undefined;
     if (terminate && terminator !== undefined && this.#open && !this.#released && typeof pid === 'number') {
-      let timer: NodeJS.Timeout | undefined;
+      let timer: unknown;
       this.#terminating = Promise.race([
         terminator.query(TERMINATE, [pid]),
         new Promise((resolve) => {
-          timer = setTimeout(resolve, TERMINATE_TIMEOUT_MS);
+          timer = this.#clock.setTimeout(() => resolve(undefined), TERMINATE_TIMEOUT_MS, { keepAlive: true });
         }),
       ])
         .catch(() => {})
-        .finally(() => clearTimeout(timer));
+        .finally(() => this.#clock.clearTimeout(timer));
     }
     this.release();
   }
@@ -162,23 +173,27 @@ export class HeldTransaction {
    * @throws {DatabaseError} what the statement threw, or that it did not answer.
    */
   async bounded<T>(statement: Promise<T>, what: string): Promise<T> {
-    let timer: NodeJS.Timeout | undefined;
+    let timer: unknown;
     try {
       return await Promise.race([
         statement,
         new Promise<never>((_, reject) => {
-          timer = setTimeout(() => {
-            const error = new Error(`${what} did not answer within ${this.#deadlineMs} ms`);
-            this.destroy(error);
-            reject(error);
-          }, this.#deadlineMs);
+          timer = this.#clock.setTimeout(
+            () => {
+              const error = new Error(`${what} did not answer within ${this.#deadlineMs} ms`);
+              this.destroy(error);
+              reject(error);
+            },
+            this.#deadlineMs,
+            { keepAlive: true },
+          );
         }),
       ]);
     } catch (error) {
       this.#broken ??= error instanceof Error ? error : new Error(String(error));
       throw translateError(error);
     } finally {
-      clearTimeout(timer);
+      this.#clock.clearTimeout(timer);
     }
   }
 

@@ -62,6 +62,13 @@ export interface JobRecord<Kind extends string = string, Payload = unknown> exte
    * Empty when the job never failed.
    */
   errors: AttemptError[];
+  /** The job's tags, as given at enqueue (see `JobOptions.tags`); empty when it has none. */
+  tags: string[];
+  /**
+   * The job's start deadline: not claimed by then, it is never run and ends
+   * `cancelled` (`last_error` says it expired); null when it has none.
+   */
+  startBy: Date | null;
 }
 
 /**
@@ -214,7 +221,12 @@ function conversionHint(value: object): string {
   return 'copy its fields into a plain object first';
 }
 
-function assertStorableString(value: string, field: string): void {
+/**
+ * Checks that PostgreSQL can store a string as text.
+ *
+ * @throws {ValidationError} naming `field` on a NUL character or a lone surrogate.
+ */
+export function assertStorableString(value: string, field: string): void {
   if (value.includes('\u0000'))
     throw new ValidationError(field, 'contains a NUL character, which PostgreSQL cannot store');
   if (!value.isWellFormed())

@@ -11,6 +11,8 @@ import type pg from 'pg';
 import { translateError, withTransaction } from '../db/executor.js';
 import { advisoryLockKey, type MaintenanceTask } from '../db/sql.js';
 import type { SkiplockError } from '../errors.js';
+import type { Clock } from '../runtime/clock.js';
+import { Service } from '../runtime/service.js';
 
 /** A periodic task of the maintenance loop. */
 export interface MaintenanceService {
@@ -50,69 +52,76 @@ export function withMaintenanceLock<T>(
   );
 }
 
+/**
+ * Runs `fn` in a transaction holding `task`'s advisory lock, or skips it when
+ * another process holds the lock ({@link withMaintenanceLock} bound to a pool
+ * and schema).
+ */
+export type MaintenanceLock = (
+  task: MaintenanceTask,
+  fn: (client: pg.PoolClient) => Promise<void>,
+) => Promise<unknown>;
+
+/** The advisory locks of `schema`'s maintenance, taken on `pool`. */
+export function maintenanceLock(pool: pg.Pool, schema: string): MaintenanceLock {
+  return (task, fn) => withMaintenanceLock(pool, schema, task, fn);
+}
+
 /** What the maintenance loop needs. */
 export interface MaintainerDeps {
-  pool: pg.Pool;
-  schema: string;
+  /** Where each service runs: in a transaction under its advisory lock. */
+  lock: MaintenanceLock;
   services: readonly MaintenanceService[];
   onError(error: SkiplockError, service: MaintenanceTask): void;
 }
 
-/** The loop: each service when its interval comes round, one at a time. */
-export class Maintainer {
+/**
+ * The loop: every service once at start, then each when its interval (from
+ * the end of its last run) comes round, one at a time.
+ */
+export class Maintainer extends Service {
   readonly #deps: MaintainerDeps;
-  /** `performance.now()` at which each service is next due. */
+  /** Monotonic time ({@link Clock.monotonic}) at which each service is next due. */
   readonly #dueAt = new Map<MaintenanceService, number>();
-  #timer: NodeJS.Timeout | undefined;
-  #running: Promise<void> | undefined;
-  #stopped = false;
 
-  constructor(deps: MaintainerDeps) {
+  constructor(deps: MaintainerDeps, clock?: Clock) {
+    super(clock);
     this.#deps = deps;
   }
 
-  /** Runs every service once now, then each on its interval. */
-  start(): void {
-    const now = performance.now();
-    for (const service of this.#deps.services) this.#dueAt.set(service, now);
-    this.#turn();
+  /**
+   * Makes `task` (every service, without it) due now and ends the wait in
+   * progress; it runs after the service running now, if any.
+   */
+  override wake(task?: MaintenanceTask): void {
+    const now = this.clock.monotonic();
+    for (const service of this.#deps.services) {
+      if (task === undefined || service.name === task) this.#dueAt.set(service, now);
+    }
+    super.wake();
   }
 
-  #turn(): void {
-    if (this.#stopped || this.#running) return;
-    this.#running = this.#runDue().finally(() => {
-      this.#running = undefined;
-      this.#arm();
-    });
+  protected async run(): Promise<void> {
+    const startedAt = this.clock.monotonic();
+    for (const service of this.#deps.services) this.#dueAt.set(service, startedAt);
+    while (!this.stopped) {
+      await this.#runDue();
+      // A service that came due during another's run runs now.
+      const delayMs = Math.min(...this.#dueAt.values()) - this.clock.monotonic();
+      if (delayMs > 0) await this.wait(delayMs);
+    }
   }
 
   async #runDue(): Promise<void> {
     for (const service of this.#deps.services) {
-      if (this.#stopped) return;
-      if ((this.#dueAt.get(service) ?? 0) > performance.now()) continue;
+      if (this.stopped) return;
+      if ((this.#dueAt.get(service) ?? 0) > this.clock.monotonic()) continue;
       try {
-        await withMaintenanceLock(this.#deps.pool, this.#deps.schema, service.name, (client) =>
-          service.run(client),
-        );
+        await this.#deps.lock(service.name, (client) => service.run(client));
       } catch (error) {
         this.#deps.onError(translateError(error), service.name);
       }
-      this.#dueAt.set(service, performance.now() + service.intervalMs);
+      this.#dueAt.set(service, this.clock.monotonic() + service.intervalMs);
     }
-  }
-
-  #arm(): void {
-    clearTimeout(this.#timer);
-    if (this.#stopped || this.#dueAt.size === 0) return;
-    const next = Math.min(...this.#dueAt.values());
-    this.#timer = setTimeout(() => this.#turn(), Math.max(0, next - performance.now()));
-    this.#timer.unref();
-  }
-
-  /** Stops the loop; resolves when the running service (if any) is done. */
-  async stop(): Promise<void> {
-    this.#stopped = true;
-    clearTimeout(this.#timer);
-    await this.#running;
   }
 }

@@ -1,7 +1,8 @@
 /**
  * The sweeper: reclaims running (and buffered) jobs whose lease outlived its
  * visibility timeout, back to `queued`, or to `dead` when out of attempts so
- * that a job that kills its worker every time does not loop forever. A service
+ * that a job that kills its worker every time does not loop forever; and ends
+ * queued jobs past their start deadline as `cancelled` (expired). A service
  * of the maintenance loop: at most one sweep runs at a time across all workers.
  */
 import type pg from 'pg';
@@ -30,9 +31,10 @@ export async function sweep(
   queries: JobQueries,
   defaultVisibilityTimeoutMs: number,
 ): Promise<SweepResult> {
-  const outcome = await withMaintenanceLock(pool, queries.names.schema, 'sweep', (client) =>
-    queries.sweep.sweep(client, defaultVisibilityTimeoutMs, SWEEP_BATCH_LIMIT),
-  );
+  const outcome = await withMaintenanceLock(pool, queries.names.schema, 'sweep', async (client) => {
+    await queries.sweep.expire(client, SWEEP_BATCH_LIMIT);
+    return queries.sweep.sweep(client, defaultVisibilityTimeoutMs, SWEEP_BATCH_LIMIT);
+  });
   return outcome.locked ? { locked: true, ...outcome.result } : { locked: false, requeued: 0, dead: 0 };
 }
 
@@ -46,6 +48,7 @@ export function sweeperService(
     name: 'sweep',
     intervalMs: options.intervalMs,
     async run(client) {
+      await queries.sweep.expire(client, SWEEP_BATCH_LIMIT);
       const result = await queries.sweep.sweep(client, options.defaultVisibilityTimeoutMs, SWEEP_BATCH_LIMIT);
       if (result.requeued + result.dead > 0) onSwept(result);
     },

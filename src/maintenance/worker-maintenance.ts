@@ -1,15 +1,18 @@
 /**
  * The maintenance loop a worker runs: the sweeper always, the scheduler (cron
- * slots) unless turned off, the pruner when a retention is set. Each service takes its turn under its own advisory
+ * slots) unless turned off, the pruner when a retention is set, the archive's
+ * partition upkeep always. Each service takes its turn under its own advisory
  * lock (see maintainer.ts).
  */
 import type pg from 'pg';
 import type { JobQueries } from '../db/queries/jobs.js';
+import type { ArchivePartitionsResult } from '../db/queries/prune.js';
 import type { MaintenanceTask } from '../db/sql.js';
 import type { SkiplockError } from '../errors.js';
 import { schedulerService } from '../schedule/scheduler.js';
-import { Maintainer } from './maintainer.js';
-import { type PruneResult, prunerServices } from './pruner.js';
+import { archivePartitionsService } from './archive-partitions.js';
+import { Maintainer, maintenanceLock } from './maintainer.js';
+import { type PruneResult, prunerServices, type Retention } from './pruner.js';
 import { sweeperService } from './sweeper.js';
 
 /** What the worker's maintenance needs to know and tell. */
@@ -20,10 +23,11 @@ export interface WorkerMaintenanceOptions {
   visibilityTimeoutMs: number;
   /** Run the scheduler too. */
   schedules: boolean;
-  /** Retention of finished jobs (off unless `retentionMs` is set). */
-  retention: { pruneIntervalMs: number; retentionMs: number | undefined };
+  /** Retention of finished jobs and of the archive, by status (nothing is pruned when empty). */
+  retention: { pruneIntervalMs: number; retention: Retention };
   onSwept(result: { requeued: number; dead: number }): void;
   onPruned(result: PruneResult): void;
+  onArchivePartitions(result: ArchivePartitionsResult): void;
   onError(error: SkiplockError, service: MaintenanceTask): void;
   /** Something the operator should fix (a parked schedule). */
   onWarning(message: string): void;
@@ -38,8 +42,7 @@ export function workerMaintenance(options: WorkerMaintenanceOptions): Maintainer
     options.onSwept,
   );
   return new Maintainer({
-    pool: options.pool,
-    schema: queries.names.schema,
+    lock: maintenanceLock(options.pool, queries.names.schema),
     services: [
       sweeper,
       ...(options.schedules
@@ -52,6 +55,11 @@ export function workerMaintenance(options: WorkerMaintenanceOptions): Maintainer
           ]
         : []),
       ...prunerServices(queries, options.retention, options.onPruned),
+      archivePartitionsService(
+        queries,
+        { retentionMs: options.retention.retention.archive },
+        options.onArchivePartitions,
+      ),
     ],
     onError: options.onError,
   });

@@ -10,7 +10,7 @@ import type { JobQueries } from '../db/queries/jobs.js';
 import { ValidationError } from '../errors.js';
 import { parseOptions } from '../options.js';
 import { type ClientOption, queryable } from '../producer/job-options.js';
-import { idList, stringList } from './operations.js';
+import { idList, stringList, toTagFilter } from './operations.js';
 
 export type { CancelCounts };
 
@@ -24,6 +24,8 @@ export interface CancelFilter<Kind extends string = string> extends ClientOption
   kind?: Kind | Kind[];
   /** Only jobs of these queues. */
   queue?: string | string[];
+  /** Only jobs having every one of these tags (one tag, or up to 20). */
+  tags?: string | string[];
 }
 
 const cancelSchema = z.strictObject({
@@ -36,6 +38,8 @@ const cancelSchema = z.strictObject({
     .optional(),
   kind: stringList.optional(),
   queue: stringList.optional(),
+  // Checked by toTagFilter, which words the errors.
+  tags: z.unknown().optional(),
 });
 
 const list = <T>(v: T | T[] | undefined): T[] | undefined =>
@@ -57,13 +61,18 @@ export async function cancel(queries: JobQueries, pool: pg.Pool, filter: unknown
   const status = list(parsed.status);
   const kind = list(parsed.kind);
   const queue = list(parsed.queue);
-  if (!ids && !status && !kind && !queue) {
-    throw new ValidationError('filter', 'give ids, status, kind or queue (cancel never means every job)');
+  const tags = toTagFilter(parsed.tags, 'filter.tags');
+  if (!ids && !status && !kind && !queue && !tags) {
+    throw new ValidationError(
+      'filter',
+      'give ids, status, kind, queue or tags (cancel never means every job)',
+    );
   }
   return queries.cancel.cancel(parsed.client ?? pool, {
     ...(ids && { ids }),
     ...(status && { status }),
     ...(kind && { kind }),
     ...(queue && { queue }),
+    ...(tags && { tags }),
   });
 }

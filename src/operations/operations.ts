@@ -11,8 +11,9 @@ import { REQUEUABLE_STATUSES } from '../db/queries/requeue.js';
 import { ValidationError } from '../errors.js';
 import { isJobId } from '../job/defaults.js';
 import { JOB_STATUSES, type JobRecord, type JobStatus, type JobSummary } from '../job/job.js';
+import { toTags } from '../job/tags.js';
 import { integerInRange, parseOptions } from '../options.js';
-import { type ClientOption, clientOptionsSchema, queryable } from '../producer/job-options.js';
+import { type ClientOption, clientOrPool, queryable } from '../producer/job-options.js';
 
 /** A status requeue accepts. */
 type Requeuable = (typeof REQUEUABLE_STATUSES)[number];
@@ -29,6 +30,8 @@ export interface RequeueFilter<Kind extends string = string> extends ClientOptio
   /** Only jobs of these kinds (kinds of the Skiplock's kind map, when it has one). */
   kind?: Kind | Kind[];
   queue?: string | string[];
+  /** Only jobs having every one of these tags (one tag, or up to 20). */
+  tags?: string | string[];
   /** Requeue every dead and failed job; required when no other filter is given. */
   all?: boolean;
 }
@@ -39,6 +42,8 @@ export interface ListJobsFilter extends ClientOption {
   status?: JobStatus | JobStatus[];
   kind?: string | string[];
   queue?: string | string[];
+  /** Only jobs having every one of these tags (one tag, or up to 20). */
+  tags?: string | string[];
   /** Most jobs returned. @default 100 */
   limit?: number;
   /** `newest` (highest id first, what an operator looks at first) or `oldest`. @default 'newest' */
@@ -71,6 +76,18 @@ const jobId = z.string({ error: 'must be a job id (a decimal string)' }).refine(
 /** A list of job ids. */
 export const idList = z.array(jobId, { error: 'must be an array of job ids' });
 
+/**
+ * A `tags` filter: one tag or a non-empty list, each as an enqueue accepts it.
+ *
+ * @throws {ValidationError} naming `field` or the tag (`filter.tags[1]`).
+ */
+export function toTagFilter(value: unknown, field: string): string[] | undefined {
+  if (value === undefined) return undefined;
+  const tags = toTags(typeof value === 'string' ? [value] : value, field);
+  if (!tags) throw new ValidationError(field, 'must hold at least one tag');
+  return tags;
+}
+
 const requeueSchema = z.strictObject({
   client: queryable.optional(),
   ids: idList.optional(),
@@ -81,6 +98,8 @@ const requeueSchema = z.strictObject({
     .optional(),
   kind: stringList.optional(),
   queue: stringList.optional(),
+  // Checked by toTagFilter, which words the errors.
+  tags: z.unknown().optional(),
   all: z.boolean({ error: 'must be a boolean' }).optional(),
 });
 
@@ -94,6 +113,8 @@ const listSchema = z.strictObject({
     .optional(),
   kind: stringList.optional(),
   queue: stringList.optional(),
+  // Checked by toTagFilter, which words the errors.
+  tags: z.unknown().optional(),
   limit: integerInRange(1, 100_000).optional(),
   order: z.enum(['newest', 'oldest'], { error: "must be 'newest' or 'oldest'" }).optional(),
   after: jobId.optional(),
@@ -114,11 +135,12 @@ export async function requeue(queries: JobQueries, pool: pg.Pool, filter: unknow
     parsed.ids !== undefined ||
     parsed.status !== undefined ||
     parsed.kind !== undefined ||
-    parsed.queue !== undefined;
+    parsed.queue !== undefined ||
+    parsed.tags !== undefined;
   if (!narrowed && parsed.all !== true) {
     throw new ValidationError(
       'filter',
-      'give ids, status, kind or queue, or all: true to requeue every dead and failed job',
+      'give ids, status, kind, queue or tags, or all: true to requeue every dead and failed job',
     );
   }
   if (narrowed && parsed.all === true) {
@@ -143,8 +165,7 @@ export async function getJob(
 ): Promise<JobRecord | undefined> {
   if (!isJobId(id))
     throw new ValidationError('id', 'must be a job id (a decimal string within bigint range)');
-  const parsed = parseOptions(clientOptionsSchema, options, 'options');
-  return queries.inspect.getById(parsed.client ?? pool, id);
+  return queries.inspect.getById(clientOrPool(pool, options), id);
 }
 
 /**
@@ -166,8 +187,7 @@ export async function listJobs(
 
 /** Counts per queue and status. @throws {ValidationError} on an unknown option. */
 export async function stats(queries: JobQueries, pool: pg.Pool, options: unknown): Promise<QueueStats[]> {
-  const parsed = parseOptions(clientOptionsSchema, options, 'options');
-  return queries.inspect.stats(parsed.client ?? pool);
+  return queries.inspect.stats(clientOrPool(pool, options));
 }
 
 function toFilter(parsed: {
@@ -175,6 +195,7 @@ function toFilter(parsed: {
   status?: string | string[] | undefined;
   kind?: string | string[] | undefined;
   queue?: string | string[] | undefined;
+  tags?: unknown;
 }): JobFilter {
   const list = <T extends string>(v: T | T[] | undefined): T[] | undefined =>
     v === undefined ? undefined : Array.isArray(v) ? v : [v];
@@ -186,5 +207,7 @@ function toFilter(parsed: {
   if (kind) filter.kind = kind;
   const queue = list(parsed.queue);
   if (queue) filter.queue = queue;
+  const tags = toTagFilter(parsed.tags, 'filter.tags');
+  if (tags) filter.tags = tags;
   return filter;
 }

@@ -6,8 +6,7 @@ import type pg from 'pg';
 import type { JobQueries } from '../db/queries/jobs.js';
 import type { QueueInfo } from '../db/queries/queues.js';
 import { assertName } from '../job/job.js';
-import { parseOptions } from '../options.js';
-import { clientOptionsSchema } from '../producer/job-options.js';
+import { clientOrPool } from '../producer/job-options.js';
 
 export type { QueueInfo };
 
@@ -37,8 +36,7 @@ export async function pauseQueue(
   options: unknown,
 ): Promise<boolean> {
   const queue = queueName(name);
-  const parsed = parseOptions(clientOptionsSchema, options, 'options');
-  return queries.queues.pause(parsed.client ?? pool, queue);
+  return queries.queues.pause(clientOrPool(pool, options), queue);
 }
 
 /**
@@ -54,12 +52,10 @@ export async function resumeQueue(
   options: unknown,
 ): Promise<boolean> {
   const queue = queueName(name);
-  const parsed = parseOptions(clientOptionsSchema, options, 'options');
-  return queries.queues.resume(parsed.client ?? pool, queue);
+  return queries.queues.resume(clientOrPool(pool, options), queue);
 }
 
 /** Every queue with jobs or settings: paused or not, and its queued and running counts. */
 export async function listQueues(queries: JobQueries, pool: pg.Pool, options: unknown): Promise<QueueInfo[]> {
-  const parsed = parseOptions(clientOptionsSchema, options, 'options');
-  return queries.queues.list(parsed.client ?? pool);
+  return queries.queues.list(clientOrPool(pool, options));
 }

@@ -10,12 +10,14 @@ import type { NewJob } from '../db/queries/insert.js';
 import { ValidationError } from '../errors.js';
 import { DEFAULT_QUEUE } from '../job/defaults.js';
 import { assertName, serializePayload } from '../job/job.js';
+import { toTags } from '../job/tags.js';
 import { toUniqueSpec, type UniqueOptions } from '../job/unique.js';
 import { int32, parseOptions, validDate } from '../options.js';
 
 /**
- * Options of one enqueued job. Give `runAt` or `delayMs`, not both. With a
- * `uniqueKey`, see {@link UniqueOptions}.
+ * Options of one enqueued job. Give `runAt` or `delayMs`, not both, and
+ * `startBy` or `startWithinMs`, not both. With a `uniqueKey`, see
+ * {@link UniqueOptions}.
  */
 export interface JobOptions extends UniqueOptions {
   /** Queue name (any non-empty string). @default 'default' */
@@ -31,6 +33,32 @@ export interface JobOptions extends UniqueOptions {
    * `maxAttempts` of the kind's handler. @default the handler's `maxAttempts`, else 20
    */
   maxAttempts?: number | undefined;
+  /**
+   * Labels for finding and acting on jobs together: `listJobs`, `cancel` and
+   * `requeue` take a `tags` filter (jobs having every tag given). At most 20
+   * distinct, non-empty strings of at most 100 characters each; any text
+   * otherwise (stored as given). An empty array is no tags. With a unique key
+   * held by another job, that job keeps its own tags (and start deadline),
+   * `onConflict: 'replace'` included. @default no tags
+   * @throws {ValidationError} naming the field (`options.tags`, or the tag: `options.tags[2]`).
+   */
+  tags?: string[] | undefined;
+  /**
+   * Start deadline: a job not claimed by then is never run; it ends
+   * `cancelled` with a `last_error` that says it expired (by the database
+   * clock, within a sweep interval of the deadline; no worker needs to see
+   * it). A claim is the start: a job claimed in time runs to its end, even if
+   * it waited in a worker's prefetch buffer past the deadline. Every return to
+   * `queued` (a retry, a snooze, a release at shutdown, a lease reclaimed by
+   * the sweeper) waits for a new start, so past the deadline the job expires
+   * instead of running again. A requeue clears the deadline. @default no deadline
+   */
+  startBy?: Date | undefined;
+  /**
+   * Start deadline in milliseconds from now (database clock), as `startBy`;
+   * ≥ 0. @default no deadline
+   */
+  startWithinMs?: number | undefined;
 }
 
 /** The caller's connection, accepted by every call that touches the database. */
@@ -72,6 +100,10 @@ const jobOptionShape = {
   runAt: validDate.optional(),
   delayMs: delayMs.optional(),
   maxAttempts: maxAttempts.optional(),
+  // Checked by toTags, which words the errors.
+  tags: z.unknown().optional(),
+  startBy: validDate.optional(),
+  startWithinMs: delayMs.optional(),
   // Checked by toUniqueSpec, which words the errors.
   uniqueKey: z.unknown().optional(),
   uniqueStates: z.unknown().optional(),
@@ -85,6 +117,16 @@ export const manyItemSchema = z.strictObject({ kind: z.unknown(), payload: z.unk
 /** The options of calls that take only a connection. */
 export const clientOptionsSchema = z.strictObject({ client: queryable.optional() });
 
+/**
+ * Where a call that takes only `{ client }` runs: the given client (the
+ * caller's transaction), else `pool`.
+ *
+ * @throws {ValidationError} (field `options…`) on an unknown option or a client without `query`.
+ */
+export function clientOrPool(pool: Queryable, options: unknown): Queryable {
+  return parseOptions(clientOptionsSchema, options, 'options').client ?? pool;
+}
+
 /** Job options as parsed. */
 interface ParsedJobOptions {
   queue?: unknown;
@@ -92,6 +134,9 @@ interface ParsedJobOptions {
   runAt?: Date | undefined;
   delayMs?: number | undefined;
   maxAttempts?: number | undefined;
+  tags?: unknown;
+  startBy?: Date | undefined;
+  startWithinMs?: number | undefined;
   uniqueKey?: unknown;
   uniqueStates?: unknown;
   onConflict?: unknown;
@@ -125,6 +170,16 @@ export function toNewJob(
     // Left out: null, so a kind's maxAttempts can apply (see NewJob.maxAttempts).
     maxAttempts: options.maxAttempts ?? null,
   };
+  // Set only when given, so a job without them goes through the plain insert.
+  if (options.tags !== undefined) {
+    const tags = toTags(options.tags, `${fields.options}tags`);
+    if (tags) job.tags = tags;
+  }
+  if (options.startBy !== undefined && options.startWithinMs !== undefined) {
+    throw new ValidationError(`${fields.options}startWithinMs`, 'give startBy or startWithinMs, not both');
+  }
+  if (options.startBy !== undefined) job.startBy = options.startBy;
+  if (options.startWithinMs !== undefined) job.startWithinMs = options.startWithinMs;
   if (
     options.uniqueKey !== undefined ||
     options.uniqueStates !== undefined ||
@@ -143,6 +198,8 @@ const ITEM_KEYS = new Set([
   'runAt',
   'delayMs',
   'maxAttempts',
+  // Checked by toTags on every path.
+  'tags',
   // Checked by toUniqueSpec on every path.
   'uniqueKey',
   'uniqueStates',

@@ -7,6 +7,16 @@
 /** A pending timer, as {@link Clock.setTimeout} returns it. */
 export type TimerHandle = unknown;
 
+/** How a timer of the system clock treats the process. */
+export interface TimerOptions {
+  /**
+   * Keep the process alive until the timer fires: for a deadline someone
+   * awaits, or a retry that must happen while nothing else is pending.
+   * @default false
+   */
+  keepAlive?: boolean;
+}
+
 /** Time and timers, as a loop sees them. */
 export interface Clock {
   /** Wall-clock time in milliseconds since the epoch (`Date.now()`). */
@@ -15,9 +25,9 @@ export interface Clock {
   monotonic(): number;
   /**
    * Calls `callback` once after `delayMs` milliseconds. The system clock's
-   * timers do not keep the process alive (`unref`).
+   * timers do not keep the process alive (`unref`) unless `options.keepAlive`.
    */
-  setTimeout(callback: () => void, delayMs: number): TimerHandle;
+  setTimeout(callback: () => void, delayMs: number, options?: TimerOptions): TimerHandle;
   /** Cancels a timer; `undefined` or a timer that already fired is ignored. */
   clearTimeout(timer: TimerHandle | undefined): void;
 }
@@ -29,9 +39,9 @@ export const MAX_TIMER_MS = 2_147_483_647;
 export const systemClock: Clock = {
   now: () => Date.now(),
   monotonic: () => performance.now(),
-  setTimeout(callback, delayMs) {
+  setTimeout(callback, delayMs, options) {
     const timer = setTimeout(callback, Math.min(Math.max(0, delayMs), MAX_TIMER_MS));
-    timer.unref();
+    if (!options?.keepAlive) timer.unref();
     return timer;
   },
   clearTimeout(timer) {
@@ -43,7 +53,12 @@ export const systemClock: Clock = {
  * Resolves after `delayMs` on `clock`, or as soon as `signal` aborts (never
  * rejects: the caller checks the signal).
  */
-export function sleep(clock: Clock, delayMs: number, signal?: AbortSignal): Promise<void> {
+export function sleep(
+  clock: Clock,
+  delayMs: number,
+  signal?: AbortSignal,
+  options?: TimerOptions,
+): Promise<void> {
   if (signal?.aborted) return Promise.resolve();
   return new Promise((resolve) => {
     const done = (): void => {
@@ -51,7 +66,7 @@ export function sleep(clock: Clock, delayMs: number, signal?: AbortSignal): Prom
       signal?.removeEventListener('abort', done);
       resolve();
     };
-    const timer = clock.setTimeout(done, delayMs);
+    const timer = clock.setTimeout(done, delayMs, options);
     signal?.addEventListener('abort', done, { once: true });
   });
 }

@@ -5,7 +5,7 @@
  * written as one `async run()` that waits with {@link Service.wait}, so its
  * timing is read in one place and driven by an injectable {@link Clock}.
  */
-import { type Clock, systemClock } from './clock.js';
+import { type Clock, systemClock, type TimerOptions } from './clock.js';
 
 /** Why {@link Service.wait} returned. */
 export type WaitResult = 'timeout' | 'woken' | 'stopped';
@@ -77,7 +77,7 @@ export abstract class Service {
    * Waits `delayMs` milliseconds on the clock (`Infinity`: until woken or
    * stopped), or less when {@link Service.wake} or `stop()` comes first.
    */
-  protected wait(delayMs: number): Promise<WaitResult> {
+  protected wait(delayMs: number, options?: TimerOptions): Promise<WaitResult> {
     if (this.stopped) return Promise.resolve('stopped');
     if (this.#woken) {
       this.#woken = false;
@@ -87,7 +87,7 @@ export abstract class Service {
       const timer =
         delayMs === Number.POSITIVE_INFINITY
           ? undefined
-          : this.clock.setTimeout(() => this.#settle('timeout'), delayMs);
+          : this.clock.setTimeout(() => this.#settle('timeout'), delayMs, options);
       this.#release = (result) => {
         this.clock.clearTimeout(timer);
         resolve(result);

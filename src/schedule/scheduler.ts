@@ -156,6 +156,18 @@ export function schedulerService(
   onParked: (parked: ParkedSchedule) => void,
   onTurn: (turn: SchedulerTurn) => void = () => {},
 ): MaintenanceService {
+  return turnsService((client) => runDueSchedules(client, queries), onParked, onTurn);
+}
+
+/**
+ * {@link schedulerService} around any turn: the waiting rule between turns,
+ * apart from the statements (its loop timing is tested with a fake clock).
+ */
+export function turnsService(
+  turn: (client: Queryable) => Promise<SchedulerTurn>,
+  onParked: (parked: ParkedSchedule) => void,
+  onTurn: (turn: SchedulerTurn) => void,
+): MaintenanceService {
   // The maintainer reads intervalMs once after each turn. After a turn of its
   // own it waits for the next slot; after one another process took (the lock
   // was held), it waits the full check interval, not a stale short one.
@@ -168,14 +180,14 @@ export function schedulerService(
       return intervalMs;
     },
     async run(client) {
-      const turn = await runDueSchedules(client, queries);
-      const until = turn.untilNextMs;
+      const done = await turn(client);
+      const until = done.untilNextMs;
       nextIntervalMs =
-        until === null || turn.enqueued >= MAX_JOBS_PER_TURN
+        until === null || done.enqueued >= MAX_JOBS_PER_TURN
           ? SCHEDULE_CHECK_MS
           : Math.min(SCHEDULE_CHECK_MS, Math.max(1, Math.ceil(until)));
-      for (const parked of turn.parked) onParked(parked);
-      if (turn.enqueued > 0) onTurn(turn);
+      for (const parked of done.parked) onParked(parked);
+      if (done.enqueued > 0) onTurn(done);
     },
   };
 }

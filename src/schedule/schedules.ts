@@ -8,7 +8,7 @@ import type { JobQueries } from '../db/queries/jobs.js';
 import { ValidationError } from '../errors.js';
 import { assertName, assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES } from '../job/job.js';
 import { parseOptions } from '../options.js';
-import { type ClientOption, clientOptionsSchema } from '../producer/job-options.js';
+import { type ClientOption, clientOrPool } from '../producer/job-options.js';
 import {
   type ScheduleInfo,
   type ScheduleOptions,
@@ -66,9 +66,9 @@ export async function unschedule(
   name: unknown,
   options: ClientOption,
 ): Promise<boolean> {
-  const parsed = parseOptions(clientOptionsSchema, options, 'options');
+  const db = clientOrPool(pool, options);
   assertName(name, 'name');
-  return queries.schedules.remove(parsed.client ?? pool, name);
+  return queries.schedules.remove(db, name);
 }
 
 /** Every schedule, by name, with its next slot. */
@@ -77,6 +77,5 @@ export async function listSchedules(
   pool: pg.Pool,
   options: ClientOption,
 ): Promise<ScheduleInfo[]> {
-  const parsed = parseOptions(clientOptionsSchema, options, 'options');
-  return (await queries.schedules.list(parsed.client ?? pool)).map(toScheduleInfo);
+  return (await queries.schedules.list(clientOrPool(pool, options))).map(toScheduleInfo);
 }

@@ -13,6 +13,7 @@ import { z } from 'zod';
 import { JOB_STATUSES, type JobMap } from '../job/job.js';
 import { importOptional } from '../optional-dependency.js';
 import { parseOptions } from '../options.js';
+import type { Relay } from '../relay/relay.js';
 import type { QueueStats, Skiplock } from '../skiplock.js';
 import type { Worker } from '../worker/worker.js';
 
@@ -39,6 +40,12 @@ export interface SkiplockMetrics {
    * @returns a function that stops observing.
    */
   observeWorker(worker: Worker): () => void;
+  /**
+   * Counts a relay's published jobs (`relay_published_total` by queue) and its
+   * errors (`relay_errors_total` by source) from its events.
+   * @returns a function that stops observing.
+   */
+  observeRelay(relay: Relay): () => void;
   /**
    * The registry in Prometheus text format; queries the database for the gauges.
    * @throws {DatabaseError} when the database cannot be reached.
@@ -157,9 +164,34 @@ export async function createMetrics<Jobs extends JobMap>(
     registers: [registry],
   });
 
+  const relayed = new prom.Counter({
+    name: `${prefix}relay_published_total`,
+    help: "Jobs this process's relays published, saw acknowledged and removed.",
+    labelNames: ['queue'] as const,
+    registers: [registry],
+  });
+  const relayErrors = new prom.Counter({
+    name: `${prefix}relay_errors_total`,
+    help: "Errors this process's relays met (they retry), by source.",
+    labelNames: ['source'] as const,
+    registers: [registry],
+  });
+
   return {
     registry,
     contentType: registry.contentType,
+    observeRelay(relay) {
+      const onPublish = (jobs: readonly { queue: string }[]) => {
+        for (const job of jobs) relayed.inc({ queue: job.queue });
+      };
+      const onError = (_: unknown, source: string) => relayErrors.inc({ source });
+      relay.on('relay:publish', onPublish);
+      relay.on('error', onError);
+      return () => {
+        relay.off('relay:publish', onPublish);
+        relay.off('error', onError);
+      };
+    },
     observeWorker(worker) {
       const onSuccess = (job: { queue: string; kind: string }, info: { durationMs: number }) => {
         completed.inc({ queue: job.queue, kind: job.kind });

@@ -27,6 +27,7 @@ import { translateError } from '../db/executor.js';
 import { leaseKey } from '../db/queries/job-row.js';
 import type { WakeUp } from '../db/wake-up.js';
 import { CancelledError, type SkiplockError } from '../errors.js';
+import { type Clock, systemClock } from '../runtime/clock.js';
 import { CONTROL_READ_INTERVAL_MS, Coalesced } from './coalesced.js';
 import type { Execution, Executions } from './executions.js';
 import { loopBackoffMs } from './loop-backoff.js';
@@ -66,16 +67,19 @@ export class Cancellation {
   #pauseWanted = false;
   /** A read of the buffered jobs' queues is in flight. */
   #pauseReading = false;
-  /** `performance.now()` when the last successful read of paused queues was sent; every queue buffered then was running. */
+  /** Monotonic time when the last successful read of paused queues was sent; every queue buffered then was running. */
   #pauseReadAt = Number.NEGATIVE_INFINITY;
   /** How long the last paused-state read took (ms): a slow database widens what counts as fresh. */
   #pauseRoundTripMs = 0;
   #failures = 0;
-  #retryTimer: NodeJS.Timeout | undefined;
+  #retryTimer: unknown;
+  readonly #clock: Clock;
 
-  constructor(deps: CancellationDeps) {
+  /** @param clock - times the reads and their retries; the one `mayStart`'s `now` comes from. */
+  constructor(deps: CancellationDeps, clock: Clock = systemClock) {
     this.#deps = deps;
-    this.#reads = new Coalesced(() => this.#read(), CONTROL_READ_INTERVAL_MS);
+    this.#clock = clock;
+    this.#reads = new Coalesced(() => this.#read(), CONTROL_READ_INTERVAL_MS, clock);
   }
 
   /**
@@ -115,7 +119,7 @@ export class Cancellation {
   }
 
   /**
-   * Whether the buffered job `e` may start at `now` (`performance.now()`):
+   * Whether the buffered job `e` may start at `now` (the clock's monotonic time):
    * yes when it was claimed recently, or a read sent recently found its queue
    * running. Otherwise asks for a read, after which `onChecked` is called.
    */
@@ -131,7 +135,7 @@ export class Cancellation {
 
   /** Reads no more; resolves when no read is in flight. */
   async stop(): Promise<void> {
-    clearTimeout(this.#retryTimer);
+    this.#clock.clearTimeout(this.#retryTimer);
     await this.#reads.stop();
   }
 
@@ -147,7 +151,7 @@ export class Cancellation {
     this.#pauseWanted = false;
     this.#pauseReading = pauseWanted;
     const queues = pauseWanted ? this.#bufferedQueues() : [];
-    const sentAt = performance.now();
+    const sentAt = this.#clock.monotonic();
     const [cancelled, paused] = await Promise.allSettled([
       held.length > 0 ? this.#deps.cancelRequested(held) : new Set<string>(),
       queues.length > 0 ? this.#deps.paused(queues) : new Set<string>(),
@@ -165,7 +169,7 @@ export class Cancellation {
     if (pauseWanted) {
       if (paused.status === 'fulfilled') {
         this.#pauseReadAt = sentAt;
-        this.#pauseRoundTripMs = performance.now() - sentAt;
+        this.#pauseRoundTripMs = this.#clock.monotonic() - sentAt;
         const queuesPaused = paused.value;
         if (queuesPaused.size > 0) {
           const taken = this.#deps.executions.takeBufferedWhere((e) => queuesPaused.has(e.job.queue));
@@ -179,9 +183,8 @@ export class Cancellation {
     }
     if (failed) {
       // Buffered jobs wait for the read (or are given back after prefetchTimeoutMs); try again with backoff.
-      clearTimeout(this.#retryTimer);
-      this.#retryTimer = setTimeout(() => this.#reads.request(), loopBackoffMs(this.#failures++));
-      this.#retryTimer.unref();
+      this.#clock.clearTimeout(this.#retryTimer);
+      this.#retryTimer = this.#clock.setTimeout(() => this.#reads.request(), loopBackoffMs(this.#failures++));
     } else {
       this.#failures = 0;
     }

@@ -1,10 +1,13 @@
 /**
- * The typed events a worker emits. Tests and the CLI wait on these instead of
- * sleeping; background loops report their errors here instead of throwing. A
- * listener that throws is reported as an `error` from source `listener` and
- * changes nothing else.
+ * How a worker speaks: the typed events it emits, and the reporter that emits
+ * them safely. Tests and the CLI wait on these instead of sleeping; background
+ * loops report their errors as `error` events (or on the console when nobody
+ * listens) instead of throwing. A listener that throws is reported as an
+ * `error` from source `listener` and changes nothing else; an `error`
+ * listener that throws falls back to the console.
  */
-import type { SkiplockError } from '../errors.js';
+import type { EventEmitter } from 'node:events';
+import { SkiplockError } from '../errors.js';
 import type { Job } from '../job/job.js';
 
 /** Which part of the worker an `error` event came from. */
@@ -18,6 +21,7 @@ export type WorkerErrorSource =
   | 'notifier'
   | 'release'
   | 'prune'
+  | 'archive'
   | 'listener';
 
 /** What a failed attempt led to, as written to the database. */
@@ -64,7 +68,9 @@ export interface WorkerEvents {
   /** A sweep ran under the lock and reclaimed jobs (requeued, or dead when out of attempts). */
   'worker:sweep': [result: { requeued: number; dead: number }];
   /** A prune (worker option `retentionMs`) ran under the lock and deleted finished rows. */
-  'worker:prune': [result: { jobs: number; archive: number }];
+  'worker:prune': [result: { jobs: number; archive: number; archivePartitions: number }];
+  /** The archive's partition upkeep created or dropped day partitions (or left expired ones for a later turn). */
+  'worker:archive': [result: { created: number; dropped: number; skipped: number }];
   /** The LISTEN connection is (re)established. */
   'worker:listen': [];
   /**
@@ -79,4 +85,70 @@ export interface WorkerEvents {
   'worker:stop': [];
   /** A background loop hit an error; it retries by itself. */
   error: [error: SkiplockError, source: WorkerErrorSource];
+}
+
+/** Emits a worker's events safely. */
+export class EventReporter {
+  readonly #emitter: EventEmitter<WorkerEvents>;
+  readonly #workerId: string;
+  /** Connections are being dropped on purpose (past the stop deadline): their errors are expected. */
+  quiet = false;
+
+  constructor(emitter: EventEmitter<WorkerEvents>, workerId: string) {
+    this.#emitter = emitter;
+    this.#workerId = workerId;
+  }
+
+  /** Whether anyone listens to `event` (so that a caller can skip building its arguments). */
+  heard(event: keyof WorkerEvents): boolean {
+    return this.#emitter.listenerCount(event) > 0;
+  }
+
+  /** Emits `event`; a listener that throws is reported once. */
+  emit<K extends keyof WorkerEvents>(event: K, ...args: WorkerEvents[K]): void {
+    try {
+      (this.#emitter.emit as (event: K, ...args: WorkerEvents[K]) => boolean)(event, ...args);
+    } catch (error) {
+      this.error(
+        new SkiplockError(
+          'LISTENER',
+          `a '${String(event)}' listener threw: ${describeListenerError(error)}`,
+          {
+            cause: error,
+          },
+        ),
+        'listener',
+      );
+    }
+  }
+
+  /** Reports a background error; the loop that hit it retries by itself. */
+  error(error: SkiplockError, source: WorkerErrorSource): void {
+    if (this.quiet) return;
+    if (this.heard('error')) {
+      try {
+        this.#emitter.emit('error', error, source);
+        return;
+      } catch (listenerError) {
+        console.error(
+          `[skiplock] worker ${this.#workerId}: an 'error' listener threw: ${describeListenerError(listenerError)}`,
+        );
+      }
+    }
+    console.error(`[skiplock] worker ${this.#workerId}: ${source} error: ${error.message}`);
+  }
+
+  /** A warning for the operator: `worker:warning`, or the console when nobody listens. */
+  warn(message: string): void {
+    if (this.heard('worker:warning')) this.emit('worker:warning', message);
+    else console.warn(`[skiplock] worker ${this.#workerId}: warning: ${message}`);
+  }
+}
+
+function describeListenerError(error: unknown): string {
+  try {
+    return error instanceof Error ? error.message : String(error);
+  } catch {
+    return 'a value that cannot be described';
+  }
 }

@@ -5,6 +5,7 @@
  */
 import type { ClaimedJob } from '../db/queries/claim.js';
 import type { Job } from '../job/job.js';
+import { type Clock, systemClock } from '../runtime/clock.js';
 import { AttemptControl } from './attempt-control.js';
 
 /** One claimed job from buffer to result, with what its lease is fenced by. */
@@ -16,12 +17,12 @@ export interface Execution {
   /** The job's stored trace context (JSON text), when the worker traces (see telemetry/tracing.ts). */
   traceContext: string | null | undefined;
   /**
-   * `performance.now()` when its claim was sent (the claim saw the table no
-   * earlier): a buffered job given back after too long a wait, or checked for
-   * a pause before it starts, is judged by it.
+   * The clock's monotonic time when its claim was sent (the claim saw the
+   * table no earlier): a buffered job given back after too long a wait, or
+   * checked for a pause before it starts, is judged by it.
    */
   claimedAt: number;
-  /** `performance.now()` when its handler started (0 while buffered). */
+  /** The clock's monotonic time when its handler started (0 while buffered). */
   startedAt: number;
   /** Made when the handler starts: aborts the attempt (timeout, cancel, stop, lost lease). */
   control: AttemptControl | undefined;
@@ -51,6 +52,12 @@ export class Executions {
   #head = 0;
   readonly #running = new Set<Execution>();
   #idleWaiters: (() => void)[] = [];
+  readonly #clock: Clock;
+
+  /** @param clock - times {@link Executions.whenIdle}'s deadline; defaults to the process's clock. */
+  constructor(clock: Clock = systemClock) {
+    this.#clock = clock;
+  }
 
   /** Jobs claimed and not yet started (a few whose lease was lost may still be counted until skipped). */
   get bufferedCount(): number {
@@ -162,14 +169,17 @@ export class Executions {
     return [...this.#running];
   }
 
-  /** Resolves when no handler runs except those in `except`, or after `timeoutMs`. */
+  /**
+   * Resolves when no handler runs except those in `except` (read again at
+   * every finish), or after `timeoutMs` on the clock. The deadline keeps the process alive: a stop is waiting on it.
+   */
   async whenIdle(timeoutMs: number, except: ReadonlySet<Execution> = new Set()): Promise<void> {
     const busy = () => {
       for (const e of this.#running) if (!except.has(e)) return true;
       return false;
     };
     if (!busy()) return;
-    let timer: NodeJS.Timeout | undefined;
+    let timer: unknown;
     await new Promise<void>((resolve) => {
       const check = () => {
         if (busy()) {
@@ -179,9 +189,9 @@ export class Executions {
         resolve();
       };
       this.#idleWaiters.push(check);
-      timer = setTimeout(resolve, timeoutMs);
+      timer = this.#clock.setTimeout(resolve, timeoutMs, { keepAlive: true });
     });
-    clearTimeout(timer);
+    this.#clock.clearTimeout(timer);
   }
 
   #notifyIdle(): void {

@@ -8,6 +8,8 @@ import { ValidationError } from '../errors.js';
 import { DEFAULT_QUEUE, DEFAULT_VISIBILITY_TIMEOUT_MS } from '../job/defaults.js';
 import type { JobMap } from '../job/job.js';
 import { assertName } from '../job/job.js';
+import { type Retention, resolveRetention } from '../maintenance/pruner.js';
+import { retentionSchema } from '../operations/prune.js';
 import { durationMs, integerInRange, parseOptions } from '../options.js';
 import { type Middleware, withMiddleware } from './executor.js';
 import { type HandlerEntry, type ResolvedHandler, resolveHandlers } from './handler-definition.js';
@@ -103,9 +105,20 @@ export interface WorkerOptions<Jobs extends JobMap> {
    * `finished_at` is older than this many milliseconds are deleted by a
    * periodic prune (one prune at a time across all workers, in batches of
    * 1000). Dead letters are kept for a person; prune them with
-   * `skiplock.prune({ status: 'dead', … })`. @default none (no pruning)
+   * `skiplock.prune({ status: 'dead', … })` or `retention.dead`. An age in
+   * `retention` wins over this one for its status. @default none (no pruning)
    */
   retentionMs?: number;
+  /**
+   * Retention per status, in milliseconds by `finished_at`: `{ succeeded,
+   * failed, dead, cancelled }` for rows kept in the jobs table, `archive` for
+   * the archive (dropped a whole UTC day at a time, so an archived row lives
+   * up to one day longer than its age). A status left out takes `retentionMs`
+   * (dead letters never do) or is kept forever. Pruned by the periodic prune
+   * (every `pruneIntervalMs`, at most 10 batches of 1000 rows per status per
+   * turn). @default none
+   */
+  retention?: Retention;
   /** How often this worker tries to prune when `retentionMs` is set. @default 60_000 */
   pruneIntervalMs?: number;
   /**
@@ -199,6 +212,8 @@ export interface ResolvedWorkerOptions {
   heartbeatIntervalMs: number;
   sweepIntervalMs: number;
   retentionMs: number | undefined;
+  /** The ages in effect, per status and for the archive (`retention` over `retentionMs`). */
+  retention: Retention;
   pruneIntervalMs: number;
   jobTimeoutMs: number | undefined;
   shutdownTimeoutMs: number;
@@ -251,6 +266,7 @@ const schema = z.strictObject({
   heartbeatIntervalMs: numberOption(N.heartbeatIntervalMs).optional(),
   sweepIntervalMs: numberOption(N.sweepIntervalMs).optional(),
   retentionMs: numberOption(N.retentionMs).optional(),
+  retention: retentionSchema.optional(),
   pruneIntervalMs: numberOption(N.pruneIntervalMs).optional(),
   jobTimeoutMs: numberOption(N.jobTimeoutMs).optional(),
   shutdownTimeoutMs: numberOption(N.shutdownTimeoutMs).optional(),
@@ -341,6 +357,7 @@ export function resolveWorkerOptions(options: unknown): ResolvedWorkerOptions {
     heartbeatIntervalMs,
     sweepIntervalMs: parsed.sweepIntervalMs ?? 60_000,
     retentionMs: parsed.retentionMs,
+    retention: resolveRetention(parsed.retention, parsed.retentionMs),
     pruneIntervalMs: parsed.pruneIntervalMs ?? 60_000,
     jobTimeoutMs: parsed.jobTimeoutMs,
     shutdownTimeoutMs: parsed.shutdownTimeoutMs ?? 30_000,

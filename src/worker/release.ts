@@ -5,11 +5,11 @@
  * statement that does not answer (a half-open connection): past it the jobs
  * are abandoned, and the sweeper gives them back after the visibility timeout.
  */
-import { setTimeout as sleep } from 'node:timers/promises';
 import { translateError } from '../db/executor.js';
 import { leaseKey } from '../db/queries/job-row.js';
 import type { SkiplockError } from '../errors.js';
-import type { EventReporter } from './event-reporter.js';
+import { type Clock, sleep, systemClock } from '../runtime/clock.js';
+import type { EventReporter } from './events.js';
 import type { Execution } from './executions.js';
 import { loopBackoffMs } from './loop-backoff.js';
 
@@ -23,16 +23,19 @@ export interface ReleaseRequest {
   /** `status`: `cancelled` for a job whose cancel was requested, else `queued`. */
   onReleased(e: Execution, status: 'queued' | 'cancelled'): void;
   onError(error: SkiplockError): void;
+  /** Times the deadline and the pauses between tries. @default the process's clock */
+  clock?: Clock;
 }
 
 /** Releases the jobs, retrying until the deadline. Never rejects. */
 export async function releaseJobs(request: ReleaseRequest): Promise<void> {
-  const deadline = performance.now() + request.deadlineMs;
+  const clock = request.clock ?? systemClock;
+  const deadline = clock.monotonic() + request.deadlineMs;
   for (let attempt = 0; ; attempt++) {
-    const remaining = deadline - performance.now();
+    const remaining = deadline - clock.monotonic();
     if (remaining <= 0) return;
     try {
-      const released = await withinDeadline(request.release(), remaining);
+      const released = await withinDeadline(request.release(), remaining, clock);
       // Past the deadline the statement is abandoned: whatever it did, the jobs are not reported.
       if (released === undefined) return;
       for (const e of request.jobs) {
@@ -43,25 +46,26 @@ export async function releaseJobs(request: ReleaseRequest): Promise<void> {
     } catch (error) {
       request.onError(translateError(error));
       const pause = loopBackoffMs(attempt);
-      if (performance.now() + pause >= deadline) return;
-      await sleep(pause);
+      if (clock.monotonic() + pause >= deadline) return;
+      // Kept alive: the jobs are given back before the process may end.
+      await sleep(clock, pause, undefined, { keepAlive: true });
     }
   }
 }
 
 /** What `promise` resolves to within `ms`, or undefined after it (the promise is left to settle unheard). */
-async function withinDeadline<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
-  let timer: NodeJS.Timeout | undefined;
+async function withinDeadline<T>(promise: Promise<T>, ms: number, clock: Clock): Promise<T | undefined> {
+  let timer: unknown;
   promise.catch(() => {});
   try {
     return await Promise.race([
       promise,
       new Promise<undefined>((resolve) => {
-        timer = setTimeout(() => resolve(undefined), ms);
+        timer = clock.setTimeout(() => resolve(undefined), ms, { keepAlive: true });
       }),
     ]);
   } finally {
-    clearTimeout(timer);
+    clock.clearTimeout(timer);
   }
 }
 
@@ -84,6 +88,8 @@ export async function releaseExecutions(
   deps: {
     release(leases: ReleasedLease[]): Promise<Map<string, 'queued' | 'cancelled'>>;
     events: EventReporter;
+    /** Times the deadline and the pauses between tries. @default the process's clock */
+    clock?: Clock;
   },
 ): Promise<void> {
   const held = executions.filter((e) => e.state === 'buffered' || e.state === 'running');
@@ -102,5 +108,6 @@ export async function releaseExecutions(
     onReleased: (e, status) =>
       deps.events.emit(status === 'cancelled' ? 'job:cancelled' : 'job:released', e.job),
     onError: (error) => deps.events.error(error, 'release'),
+    ...(deps.clock && { clock: deps.clock }),
   });
 }

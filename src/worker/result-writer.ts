@@ -7,8 +7,9 @@
 import type pg from 'pg';
 import type { SuccessPolicy } from '../db/queries/finish.js';
 import type { JobQueries } from '../db/queries/jobs.js';
+import type { Clock } from '../runtime/clock.js';
 import { Completer } from './completer.js';
-import type { EventReporter } from './event-reporter.js';
+import type { EventReporter } from './events.js';
 import type { Execution } from './executions.js';
 
 /** What the result writer needs from its worker. */
@@ -22,34 +23,39 @@ export interface ResultWriterDeps {
   wakeAfter(delayMs: number): void;
   /** A batch of results was written: the worker may claim again. */
   onBatchWritten(): void;
+  /** The clock the completer's retries and its stop deadline read. */
+  clock: Clock;
 }
 
 /** The worker's completer. */
 export function resultWriter(deps: ResultWriterDeps): Completer<Execution> {
   const { queries, pool, workerId, events } = deps;
-  return new Completer<Execution>({
-    finish: (jobs) => queries.finish.finish(pool, jobs, workerId, deps.onSuccess),
-    leaseStates: (ids) => queries.results.leaseStates(pool, ids),
-    workerId,
-    successLeavesRow: deps.onSuccess === 'keep',
-    onSuccess: (e) => reportSuccess(events, e),
-    onFailure: (failure, outcome) => {
-      if (outcome.status === 'queued') deps.wakeAfter(outcome.retryDelayMs);
-      if (failure.snoozeDelayMs !== undefined) {
-        events.emit('job:snoozed', failure.job.job, { delayMs: outcome.retryDelayMs });
-        return;
-      }
-      events.emit('job:failure', failure.job.job, failure.thrown, {
-        status: outcome.status,
-        retryDelayMs: outcome.retryDelayMs,
-        lastError: failure.error,
-      });
+  return new Completer<Execution>(
+    {
+      finish: (jobs) => queries.finish.finish(pool, jobs, workerId, deps.onSuccess),
+      leaseStates: (ids) => queries.results.leaseStates(pool, ids),
+      workerId,
+      successLeavesRow: deps.onSuccess === 'keep',
+      onSuccess: (e) => reportSuccess(events, e),
+      onFailure: (failure, outcome) => {
+        if (outcome.status === 'queued') deps.wakeAfter(outcome.retryDelayMs);
+        if (failure.snoozeDelayMs !== undefined) {
+          events.emit('job:snoozed', failure.job.job, { delayMs: outcome.retryDelayMs });
+          return;
+        }
+        events.emit('job:failure', failure.job.job, failure.thrown, {
+          status: outcome.status,
+          retryDelayMs: outcome.retryDelayMs,
+          lastError: failure.error,
+        });
+      },
+      onCancelled: (e) => events.emit('job:cancelled', e.job),
+      onStale: (e) => events.emit('job:stale', e.job),
+      onBatchWritten: deps.onBatchWritten,
+      onError: (error) => events.error(error, 'complete'),
     },
-    onCancelled: (e) => events.emit('job:cancelled', e.job),
-    onStale: (e) => events.emit('job:stale', e.job),
-    onBatchWritten: deps.onBatchWritten,
-    onError: (error) => events.error(error, 'complete'),
-  });
+    deps.clock,
+  );
 }
 
 /** Emits `job:success` for a job whose success was committed. */

@@ -31,7 +31,7 @@ import type { LeaseState } from '../db/queries/results.js';
 import { SettledLeaseQueries } from '../db/queries/settled-lease.js';
 import type { Job } from '../job/job.js';
 import type { AttemptControl } from './attempt-control.js';
-import type { EventReporter } from './event-reporter.js';
+import type { EventReporter } from './events.js';
 import type { Execution } from './executions.js';
 import { failure, permanentFailure, type RunOutcome, runJob } from './executor.js';
 import type { TransactionalHandler } from './handler-definition.js';

@@ -12,6 +12,7 @@
  */
 import pg from 'pg';
 import { DEFAULT_CONNECT_TIMEOUT_MS } from '../job/defaults.js';
+import { type Clock, systemClock } from '../runtime/clock.js';
 
 /** Most connections a worker's own pool opens: claim, results, heartbeat, maintenance, release. */
 const WORKER_POOL_SIZE = 6;
@@ -33,11 +34,13 @@ export interface WorkerPool {
  *   the statement fails and its connection is discarded.
  * @param sessionSettings - send the session settings in the startup packet;
  *   false behind a pooler that refuses startup options (PgBouncer).
+ * @param clock - times close()'s deadline; defaults to the process's clock.
  */
 export function workerPool(
   config: pg.ClientConfig,
   statementTimeoutMs: number,
   sessionSettings = true,
+  clock: Clock = systemClock,
 ): WorkerPool {
   return openPool(
     config,
@@ -48,6 +51,7 @@ export function workerPool(
       // A server that accepts TCP and never answers fails start() as soon as a Skiplock's own pool would.
       connectionTimeoutMillis: Math.min(statementTimeoutMs, DEFAULT_CONNECT_TIMEOUT_MS),
     },
+    clock,
   );
 }
 
@@ -65,14 +69,23 @@ export function transactionPool(
   concurrency: number,
   statementTimeoutMs: number,
   sessionSettings = true,
+  clock: Clock = systemClock,
 ): WorkerPool {
-  return openPool(config, sessionSettings ? ['-c idle_in_transaction_session_timeout=60000'] : [], {
-    max: concurrency,
-    connectionTimeoutMillis: statementTimeoutMs,
-  });
+  return openPool(
+    config,
+    sessionSettings ? ['-c idle_in_transaction_session_timeout=60000'] : [],
+    { max: concurrency, connectionTimeoutMillis: statementTimeoutMs },
+    clock,
+  );
 }
 
-function openPool(config: pg.ClientConfig, settings: string[], poolConfig: pg.PoolConfig): WorkerPool {
+/** Opens a pool whose close() keeps its deadline on `clock`. */
+function openPool(
+  config: pg.ClientConfig,
+  settings: string[],
+  poolConfig: pg.PoolConfig,
+  clock: Clock,
+): WorkerPool {
   const options = [config.options, ...settings].filter(Boolean).join(' ');
   const pool = new pg.Pool({ ...config, ...(options ? { options } : {}), ...poolConfig });
   const clients = new Set<pg.Client>();
@@ -84,38 +97,45 @@ function openPool(config: pg.ClientConfig, settings: string[], poolConfig: pg.Po
   return {
     pool,
     async close(timeoutMs) {
-      const deadline = performance.now() + timeoutMs;
+      const deadline = clock.monotonic() + timeoutMs;
       ended ??= pool.end().catch(() => {});
       // The last part of the time is for the end to settle once the sockets are dropped.
-      if (await settlesWithin(ended, timeoutMs - Math.min(200, timeoutMs / 4))) return;
+      if (await settlesWithin(ended, timeoutMs - Math.min(200, timeoutMs / 4), clock)) return;
       // A statement stuck behind a lock or a dead network: drop its socket; so
       // also for a connection still being opened (pg-pool lists those only in
       // its own field), which would otherwise outlive the stop by its timeout.
       const opening = (pool as unknown as { _clients?: pg.Client[] })._clients ?? [];
       for (const client of new Set([...clients, ...opening])) destroySocket(client);
-      await settlesWithin(ended, deadline - performance.now());
+      await settlesWithin(ended, deadline - clock.monotonic(), clock);
     },
   };
 }
 
-/** Whether `promise` settled within `ms`; the timer never outlives the answer. */
-export async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
+/**
+ * Whether `promise` settled within `ms` on `clock`; the timer never outlives
+ * the answer, and keeps the process alive until then (someone awaits it).
+ */
+export async function settlesWithin(
+  promise: Promise<unknown>,
+  ms: number,
+  clock: Clock = systemClock,
+): Promise<boolean> {
+  let timer: unknown;
   const settled = await Promise.race([
     promise.then(
       () => true,
       () => true,
     ),
     new Promise<false>((resolve) => {
-      timer = setTimeout(() => resolve(false), Math.max(0, ms));
+      timer = clock.setTimeout(() => resolve(false), Math.max(0, ms), { keepAlive: true });
     }),
   ]);
-  clearTimeout(timer);
+  clock.clearTimeout(timer);
   return settled;
 }
 
 /** Destroys a pg client's socket: its pending statement fails at once and the pool lets it go. */
-export function destroySocket(client: pg.Client): void {
+export function destroySocket(client: Pick<pg.Client, 'on'>): void {
   // pg exposes no public way to abandon a connection mid-statement; its stream is the socket.
   (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
 }

@@ -1,10 +1,9 @@
 /**
- * The worker's life cycle: start, claim through the fetcher into a buffer, run
+ * The worker's life cycle: start, claim through the claim loop into a buffer, run
  * handlers in up to `concurrency` slots, write results through the completer,
  * keep leases alive with the heartbeat, run the maintenance loop, and stop
  * gracefully within a deadline.
  */
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
@@ -16,26 +15,24 @@ import { LeaseLostError, SchemaVersionError, ShutdownError, SkiplockError } from
 import type { Maintainer } from '../maintenance/maintainer.js';
 import { workerMaintenance } from '../maintenance/worker-maintenance.js';
 import { assertMigrated } from '../migrations/migrator.js';
+import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.js';
 import type { JobTracing } from '../telemetry/tracing.js';
 import { Cancellation } from './cancellation.js';
-import { Claimer, workerClaimRequest } from './claimer.js';
+import { ClaimLoop, workerClaimRequest } from './claim-loop.js';
 import type { Completer } from './completer.js';
-import { EventReporter } from './event-reporter.js';
 import type { WorkerEvents } from './events.js';
+import { EventReporter } from './events.js';
 import { bufferedExecution, type Execution, Executions } from './executions.js';
 import { type RunOutcome, runJob } from './executor.js';
-import { Fetcher } from './fetcher.js';
 import { kindRetryDelayMs, type ResolvedHandler } from './handler-definition.js';
 import { Heartbeat } from './heartbeat.js';
-import type { Notifier } from './notifier.js';
+import { type Notifier, workerNotifier } from './notifier.js';
 import type { ResolvedWorkerOptions } from './options.js';
-import { PrefetchPolicy } from './prefetch.js';
 import { releaseExecutions } from './release.js';
 import { resultWriter } from './result-writer.js';
 import { serverWarnings } from './server-check.js';
 import { forgetOnSignals, stopOnSignals } from './signals.js';
 import { TransactionalAttempts } from './transactional.js';
-import { workerNotifier } from './worker-notifier.js';
 import { settlesWithin, type WorkerPool, workerPool } from './worker-pool.js';
 
 /** What a worker needs from its Skiplock. */
@@ -46,6 +43,8 @@ export interface WorkerContext {
   /** Loads the spans of a Skiplock with tracing on; absent when it is off. */
   tracing?: () => Promise<JobTracing>;
   onStop(worker: Worker): void;
+  /** Times the worker's deadlines and loops. @default the process's clock */
+  clock?: Clock;
 }
 
 /** Fewest buffered jobs worth a release statement when the buffer is trimmed. */
@@ -57,8 +56,12 @@ const STOP_GRACE_MS = 3_000;
 /** The last part of the grace, kept for closing the listener and the pools. */
 const CLOSE_RESERVE_MS = 500;
 
-/** The execution whose handler is running in the current async context: `stop()` from a handler must not wait for it. */
-const currentExecution = new AsyncLocalStorage<Execution>();
+/**
+ * How long a handler that called `stop()` may still take after the other
+ * handlers are done, when the shutdown deadline has passed by then (it is
+ * never cut short before the deadline).
+ */
+const STOP_CALLER_GRACE_MS = 1_000;
 
 /**
  * A worker: claims jobs of its queues and kinds and runs their handlers. Made
@@ -73,9 +76,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #ctx: WorkerContext;
   readonly #options: ResolvedWorkerOptions;
   readonly #handlers: ReadonlyMap<string, ResolvedHandler>;
-  readonly #executions = new Executions();
-  readonly #fetcher: Fetcher;
-  readonly #claimer: Claimer;
+  readonly #clock: Clock;
+  readonly #executions: Executions;
+  readonly #claimLoop: ClaimLoop;
   readonly #completer: Completer<Execution>;
   readonly #cancellation: Cancellation;
   readonly #heartbeat: Heartbeat<Execution>;
@@ -84,9 +87,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #pool: WorkerPool;
   /** Runs transactional handlers on connections of their own (made only when one is declared). */
   readonly #transactional: TransactionalAttempts | undefined;
-  #bufferTimer: NodeJS.Timeout | undefined;
+  #bufferTimer: TimerHandle | undefined;
   readonly #events: EventReporter;
-  readonly #prefetch: PrefetchPolicy;
   /** Set by start when tracing is on. */
   #tracing: JobTracing | undefined;
   #state: 'new' | 'starting' | 'running' | 'stopping' | 'stopped' = 'new';
@@ -97,11 +99,19 @@ export class Worker extends EventEmitter<WorkerEvents> {
   #resolveHandlersDone!: () => void;
   /** Handlers that called stop(): stop does not wait for them before releasing the others. */
   readonly #stopCallers = new Set<Execution>();
+  /**
+   * The execution whose handler is being called, while the call has not
+   * returned: a `stop()` made then comes from that handler. Set around the
+   * synchronous call only, so knowing it costs a job nothing (no async context).
+   */
+  #calling: Execution | undefined;
 
   constructor(ctx: WorkerContext, options: ResolvedWorkerOptions) {
     super();
     this.#ctx = ctx;
     this.#options = options;
+    this.#clock = ctx.clock ?? systemClock;
+    this.#executions = new Executions(this.#clock);
     this.#handlersDone = new Promise<void>((resolve) => {
       this.#resolveHandlersDone = resolve;
     });
@@ -109,30 +119,42 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.id = options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
     this.#events = new EventReporter(this, this.id);
     const { queries } = ctx;
-    this.#pool = workerPool(ctx.clientConfig, options.statementTimeoutMs, options.sessionSettings);
-    this.#prefetch = new PrefetchPolicy(options);
+    this.#pool = workerPool(
+      ctx.clientConfig,
+      options.statementTimeoutMs,
+      options.sessionSettings,
+      this.#clock,
+    );
     const pool = this.#pool.pool;
-    this.#claimer = new Claimer({
-      pool,
-      queries,
-      queues: options.queues,
-      request: workerClaimRequest(options, this.id, ctx.tracing !== undefined),
-      pollIntervalMs: options.pollIntervalMs,
-      freeSlots: () => options.concurrency - this.#executions.runningCount - this.#executions.bufferedCount,
-      fetcher: () => this.#fetcher,
-      onLimited: (queue) => {
-        const taken = this.#executions.takeBufferedWhere((e) => e.job.queue === queue);
-        if (taken.length > 0) void this.#release(taken);
+    this.#claimLoop = new ClaimLoop(
+      {
+        pool,
+        queries,
+        queues: options.queues,
+        request: workerClaimRequest(options, this.id, ctx.tracing !== undefined),
+        pollIntervalMs: options.pollIntervalMs,
+        concurrency: options.concurrency,
+        prefetch: options.prefetch,
+        batchSize: options.batchSize,
       },
-      onError: (error) => this.#events.error(error, 'claim'),
-    });
-    this.#fetcher = new Fetcher({
-      pollIntervalMs: options.pollIntervalMs,
-      claimLimit: () => this.#claimLimit(),
-      claim: (limit) => this.#claimer.claim(limit),
-      dispatch: (jobs, sentAt) => this.#dispatch(jobs, sentAt),
-      onError: (error) => this.#events.error(error, 'claim'),
-    });
+      {
+        held: () =>
+          this.#state === 'running'
+            ? {
+                running: this.#executions.runningCount,
+                buffered: this.#executions.bufferedCount,
+                unwritten: this.#completer.backlog,
+              }
+            : null,
+        dispatch: (jobs, sentAt) => this.#dispatch(jobs, sentAt),
+        onLimited: (queue) => {
+          const taken = this.#executions.takeBufferedWhere((e) => e.job.queue === queue);
+          if (taken.length > 0) void this.#release(taken);
+        },
+        onError: (error) => this.#events.error(error, 'claim'),
+      },
+      this.#clock,
+    );
     this.#transactional = TransactionalAttempts.forWorker(ctx.clientConfig, options, {
       workerPool: pool,
       queries,
@@ -145,10 +167,12 @@ export class Worker extends EventEmitter<WorkerEvents> {
       workerId: this.id,
       onSuccess: options.onSuccess,
       events: this.#events,
-      wakeAfter: (delayMs) => this.#fetcher.wakeAfter(delayMs),
-      onBatchWritten: () => this.#fetcher.slotFreed(),
+      wakeAfter: (delayMs) => this.#claimLoop.wakeAfter(delayMs),
+      onBatchWritten: () => this.#claimLoop.slotFreed(),
+      clock: this.#clock,
     });
-    this.#cancellation = new Cancellation({
+    this.#cancellation = new Cancellation(
+      {
       executions: this.#executions,
       queues: options.queues,
       giveBack: (taken) => {
@@ -158,24 +182,29 @@ export class Worker extends EventEmitter<WorkerEvents> {
       paused: (queues) => queries.queues.paused(pool, queues),
       onChecked: () => this.#pump(),
       onError: (error) => this.#events.error(error, 'claim'),
-    });
-    this.#heartbeat = new Heartbeat<Execution>({
+      },
+      this.#clock,
+    );
+    this.#heartbeat = new Heartbeat<Execution>(
+      {
       intervalMs: options.heartbeatIntervalMs,
       leased: () => this.#executions.leased(),
       beat: (jobs) => queries.results.beat(pool, jobs, this.id),
       onLost: (e) => this.#leaseLost(e),
       onCancelRequested: (held) => this.#cancellation.onCancelRequested(held),
       onError: (error) => this.#events.error(error, 'heartbeat'),
-    });
+      },
+      this.#clock,
+    );
     this.#notifier = workerNotifier({
       clientConfig: ctx.clientConfig,
       options,
       queries,
       pool,
-      claimer: this.#claimer,
+      claimLoop: this.#claimLoop,
       cancellation: this.#cancellation,
-      fetcher: () => this.#fetcher,
       events: this.#events,
+      clock: this.#clock,
     });
     this.#maintainer = workerMaintenance({
       pool,
@@ -186,6 +215,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       onSwept: (result) => this.#events.emit('worker:sweep', result),
       retention: options,
       onPruned: (result) => this.#events.emit('worker:prune', result),
+      onArchivePartitions: (result) => this.#events.emit('worker:archive', result),
       onError: (error, service) => this.#events.error(error, service),
       onWarning: (message) => this.#events.warn(message),
     });
@@ -229,7 +259,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     try {
       await assertMigrated(this.#pool.pool, this.#ctx.schema);
       if (this.#ctx.tracing) this.#tracing = await this.#ctx.tracing();
-      await this.#claimer.refresh();
+      await this.#claimLoop.readLimits();
     } catch (error) {
       this.#state = 'stopped';
       this.#ctx.onStop(this);
@@ -241,27 +271,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#completer.start();
     this.#heartbeat.start();
     if (this.#options.listen) await this.#notifier.start();
-    this.#fetcher.start();
-    this.#claimer.start();
+    this.#claimLoop.start();
     this.#maintainer.start();
-    this.#bufferTimer = setInterval(
-      () => this.#expireBuffered(),
-      Math.max(10, this.#options.prefetchTimeoutMs / 2),
-    );
-    this.#bufferTimer.unref();
+    this.#expireBuffered();
     void this.#warnAboutServer();
-  }
-
-  /** How many jobs to claim now: free slots, plus the prefetch buffer while a backlog waits. */
-  #claimLimit(): number {
-    if (this.#state !== 'running') return 0;
-    const held = {
-      running: this.#executions.runningCount,
-      buffered: this.#executions.bufferedCount,
-      backlog: this.#fetcher.backlog,
-      unwritten: this.#completer.backlog,
-    };
-    return this.#prefetch.claimLimit(held, performance.now());
   }
 
   /** Buffers claimed jobs; `sentAt` (when their claim was sent) is their claim time. */
@@ -281,14 +294,18 @@ export class Worker extends EventEmitter<WorkerEvents> {
   /** Starts buffered jobs while slots are free. */
   #pump(): void {
     const { concurrency, jobTimeoutMs } = this.#options;
-    while (this.#state === 'running' && this.#executions.runningCount < concurrency) {
-      const now = performance.now();
+    while (
+      this.#state === 'running' &&
+      this.#stopPromise === undefined &&
+      this.#executions.runningCount < concurrency
+    ) {
+      const now = this.#clock.monotonic();
       const next = this.#executions.peek();
       // A job that waited long in the buffer starts only once its queue is known not to be paused.
       if (!next || !this.#cancellation.mayStart(next, now)) break;
       const e = this.#executions.start(now);
       if (!e) break;
-      this.#prefetch.started(e.startedAt);
+      this.#claimLoop.jobStarted();
       if (this.#events.heard('job:start')) this.#events.emit('job:start', e.job);
       const handler = this.#handlers.get(e.job.kind);
       const timeoutMs = handler?.timeoutMs ?? jobTimeoutMs;
@@ -296,15 +313,20 @@ export class Worker extends EventEmitter<WorkerEvents> {
         ? () => this.#transactional!.run(e, handler.handle, timeoutMs)
         : () => runJob(handler?.handle, e.job, e.control!, timeoutMs);
       const tracing = this.#tracing;
-      void currentExecution
-        .run(e, tracing ? () => tracing.process(e.job, e.traceContext, attempt) : attempt)
-        .then((outcome) => this.#settle(e, outcome));
+      this.#calling = e;
+      let running: Promise<RunOutcome | null>;
+      try {
+        running = tracing ? tracing.process(e.job, e.traceContext, attempt) : attempt();
+      } finally {
+        this.#calling = undefined;
+      }
+      void running.then((outcome) => this.#settle(e, outcome));
     }
   }
 
   /** A handler settled; `outcome` null: a transactional attempt settled and reported its result itself. */
   #settle(e: Execution, outcome: RunOutcome | null): void {
-    this.#prefetch.finished(performance.now() - e.startedAt);
+    this.#claimLoop.jobFinished(this.#clock.monotonic() - e.startedAt);
     this.#trimBuffer();
     const lost = e.state === 'lost';
     const released = e.state === 'released';
@@ -323,16 +345,16 @@ export class Worker extends EventEmitter<WorkerEvents> {
         });
     }
     this.#pump();
-    this.#fetcher.slotFreed();
+    this.#claimLoop.slotFreed();
   }
 
   /**
    * Gives back the newest buffered jobs beyond what the handlers' recent run
-   * times would start soon (see PrefetchPolicy.bufferLimit), so slow jobs that
+   * times would start soon (see ClaimLoop.bufferLimit), so slow jobs that
    * followed fast ones spread over the workers instead of waiting here.
    */
   #trimBuffer(): void {
-    const excess = this.#executions.bufferedCount - this.#prefetch.bufferLimit();
+    const excess = this.#executions.bufferedCount - this.#claimLoop.bufferLimit();
     if (this.#state !== 'running' || excess < Math.max(this.#options.concurrency, MIN_TRIM)) return;
     const taken = this.#executions.takeNewestBuffered(excess);
     if (taken.length > 0) void this.#release(taken);
@@ -347,11 +369,18 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#events.emit('lease:lost', e.job);
   }
 
-  /** Gives back buffered jobs that waited longer than `prefetchTimeoutMs`. */
+  /** Gives back buffered jobs that waited longer than `prefetchTimeoutMs`; checks again every half of it. */
   #expireBuffered(): void {
-    if (this.#state !== 'running' || this.#executions.bufferedCount === 0) return;
-    const expired = this.#executions.takeBuffered(performance.now() - this.#options.prefetchTimeoutMs);
+    if (this.#state !== 'running') return;
+    const { prefetchTimeoutMs } = this.#options;
+    if (this.#executions.bufferedCount > 0) {
+      const expired = this.#executions.takeBuffered(this.#clock.monotonic() - prefetchTimeoutMs);
     if (expired.length > 0) void this.#release(expired);
+  }
+    this.#bufferTimer = this.#clock.setTimeout(
+      () => this.#expireBuffered(),
+      Math.max(10, prefetchTimeoutMs / 2),
+    );
   }
 
   /** Gives held jobs back; each is reported `job:released`, or `job:cancelled` when its cancel was requested. */
@@ -359,6 +388,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     return releaseExecutions(executions, deadlineMs, {
       release: (leases) => this.#ctx.queries.results.releaseWithStatus(this.#pool.pool, leases, this.id),
       events: this.#events,
+      clock: this.#clock,
     });
   }
 
@@ -371,21 +401,23 @@ export class Worker extends EventEmitter<WorkerEvents> {
    * answer by then are abandoned (their leases expire and the sweeper reclaims
    * the jobs). Idempotent.
    *
-   * Called from inside a handler, it does not wait for that handler: it
-   * resolves once the other handlers are done, and the calling job ends by its
-   * handler's result.
+   * Called by a handler of this worker before the handler's first `await`
+   * (as in `async (job) => { await worker.stop(); … }`), it does not wait for
+   * that handler: it resolves once the other handlers are done or given back,
+   * and the calling job ends by its handler's result, which stop waits for
+   * until `shutdownTimeoutMs` (at least a second after the others are done)
+   * before it aborts and gives back that job too. Called later in a handler
+   * (or by a transactional handler, or one behind middleware, which start
+   * after an `await` of the worker's), it is an ordinary stop: a handler that
+   * awaits it is aborted at the deadline, and its job given back.
    */
   stop(): Promise<void> {
-    const caller = currentExecution.getStore();
-    const fromHandler = caller !== undefined && caller.state === 'running' && this.#isMine(caller);
-    if (fromHandler) this.#stopCallers.add(caller);
+    const caller = this.#calling;
+    // No stop is under way while a handler is called (none starts once stop() was called).
+    if (caller !== undefined) this.#stopCallers.add(caller);
     // A stop during start waits for the start to finish, then undoes it.
     this.#stopPromise ??= (this.#startPromise ?? Promise.resolve()).catch(() => {}).then(() => this.#stop());
-    return fromHandler ? this.#handlersDone : this.#stopPromise;
-  }
-
-  #isMine(e: Execution): boolean {
-    return this.#executions.running().includes(e);
+    return caller !== undefined ? this.#handlersDone : this.#stopPromise;
   }
 
   async #stop(): Promise<void> {
@@ -402,43 +434,46 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // Every step is bounded by what is left of shutdownTimeoutMs plus the grace,
     // the last part of which is kept for closing connections: a database that
     // does not answer (a half-open network) costs no more than that.
-    const deadline = performance.now() + this.#options.shutdownTimeoutMs;
+    const clock = this.#clock;
+    const deadline = clock.monotonic() + this.#options.shutdownTimeoutMs;
     const hardDeadline = deadline + STOP_GRACE_MS;
-    const remaining = () => Math.max(0, deadline - performance.now());
-    const graceLeft = () => Math.max(0, hardDeadline - CLOSE_RESERVE_MS - performance.now());
-    clearInterval(this.#bufferTimer);
-    const fetcherStopped = this.#fetcher.stop();
+    const remaining = () => Math.max(0, deadline - clock.monotonic());
+    const graceLeft = () => Math.max(0, hardDeadline - CLOSE_RESERVE_MS - clock.monotonic());
+    clock.clearTimeout(this.#bufferTimer);
+    const claimLoopStopped = this.#claimLoop.stop();
     const buffered = this.#executions.takeBuffered();
     const releasingBuffered = this.#release(buffered, graceLeft());
     await this.#executions.whenIdle(remaining(), this.#stopCallers);
-    const unfinished = this.#executions
-      .running()
-      .filter((e) => e.state === 'running' && !this.#stopCallers.has(e));
-    for (const e of unfinished) e.control?.abort(new ShutdownError());
-    await Promise.all([releasingBuffered, this.#release(unfinished, graceLeft())]);
+    await Promise.all([releasingBuffered, this.#giveBackRunning(this.#stopCallers, graceLeft())]);
     this.#resolveHandlersDone();
-    // Handlers that called stop() end by their own result, within the deadline.
-    if (this.#stopCallers.size > 0) await this.#executions.whenIdle(graceLeft());
-    await settlesWithin(fetcherStopped, graceLeft());
+    if (this.#stopCallers.size > 0) {
+      // Handlers that called stop() end by their own result: until the deadline, or a short while after the others.
+      await this.#executions.whenIdle(Math.max(remaining(), Math.min(STOP_CALLER_GRACE_MS, graceLeft())));
+      await this.#giveBackRunning(new Set(), graceLeft());
+    }
+    await settlesWithin(claimLoopStopped, graceLeft(), clock);
     await this.#completer.drain(graceLeft());
     await settlesWithin(
-      Promise.all([
-        this.#heartbeat.stop(),
-        this.#maintainer.stop(),
-        this.#claimer.stop(),
-        this.#cancellation.stop(),
-      ]),
+      Promise.all([this.#heartbeat.stop(), this.#maintainer.stop(), this.#cancellation.stop()]),
       graceLeft(),
+      clock,
     );
     this.#events.quiet = remaining() === 0;
     // The reserve, and whatever the steps above left of the grace: the listener and the pools close side by side.
-    const closeMs = Math.max(CLOSE_RESERVE_MS, hardDeadline - performance.now());
+    const closeMs = Math.max(CLOSE_RESERVE_MS, hardDeadline - clock.monotonic());
     await Promise.all([this.#notifier.stop(closeMs), this.#closePools(closeMs)]);
     this.#events.quiet = true;
     this.#state = 'stopped';
     forgetOnSignals(this);
     this.#ctx.onStop(this);
     this.#events.emit('worker:stop');
+  }
+
+  /** Aborts the handlers still running (but those in `except`) and gives their jobs back. */
+  #giveBackRunning(except: ReadonlySet<Execution>, deadlineMs: number): Promise<void> {
+    const unfinished = this.#executions.running().filter((e) => e.state === 'running' && !except.has(e));
+    for (const e of unfinished) e.control?.abort(new ShutdownError());
+    return this.#release(unfinished, deadlineMs);
   }
 
   async #closePools(timeoutMs: number): Promise<void> {

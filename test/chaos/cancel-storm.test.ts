@@ -15,17 +15,11 @@ import { describe, expect, it } from 'vitest';
 import type { CancelFilter } from '../../src/index.js';
 import { waitFor } from '../support/database.js';
 import { CancelLedger } from './support/cancel-ledger.js';
-import {
-  effectTables,
-  figure,
-  spawnWorker,
-  useChaosDatabase,
-  type WorkerProcess,
-  waitUntilSettled,
-  workerConfig,
-} from './support/cluster.js';
+import { effectTables, figure, useChaosDatabase, waitUntilSettled, workerConfig } from './support/cluster.js';
+import { enqueueInBatches } from './support/enqueue-batches.js';
 import type { SleepPayload } from './support/protocol.js';
 import { chaosSeed, SeededRandom } from './support/random.js';
+import { WorkerFleet } from './support/worker-fleet.js';
 
 const t = useChaosDatabase();
 
@@ -45,19 +39,14 @@ const CALM_MS = 4000;
 /** Most cancels that wipe every queued job of a kind in a queue. */
 const MAX_WIPES = 2;
 
-async function enqueue(random: SeededRandom): Promise<string[]> {
-  const ids: string[] = [];
-  for (let start = 0; start < JOB_COUNT; start += 1000) {
-    const batch = Array.from({ length: Math.min(1000, JOB_COUNT - start) }, () => {
-      const kind = random.pick(KINDS);
-      // Mostly a few ms; some long enough to be caught running.
-      const ms = random.chance(0.15) ? random.int(100, 400) : random.int(2, 20);
-      const payload: SleepPayload = { ms, cooperative: kind.startsWith('coop') };
-      return { kind, payload, queue: random.pick(QUEUES) };
-    });
-    ids.push(...(await t.skiplock.enqueueMany(batch)).map((j) => j.id));
-  }
-  return ids;
+function enqueue(random: SeededRandom): Promise<string[]> {
+  return enqueueInBatches(t.skiplock, JOB_COUNT, () => {
+    const kind = random.pick(KINDS);
+    // Mostly a few ms; some long enough to be caught running.
+    const ms = random.chance(0.15) ? random.int(100, 400) : random.int(2, 20);
+    const payload: SleepPayload = { ms, cooperative: kind.startsWith('coop') };
+    return { kind, payload, queue: random.pick(QUEUES) };
+  });
 }
 
 async function runningIds(): Promise<string[]> {
@@ -121,15 +110,10 @@ describe('chaos: cancel storm', () => {
     const seed = chaosSeed();
     console.log(`[chaos] cancel-storm: seed=${seed} (replay with CHAOS_SEED=${seed})`);
     const random = new SeededRandom(seed);
-    const spawned: WorkerProcess[] = [];
-    const alive: WorkerProcess[] = [];
-    const spawn = () => {
-      const p = spawnWorker(t, workerConfig(t, { queues: QUEUES, concurrency: 8, sleepKinds: KINDS }));
-      spawned.push(p);
-      alive.push(p);
-      return p;
-    };
-    await Promise.all(Array.from({ length: WORKER_COUNT }, () => spawn().ready()));
+    const fleet = new WorkerFleet(t, () =>
+      workerConfig(t, { queues: QUEUES, concurrency: 8, sleepKinds: KINDS }),
+    );
+    await fleet.start(WORKER_COUNT);
     const ids = await enqueue(random);
     const ledger = new CancelLedger(t.skiplock, t.db.pool, t.jobs);
 
@@ -158,14 +142,10 @@ describe('chaos: cancel storm', () => {
       for (const share of KILL_AT) {
         const target = Math.floor(JOB_COUNT * share);
         await waitFor(async () => (await finishedCount()) >= target, 60_000, `${target} finished jobs`);
-        const victims = alive.filter((p) => p.alive && p.workerId !== undefined);
-        const victim = random.pick(victims);
+        const victim = random.pick(fleet.busy());
         calmUntil = performance.now() + CALM_MS;
-        victim.kill('SIGKILL');
-        await victim.exited;
-        alive.splice(alive.indexOf(victim), 1);
+        await fleet.killAndReplace(victim);
         kills++;
-        spawn();
         restarts++;
       }
       await waitUntilSettled(t.db.pool, t.schema, ids, 60_000);
@@ -196,8 +176,8 @@ describe('chaos: cancel storm', () => {
     );
     const attemptsOf = new Map<string, number[]>();
     for (const d of deliveries) attemptsOf.set(d.job_id, [...(attemptsOf.get(d.job_id) ?? []), d.attempt]);
-    const successEvents = new Set(spawned.flatMap((p) => p.reported('job:success').map((m) => m.id)));
-    const cancelEvents = new Set(spawned.flatMap((p) => p.reported('job:cancelled').map((m) => m.id)));
+    const successEvents = new Set(fleet.spawned.flatMap((p) => p.reported('job:success').map((m) => m.id)));
+    const cancelEvents = new Set(fleet.spawned.flatMap((p) => p.reported('job:cancelled').map((m) => m.id)));
 
     const byStatus: Record<string, number> = {};
     const problems = {
@@ -289,6 +269,6 @@ describe('chaos: cancel storm', () => {
     expect(hitRunning).toBeGreaterThan(0);
     expect(ledger.hits.size - hitRunning).toBeGreaterThan(0);
     expect(byStatus.succeeded ?? 0).toBeGreaterThan(0);
-    await Promise.all(alive.map((p) => p.shutdown()));
+    await Promise.all(fleet.alive.map((p) => p.shutdown()));
   });
 });

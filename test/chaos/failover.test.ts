@@ -24,6 +24,7 @@ import {
   waitUntilSettled,
   workerConfig,
 } from './support/cluster.js';
+import { enqueueInBatches } from './support/enqueue-batches.js';
 import { startReplicatedServers } from './support/replicated-servers.js';
 
 /** Cleanups of the test, the last registered first, run whether it passed or failed. */
@@ -64,11 +65,7 @@ describe('chaos: failover to a synchronous standby', () => {
         startWorker(owner, workerConfig(target, { concurrency: 8 })),
       ),
     );
-    const ids: string[] = [];
-    for (let start = 0; start < JOB_COUNT; start += 1000) {
-      const batch = Array.from({ length: 1000 }, (_, i) => ({ kind: 'effect', payload: { n: start + i } }));
-      ids.push(...(await skiplock.enqueueMany(batch)).map((j) => j.id));
-    }
+    const ids = await enqueueInBatches(skiplock, JOB_COUNT, (n) => ({ kind: 'effect', payload: { n } }));
     const deliveries = () => countRows(pool, effectTables(schema).deliveries);
     await waitFor(
       async () => (await deliveries()) >= KILL_AFTER,

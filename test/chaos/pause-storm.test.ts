@@ -31,6 +31,7 @@ import {
   waitUntilSettled,
   workerConfig,
 } from './support/cluster.js';
+import { enqueueInBatches } from './support/enqueue-batches.js';
 import type { SleepPayload } from './support/protocol.js';
 import { chaosSeed, SeededRandom } from './support/random.js';
 
@@ -71,16 +72,11 @@ async function recordClaims(schema: string): Promise<string> {
   return claims;
 }
 
-async function enqueue(random: SeededRandom): Promise<string[]> {
-  const ids: string[] = [];
-  for (let start = 0; start < JOB_COUNT; start += 1000) {
-    const batch = Array.from({ length: Math.min(1000, JOB_COUNT - start) }, () => {
-      const payload: SleepPayload = { ms: random.int(5, 30), cooperative: true };
-      return { kind: KIND, payload, queue: random.pick(QUEUES) };
-    });
-    ids.push(...(await t.skiplock.enqueueMany(batch)).map((j) => j.id));
-  }
-  return ids;
+function enqueue(random: SeededRandom): Promise<string[]> {
+  return enqueueInBatches(t.skiplock, JOB_COUNT, () => {
+    const payload: SleepPayload = { ms: random.int(5, 30), cooperative: true };
+    return { kind: KIND, payload, queue: random.pick(QUEUES) };
+  });
 }
 
 describe('chaos: pause storm', () => {

@@ -9,13 +9,9 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import { countRows, tableIn, waitFor } from '../support/database.js';
 import { useTestDatabase } from '../support/fixture.js';
-import {
-  figure,
-  spawnWorker,
-  type WorkerProcess,
-  waitUntilSettled,
-  workerConfig,
-} from './support/cluster.js';
+import { figure, waitUntilSettled, workerConfig } from './support/cluster.js';
+import { enqueueInBatches } from './support/enqueue-batches.js';
+import { WorkerFleet } from './support/worker-fleet.js';
 
 const t = useTestDatabase();
 const effects = () => tableIn(t.schema, 'chaos_txn_effects');
@@ -27,18 +23,8 @@ beforeEach(async () => {
 /** Committed effect rows so far. */
 const committed = () => countRows(t.db.pool, effects());
 
-async function enqueueJobs(queue: string, count: number): Promise<string[]> {
-  const ids: string[] = [];
-  for (let start = 0; start < count; start += 1000) {
-    const batch = Array.from({ length: Math.min(1000, count - start) }, (_, i) => ({
-      kind: 'txn_effect',
-      payload: { n: start + i },
-      queue,
-    }));
-    ids.push(...(await t.skiplock.enqueueMany(batch)).map((j) => j.id));
-  }
-  return ids;
-}
+const enqueueJobs = (queue: string, count: number) =>
+  enqueueInBatches(t.skiplock, count, (n) => ({ kind: 'txn_effect', payload: { n }, queue }));
 
 describe('chaos: transactional worker crash', () => {
   it('SIGKILLed workers commit every transactional job’s effect exactly once', async () => {
@@ -46,14 +32,8 @@ describe('chaos: transactional worker crash', () => {
     const jobCount = 5000;
     const workerCount = 3;
     const killCount = 8;
-    const config = () => workerConfig(t, { queues: [queue], concurrency: 8 });
-    const alive: WorkerProcess[] = [];
-    const spawn = () => {
-      const p = spawnWorker(t, config());
-      alive.push(p);
-      return p;
-    };
-    await Promise.all(Array.from({ length: workerCount }, () => spawn().ready()));
+    const fleet = new WorkerFleet(t, () => workerConfig(t, { queues: [queue], concurrency: 8 }));
+    await fleet.start(workerCount);
     const ids = await enqueueJobs(queue, jobCount);
 
     const step = Math.floor(jobCount / (killCount + 1));
@@ -61,13 +41,8 @@ describe('chaos: transactional worker crash', () => {
     for (let k = 1; k <= killCount; k++) {
       await waitFor(async () => (await committed()) >= k * step, 60_000, `${k * step} effects`, committed);
       // Kill a random worker that is running jobs, and start its replacement.
-      const victims = alive.filter((p) => p.alive && p.workerId !== undefined);
-      const victim = victims[Math.floor(Math.random() * victims.length)]!;
-      victim.kill('SIGKILL');
-      await victim.exited;
-      alive.splice(alive.indexOf(victim), 1);
+      await fleet.killAndReplace();
       kills++;
-      spawn();
     }
     await waitUntilSettled(t.db.pool, t.schema, ids, 90_000);
 
@@ -122,7 +97,7 @@ describe('chaos: transactional worker crash', () => {
     expect(byStatus).toEqual([{ status: 'succeeded', n: jobCount }]);
     // Each crash costs a job at most one attempt.
     expect(counted!.max_attempts).toBeLessThanOrEqual(1 + killCount);
-    await Promise.all(alive.map((p) => p.shutdown()));
-    for (const p of alive) expect(p.exit).toEqual({ code: null, signal: 'SIGTERM' });
+    await Promise.all(fleet.alive.map((p) => p.shutdown()));
+    for (const p of fleet.alive) expect(p.exit).toEqual({ code: null, signal: 'SIGTERM' });
   });
 });

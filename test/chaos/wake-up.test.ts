@@ -11,7 +11,7 @@ import { useTestDatabase } from '../support/fixture.js';
 const t = useTestDatabase();
 
 describe('chaos: wake-ups with a 60 s poll', () => {
-  // Regression test of engine bug 7: Fetcher.wakeAfter kept one timer for the earliest due time
+  // Regression test of engine bug 7: the claim loop's wakeAfter (then the fetcher's) kept one timer for the earliest due time
   // and dropped later ones, which then waited for the safety-net poll.
   it('two delayed jobs both run when due, not at the next poll', async () => {
     const ran = new Map<string, number>();

@@ -20,24 +20,16 @@ import {
   waitUntilSettled,
   workerConfig,
 } from './support/cluster.js';
+import { enqueueInBatches } from './support/enqueue-batches.js';
+import { WorkerFleet } from './support/worker-fleet.js';
 
 const t = useChaosDatabase();
 
 /** Deliveries so far (the test's schema holds only its own jobs). */
 const deliveries = () => countRows(t.db.pool, effectTables(t.schema).deliveries);
 
-async function enqueueEffects(queue: string, count: number): Promise<string[]> {
-  const ids: string[] = [];
-  for (let start = 0; start < count; start += 1000) {
-    const batch = Array.from({ length: Math.min(1000, count - start) }, (_, i) => ({
-      kind: 'effect',
-      payload: { n: start + i },
-      queue,
-    }));
-    ids.push(...(await t.skiplock.enqueueMany(batch)).map((j) => j.id));
-  }
-  return ids;
-}
+const enqueueEffects = (queue: string, count: number) =>
+  enqueueInBatches(t.skiplock, count, (n) => ({ kind: 'effect', payload: { n }, queue }));
 
 describe('chaos: worker crash', () => {
   it('SIGKILLed workers lose no job and run none twice in the same attempt', async () => {
@@ -45,14 +37,8 @@ describe('chaos: worker crash', () => {
     const jobCount = 3000;
     const workerCount = 3;
     const killCount = 8;
-    const config = () => workerConfig(t, { queues: [queue], concurrency: 8 });
-    const alive: WorkerProcess[] = [];
-    const spawn = () => {
-      const p = spawnWorker(t, config());
-      alive.push(p);
-      return p;
-    };
-    await Promise.all(Array.from({ length: workerCount }, () => spawn().ready()));
+    const fleet = new WorkerFleet(t, () => workerConfig(t, { queues: [queue], concurrency: 8 }));
+    await fleet.start(workerCount);
     const ids = await enqueueEffects(queue, jobCount);
 
     let kills = 0;
@@ -66,13 +52,8 @@ describe('chaos: worker crash', () => {
         deliveries,
       );
       // Kill a random worker that is running jobs, and start its replacement (as an orchestrator would).
-      const victims = alive.filter((p) => p.alive && p.workerId !== undefined);
-      const victim = victims[Math.floor(Math.random() * victims.length)]!;
-      victim.kill('SIGKILL');
-      await victim.exited;
-      alive.splice(alive.indexOf(victim), 1);
+      await fleet.killAndReplace();
       kills++;
-      spawn();
       restarts++;
     }
     await waitUntilSettled(t.db.pool, t.schema, ids, 90_000);
@@ -100,8 +81,8 @@ describe('chaos: worker crash', () => {
     expect(attempts!.max).toBeLessThanOrEqual(1 + killCount);
     // A re-run only happens to a job whose worker died holding it.
     expect(counted.duplicates).toBeLessThanOrEqual(attempts!.reclaimed);
-    await Promise.all(alive.map((p) => p.shutdown()));
-    for (const p of alive) expect(p.exit).toEqual({ code: null, signal: 'SIGTERM' });
+    await Promise.all(fleet.alive.map((p) => p.shutdown()));
+    for (const p of fleet.alive) expect(p.exit).toEqual({ code: null, signal: 'SIGTERM' });
   });
 });
 

@@ -8,27 +8,21 @@ import { mkdtempSync } from 'node:fs';
 import { arch, platform, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { errorMessage } from '../../src/cli/error-report.js';
 import { createLogger } from '../../src/cli/logger.js';
 import { freePort } from '../../src/cli/postgres-programs.js';
 import { DatabaseError } from '../../src/errors.js';
 import { importOptional, MissingDependencyError } from '../../src/optional-dependency.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase, urlFor } from '../support/database.js';
+import { TEST_SCHEMA, urlFor } from '../support/database.js';
+import { useFileDatabase } from '../support/file-database.js';
 import { runCli, spawnCli } from './cli-process.js';
 
 const HANDLERS = 'test/cli/fixtures/handlers.mjs';
 const HIDE_PACKAGES = new URL('../support/hide-packages.mjs', import.meta.url).href;
 const NOT_A_POSTGRES_URL = /^skiplock: error: --database-url: not a postgres:\/\/ URL/m;
 
-let db: TestDatabase;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-afterAll(async () => {
-  await db?.close();
-});
+const { db } = useFileDatabase();
 
 /** The lines of `stderr` that report an error. */
 function errorLines(stderr: string): string[] {

@@ -1,23 +1,14 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Skiplock } from '../../src/index.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase, tableIn } from '../support/database.js';
+import { TEST_SCHEMA, tableIn } from '../support/database.js';
+import { useFileDatabase } from '../support/file-database.js';
 import { runCli } from './cli-process.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
-let conn: string[];
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-  conn = ['--database-url', db.url, '--schema', TEST_SCHEMA];
-});
-afterAll(async () => {
-  await db?.close();
-});
+const { db, skiplock } = useFileDatabase();
+const conn = ['--database-url', db.url, '--schema', TEST_SCHEMA];
 
 describe('skiplock CLI for operators', () => {
   it('requeue says why nothing matched', async () => {

@@ -1,20 +1,10 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Skiplock } from '../../src/index.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase } from '../support/database.js';
+import { describe, expect, it } from 'vitest';
+import { TEST_SCHEMA } from '../support/database.js';
+import { useFileDatabase } from '../support/file-database.js';
 import { runCli } from './cli-process.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
-let conn: string[];
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-  conn = ['--database-url', db.url, '--schema', TEST_SCHEMA];
-});
-afterAll(async () => {
-  await db?.close();
-});
+const { db, skiplock } = useFileDatabase();
+const conn = ['--database-url', db.url, '--schema', TEST_SCHEMA];
 
 describe('skiplock CLI queue controls', () => {
   it('cancel, queues pause/resume and prune', async () => {
@@ -57,7 +47,7 @@ describe('skiplock CLI queue controls', () => {
       '--json',
     ]);
     expect(pruned.code, pruned.stderr).toBe(0);
-    expect(JSON.parse(pruned.stdout)).toEqual({ jobs: 1, archive: 0 });
+    expect(JSON.parse(pruned.stdout)).toEqual({ jobs: 1, archive: 0, archivePartitions: 0 });
     const missing = await runCli(['prune', ...conn]);
     expect(missing.code).toBe(2);
   });

@@ -1,17 +1,10 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase } from '../support/database.js';
+import { describe, expect, it } from 'vitest';
+import { TEST_SCHEMA } from '../support/database.js';
+import { useFileDatabase } from '../support/file-database.js';
 import { runCli } from './cli-process.js';
 
-let db: TestDatabase;
-let conn: string[];
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  conn = ['--database-url', db.url, '--schema', TEST_SCHEMA];
-});
-afterAll(async () => {
-  await db?.close();
-});
+const { db } = useFileDatabase();
+const conn = ['--database-url', db.url, '--schema', TEST_SCHEMA];
 
 describe('skiplock schedule, schedules, unschedule', () => {
   it('creates a schedule, lists it (table and JSON), and removes it', async () => {

@@ -2,47 +2,33 @@
  * The dashboard in a real browser (system Chromium through playwright-core):
  * counts, filters, the requeue button with its confirmation, and escaping.
  */
-import type { Browser, Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type DashboardServer, serveDashboard } from '../../src/dashboard/index.js';
 import { JOB_STATUSES } from '../../src/index.js';
-import { createTestDatabase, type TestDatabase, waitFor } from '../support/database.js';
-import { launchBrowser } from './support/browser.js';
+import { waitFor } from '../support/database.js';
+import { useDashboardInBrowser } from './support/dashboard-in-browser.js';
 import { screenshot as saveScreenshot, screenshotFolder } from './support/screenshots.js';
 import { SEEDED, type Seeded, seed } from './support/seed.js';
 
-let db: TestDatabase;
+const { db, browser, serve, openPage } = useDashboardInBrowser();
 let server: DashboardServer;
-let browser: Browser;
 let seeded: Seeded;
 let shots: ReturnType<typeof screenshotFolder> | undefined;
 
 beforeAll(async () => {
-  [db, browser] = await Promise.all([createTestDatabase(), launchBrowser()]);
   seeded = await seed(db);
   // One paused queue, so the queues page (and its screenshot) shows the paused state.
   await db.skiplock().pauseQueue('media');
-  server = await serveDashboard(db.skiplock(), { port: 0, refreshIntervalMs: 0 });
+  server = await serve();
   shots = screenshotFolder();
 });
 afterAll(async () => {
-  await browser?.close();
-  await server?.close();
-  await db?.close();
   shots?.remove();
 });
 
-/** A fresh page that records every dialog it sees (and dismisses it unless told otherwise). */
-async function open(path: string): Promise<{ page: Page; dialogs: string[] }> {
-  const page = await browser.newPage({ viewport: { width: 1280, height: 860 } });
-  const dialogs: string[] = [];
-  page.on('dialog', (dialog) => {
-    dialogs.push(`${dialog.type()}: ${dialog.message()}`);
-    void dialog.dismiss();
-  });
-  await page.goto(new URL(path.replace(/^\//, ''), server.url).href);
-  return { page, dialogs };
-}
+/** A fresh page at `path` that records every dialog it sees (and dismisses it unless told otherwise). */
+const open = (path: string) => openPage(server, path, 860);
 
 /** Saves a screenshot; with SKIPLOCK_SCREENSHOTS=docs it also replaces docs/dashboard-NAME.png. */
 const screenshot = (page: Page, name: string) => saveScreenshot(page, shots!.dir, name);
@@ -101,7 +87,7 @@ describe('dashboard in Chromium', () => {
 
   it("a dead job's requeue button asks first, and on OK turns the job queued in the database", async () => {
     const id = seeded.ids.dead[0]!;
-    const page = await browser.newPage({ viewport: { width: 1280, height: 860 } });
+    const page = await browser().newPage({ viewport: { width: 1280, height: 860 } });
     const jobUrl = new URL(`jobs/${id}`, server.url).href;
     await page.goto(jobUrl);
     await screenshot(page, 'job');
@@ -166,7 +152,7 @@ describe('dashboard in Chromium', () => {
   });
   it('refreshes the counts in place, without reloading the page', async () => {
     const live = await serveDashboard(db.skiplock(), { port: 0, refreshIntervalMs: 500 });
-    const page = await browser.newPage();
+    const page = await browser().newPage();
     try {
       await page.goto(live.url);
       // Marks this document: a reload would lose the mark. (Strings are not evaluated: the CSP forbids eval.)

@@ -3,37 +3,23 @@
  * cancel a job, pause and resume a queue, the `cancelled` status, and
  * read-only mode refusing all of it.
  */
-import type { Browser, Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createDashboard, type DashboardServer, serveDashboard } from '../../src/dashboard/index.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase, tableIn } from '../support/database.js';
-import { launchBrowser } from './support/browser.js';
+import type { Page } from 'playwright-core';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { createDashboard, type DashboardServer } from '../../src/dashboard/index.js';
+import { TEST_SCHEMA, tableIn } from '../support/database.js';
+import { useDashboardInBrowser } from './support/dashboard-in-browser.js';
 import { postForm, readCsrf } from './support/forms.js';
 import { type Seeded, seed } from './support/seed.js';
 
-let db: TestDatabase;
-let browser: Browser;
+const { db, browser, serve } = useDashboardInBrowser();
 let seeded: Seeded;
 let server: DashboardServer;
-const servers: DashboardServer[] = [];
 const queuesTable = tableIn(TEST_SCHEMA, 'queues');
 
 beforeAll(async () => {
-  [db, browser] = await Promise.all([createTestDatabase(), launchBrowser()]);
   seeded = await seed(db);
   server = await serve({});
 });
-afterAll(async () => {
-  await browser?.close();
-  await Promise.all(servers.map((s) => s.close()));
-  await db?.close();
-});
-
-async function serve(options: Parameters<typeof serveDashboard>[1]): Promise<DashboardServer> {
-  const s = await serveDashboard(db.skiplock(), { port: 0, refreshIntervalMs: 0, ...options });
-  servers.push(s);
-  return s;
-}
 
 const jobRow = async (id: string) =>
   (
@@ -61,7 +47,7 @@ async function confirmClick(page: Page, button: string, notice: string): Promise
 describe('cancel', () => {
   it("a queued job's cancel button asks first, and on OK turns the job cancelled in the database", async () => {
     const id = seeded.ids.queued[1]!;
-    const page = await browser.newPage();
+    const page = await browser().newPage();
     const jobUrl = new URL(`jobs/${id}`, server.url).href;
     await page.goto(jobUrl);
     await expect(page.locator('[data-field="cancel-requested-at"]').count()).resolves.toBe(0);
@@ -105,7 +91,7 @@ describe('cancel', () => {
 
   it('cancels a queued job from its row of the jobs list, back to the same filtered list; requeue undoes it', async () => {
     const id = seeded.ids.queued[2]!;
-    const page = await browser.newPage();
+    const page = await browser().newPage();
     await page.goto(new URL('jobs?status=queued&queue=emails', server.url).href);
     await confirmClick(page, `tr[data-job-id="${id}"] button:text("Cancel")`, 'cancelled');
     const url = new URL(page.url());
@@ -126,7 +112,7 @@ describe('cancel', () => {
 
   it("a running job's cancel asks its worker to stop: the request is recorded and the button goes", async () => {
     const id = seeded.ids.running[0]!;
-    const page = await browser.newPage();
+    const page = await browser().newPage();
     await page.goto(new URL(`jobs/${id}`, server.url).href);
     await expect(page.locator('button:text("Delete")').count()).resolves.toBe(0);
     const asked = await confirmClick(page, 'button:text("Cancel")', 'cancel-requested');
@@ -157,7 +143,7 @@ describe('cancel', () => {
 
 describe('pause and resume', () => {
   it('pause marks the queue paused in the database and on the page; resume undoes it', async () => {
-    const page = await browser.newPage({ viewport: { width: 1280, height: 860 } });
+    const page = await browser().newPage({ viewport: { width: 1280, height: 860 } });
     await page.goto(server.url);
     const row = page.locator('tr[data-queue-row="media"]');
     await expect(row.getAttribute('data-paused')).resolves.toBe('false');
@@ -191,7 +177,7 @@ describe('pause and resume', () => {
     await db
       .skiplock()
       .setQueueLimits('limited queue', { concurrency: 3, rate: { count: 50, periodMs: 1000 } });
-    const page = await browser.newPage();
+    const page = await browser().newPage();
     await page.goto(server.url);
     await expect(page.locator('td[data-queue="limited queue"][data-limits]').textContent()).resolves.toBe(
       '≤ 3 running · 50 starts / 1 s',
@@ -203,7 +189,7 @@ describe('pause and resume', () => {
 
   it('lists a paused queue without jobs, so it can be resumed', async () => {
     await db.skiplock().pauseQueue('empty <i>queue</i>');
-    const page = await browser.newPage();
+    const page = await browser().newPage();
     await page.goto(server.url);
     const row = page.locator('tr[data-queue-row="empty <i>queue</i>"]');
     await expect(row.getAttribute('data-paused')).resolves.toBe('true');
@@ -245,7 +231,7 @@ describe('read-only mode', () => {
       [runningId],
     );
     const readOnly = await serve({ readOnly: true });
-    const page = await browser.newPage();
+    const page = await browser().newPage();
     for (const path of [
       '',
       'jobs',

@@ -4,23 +4,15 @@
  * last job that is gone, a parked schedule, and succeeded jobs that were
  * deleted. Through Hono's `app.request()`.
  */
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { createDashboard } from '../../src/dashboard/index.js';
-import type { Skiplock } from '../../src/index.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase, tableIn } from '../support/database.js';
+import { TEST_SCHEMA, tableIn } from '../support/database.js';
 import { nextEvent } from '../support/events.js';
+import { useFileDatabase } from '../support/file-database.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
+const { db, skiplock } = useFileDatabase();
 const schedules = tableIn(TEST_SCHEMA, 'schedules');
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-});
-afterAll(async () => {
-  await db?.close();
-});
 beforeEach(async () => {
   await db.query(`DELETE FROM ${db.jobs}`);
   await db.query(`DELETE FROM ${schedules}`);

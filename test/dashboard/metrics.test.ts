@@ -4,22 +4,19 @@
  * and `skiplock worker --metrics-port`.
  */
 import { fileURLToPath } from 'node:url';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { createDashboard } from '../../src/dashboard/index.js';
 import { PermanentError } from '../../src/index.js';
 import { createMetrics, serveMetrics } from '../../src/telemetry/metrics.js';
 import { spawnCli } from '../cli/cli-process.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase, waitFor } from '../support/database.js';
+import { TEST_SCHEMA, waitFor } from '../support/database.js';
+import { useFileDatabase } from '../support/file-database.js';
 import { SEEDED, seed } from './support/seed.js';
 
-let db: TestDatabase;
+const { db } = useFileDatabase();
 
 beforeAll(async () => {
-  db = await createTestDatabase();
   await seed(db);
-});
-afterAll(async () => {
-  await db?.close();
 });
 
 /** The value of one sample line, or undefined when the series is absent. */

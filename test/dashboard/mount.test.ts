@@ -8,22 +8,18 @@ import { serve } from '@hono/node-server';
 import express from 'express';
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
 import { Hono } from 'hono';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { createDashboard, toNodeHandler } from '../../src/dashboard/index.js';
-import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { useFileDatabase } from '../support/file-database.js';
 import { postForm, readCsrf } from './support/forms.js';
 
 const PREFIX = '/admin/jobs';
 
-let db: TestDatabase;
+const { db } = useFileDatabase();
 const closers: (() => Promise<void>)[] = [];
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
 afterAll(async () => {
   await Promise.all(closers.map((close) => close()));
-  await db?.close();
 });
 
 /** Checks pages and a requeue through the app at `origin`. */

@@ -3,7 +3,7 @@
  * answers every page (archive, schedules and metrics included), and the role
  * can change nothing.
  */
-import { execFile, execFileSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -11,25 +11,12 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDashboard } from '../../src/dashboard/index.js';
 import { Skiplock } from '../../src/index.js';
-import {
-  createTestDatabase,
-  onServer,
-  quoteIdent,
-  TEST_SCHEMA,
-  type TestDatabase,
-} from '../support/database.js';
+import { onServer, quoteIdent, TEST_SCHEMA } from '../support/database.js';
+import { useFileDatabase } from '../support/file-database.js';
+import { hasPsql } from '../support/psql.js';
 import { type Seeded, seed } from './support/seed.js';
 
 const GRANTS = fileURLToPath(new URL('../../sql/grants.sql', import.meta.url));
-
-function hasPsql(): boolean {
-  try {
-    execFileSync('psql', ['--version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 const suffix = randomBytes(4).toString('hex');
 const roles = {
@@ -39,7 +26,7 @@ const roles = {
   reader: { name: `skiplock "reader" ${suffix}`, password: randomBytes(8).toString('hex') },
 };
 
-let db: TestDatabase;
+const { db } = useFileDatabase();
 let seeded: Seeded;
 let archivedId: string;
 const opened: Skiplock[] = [];
@@ -52,7 +39,6 @@ function urlAs(role: { name: string; password: string }): string {
 }
 
 beforeAll(async () => {
-  db = await createTestDatabase();
   for (const role of Object.values(roles)) {
     await onServer(`CREATE ROLE ${quoteIdent(role.name)} LOGIN PASSWORD '${role.password}'`);
   }
@@ -73,7 +59,6 @@ afterAll(async () => {
   await Promise.all(opened.map((s) => s.close()));
   const names = Object.values(roles).map((r) => quoteIdent(r.name));
   await db?.query(`DROP OWNED BY ${names.join(', ')}`).catch(() => {});
-  await db?.close();
   for (const role of Object.values(roles)) await onServer(`DROP ROLE IF EXISTS ${quoteIdent(role.name)}`);
 });
 

@@ -2,42 +2,28 @@
  * The schedules page in a real browser (system Chromium): every field of a
  * seeded schedule, the link to its last job, escaping, and live refresh.
  */
-import type { Browser, Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type DashboardServer, serveDashboard } from '../../src/dashboard/index.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase, tableIn, waitFor } from '../support/database.js';
-import { launchBrowser } from './support/browser.js';
+import { TEST_SCHEMA, tableIn, waitFor } from '../support/database.js';
+import { useDashboardInBrowser } from './support/dashboard-in-browser.js';
 import { screenshot, screenshotFolder } from './support/screenshots.js';
 
-let db: TestDatabase;
-let browser: Browser;
+const { db, browser, serve, openPage } = useDashboardInBrowser();
 let server: DashboardServer;
 let shots: ReturnType<typeof screenshotFolder> | undefined;
 const schedulesTable = tableIn(TEST_SCHEMA, 'schedules');
 
 beforeAll(async () => {
-  [db, browser] = await Promise.all([createTestDatabase(), launchBrowser()]);
-  server = await serveDashboard(db.skiplock(), { port: 0, refreshIntervalMs: 0 });
+  server = await serve();
   shots = screenshotFolder();
 });
 afterAll(async () => {
-  await browser?.close();
-  await server?.close();
-  await db?.close();
   shots?.remove();
 });
 
-/** A fresh page that records every dialog it sees (and dismisses it). */
-async function open(path: string): Promise<{ page: Page; dialogs: string[] }> {
-  const page = await browser.newPage({ viewport: { width: 1280, height: 600 } });
-  const dialogs: string[] = [];
-  page.on('dialog', (dialog) => {
-    dialogs.push(`${dialog.type()}: ${dialog.message()}`);
-    void dialog.dismiss();
-  });
-  await page.goto(new URL(path, server.url).href);
-  return { page, dialogs };
-}
+/** A fresh page at `path` that records every dialog it sees (and dismisses it). */
+const open = (path: string) => openPage(server, path, 600);
 
 const field = (page: Page, schedule: string, name: string) =>
   page.locator(`tr[data-schedule="${schedule}"] [data-field="${name}"]`);
@@ -121,7 +107,7 @@ describe('schedules page', () => {
 
   it('refreshes the list in place, without reloading the page', async () => {
     const live = await serveDashboard(db.skiplock(), { port: 0, refreshIntervalMs: 500 });
-    const page = await browser.newPage();
+    const page = await browser().newPage();
     try {
       await page.goto(new URL('schedules', live.url).href);
       await page.evaluate(() => {

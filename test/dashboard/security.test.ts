@@ -1,36 +1,21 @@
 /**
  * The dashboard's guards: read-only mode, basic auth, CSRF, and where it may listen.
  */
-import type { Browser } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createDashboard, type DashboardServer, serveDashboard } from '../../src/dashboard/index.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { createDashboard, serveDashboard } from '../../src/dashboard/index.js';
 import { ValidationError } from '../../src/index.js';
 import { spawnCli } from '../cli/cli-process.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase } from '../support/database.js';
-import { launchBrowser } from './support/browser.js';
+import { TEST_SCHEMA } from '../support/database.js';
+import { useDashboardInBrowser } from './support/dashboard-in-browser.js';
 import { postForm, readCsrf } from './support/forms.js';
 import { type Seeded, seed } from './support/seed.js';
 
-let db: TestDatabase;
-let browser: Browser;
+const { db, browser, serve } = useDashboardInBrowser();
 let seeded: Seeded;
-const servers: DashboardServer[] = [];
 
 beforeAll(async () => {
-  [db, browser] = await Promise.all([createTestDatabase(), launchBrowser()]);
   seeded = await seed(db);
 });
-afterAll(async () => {
-  await browser?.close();
-  await Promise.all(servers.map((s) => s.close()));
-  await db?.close();
-});
-
-async function serve(options: Parameters<typeof serveDashboard>[1]): Promise<DashboardServer> {
-  const server = await serveDashboard(db.skiplock(), { port: 0, refreshIntervalMs: 0, ...options });
-  servers.push(server);
-  return server;
-}
 
 const statusOf = async (id: string) =>
   (await db.query<{ status: string }>(`SELECT status FROM ${db.jobs} WHERE id = $1`, [id]))[0]?.status;
@@ -38,7 +23,7 @@ const statusOf = async (id: string) =>
 describe('read-only mode', () => {
   it('shows no buttons or forms that change state on any page', async () => {
     const server = await serve({ readOnly: true });
-    const page = await browser.newPage();
+    const page = await browser().newPage();
     for (const path of ['', 'jobs', 'jobs?status=dead', `jobs/${seeded.ids.dead[0]}`]) {
       await page.goto(new URL(path, server.url).href);
       await expect(page.locator('form[method="post"]').count()).resolves.toBe(0);

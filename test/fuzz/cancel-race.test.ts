@@ -13,20 +13,17 @@
  *   changes its attempts.
  */
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { LeasedJob } from '../../src/db/queries/job-row.js';
 import { JobQueries } from '../../src/db/queries/jobs.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase } from '../support/database.js';
+import { TEST_SCHEMA } from '../support/database.js';
+import { useFileDatabase } from '../support/file-database.js';
 
-let db: TestDatabase;
+const { db } = useFileDatabase();
 let queries: JobQueries;
 
 beforeAll(async () => {
-  db = await createTestDatabase();
   queries = new JobQueries(TEST_SCHEMA);
-});
-afterAll(async () => {
-  await db?.close();
 });
 
 const RUNS = Number(process.env.SKIPLOCK_FUZZ_RUNS ?? 200);

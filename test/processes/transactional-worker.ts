@@ -7,36 +7,26 @@
  * forever (for the parent's SIGKILL) instead of returning. Sends 'ready' once
  * started.
  */
-import pg from 'pg';
-import { Skiplock, type TransactionalHandlerContext } from '../../src/index.js';
+import type { TransactionalHandlerContext } from '../../src/index.js';
 import { tableIn } from '../support/sql.js';
+import { databaseFromEnv, startWorkerFromEnv } from '../support/worker-from-env.js';
 
-const schema = process.env.SKIPLOCK_SCHEMA ?? 'skiplock';
-const pool = new pg.Pool({ connectionString: process.env.SKIPLOCK_URL, max: 4 });
-pool.on('error', () => {});
-const skiplock = new Skiplock<{ txn: { park?: boolean } }>({ pool, schema });
-const effects = tableIn(schema, 'txn_effects');
+const db = databaseFromEnv<{ txn: { park?: boolean } }>();
+const effects = tableIn(db.schema, 'txn_effects');
 
-const worker = skiplock.worker({
-  handleSignals: true,
-  ...JSON.parse(process.env.WORKER_OPTIONS ?? '{}'),
-  handlers: {
-    txn: {
-      transactional: true,
-      handle: async (job, { client }: TransactionalHandlerContext) => {
-        await client.query(`INSERT INTO ${effects} (job_id, attempts, pid) VALUES ($1, $2, $3)`, [
-          job.id,
-          job.attempts,
-          process.pid,
-        ]);
-        if (job.payload.park) {
-          process.send?.('inserted');
-          await new Promise(() => {});
-        }
-      },
+await startWorkerFromEnv(db, {
+  txn: {
+    transactional: true,
+    handle: async (job, { client }: TransactionalHandlerContext) => {
+      await client.query(`INSERT INTO ${effects} (job_id, attempts, pid) VALUES ($1, $2, $3)`, [
+        job.id,
+        job.attempts,
+        process.pid,
+      ]);
+      if (job.payload.park) {
+        process.send?.('inserted');
+        await new Promise(() => {});
+      }
     },
   },
 });
-worker.on('error', () => {});
-await worker.start();
-process.send?.('ready');

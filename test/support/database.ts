@@ -72,10 +72,12 @@ export async function onServer(text: string): Promise<void> {
   }
 }
 
-/** Creates a fresh database and migrates it (in TEST_SCHEMA) unless told not to. */
-export async function createTestDatabase(migrateIt = true): Promise<TestDatabase> {
+/**
+ * A test database's handles, before the database exists: nothing connects
+ * until `create` makes it (and migrates it in TEST_SCHEMA unless told not to).
+ */
+export function planTestDatabase(): { db: TestDatabase; create(migrateIt: boolean): Promise<void> } {
   const name = `skiplock_test_${randomBytes(6).toString('hex')}`;
-  await onServer(`CREATE DATABASE ${name}`);
   const url = urlFor(name);
   const pool = new pg.Pool({ connectionString: url, max: 20 });
   pool.on('error', () => {});
@@ -85,8 +87,7 @@ export async function createTestDatabase(migrateIt = true): Promise<TestDatabase
     made.push(s as unknown as Skiplock<JobMap>);
     return s;
   };
-  if (migrateIt) await make().migrate();
-  return {
+  const db: TestDatabase = {
     url,
     name,
     pool,
@@ -101,6 +102,20 @@ export async function createTestDatabase(migrateIt = true): Promise<TestDatabase
       await onServer(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
     },
   };
+  return {
+    db,
+    create: async (migrateIt) => {
+      await onServer(`CREATE DATABASE ${name}`);
+      if (migrateIt) await make().migrate();
+    },
+  };
+}
+
+/** Creates a fresh database and migrates it (in TEST_SCHEMA) unless told not to. */
+export async function createTestDatabase(migrateIt = true): Promise<TestDatabase> {
+  const { db, create } = planTestDatabase();
+  await create(migrateIt);
+  return db;
 }
 
 type Truthy<T> = Exclude<T, undefined | null | false | 0 | ''>;

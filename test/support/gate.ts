@@ -16,9 +16,11 @@ export function gate<T = void>(): Gate<T> {
 /** A handler that holds its slot once its worker has jobs buffered behind it. */
 export interface SlotBlocker {
   /** The handler: quick while nothing is buffered (so the worker claims ahead), then waits for `release`. */
-  handler: () => Promise<void>;
+  handler: (job: { id: string }) => Promise<void>;
   /** Whether a job holds the slot now. */
   readonly blocked: boolean;
+  /** The id of the job that holds the slot (undefined before one does). */
+  readonly blockedId: string | undefined;
   /** Lets the blocked job finish (every later job runs quickly). */
   release(): void;
 }
@@ -31,17 +33,44 @@ export interface SlotBlocker {
  */
 export function blockOnceBuffered(worker: () => { bufferedCount: number }): SlotBlocker {
   const released = gate();
-  let blocked = false;
+  let blockedId: string | undefined;
   return {
-    handler: async () => {
-      if (!blocked && worker().bufferedCount > 0) {
-        blocked = true;
+    handler: async (job) => {
+      if (blockedId === undefined && worker().bufferedCount > 0) {
+        blockedId = job.id;
         await released.opened;
       }
     },
     get blocked() {
-      return blocked;
+      return blockedId !== undefined;
+    },
+    get blockedId() {
+      return blockedId;
     },
     release: () => released.open(),
+  };
+}
+
+/** A handler that runs until its job is aborted, then rejects with the abort's reason. */
+export interface UntilAborted {
+  handler: (job: unknown, context: { signal: AbortSignal }) => Promise<never>;
+  /** The reason of the abort it saw last (undefined before any). */
+  readonly reason: unknown;
+}
+
+/** A handler that waits for its signal (see {@link UntilAborted}). */
+export function untilAborted(): UntilAborted {
+  let reason: unknown;
+  return {
+    handler: (_job, { signal }) =>
+      new Promise<never>((_, reject) => {
+        signal.addEventListener('abort', () => {
+          reason = signal.reason;
+          reject(signal.reason);
+        });
+      }),
+    get reason() {
+      return reason;
+    },
   };
 }

@@ -12,6 +12,22 @@ export function forkScript(script: string, env: Record<string, string>): ChildPr
   });
 }
 
+/** Who runs cleanups after the test: the fixture's `defer`. */
+export interface ProcessOwner {
+  defer(cleanup: () => unknown): void;
+}
+
+/** Has `owner` SIGKILL `child` after the test, whatever happened, and wait until it exited; returns `child`. */
+export function killedAfterTest(owner: ProcessOwner, child: ChildProcess): ChildProcess {
+  owner.defer(async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGKILL');
+      await exited(child);
+    }
+  });
+  return child;
+}
+
 /** Resolves once `child` sends `message`; rejects if it exits first. */
 export async function sent(child: ChildProcess, message: string): Promise<void> {
   const exit = once(child, 'exit').then(([code, signal]) => {

@@ -6,32 +6,18 @@
  * so tests can count deliveries. Sends 'ready' over IPC once started.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import pg from 'pg';
-import { Skiplock } from '../../src/index.js';
-import { STOP } from './events.js';
+import { databaseFromEnv, startWorkerFromEnv } from './worker-from-env.js';
 
-const pool = new pg.Pool({ connectionString: process.env.SKIPLOCK_URL, max: 4 });
-pool.on('error', () => {});
-const skiplock = new Skiplock({ pool, schema: process.env.SKIPLOCK_SCHEMA ?? 'skiplock' });
+const db = databaseFromEnv<{ effect: unknown }>();
 const delayMs = Number(process.env.HANDLER_DELAY_MS ?? 0);
 
-const worker = skiplock.worker({
-  handleSignals: true,
-  ...JSON.parse(process.env.WORKER_OPTIONS ?? '{}'),
-  handlers: {
-    effect: async (job) => {
-      if (delayMs > 0) await sleep(delayMs);
-      await pool.query('INSERT INTO effects (job_id, attempts, pid) VALUES ($1, $2, $3)', [
-        job.id,
-        job.attempts,
-        process.pid,
-      ]);
-    },
+await startWorkerFromEnv(db, {
+  effect: async (job) => {
+    if (delayMs > 0) await sleep(delayMs);
+    await db.pool.query('INSERT INTO effects (job_id, attempts, pid) VALUES ($1, $2, $3)', [
+      job.id,
+      job.attempts,
+      process.pid,
+    ]);
   },
 });
-worker.on('error', () => {});
-worker.on(STOP, () => {
-  void pool.end();
-});
-await worker.start();
-process.send?.('ready');

@@ -8,18 +8,9 @@ import type { Job } from '../../src/job/job.js';
 import { AttemptControl } from '../../src/worker/attempt-control.js';
 import { type Middleware, runJob, withMiddleware } from '../../src/worker/executor.js';
 import type { Handler, ResolvedHandler } from '../../src/worker/handler-definition.js';
+import { sampleJob } from '../support/sample-job.js';
 
-const job: Job = {
-  id: '1',
-  kind: 'k',
-  queue: 'default',
-  payload: {},
-  priority: 0,
-  runAt: new Date(),
-  attempts: 1,
-  maxAttempts: 20,
-  createdAt: new Date(),
-};
+const job: Job = sampleJob();
 
 afterEach(() => {
   vi.useRealTimers();

@@ -7,11 +7,9 @@ import { CANCELLABLE_STATUSES, type CancellableStatus } from '../../db/queries/c
 import type { CancelFilter } from '../../operations/cancel.js';
 import { withDatabase } from '../database.js';
 import {
-  addConnectionFlags,
-  addJsonFlag,
+  addDatabaseCommandFlags,
   type ConnectionFlags,
   collect,
-  examples,
   readIdsFrom,
   repeatableChoice,
 } from '../flags.js';
@@ -22,6 +20,7 @@ interface CancelFlags extends ConnectionFlags {
   status?: CancellableStatus[];
   kind?: string[];
   queue?: string[];
+  tag?: string[];
   idsFrom?: string;
   json?: boolean;
 }
@@ -39,22 +38,17 @@ export function cancelCommand(): Command {
     )
     .option('--kind <kind>', 'only this kind (repeatable)', collect)
     .option('--queue <name>', 'only this queue (repeatable)', collect)
+    .option('--tag <tag>', 'only jobs having this tag (repeatable: jobs having every tag given)', collect)
     .option(
       '--ids-from <file>',
       'also the job ids in FILE (- for standard input), separated by whitespace or commas',
     );
-  addConnectionFlags(command);
-  addJsonFlag(command);
-  return command
-    .addHelpText(
-      'after',
-      examples(
+  return addDatabaseCommandFlags(command, [
         'skiplock cancel 42 43',
         'skiplock cancel --kind send_invoice_email --status queued --json',
+        'skiplock cancel --tag tenant:7 --tag import',
         "psql -At -c \"SELECT id FROM skiplock.jobs WHERE payload->>'tenant' = '7'\" | skiplock cancel --ids-from -",
-      ),
-    )
-    .action(async (args: string[], flags: CancelFlags) => {
+  ]).action(async (args: string[], flags: CancelFlags) => {
       const ids = flags.idsFrom === undefined ? args : [...args, ...(await readIdsFrom(flags.idsFrom))];
       const bad = ids.find((id) => !/^[1-9][0-9]{0,18}$/.test(id));
       if (bad !== undefined) throw new UsageError(`ID must be a job id (a positive integer), got ${bad}`);
@@ -63,8 +57,11 @@ export function cancelCommand(): Command {
       if (flags.status) filter.status = flags.status;
       if (flags.kind) filter.kind = flags.kind;
       if (flags.queue) filter.queue = flags.queue;
+      if (flags.tag) filter.tags = flags.tag;
       if (Object.keys(filter).length === 0) {
-        throw new UsageError('give job ids, --status, --kind or --queue (cancel never means every job)');
+        throw new UsageError(
+          'give job ids, --status, --kind, --queue or --tag (cancel never means every job)',
+        );
       }
       await withDatabase(flags, async ({ skiplock }) => {
         const counts = await skiplock.cancel(filter);

@@ -3,9 +3,10 @@
  * URL, and waits (other skiplock commands in this folder share it).
  */
 import { Command } from 'commander';
-import { attachEmbedded, EmbeddedServerError, maskUrl, stopEmbedded } from '../embedded.js';
+import { attachEmbedded, maskUrl, stopEmbedded } from '../embedded.js';
 import { examples } from '../flags.js';
 import { printText } from '../output.js';
+import { EmbeddedServerError } from '../postgres-programs.js';
 import { UsageError } from '../usage-error.js';
 
 interface DevFlags {

@@ -5,10 +5,9 @@ import { Command } from 'commander';
 import type { JobOptions } from '../../skiplock.js';
 import { withDatabase } from '../database.js';
 import {
-  addConnectionFlags,
-  addJsonFlag,
+  addDatabaseCommandFlags,
   type ConnectionFlags,
-  examples,
+  collect,
   integer,
   milliseconds,
   parsePayloadArgument,
@@ -20,6 +19,8 @@ interface EnqueueFlags extends ConnectionFlags {
   priority?: number;
   delayMs?: number;
   maxAttempts?: number;
+  tag?: string[];
+  startWithinMs?: number;
   json?: boolean;
 }
 
@@ -33,32 +34,34 @@ export function enqueueCommand(): Command {
     .option('--queue <name>', 'queue name', 'default')
     .option('--priority <n>', 'larger runs first (32-bit integer)', integer(-2_147_483_648, 2_147_483_647))
     .option('--delay-ms <ms>', 'run no earlier than this many milliseconds from now', milliseconds(0))
-    .option('--max-attempts <n>', 'attempts before the dead letter (default 20)', integer(1, 2_147_483_647));
-  addConnectionFlags(command);
-  addJsonFlag(command);
-  return command
-    .addHelpText(
-      'after',
-      examples(
-        `skiplock enqueue send_invoice_email '{"orderId": 42}'`,
-        `skiplock enqueue resize_image '{"url": "s3://img/1.png"}' --queue media --priority 5 --delay-ms 60000`,
-        'skiplock enqueue nightly_report --max-attempts 3 --json',
-      ),
-    )
-    .action(async (kind: string, payloadJson: string, flags: EnqueueFlags) => {
-      const payload = parsePayloadArgument(payloadJson);
-      const options: JobOptions = {};
-      if (flags.queue !== undefined) options.queue = flags.queue;
-      if (flags.priority !== undefined) options.priority = flags.priority;
-      if (flags.delayMs !== undefined) options.delayMs = flags.delayMs;
-      if (flags.maxAttempts !== undefined) options.maxAttempts = flags.maxAttempts;
-      await withDatabase(flags, async ({ skiplock }) => {
-        const job = await skiplock.enqueue(kind, payload, options);
-        if (flags.json) printJson(job);
-        else
-          printText(
-            `enqueued job ${job.id} (kind ${job.kind}, queue ${job.queue}, priority ${job.priority}, run_at ${job.runAt.toISOString()})`,
-          );
-      });
+    .option('--max-attempts <n>', 'attempts before the dead letter (default 20)', integer(1, 2_147_483_647))
+    .option('--tag <tag>', 'a tag for the job (repeatable; at most 20, each 1-100 characters)', collect)
+    .option(
+      '--start-within-ms <ms>',
+      'never run the job unless it starts within this many milliseconds from now (it ends cancelled, expired)',
+      milliseconds(0),
+    );
+  return addDatabaseCommandFlags(command, [
+    `skiplock enqueue send_invoice_email '{"orderId": 42}'`,
+    `skiplock enqueue resize_image '{"url": "s3://img/1.png"}' --queue media --priority 5 --delay-ms 60000`,
+    'skiplock enqueue nightly_report --max-attempts 3 --json',
+    `skiplock enqueue sync_account '{"accountId": 7}' --tag tenant:7 --tag import --start-within-ms 300000`,
+  ]).action(async (kind: string, payloadJson: string, flags: EnqueueFlags) => {
+    const payload = parsePayloadArgument(payloadJson);
+    const options: JobOptions = {};
+    if (flags.queue !== undefined) options.queue = flags.queue;
+    if (flags.priority !== undefined) options.priority = flags.priority;
+    if (flags.delayMs !== undefined) options.delayMs = flags.delayMs;
+    if (flags.maxAttempts !== undefined) options.maxAttempts = flags.maxAttempts;
+    if (flags.tag !== undefined) options.tags = flags.tag;
+    if (flags.startWithinMs !== undefined) options.startWithinMs = flags.startWithinMs;
+    await withDatabase(flags, async ({ skiplock }) => {
+      const job = await skiplock.enqueue(kind, payload, options);
+      if (flags.json) printJson(job);
+      else
+        printText(
+          `enqueued job ${job.id} (kind ${job.kind}, queue ${job.queue}, priority ${job.priority}, run_at ${job.runAt.toISOString()})`,
+        );
     });
+  });
 }

@@ -6,8 +6,7 @@ import { JOB_STATUSES, type JobRecord, type JobStatus } from '../../job/job.js';
 import type { ListJobsFilter } from '../../skiplock.js';
 import { withDatabase } from '../database.js';
 import {
-  addConnectionFlags,
-  addJsonFlag,
+  addDatabaseCommandFlags,
   type ConnectionFlags,
   collect,
   examples,
@@ -22,6 +21,7 @@ interface ListFlags extends ConnectionFlags {
   queue?: string[];
   kind?: string[];
   status?: JobStatus[];
+  tag?: string[];
   limit: number;
   oldestFirst?: boolean;
   after?: string;
@@ -34,11 +34,12 @@ export function jobsCommand(): Command {
   const list = new Command('list')
     .summary('list jobs (the default)')
     .description(
-      'Lists jobs, newest first (--oldest-first for the other way); --after ID continues after the last id of a page. Filters of one kind are OR-ed; filters of different kinds AND-ed.',
+      'Lists jobs, newest first (--oldest-first for the other way); --after ID continues after the last id of a page. Filters of one kind are OR-ed (but --tag: a job must have every tag given); filters of different kinds AND-ed.',
     )
     .option('--queue <name>', 'only this queue (repeatable)', collect)
     .option('--kind <kind>', 'only this kind (repeatable)', collect)
     .addOption(repeatableChoice('--status <status>', 'only this status', JOB_STATUSES))
+    .option('--tag <tag>', 'only jobs having this tag (repeatable: jobs having every tag given)', collect)
     .option('--limit <n>', 'most jobs shown', integer(1, 100_000), 100)
     .option('--oldest-first', 'oldest id first instead of newest')
     .option('--after <id>', 'continue after this job id (the last id of the previous page)', jobId)
@@ -48,50 +49,46 @@ export function jobsCommand(): Command {
       integer(1, 100_000),
       200,
     );
-  addConnectionFlags(list);
-  addJsonFlag(list);
-  list
-    .addHelpText(
-      'after',
-      examples(
-        'skiplock jobs',
-        'skiplock jobs list --status dead --kind send_invoice_email',
-        'skiplock jobs --queue media --status queued --status running --json',
-      ),
-    )
-    .action(async (flags: ListFlags) => {
-      // A list never reads whole payloads: they may be large, and the table does not show them.
-      const filter: ListJobsFilter & { payloadPreviewChars: number } = {
-        limit: flags.limit,
-        order: flags.oldestFirst ? 'oldest' : 'newest',
-        payloadPreviewChars: flags.payloadChars,
-      };
-      if (flags.after) filter.after = flags.after;
-      if (flags.queue) filter.queue = flags.queue;
-      if (flags.kind) filter.kind = flags.kind;
-      if (flags.status) filter.status = flags.status;
-      await withDatabase(flags, async ({ skiplock }) => {
-        const jobs = await skiplock.listJobs(filter);
-        if (flags.json) printJson(jobs);
-        else if (jobs.length === 0) printText('no jobs');
-        else
-          printText(
-            renderTable(
-              ['id', 'queue', 'kind', 'status', 'priority', 'attempts', 'run_at', 'last_error'],
-              jobs.map((j) => [
-                j.id,
-                j.queue,
-                j.kind,
-                j.status,
-                j.priority,
-                `${j.attempts}/${j.maxAttempts}`,
-                j.runAt.toISOString(),
-                firstLine(j.lastError),
-              ]),
-            ),
-          );
-      });
+  addDatabaseCommandFlags(list, [
+    'skiplock jobs',
+    'skiplock jobs list --status dead --kind send_invoice_email',
+    'skiplock jobs --queue media --status queued --status running --json',
+    'skiplock jobs --tag tenant:7 --tag import',
+  ]).action(async (flags: ListFlags) => {
+    // A list never reads whole payloads: they may be large, and the table does not show them.
+    const filter: ListJobsFilter & { payloadPreviewChars: number } = {
+      limit: flags.limit,
+      order: flags.oldestFirst ? 'oldest' : 'newest',
+      payloadPreviewChars: flags.payloadChars,
+    };
+    if (flags.after) filter.after = flags.after;
+    if (flags.queue) filter.queue = flags.queue;
+    if (flags.kind) filter.kind = flags.kind;
+    if (flags.status) filter.status = flags.status;
+    if (flags.tag) filter.tags = flags.tag;
+    await withDatabase(flags, async ({ skiplock }) => {
+      const jobs = await skiplock.listJobs(filter);
+      if (flags.json) printJson(jobs);
+      else if (jobs.length === 0) printText('no jobs');
+      else
+        printText(
+          renderTable(
+            ['id', 'queue', 'kind', 'status', 'priority', 'attempts', 'run_at', 'tags', 'last_error'],
+            jobs.map((j) => [
+              j.id,
+              j.queue,
+              j.kind,
+              j.status,
+              j.priority,
+              `${j.attempts}/${j.maxAttempts}`,
+              j.runAt.toISOString(),
+              j.tags.join(', '),
+              firstLine(j.lastError),
+            ]),
+          ),
+        );
     });
+  });
 
   const show = new Command('show')
     .summary('show one job')
@@ -99,11 +96,8 @@ export function jobsCommand(): Command {
       'Shows one job with its payload and last error. Exit code 1 when it is not in the jobs table.',
     )
     .argument('<ID>', 'the job id');
-  addConnectionFlags(show);
-  addJsonFlag(show);
-  show
-    .addHelpText('after', examples('skiplock jobs show 42', 'skiplock jobs show 42 --json'))
-    .action(async (id: string, flags: ConnectionFlags & { json?: boolean }) => {
+  addDatabaseCommandFlags(show, ['skiplock jobs show 42', 'skiplock jobs show 42 --json']).action(
+    async (id: string, flags: ConnectionFlags & { json?: boolean }) => {
       if (!/^[1-9][0-9]{0,18}$/.test(id))
         throw new UsageError(`ID must be a job id (a positive integer), got ${id}`);
       await withDatabase(flags, async ({ skiplock }) => {
@@ -116,7 +110,8 @@ export function jobsCommand(): Command {
         if (flags.json) printJson(job);
         else printText(describeJob(job));
       });
-    });
+    },
+  );
 
   return new Command('jobs')
     .summary('list and inspect jobs')
@@ -146,6 +141,8 @@ function describeJob(job: JobRecord): string {
     `locked_at     ${time(job.lockedAt)}`,
     `locked_by     ${job.lockedBy ?? '-'}`,
     `finished_at   ${time(job.finishedAt)}`,
+    `start_by      ${time(job.startBy)}`,
+    `tags          ${job.tags.length === 0 ? '-' : job.tags.join(', ')}`,
     `payload       ${JSON.stringify(job.payload)}`,
     `last_error    ${job.lastError ?? '-'}`,
     `errors        ${job.errors.length === 0 ? '-' : `${job.errors.length} failed attempts, oldest first`}`,

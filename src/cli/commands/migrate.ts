@@ -4,7 +4,7 @@
  */
 import { Command } from 'commander';
 import { withDatabase } from '../database.js';
-import { addConnectionFlags, addJsonFlag, type ConnectionFlags, examples } from '../flags.js';
+import { addDatabaseCommandFlags, type ConnectionFlags } from '../flags.js';
 import { printJson, printText } from '../output.js';
 
 /** The `migrate` command. */
@@ -14,26 +14,19 @@ export function migrateCommand(): Command {
     .description(
       'Creates or upgrades the schema of the jobs table (forward-only migrations, one transaction, under an advisory lock). Idempotent.',
     );
-  addConnectionFlags(command);
-  addJsonFlag(command);
-  return command
-    .addHelpText(
-      'after',
-      examples(
-        'skiplock migrate',
-        'DATABASE_URL=postgres://app@db/app skiplock migrate --schema jobs --json',
-      ),
-    )
-    .action(async (flags: ConnectionFlags & { json?: boolean }) => {
-      await withDatabase(flags, async ({ skiplock }) => {
-        const result = await skiplock.migrate();
-        if (flags.json) printJson({ schema: skiplock.schema, ...result });
-        else if (result.applied.length === 0)
-          printText(`schema "${skiplock.schema}" is up to date (version ${result.version})`);
-        else
-          printText(
-            `schema "${skiplock.schema}" migrated to version ${result.version} (applied ${result.applied.join(', ')})`,
-          );
-      });
+  return addDatabaseCommandFlags(command, [
+    'skiplock migrate',
+    'DATABASE_URL=postgres://app@db/app skiplock migrate --schema jobs --json',
+  ]).action(async (flags: ConnectionFlags & { json?: boolean }) => {
+    await withDatabase(flags, async ({ skiplock }) => {
+      const result = await skiplock.migrate();
+      if (flags.json) printJson({ schema: skiplock.schema, ...result });
+      else if (result.applied.length === 0)
+        printText(`schema "${skiplock.schema}" is up to date (version ${result.version})`);
+      else
+        printText(
+          `schema "${skiplock.schema}" migrated to version ${result.version} (applied ${result.applied.join(', ')})`,
+        );
     });
+  });
 }

@@ -5,14 +5,7 @@
 import { Command } from 'commander';
 import { MAX_RETENTION_MS, PRUNABLE_STATUSES, type PrunableStatus } from '../../db/queries/prune.js';
 import { withDatabase } from '../database.js';
-import {
-  addConnectionFlags,
-  addJsonFlag,
-  type ConnectionFlags,
-  examples,
-  integer,
-  repeatableChoice,
-} from '../flags.js';
+import { addDatabaseCommandFlags, type ConnectionFlags, integer, repeatableChoice } from '../flags.js';
 import { printJson, printText } from '../output.js';
 
 interface PruneFlags extends ConnectionFlags {
@@ -40,27 +33,18 @@ export function pruneCommand(): Command {
         PRUNABLE_STATUSES,
       ),
     );
-  addConnectionFlags(command);
-  addJsonFlag(command);
-  return command
-    .addHelpText(
-      'after',
-      examples(
-        'skiplock prune --older-than-ms 604800000',
-        'skiplock prune --older-than-ms 86400000 --status succeeded',
-      ),
-    )
-    .action(async (flags: PruneFlags) => {
-      await withDatabase(flags, async ({ skiplock }) => {
-        const result = await skiplock.prune({
-          olderThanMs: flags.olderThanMs,
-          ...(flags.status && { status: flags.status }),
-        });
-        if (flags.json) printJson(result);
-        else
-          printText(
-            `deleted ${result.jobs} job${result.jobs === 1 ? '' : 's'} and ${result.archive} archived`,
-          );
+  return addDatabaseCommandFlags(command, [
+    'skiplock prune --older-than-ms 604800000',
+    'skiplock prune --older-than-ms 86400000 --status succeeded',
+  ]).action(async (flags: PruneFlags) => {
+    await withDatabase(flags, async ({ skiplock }) => {
+      const result = await skiplock.prune({
+        olderThanMs: flags.olderThanMs,
+        ...(flags.status && { status: flags.status }),
       });
+      if (flags.json) printJson(result);
+      else
+        printText(`deleted ${result.jobs} job${result.jobs === 1 ? '' : 's'} and ${result.archive} archived`);
     });
+  });
 }

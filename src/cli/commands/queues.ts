@@ -4,7 +4,7 @@
  */
 import { Command } from 'commander';
 import { withDatabase } from '../database.js';
-import { addConnectionFlags, addJsonFlag, type ConnectionFlags, examples } from '../flags.js';
+import { addDatabaseCommandFlags, type ConnectionFlags } from '../flags.js';
 import { printJson, printText } from '../output.js';
 import { renderTable } from '../table.js';
 import { formatLimits, queueLimitsCommand } from './queue-limits.js';
@@ -18,39 +18,32 @@ export function queuesCommand(): Command {
     .description(
       'Lists every queue with jobs or settings: paused or not, its limits, queued and running jobs. A paused queue is skipped by every worker until it is resumed (it stays paused across restarts).',
     );
-  addConnectionFlags(command);
-  addJsonFlag(command);
-  command
-    .addHelpText(
-      'after',
-      examples(
-        'skiplock queues',
-        'skiplock queues pause emails',
-        'skiplock queues resume emails',
-        'skiplock queues limits emails --concurrency 5 --rate 100/1m',
-      ),
-    )
-    .action(async (flags: Flags) => {
-      await withDatabase(flags, async ({ skiplock }) => {
-        const queues = await skiplock.queues();
-        if (flags.json) printJson(queues);
-        else if (queues.length === 0) printText('no queues');
-        else
-          printText(
-            renderTable(
-              ['queue', 'state', 'queued', 'running', 'limits', 'paused at'],
-              queues.map((q) => [
-                q.name,
-                q.paused ? 'paused' : 'running',
-                q.queued,
-                q.running,
-                formatLimits(q.limits),
-                q.pausedAt?.toISOString() ?? null,
-              ]),
-            ),
-          );
-      });
+  addDatabaseCommandFlags(command, [
+    'skiplock queues',
+    'skiplock queues pause emails',
+    'skiplock queues resume emails',
+    'skiplock queues limits emails --concurrency 5 --rate 100/1m',
+  ]).action(async (flags: Flags) => {
+    await withDatabase(flags, async ({ skiplock }) => {
+      const queues = await skiplock.queues();
+      if (flags.json) printJson(queues);
+      else if (queues.length === 0) printText('no queues');
+      else
+        printText(
+          renderTable(
+            ['queue', 'state', 'queued', 'running', 'limits', 'paused at'],
+            queues.map((q) => [
+              q.name,
+              q.paused ? 'paused' : 'running',
+              q.queued,
+              q.running,
+              formatLimits(q.limits),
+              q.pausedAt?.toISOString() ?? null,
+            ]),
+          ),
+        );
     });
+  });
   for (const action of ['pause', 'resume'] as const) {
     const sub = new Command(action)
       .summary(

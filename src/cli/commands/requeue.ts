@@ -5,11 +5,9 @@ import { Command } from 'commander';
 import type { RequeueFilter, Skiplock } from '../../skiplock.js';
 import { withDatabase } from '../database.js';
 import {
-  addConnectionFlags,
-  addJsonFlag,
+  addDatabaseCommandFlags,
   type ConnectionFlags,
   collect,
-  examples,
   readIdsFrom,
   repeatableChoice,
 } from '../flags.js';
@@ -20,6 +18,7 @@ interface RequeueFlags extends ConnectionFlags {
   status?: ('dead' | 'failed' | 'cancelled')[];
   kind?: string[];
   queue?: string[];
+  tag?: string[];
   idsFrom?: string;
   all?: boolean;
   json?: boolean;
@@ -42,24 +41,19 @@ export function requeueCommand(): Command {
     )
     .option('--kind <kind>', 'only this kind (repeatable)', collect)
     .option('--queue <name>', 'only this queue (repeatable)', collect)
+    .option('--tag <tag>', 'only jobs having this tag (repeatable: jobs having every tag given)', collect)
     .option(
       '--ids-from <file>',
       'also the job ids in FILE (- for standard input), separated by whitespace or commas',
     )
     .option('--all', 'every dead and failed job, when no id or filter is given');
-  addConnectionFlags(command);
-  addJsonFlag(command);
-  return command
-    .addHelpText(
-      'after',
-      examples(
+  return addDatabaseCommandFlags(command, [
         'skiplock requeue 42 43',
         'skiplock requeue --status dead --kind send_invoice_email',
+        'skiplock requeue --tag tenant:7',
         'skiplock requeue --all --json',
         'skiplock requeue --ids-from dead-ids.txt',
-      ),
-    )
-    .action(async (args: string[], flags: RequeueFlags) => {
+  ]).action(async (args: string[], flags: RequeueFlags) => {
       const ids = flags.idsFrom === undefined ? args : [...args, ...(await readIdsFrom(flags.idsFrom))];
       const filter: RequeueFilter = {};
       const bad = ids.find((id) => !/^[1-9][0-9]{0,18}$/.test(id));
@@ -68,9 +62,10 @@ export function requeueCommand(): Command {
       if (flags.status) filter.status = flags.status;
       if (flags.kind) filter.kind = flags.kind;
       if (flags.queue) filter.queue = flags.queue;
+      if (flags.tag) filter.tags = flags.tag;
       if (Object.keys(filter).length === 0 && !flags.all) {
         throw new UsageError(
-          'give job ids, --status, --kind or --queue, or --all to requeue every dead and failed job',
+          'give job ids, --status, --kind, --queue or --tag, or --all to requeue every dead and failed job',
         );
       }
       await withDatabase(flags, async ({ skiplock }) => {
@@ -95,6 +90,7 @@ async function whyNothingMatched(skiplock: Skiplock, filter: RequeueFilter): Pro
       filter.status && `status ${[filter.status].flat().join('/')}`,
       filter.kind && `kind ${[filter.kind].flat().join(', ')}`,
       filter.queue && `queue ${[filter.queue].flat().join(', ')}`,
+      filter.tags && `tags ${[filter.tags].flat().join(', ')}`,
     ].filter(Boolean);
     return [`no dead or failed job${what.length > 0 ? ` with ${what.join(' and ')}` : ''}`];
   }
@@ -105,7 +101,7 @@ async function whyNothingMatched(skiplock: Skiplock, filter: RequeueFilter): Pro
       reasons.push(`job ${id}: not in the jobs table (deleted on success, archived, or never existed)`);
     else if (job.status !== 'dead' && job.status !== 'failed' && job.status !== 'cancelled')
       reasons.push(`job ${id}: is ${job.status}; only dead, failed and cancelled jobs can be requeued`);
-    else reasons.push(`job ${id}: is ${job.status} but does not match --status, --kind or --queue`);
+    else reasons.push(`job ${id}: is ${job.status} but does not match --status, --kind, --queue or --tag`);
   }
   return reasons;
 }

@@ -6,11 +6,9 @@ import { Command } from 'commander';
 import type { ScheduleOptions } from '../../schedule/schedule-options.js';
 import { withDatabase } from '../database.js';
 import {
-  addConnectionFlags,
-  addJsonFlag,
+  addDatabaseCommandFlags,
   type ConnectionFlags,
   choice,
-  examples,
   integer,
   parsePayloadArgument,
 } from '../flags.js';
@@ -60,33 +58,26 @@ export function scheduleCommand(): Command {
       'how far back --catch-up all goes (default one day)',
       integer(0, 315_360_000_000),
     );
-  addConnectionFlags(command);
-  addJsonFlag(command);
-  return command
-    .addHelpText(
-      'after',
-      examples(
-        `skiplock schedule nightly-report '30 2 * * *' send_report '{"to": "ops"}' --timezone Europe/Berlin`,
-        "skiplock schedule heartbeat '*/10 * * * * *' ping --overlap allow",
-      ),
-    )
-    .action(async (name: string, cron: string, kind: string, payloadJson: string, flags: ScheduleFlags) => {
-      const payload = parsePayloadArgument(payloadJson);
-      const options: ScheduleOptions = {};
-      if (flags.timezone !== undefined) options.timezone = flags.timezone;
-      if (flags.queue !== undefined) options.queue = flags.queue;
-      if (flags.priority !== undefined) options.priority = flags.priority;
-      if (flags.maxAttempts !== undefined) options.maxAttempts = flags.maxAttempts;
-      if (flags.overlap !== undefined) options.overlap = flags.overlap;
-      if (flags.catchUp !== undefined) options.catchUp = flags.catchUp;
-      if (flags.catchUpMs !== undefined) options.catchUpMs = flags.catchUpMs;
-      await withDatabase(flags, async ({ skiplock }) => {
-        const info = await skiplock.schedule(name, cron, kind, payload, options);
-        if (flags.json) printJson(info);
-        else
-          printText(
-            `schedule ${info.name}: ${info.cron} (${info.timezone}) → ${info.kind} on queue ${info.queue}, next run ${info.nextRunAt.toISOString()}`,
-          );
-      });
+  return addDatabaseCommandFlags(command, [
+    `skiplock schedule nightly-report '30 2 * * *' send_report '{"to": "ops"}' --timezone Europe/Berlin`,
+    "skiplock schedule heartbeat '*/10 * * * * *' ping --overlap allow",
+  ]).action(async (name: string, cron: string, kind: string, payloadJson: string, flags: ScheduleFlags) => {
+    const payload = parsePayloadArgument(payloadJson);
+    const options: ScheduleOptions = {};
+    if (flags.timezone !== undefined) options.timezone = flags.timezone;
+    if (flags.queue !== undefined) options.queue = flags.queue;
+    if (flags.priority !== undefined) options.priority = flags.priority;
+    if (flags.maxAttempts !== undefined) options.maxAttempts = flags.maxAttempts;
+    if (flags.overlap !== undefined) options.overlap = flags.overlap;
+    if (flags.catchUp !== undefined) options.catchUp = flags.catchUp;
+    if (flags.catchUpMs !== undefined) options.catchUpMs = flags.catchUpMs;
+    await withDatabase(flags, async ({ skiplock }) => {
+      const info = await skiplock.schedule(name, cron, kind, payload, options);
+      if (flags.json) printJson(info);
+      else
+        printText(
+          `schedule ${info.name}: ${info.cron} (${info.timezone}) → ${info.kind} on queue ${info.queue}, next run ${info.nextRunAt.toISOString()}`,
+        );
     });
+  });
 }

@@ -3,7 +3,7 @@
  */
 import { Command } from 'commander';
 import { withDatabase } from '../database.js';
-import { addConnectionFlags, addJsonFlag, type ConnectionFlags, examples } from '../flags.js';
+import { addDatabaseCommandFlags, type ConnectionFlags } from '../flags.js';
 import { printJson, printText } from '../output.js';
 import { renderTable } from '../table.js';
 
@@ -14,11 +14,8 @@ export function schedulesCommand(): Command {
     .description(
       'Lists every schedule with its cron expression, time zone, kind, queue and next run (database clock). A schedule the scheduler parked (its row does not parse, e.g. stored by plain SQL) shows "parked" as its next run and why in the last column; it enqueues nothing until `skiplock schedule` (or an UPDATE of its row) fixes it.',
     );
-  addConnectionFlags(command);
-  addJsonFlag(command);
-  return command
-    .addHelpText('after', examples('skiplock schedules', 'skiplock schedules --json'))
-    .action(async (flags: ConnectionFlags & { json?: boolean }) => {
+  return addDatabaseCommandFlags(command, ['skiplock schedules', 'skiplock schedules --json']).action(
+    async (flags: ConnectionFlags & { json?: boolean }) => {
       await withDatabase(flags, async ({ skiplock }) => {
         const schedules = await skiplock.schedules();
         if (flags.json) {
@@ -58,5 +55,6 @@ export function schedulesCommand(): Command {
           ),
         );
       });
-    });
+    },
+  );
 }

@@ -4,7 +4,7 @@
 import { Command } from 'commander';
 import { JOB_STATUSES } from '../../job/job.js';
 import { withDatabase } from '../database.js';
-import { addConnectionFlags, addJsonFlag, type ConnectionFlags, examples } from '../flags.js';
+import { addDatabaseCommandFlags, type ConnectionFlags } from '../flags.js';
 import { printJson, printText } from '../output.js';
 import { formatDuration, renderTable } from '../table.js';
 
@@ -13,37 +13,37 @@ export function statsCommand(): Command {
   const command = new Command('stats')
     .summary('jobs per queue and status')
     .description(
-      'Counts jobs per queue and status; "oldest due" is how long the oldest queued job has been due (a growing value means workers are behind).',
+      'Counts jobs per queue and status (≈n: estimated from a sample, for 10,000 or more finished jobs); "oldest due" is how long the oldest queued job has been due (a growing value means workers are behind).',
     );
-  addConnectionFlags(command);
-  addJsonFlag(command);
-  return command
-    .addHelpText(
-      'after',
-      examples('skiplock stats', 'skiplock stats --json | jq \'.[] | select(.status == "dead")\''),
-    )
-    .action(async (flags: ConnectionFlags & { json?: boolean }) => {
-      await withDatabase(flags, async ({ skiplock }) => {
-        const stats = await skiplock.stats();
-        if (flags.json) {
-          printJson(stats);
-          return;
-        }
-        if (stats.length === 0) {
-          printText('no jobs');
-          return;
-        }
-        const queues = [...new Set(stats.map((s) => s.queue))];
-        const rows = queues.map((queue) => {
-          const of = stats.filter((s) => s.queue === queue);
-          const oldest = of.find((s) => s.status === 'queued')?.oldestQueuedAgeMs ?? null;
-          return [
-            queue,
-            ...JOB_STATUSES.map((status) => of.find((s) => s.status === status)?.count ?? 0),
-            oldest === null ? null : formatDuration(oldest),
-          ];
-        });
-        printText(renderTable(['queue', ...JOB_STATUSES, 'oldest due'], rows));
+  return addDatabaseCommandFlags(command, [
+    'skiplock stats',
+    'skiplock stats --json | jq \'.[] | select(.status == "dead")\'',
+  ]).action(async (flags: ConnectionFlags & { json?: boolean }) => {
+    await withDatabase(flags, async ({ skiplock }) => {
+      const stats = await skiplock.stats();
+      if (flags.json) {
+        printJson(stats);
+        return;
+      }
+      if (stats.length === 0) {
+        printText('no jobs');
+        return;
+      }
+      const queues = [...new Set(stats.map((s) => s.queue))];
+      const rows = queues.map((queue) => {
+        const of = stats.filter((s) => s.queue === queue);
+        const oldest = of.find((s) => s.status === 'queued')?.oldestQueuedAgeMs ?? null;
+        return [
+          queue,
+            // A count estimated from a sample (a large group of finished jobs) reads ≈n.
+            ...JOB_STATUSES.map((status) => {
+              const row = of.find((s) => s.status === status);
+              return row?.estimated ? `≈${row.count}` : (row?.count ?? 0);
+            }),
+          oldest === null ? null : formatDuration(oldest),
+        ];
       });
+      printText(renderTable(['queue', ...JOB_STATUSES, 'oldest due'], rows));
     });
+  });
 }

@@ -172,7 +172,7 @@ const CONNECT_TIMEOUT_MS = 10_000;
  * cannot be reached (refused, unknown host, no such database, wrong password)
  * or its schema is not migrated. Once started, outages are retried instead.
  */
-async function assertDatabaseUsable(db: CliDatabase): Promise<void> {
+export async function assertDatabaseUsable(db: CliDatabase): Promise<void> {
   const client = new pg.Client({
     connectionString: db.url,
     connectionTimeoutMillis: CONNECT_TIMEOUT_MS,

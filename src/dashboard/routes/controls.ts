@@ -20,20 +20,27 @@ export function registerControls(app: Hono<DashboardEnv>, d: Dashboard): void {
     return redirectBack(c, d, `/jobs/${id}`, notice);
   });
 
-  app.post('/queues/pause', async (c) => {
-    const queue = formQueue(c);
-    if (queue === undefined) return errorPage(c, d, 400, 'Which queue? The form lacks a queue name.');
-    const changed = await nameChecked(c, d, () => d.skiplock.pauseQueue(queue));
-    if (changed instanceof Response) return changed;
-    return redirectBack(c, d, '/', changed ? 'paused' : 'paused-already');
-  });
+  registerQueueControl(app, d, '/queues/pause', (queue) => d.skiplock.pauseQueue(queue), 'paused');
+  registerQueueControl(app, d, '/queues/resume', (queue) => d.skiplock.resumeQueue(queue), 'resumed');
+}
 
-  app.post('/queues/resume', async (c) => {
+/**
+ * A POST at `path` that runs `control` on the form's queue and redirects to
+ * the overview with the notice `done` (it changed the queue) or `done-already`.
+ */
+function registerQueueControl(
+  app: Hono<DashboardEnv>,
+  d: Dashboard,
+  path: string,
+  control: (queue: string) => Promise<boolean>,
+  done: 'paused' | 'resumed',
+): void {
+  app.post(path, async (c) => {
     const queue = formQueue(c);
     if (queue === undefined) return errorPage(c, d, 400, 'Which queue? The form lacks a queue name.');
-    const changed = await nameChecked(c, d, () => d.skiplock.resumeQueue(queue));
+    const changed = await nameChecked(c, d, () => control(queue));
     if (changed instanceof Response) return changed;
-    return redirectBack(c, d, '/', changed ? 'resumed' : 'resumed-already');
+    return redirectBack(c, d, '/', changed ? done : `${done}-already`);
   });
 }
 

@@ -1,10 +1,13 @@
 /**
- * The pages: queues (`/`), jobs (`/jobs`), one job (`/jobs/:id`) and schedules (`/schedules`). Query
+ * The pages: queues (`/`), jobs (`/jobs`, filtered by status, kind, queue and tags), one job (`/jobs/:id`) and schedules (`/schedules`). Query
  * parameters are checked here and reach SQL only as bind parameters.
  */
 import type { Hono } from 'hono';
+import { ValidationError } from '../../errors.js';
 import { JOB_STATUSES, type JobStatus } from '../../job/job.js';
+import { toTagFilter } from '../../operations/operations.js';
 import type { Dashboard, DashboardEnv } from '../context.js';
+import { type ArchiveQuery, archivePage } from '../views/archive.js';
 import { jobPage } from '../views/job.js';
 import { type JobsQuery, jobsPage } from '../views/jobs.js';
 import { queuesPage } from '../views/queues.js';
@@ -43,6 +46,46 @@ export function registerPages(app: Hono<DashboardEnv>, d: Dashboard): void {
     return render(c, d, schedulesPage(d, schedules, await d.queries.storedJobIds(d.pool, lastJobs)));
   });
 
+  app.get('/archive', async (c) => {
+    const query: ArchiveQuery = {};
+    for (const key of ['kind', 'queue'] as const) {
+      const value = c.req.query(key) || undefined;
+      if (value !== undefined && !isName(value)) return errorPage(c, d, 400, `Unusable ${key} filter.`);
+      query[key] = value;
+    }
+    const days: { since?: Date; until?: Date } = {};
+    for (const key of ['since', 'until'] as const) {
+      const value = c.req.query(key) || undefined;
+      if (value === undefined) continue;
+      const day = /^\d{4}-\d{2}-\d{2}$/.test(value) ? new Date(`${value}T00:00:00Z`) : undefined;
+      if (!day || Number.isNaN(day.getTime()))
+        return errorPage(c, d, 400, `A day to filter by is YYYY-MM-DD (${key}).`);
+      query[key] = value;
+      // The range takes whole UTC days: `until` is the last day shown.
+      days[key] = key === 'until' ? new Date(day.getTime() + 86_400_000) : day;
+    }
+    const before = c.req.query('before') || undefined;
+    let cursor: { finishedAt: string; id: string } | undefined;
+    if (before !== undefined) {
+      const [finishedAt, id] = before.split('~');
+      if (
+        finishedAt === undefined ||
+        !/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/.test(finishedAt) ||
+        !isJobId(id)
+      ) {
+        return errorPage(c, d, 400, 'Bad page cursor.');
+      }
+      cursor = { finishedAt, id };
+      query.before = before;
+    }
+    const jobs = await d.queries.listArchived(
+      d.pool,
+      { kind: query.kind, queue: query.queue, since: days.since, before: cursor, until: days.until },
+      d.options.pageSize,
+    );
+    return render(c, d, archivePage(d, query, jobs));
+  });
+
   app.get('/jobs', async (c) => {
     const id = c.req.query('id')?.trim();
     if (id !== undefined && id !== '') {
@@ -60,6 +103,17 @@ export function registerPages(app: Hono<DashboardEnv>, d: Dashboard): void {
       if (value !== undefined && !isName(value)) return errorPage(c, d, 400, `Unusable ${key} filter.`);
       query[key] = value;
     }
+    // `tag` may repeat: jobs having every tag given. Empty fields are no filter.
+    const tagValues = (c.req.queries('tag') ?? []).filter((t) => t !== '');
+    if (tagValues.length > 0) {
+      try {
+        query.tags = toTagFilter(tagValues, 'tag');
+      } catch (error) {
+        if (error instanceof ValidationError)
+          return errorPage(c, d, 400, `Unusable tag filter: ${error.reason}.`);
+        throw error;
+      }
+    }
     const before = c.req.query('before') || undefined;
     if (before !== undefined && !isJobId(before)) return errorPage(c, d, 400, 'Bad page cursor.');
     query.before = before;
@@ -68,6 +122,7 @@ export function registerPages(app: Hono<DashboardEnv>, d: Dashboard): void {
         ...(query.status && { status: query.status as JobStatus }),
         ...(query.kind && { kind: query.kind }),
         ...(query.queue && { queue: query.queue }),
+        ...(query.tags && { tags: query.tags }),
         ...(before && { after: before }),
         order: 'newest',
         limit: d.options.pageSize,

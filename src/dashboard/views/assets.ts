@@ -36,6 +36,7 @@ a { color:var(--accent); }
 .status-dead { background:var(--dead); } .status-archived { background:#475467; }
 .status-cancelled { background:var(--cancelled); } .status-paused, .status-parked { background:var(--paused); }
 .muted { color:var(--muted); }
+a.tag { display:inline-block; padding:0 6px; border:1px solid var(--muted); border-radius:4px; font-size:12px; text-decoration:none; }
 .mono, pre, code { font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace; font-size:12.5px; }
 pre { background:#0f1522; color:#e6e9ef; padding:12px 14px; border-radius:6px; overflow:auto; max-height:420px; white-space:pre-wrap; word-break:break-word; margin:0; }
 pre.error { background:#fff5f3; color:#7a271a; border:1px solid #fecdca; }

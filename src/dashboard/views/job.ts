@@ -6,7 +6,7 @@ import type { JobRecord } from '../../job/job.js';
 import type { Dashboard } from '../context.js';
 import { formatAge, formatPayload, formatTime } from './format.js';
 import { html } from './html.js';
-import { jobActions, KIND_DECIDES_TITLE } from './jobs.js';
+import { jobActions, KIND_DECIDES_TITLE, tagLinks } from './jobs.js';
 import { type Page, statusPill } from './layout.js';
 
 /** The failed attempts, newest first, each error's first line (the whole text on hover). */
@@ -42,6 +42,8 @@ export function jobPage(
 <dt>attempts</dt><dd data-field="attempts">${job.attempts} of ${kindDecides ? html`<abbr title="${KIND_DECIDES_TITLE}">the kind's maxAttempts</abbr> <span class="muted">(set at the first claim; 20 when its handler gives none)</span>` : job.maxAttempts}</dd>
 <dt>run at</dt><dd data-field="run-at">${job.status === 'cancelled' ? html`${formatTime(job.runAt)} <span class="muted">(cancelled: it will not run)</span>` : time(job.runAt)}</dd>
 <dt>created at</dt><dd>${time(job.createdAt)}</dd>
+${job.startBy ? html`<dt>start by</dt><dd data-field="start-by">${time(job.startBy)} <span class="muted">(not started by then, it never runs)</span></dd>` : ''}
+<dt>tags</dt><dd data-field="tags">${job.tags.length === 0 ? html`<span class="muted">none</span>` : tagLinks(d, job.tags)}</dd>
 <dt>finished at</dt><dd>${time(job.finishedAt)}</dd>
 ${job.cancelRequestedAt ? html`<dt>cancel requested</dt><dd data-field="cancel-requested-at">${time(job.cancelRequestedAt)}</dd>` : ''}
 <dt>locked at</dt><dd>${time(job.lockedAt)}</dd>

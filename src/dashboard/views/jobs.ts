@@ -1,6 +1,6 @@
 /**
- * The jobs page: filters (status, kind, queue), a search by id, the jobs newest
- * first, and a cursor to older pages.
+ * The jobs page: filters (status, kind, queue, tags), a search by id, the jobs
+ * newest first with their tags, and a cursor to older pages.
  */
 import { JOB_STATUSES, type JobRecord, type JobSummary } from '../../job/job.js';
 import type { Dashboard } from '../context.js';
@@ -13,7 +13,17 @@ export interface JobsQuery {
   status?: string | undefined;
   kind?: string | undefined;
   queue?: string | undefined;
+  /** Jobs having every one of these tags. */
+  tags?: string[] | undefined;
   before?: string | undefined;
+}
+
+/** A job's tags, each a link to the jobs having it. */
+export function tagLinks(d: Dashboard, tags: readonly string[]): Html {
+  return html`${tags.map(
+    (tag) =>
+      html`<a class="tag" href="${d.link(`/jobs?${new URLSearchParams({ tag }).toString()}`)}">${tag}</a> `,
+  )}`;
 }
 
 /**
@@ -87,6 +97,8 @@ export function jobsPage(
 <label>queue<input name="queue" list="queue-names" value="${query.queue ?? ''}" placeholder="any"></label>
 <datalist id="queue-names">${queues.map((q) => html`<option value="${q}"></option>`)}</datalist>
 <label>kind<input name="kind" value="${query.kind ?? ''}" placeholder="any"></label>
+${(query.tags ?? []).slice(1).map((t) => html`<input type="hidden" name="tag" value="${t}">`)}
+<label>tag<input name="tag" value="${query.tags?.[0] ?? ''}" placeholder="any"></label>
 <button type="submit">Filter</button>
 <a href="${d.link('/jobs')}">clear</a>
 </form>
@@ -105,6 +117,7 @@ ${
     : html`<td class="nowrap" data-field="run-at" title="${formatTime(job.runAt)}">${formatAge(job.runAt, now)}</td>`
 }
 <td class="nowrap" title="${formatTime(job.createdAt)}">${formatAge(job.createdAt, now)}</td>
+<td data-field="tags">${tagLinks(d, job.tags)}</td>
 <td class="mono">${truncate(job.lastError ?? '', 120)}</td>
 ${d.options.readOnly ? '' : html`<td class="nowrap">${jobActions(d, csrfToken, job, back)}</td>`}</tr>`,
   );
@@ -112,6 +125,7 @@ ${d.options.readOnly ? '' : html`<td class="nowrap">${jobActions(d, csrfToken, j
   const params = (extra: Record<string, string>) => {
     const p = new URLSearchParams();
     for (const key of ['status', 'queue', 'kind'] as const) if (query[key]) p.set(key, query[key]);
+    for (const tag of query.tags ?? []) p.append('tag', tag);
     for (const [k, v] of Object.entries(extra)) p.set(k, v);
     const text = p.toString();
     return d.link(`/jobs${text ? `?${text}` : ''}`);
@@ -123,7 +137,7 @@ ${last && jobs.length >= d.options.pageSize ? html`<a href="${params({ before: l
   const table =
     jobs.length === 0
       ? html`<div class="card muted">No jobs match.</div>`
-      : html`<table class="jobs"><thead><tr><th>id</th><th>kind</th><th>queue</th><th>status</th><th class="num">attempts</th><th>run at</th><th>created</th><th>last error</th>${d.options.readOnly ? '' : html`<th></th>`}</tr></thead>
+      : html`<table class="jobs"><thead><tr><th>id</th><th>kind</th><th>queue</th><th>status</th><th class="num">attempts</th><th>run at</th><th>created</th><th>tags</th><th>last error</th>${d.options.readOnly ? '' : html`<th></th>`}</tr></thead>
 <tbody>${rows}</tbody></table>`;
   return { title: 'Jobs', nav: 'jobs', top: filters, live: html`${table}${pager}` };
 }

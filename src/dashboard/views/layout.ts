@@ -9,7 +9,7 @@ import { type Html, html, trusted } from './html.js';
 /** One page: its title, which nav entry it belongs to, a static part and a live part. */
 export interface Page {
   title: string;
-  nav: 'queues' | 'jobs' | 'schedules';
+  nav: 'queues' | 'jobs' | 'schedules' | 'archive';
   /** Rendered once (filters, headings): not replaced by live refresh. */
   top?: Html;
   /** Replaced every refresh interval by the same URL's `?partial=1`. */
@@ -58,7 +58,7 @@ export function layout(d: Dashboard, nonce: string, page: Page, notice: string |
 <body data-refresh-ms="${d.options.refreshIntervalMs}">
 <header>
   <a class="brand" href="${d.link('/')}">skiplock</a>
-  <nav>${navLink('queues', 'Queues', '/')}${navLink('jobs', 'Jobs', '/jobs')}${navLink('schedules', 'Schedules', '/schedules')}</nav>
+  <nav>${navLink('queues', 'Queues', '/')}${navLink('jobs', 'Jobs', '/jobs')}${navLink('schedules', 'Schedules', '/schedules')}${navLink('archive', 'Archive', '/archive')}</nav>
   <div class="meta">
     ${d.options.readOnly ? html`<span class="badge">read-only</span>` : ''}
     <span>schema ${d.skiplock.schema}</span>

@@ -28,19 +28,25 @@ export function queuesPage(
   const limits = new Map(infos.map((q) => [q.name, limitsText(q.limits)]));
   const count = (queue: string, status: string) =>
     stats.find((s) => s.queue === queue && s.status === status)?.count ?? 0;
+  // Large groups of finished jobs are counted from a sample: shown as ≈n.
+  const estimated = (queue: string | undefined, status: string) =>
+    stats.some((s) => (queue === undefined || s.queue === queue) && s.status === status && s.estimated);
   const cell = (queue: string | undefined, status: string, n: number) => {
     const query = new URLSearchParams({ status, ...(queue === undefined ? {} : { queue }) });
-    return html`<td class="num${n === 0 ? ' zero' : ''}" data-queue="${queue ?? '*'}" data-status="${status}">${n === 0 ? '0' : html`<a href="${d.link(`/jobs?${query}`)}">${n}</a>`}</td>`;
+    const about = estimated(queue, status);
+    const text = about ? `≈${n}` : `${n}`;
+    return html`<td class="num${n === 0 ? ' zero' : ''}" data-queue="${queue ?? '*'}" data-status="${status}"${about ? html` data-estimated title="estimated from a sample of the table"` : ''}>${n === 0 ? '0' : html`<a href="${d.link(`/jobs?${query}`)}">${text}</a>`}</td>`;
   };
   const rows = queues.map((queue) => {
     const oldest = stats.find((s) => s.queue === queue && s.status === 'queued')?.oldestQueuedAgeMs ?? null;
     const stuck = count(queue, 'dead') + count(queue, 'failed');
+    const stuckText = estimated(queue, 'dead') || estimated(queue, 'failed') ? `≈${stuck}` : `${stuck}`;
     const requeue =
       stuck > 0
         ? actionButton(d, csrfToken, {
             path: '/queues/requeue',
-            label: `Requeue ${stuck} dead/failed`,
-            confirm: `Requeue all ${stuck} dead and failed jobs of queue "${queue}"?`,
+            label: `Requeue ${stuckText} dead/failed`,
+            confirm: `Requeue all ${stuckText} dead and failed jobs of queue "${queue}"?`,
             fields: { queue },
           })
         : '';

@@ -47,6 +47,7 @@ export class CancelQueries {
            AND ($2::bigint[] IS NULL OR j.id = ANY($2::bigint[]))
            AND ($3::text[] IS NULL OR j.kind = ANY($3::text[]))
            AND ($4::text[] IS NULL OR j.queue = ANY($4::text[]))
+           AND ($6::text[] IS NULL OR j.tags @> $6::text[])
          RETURNING j.id, j.status
        ), told AS (
          SELECT ${names.control}($5, 'cancel', NULL, array_agg(id)) FROM hit
@@ -77,6 +78,7 @@ export class CancelQueries {
       filter.kind ?? null,
       filter.queue ?? null,
       this.#channel,
+      filter.tags ?? null,
     ]);
     return { cancelled: rows[0]?.cancelled ?? 0, running: rows[0]?.running ?? 0 };
   }

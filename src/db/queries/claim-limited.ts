@@ -71,6 +71,7 @@ export class LimitedClaimQueries {
        ), picked AS (
          SELECT id FROM ${jobs}
          WHERE status = 'queued' AND queue = $1 AND run_at <= now() AND kind = ANY($5::text[])
+           AND (start_by IS NULL OR start_by >= now())
          ORDER BY priority DESC, run_at
          LIMIT (SELECT CASE WHEN paused THEN 0
                             ELSE least($2::int, COALESCE(concurrency_room, $2::int), COALESCE(rate_room, $2::int)) END

@@ -86,12 +86,14 @@ export class ClaimQueries {
 
   constructor(names: SchemaNames) {
     // Priority then age; only kinds the worker handles, so workers of different
-    // versions share a queue without burning each other's attempts. The update
+    // versions share a queue without burning each other's attempts; never a job
+    // past its start deadline (the sweeper ends those). The update
     // finds its rows by primary key (= ANY): joining the CTE instead lets a
     // generic plan, which guesses LIMIT at 10% of the table, hash the whole table.
     const claim = (queueFilter: string, setMore = '', traceColumn = '') => `WITH picked AS (
          SELECT id FROM ${names.jobs}
          WHERE status = 'queued' AND ${queueFilter} AND run_at <= now() AND kind = ANY($5::text[])
+           AND (start_by IS NULL OR start_by >= now())
          ORDER BY priority DESC, run_at
          LIMIT $2
          FOR UPDATE SKIP LOCKED

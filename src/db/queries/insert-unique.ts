@@ -7,7 +7,7 @@
  */
 import type { UniqueSpec } from '../../job/unique.js';
 import { type Queryable, run, type Statement } from '../executor.js';
-import type { NewJob } from './insert.js';
+import { isExtended, type NewJob } from './insert.js';
 import { JOB_COLUMNS, type JobRow } from './job-row.js';
 import type { SchemaNames } from './schema-names.js';
 
@@ -46,7 +46,7 @@ const QUALIFIED_COLUMNS = JOB_COLUMNS.split(', ')
 /** Statements of the unique-key shape. */
 export class UniqueInsertQueries {
   readonly #insert: Statement;
-  readonly #insertTraced: Statement;
+  readonly #insertExtended: Statement;
   readonly #resolve: Statement;
   /** The holders of keys none of whose items replaces: read only, so a producer needs no UPDATE grant. */
   readonly #holders: Statement;
@@ -63,25 +63,35 @@ export class UniqueInsertQueries {
     // job; ON CONFLICT settles the race with an uncommitted one (it waits for
     // that transaction, and inserts if it rolls back). Neither is a
     // check-then-insert: the unique index decides.
-    // With tracing on, a statement of its own adds trace_context ($10).
-    const insert = (name: string, traceColumn = '', traceValue = '') =>
+    // Jobs with a trace context, tags or a start deadline go through a
+    // statement of its own: trace_context ($10), tags ($11, a JSON array of
+    // arrays), start_by ($12, or $13 milliseconds on the database clock).
+    const insert = (name: string, moreColumns = '', moreValues = '', moreRows = '', moreNames = '') =>
       names.statement(
         name,
         `INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts, max_attempts_default,
-                                  unique_key, unique_states${traceColumn})
+                                  unique_key, unique_states${moreColumns})
        SELECT r.kind, r.queue, r.payload, r.priority,
               COALESCE(r.run_at, now() + COALESCE(r.delay_ms, 0) * interval '1 millisecond'),
-              COALESCE(r.max_attempts, 20), r.max_attempts IS NULL, r.unique_key, r.unique_states::text[]${traceValue}
-       FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::int[], $5::timestamptz[], $6::float8[], $7::int[],
-                   $8::text[], $9::text[])
-            AS r(kind, queue, payload, priority, run_at, delay_ms, max_attempts, unique_key, unique_states)
+              COALESCE(r.max_attempts, 20), r.max_attempts IS NULL, r.unique_key, r.unique_states::text[]${moreValues}
+       FROM ROWS FROM (unnest($1::text[], $2::text[], $3::jsonb[], $4::int[], $5::timestamptz[], $6::float8[],
+                              $7::int[], $8::text[], $9::text[])${moreRows})
+            AS r(kind, queue, payload, priority, run_at, delay_ms, max_attempts, unique_key, unique_states${moreNames})
        WHERE NOT EXISTS (SELECT 1 FROM ${names.jobs} h WHERE h.unique_lock = r.unique_key)
        ORDER BY r.unique_key COLLATE "C"
        ON CONFLICT (unique_lock) WHERE unique_lock IS NOT NULL DO NOTHING
        RETURNING ${JOB_COLUMNS}, unique_key, false AS replaced`,
       );
     this.#insert = insert('insert_unique');
-    this.#insertTraced = insert('insert_unique_traced', ', trace_context', ', $10::text::jsonb');
+    this.#insertExtended = insert(
+      'insert_unique_extended',
+      ', trace_context, tags, start_by',
+      `, $10::text::jsonb,
+              CASE WHEN json_typeof(r.tags) = 'array' THEN ARRAY(SELECT json_array_elements_text(r.tags)) END,
+              COALESCE(r.start_by, now() + r.start_within_ms * interval '1 millisecond')`,
+      `, json_array_elements($11::text::json), unnest($12::timestamptz[]), unnest($13::float8[])`,
+      ', tags, start_by, start_within_ms',
+    );
     // The jobs holding the keys that were not inserted; with 'replace', a queued
     // holder is rewritten (and its queue woken, since its run_at may be sooner).
     // The holders to rewrite are locked first, in key order (a lock taken in
@@ -156,14 +166,15 @@ export class UniqueInsertQueries {
       jobs.map((j) => j.unique.key),
       jobs.map((j) => j.unique.statesText),
     ];
-    const traceContext = jobs[0]?.traceContext;
-    if (traceContext !== undefined) values.push(traceContext);
-    const { rows } = await run<UniqueJobRow>(
-      db,
-      traceContext === undefined ? this.#insert : this.#insertTraced,
-      values,
+    if (!jobs.some(isExtended)) return (await run<UniqueJobRow>(db, this.#insert, values)).rows;
+    values.push(
+      // A trace context is the same for every job of one call.
+      jobs[0]?.traceContext ?? null,
+      `[${jobs.map((j) => (j.tags === undefined ? 'null' : JSON.stringify(j.tags))).join(',')}]`,
+      jobs.map((j) => j.startBy ?? null),
+      jobs.map((j) => j.startWithinMs ?? null),
     );
-    return rows;
+    return (await run<UniqueJobRow>(db, this.#insertExtended, values)).rows;
   }
 
   /**

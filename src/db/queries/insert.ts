@@ -31,6 +31,22 @@ export interface NewJob {
    * it are inserted by the statements that leave the column out.
    */
   traceContext?: string | undefined;
+  /** The job's tags (validated, non-empty); jobs without them are inserted by the plain statements. */
+  tags?: string[] | undefined;
+  /** Start deadline as an instant; with it (or `startWithinMs`) the job goes through the extended statements. */
+  startBy?: Date | undefined;
+  /** Start deadline in milliseconds from the insert (database clock). */
+  startWithinMs?: number | undefined;
+}
+
+/** Whether a job needs the extended insert: it carries a trace context, tags or a start deadline. */
+export function isExtended(job: NewJob): boolean {
+  return (
+    job.traceContext !== undefined ||
+    job.tags !== undefined ||
+    job.startBy !== undefined ||
+    job.startWithinMs !== undefined
+  );
 }
 
 /** What the database decided for one inserted job of a batch. */
@@ -46,44 +62,53 @@ export class InsertQueries {
   readonly unique: UniqueInsertQueries;
   readonly #one: Statement;
   readonly #many: Statement;
-  readonly #oneTraced: Statement;
-  readonly #manyTraced: Statement;
+  readonly #oneExtended: Statement;
+  readonly #manyExtended: Statement;
 
   constructor(names: SchemaNames) {
     // The payload arrives as JSON text, cast through text: a driver that
     // serialises jsonb parameters itself (postgres.js) would encode it twice.
     this.unique = new UniqueInsertQueries(names);
     // A max_attempts left out (NULL) is the table's default, 20, marked as such.
-    // With tracing on, statements of their own add trace_context ($8), so the
-    // plain ones send no extra parameter.
-    const one = (name: string, traceColumn = '', traceValue = '') =>
+    // Jobs with a trace context, tags or a start deadline go through extended
+    // statements of their own (trace_context $8, tags $9, start_by from $10 or
+    // $11 milliseconds on the database clock), so the plain ones send no extra
+    // parameter.
+    const one = (name: string, moreColumns = '', moreValues = '') =>
       names.statement(
         name,
-        `INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts, max_attempts_default${traceColumn})
+        `INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts, max_attempts_default${moreColumns})
        VALUES ($1, $2, $3::text::jsonb, $4,
                COALESCE($5::timestamptz, now() + COALESCE($6::float8, 0) * interval '1 millisecond'),
-               COALESCE($7::int, 20), $7::int IS NULL${traceValue})
+               COALESCE($7::int, 20), $7::int IS NULL${moreValues})
        RETURNING ${JOB_COLUMNS}`,
       );
     this.#one = one('insert_one');
-    this.#oneTraced = one('insert_one_traced', ', trace_context', ', $8::text::jsonb');
+    this.#oneExtended = one(
+      'insert_one_extended',
+      ', trace_context, tags, start_by',
+      `, $8::text::jsonb, $9::text[],
+               COALESCE($10::timestamptz, now() + $11::float8 * interval '1 millisecond')`,
+    );
     // Returns only what the database decided: the ids in input order, run_at
     // only where it is not the insert time (a delay or a runAt), and the insert
     // time once. Sending payloads back, or a row and two timestamps per job, costs as
     // much as inserting them. Payloads arrive as one JSON array (no per-element
     // array escaping; `json`, whose text may exceed jsonb's 256 MiB as a whole);
-    // ROWS FROM zips it with the other columns by position.
-    const many = (name: string, traceColumn = '', traceValue = '') =>
+    // ROWS FROM zips it with the other columns by position. The extended shape
+    // takes each job's tags the same way (a JSON array of arrays, null for none:
+    // PostgreSQL arrays must be rectangular).
+    const many = (name: string, moreColumns = '', moreValues = '', moreRows = '', moreNames = '') =>
       names.statement(
         name,
         `WITH inserted AS (
-         INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts, max_attempts_default${traceColumn})
+         INSERT INTO ${names.jobs} (kind, queue, payload, priority, run_at, max_attempts, max_attempts_default${moreColumns})
          SELECT r.kind, r.queue, r.payload::jsonb, r.priority,
                 COALESCE(r.run_at, now() + COALESCE(r.delay_ms, 0) * interval '1 millisecond'),
-                COALESCE(r.max_attempts, 20), r.max_attempts IS NULL${traceValue}
+                COALESCE(r.max_attempts, 20), r.max_attempts IS NULL${moreValues}
          FROM ROWS FROM (unnest($1::text[]), unnest($2::text[]), json_array_elements($3::text::json), unnest($4::int[]),
-                         unnest($5::timestamptz[]), unnest($6::float8[]), unnest($7::int[]))
-              WITH ORDINALITY AS r(kind, queue, payload, priority, run_at, delay_ms, max_attempts, ord)
+                         unnest($5::timestamptz[]), unnest($6::float8[]), unnest($7::int[])${moreRows})
+              WITH ORDINALITY AS r(kind, queue, payload, priority, run_at, delay_ms, max_attempts${moreNames}, ord)
          ORDER BY r.ord
          RETURNING id, NULLIF(run_at, created_at) AS run_at
        )
@@ -92,7 +117,16 @@ export class InsertQueries {
        ORDER BY id`,
       );
     this.#many = many('insert_many');
-    this.#manyTraced = many('insert_many_traced', ', trace_context', ', $8::text::jsonb');
+    this.#manyExtended = many(
+      'insert_many_extended',
+      ', trace_context, tags, start_by',
+      `, $8::text::jsonb,
+                CASE WHEN json_typeof(r.tags) = 'array' THEN ARRAY(SELECT json_array_elements_text(r.tags)) END,
+                COALESCE(r.start_by, now() + r.start_within_ms * interval '1 millisecond')`,
+      `, json_array_elements($9::text::json),
+                         unnest($10::timestamptz[]), unnest($11::float8[])`,
+      ', tags, start_by, start_within_ms',
+    );
   }
 
   /** Inserts one job; on the caller's connection when given. */
@@ -106,12 +140,12 @@ export class InsertQueries {
       job.delayMs,
       job.maxAttempts,
     ];
-    if (job.traceContext !== undefined) values.push(job.traceContext);
-    const { rows } = await run<JobRow>(
-      db,
-      job.traceContext === undefined ? this.#one : this.#oneTraced,
-      values,
-    );
+    if (!isExtended(job)) {
+      const { rows } = await run<JobRow>(db, this.#one, values);
+      return toJobRecord(rows[0]!);
+    }
+    values.push(job.traceContext ?? null, job.tags ?? null, job.startBy ?? null, job.startWithinMs ?? null);
+    const { rows } = await run<JobRow>(db, this.#oneExtended, values);
     return toJobRecord(rows[0]!);
   }
 
@@ -144,9 +178,21 @@ export class InsertQueries {
       delays,
       maxAttempts,
     ];
-    const traceContext = jobs[0]?.traceContext;
-    if (traceContext !== undefined) values.push(traceContext);
-    const statement = traceContext === undefined ? this.#many : this.#manyTraced;
+    const extended = jobs.some(isExtended);
+    if (extended) {
+      const tags = new Array<string>(n);
+      const startBys = new Array<Date | null>(n);
+      const startWithinMs = new Array<number | null>(n);
+      for (let i = 0; i < n; i++) {
+        const j = jobs[i]!;
+        tags[i] = j.tags === undefined ? 'null' : JSON.stringify(j.tags);
+        startBys[i] = j.startBy ?? null;
+        startWithinMs[i] = j.startWithinMs ?? null;
+      }
+      // A trace context is the same for every job of one call.
+      values.push(jobs[0]?.traceContext ?? null, `[${tags.join(',')}]`, startBys, startWithinMs);
+    }
+    const statement = extended ? this.#manyExtended : this.#many;
     const { rows } = await run<{ id: string; run_at: Date | null; created_at: Date | null }>(
       db,
       statement,

@@ -20,6 +20,8 @@ export interface JobFilter {
   status?: JobStatus[];
   kind?: string[];
   queue?: string[];
+  /** Jobs having every one of these tags (`tags @> …`, through the tags index). */
+  tags?: string[];
 }
 
 /** Order of a listing: newest id first (the default for people) or oldest first. */
@@ -37,10 +39,23 @@ export interface ListPage {
 export interface QueueStatsRow {
   queue: string;
   status: JobStatus;
+  /** Rows of this queue and status; an estimate when `estimated`. */
   count: number;
+  /**
+   * True when `count` is estimated from a sample of the table: failed and
+   * dead, or succeeded and cancelled, jobs once that group holds
+   * {@link EXACT_COUNT_LIMIT} rows or more. Queued and running counts are exact.
+   */
+  estimated: boolean;
   /** Milliseconds since the oldest due queued job's run_at; null for other statuses or when none is due. */
   oldestQueuedAgeMs: number | null;
 }
+
+/** Below this many failed and dead (or succeeded and cancelled) jobs, stats() counts them exactly. */
+export const EXACT_COUNT_LIMIT = 10_000;
+
+/** Pages of the jobs table read by stats() to estimate a larger group (8 MiB of 8 KiB pages). */
+export const STATS_SAMPLE_PAGES = 1000;
 
 /** The read-only statements. */
 export class InspectQueries {
@@ -48,21 +63,23 @@ export class InspectQueries {
   readonly #list: Record<ListOrder, Statement>;
   readonly #listPreview: Record<ListOrder, Statement>;
   readonly #stats: Statement;
+  readonly #jobsTable: string;
 
   constructor(names: SchemaNames) {
     const { jobs, statement } = names;
     this.#byId = statement('get_by_id', `SELECT ${JOB_COLUMNS} FROM ${jobs} WHERE id = $1`);
     // The filters, order and page shared by both shapes of a list (whole rows, or payload previews).
-    const page = (cursor: string, order: string) =>
+    const page = (cursor: string, order: string, tags: string) =>
       `WHERE ($1::bigint[] IS NULL OR id = ANY($1::bigint[]))
          AND ($2::text[] IS NULL OR status = ANY($2::text[]))
          AND ($3::text[] IS NULL OR kind = ANY($3::text[]))
          AND ($4::text[] IS NULL OR queue = ANY($4::text[]))
          AND ($6::bigint IS NULL OR ${cursor})
+         AND (${tags}::text[] IS NULL OR tags @> ${tags}::text[])
        ORDER BY ${order}
        LIMIT $5`;
     const list = (cursor: string, order: string) =>
-      `SELECT ${JOB_COLUMNS} FROM ${jobs} ${page(cursor, order)}`;
+      `SELECT ${JOB_COLUMNS} FROM ${jobs} ${page(cursor, order, '$7')}`;
     this.#list = {
       newest: statement('list_newest', list('id < $6', 'id DESC')),
       oldest: statement('list_oldest', list('id > $6', 'id')),
@@ -71,20 +88,54 @@ export class InspectQueries {
     const preview = (cursor: string, order: string) =>
       `SELECT ${JOB_COLUMNS_BUT_PAYLOAD}, left(p.text, $7) AS payload_preview, length(p.text) > $7 AS payload_truncated
        FROM ${jobs} CROSS JOIN LATERAL (SELECT payload::text AS text) p
-       ${page(cursor, order)}`;
+       ${page(cursor, order, '$8')}`;
     this.#listPreview = {
       newest: statement('list_preview_newest', preview('id < $6', 'id DESC')),
       oldest: statement('list_preview_oldest', preview('id > $6', 'id')),
     };
+    // Counts that stay cheap at any volume: queued and running jobs through
+    // their partial indexes, exactly. Failed and dead jobs, and succeeded and
+    // cancelled ones kept in the table, are counted exactly while each group
+    // has fewer than $1 rows (read with LIMIT $1, so never more); a larger group is
+    // estimated from a sample of about $2 pages, scaled by the table's size,
+    // and its rows say so. Nothing reads a payload.
     this.#stats = statement(
       'stats',
-      `SELECT queue, status, count(*)::int AS count,
-              (EXTRACT(EPOCH FROM now() - min(run_at) FILTER (WHERE status = 'queued' AND run_at <= now())) * 1000)::float8
-                AS oldest_queued_age_ms
-       FROM ${jobs}
+      `WITH failed AS (
+         SELECT queue, status FROM ${jobs} WHERE status IN ('failed', 'dead') LIMIT $1
+       ), kept AS (
+         SELECT queue, status FROM ${jobs} WHERE status IN ('succeeded', 'cancelled') LIMIT $1
+       ), big AS (
+         SELECT (SELECT count(*) FROM failed) >= $1 AS failed, (SELECT count(*) FROM kept) >= $1 AS kept,
+                LEAST(100, 100.0 * $2 / GREATEST(pg_catalog.pg_relation_size($3::regclass)
+                  / pg_catalog.current_setting('block_size')::int, 1))::float4 AS percent
+       ), counted AS (
+         SELECT queue, status, count(*)::float8 AS n,
+                min(run_at) FILTER (WHERE run_at <= now()) AS oldest_due, false AS estimated
+         FROM ${jobs} WHERE status = 'queued' GROUP BY queue, status
+         UNION ALL
+         SELECT queue, status, count(*), NULL, false
+         FROM ${jobs} WHERE locked_at IS NOT NULL AND status = 'running' GROUP BY queue, status
+         UNION ALL
+         SELECT queue, status, count(*), NULL, false
+         FROM failed WHERE NOT (SELECT failed FROM big) GROUP BY queue, status
+         UNION ALL
+         SELECT queue, status, count(*), NULL, false
+         FROM kept WHERE NOT (SELECT kept FROM big) GROUP BY queue, status
+         UNION ALL
+         SELECT queue, status, count(*) * 100.0 / (SELECT percent FROM big), NULL, true
+         FROM ${jobs} TABLESAMPLE SYSTEM ((SELECT percent FROM big))
+         WHERE ((SELECT failed FROM big) OR (SELECT kept FROM big))
+           AND ((status IN ('failed', 'dead') AND (SELECT failed FROM big))
+             OR (status IN ('succeeded', 'cancelled') AND (SELECT kept FROM big)))
        GROUP BY queue, status
+       )
+       SELECT queue, status, round(n)::int AS count, estimated,
+              (EXTRACT(EPOCH FROM now() - oldest_due) * 1000)::float8 AS oldest_queued_age_ms
+       FROM counted
        ORDER BY queue, status`,
     );
+    this.#jobsTable = jobs;
   }
 
   /** One job by id, or undefined. */
@@ -96,12 +147,8 @@ export class InspectQueries {
   /** One page of the jobs matching the filter. */
   async list(db: Queryable, filter: JobFilter, page: ListPage): Promise<JobRecord[]> {
     const { rows } = await run<JobRow>(db, this.#list[page.order], [
-      filter.ids ?? null,
-      filter.status ?? null,
-      filter.kind ?? null,
-      filter.queue ?? null,
-      page.limit,
-      page.after ?? null,
+      ...listValues(filter, page),
+      filter.tags ?? null,
     ]);
     return rows.map(toJobRecord);
   }
@@ -114,30 +161,40 @@ export class InspectQueries {
     previewChars: number,
   ): Promise<JobSummary[]> {
     const { rows } = await run<JobSummaryRow>(db, this.#listPreview[page.order], [
-      filter.ids ?? null,
-      filter.status ?? null,
-      filter.kind ?? null,
-      filter.queue ?? null,
-      page.limit,
-      page.after ?? null,
+      ...listValues(filter, page),
       previewChars,
+      filter.tags ?? null,
     ]);
     return rows.map(toJobSummary);
   }
 
-  /** Counts per queue and status, and the oldest due queued job's age. */
+  /** Counts per queue and status (some estimated at volume), and the oldest due queued job's age. */
   async stats(db: Queryable): Promise<QueueStatsRow[]> {
     const { rows } = await run<{
       queue: string;
       status: JobStatus;
       count: number;
+      estimated: boolean;
       oldest_queued_age_ms: number | null;
-    }>(db, this.#stats, []);
+    }>(db, this.#stats, [EXACT_COUNT_LIMIT, STATS_SAMPLE_PAGES, this.#jobsTable]);
     return rows.map((r) => ({
       queue: r.queue,
       status: r.status,
       count: r.count,
+      estimated: r.estimated,
       oldestQueuedAgeMs: r.oldest_queued_age_ms,
     }));
   }
+}
+
+/** The list statements' parameters $1 to $6: the filter, then the page. */
+function listValues(filter: JobFilter, page: ListPage): unknown[] {
+  return [
+    filter.ids ?? null,
+    filter.status ?? null,
+    filter.kind ?? null,
+    filter.queue ?? null,
+    page.limit,
+    page.after ?? null,
+  ];
 }

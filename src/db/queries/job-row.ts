@@ -26,11 +26,13 @@ export interface JobRow {
   cancel_requested_at: Date | null;
   /** The failed attempts' JSON array; null until the first failure. */
   errors: unknown;
+  tags: string[] | null;
+  start_by: Date | null;
 }
 
 /** Every column of {@link JobRow} but the payload, in one select list (list views read a preview of it). */
 export const JOB_COLUMNS_BUT_PAYLOAD =
-  'id, queue, kind, status, priority, run_at, attempts, max_attempts, locked_at, locked_by, lease_seq, last_error, created_at, finished_at, cancel_requested_at, errors';
+  'id, queue, kind, status, priority, run_at, attempts, max_attempts, locked_at, locked_by, lease_seq, last_error, created_at, finished_at, cancel_requested_at, errors, tags, start_by';
 
 /** Every column of {@link JobRow}, in one select list. */
 export const JOB_COLUMNS = `${JOB_COLUMNS_BUT_PAYLOAD}, payload`;
@@ -61,6 +63,8 @@ export function toJobRecord(row: JobRow): JobRecord {
     finishedAt: row.finished_at,
     cancelRequestedAt: row.cancel_requested_at,
     errors: toAttemptErrors(row.errors),
+    tags: row.tags ?? [],
+    startBy: row.start_by,
   };
 }
 

@@ -23,11 +23,18 @@ export interface QueueInfo {
   limits: QueueLimits;
 }
 
+/**
+ * Below this many finished jobs in the table, queues() finds every queue that
+ * holds only finished jobs; above, it takes them from the planner's statistics.
+ */
+export const QUEUE_NAMES_EXACT_LIMIT = 10_000;
+
 /** The queue statements. */
 export class QueueQueries {
   readonly #pause: Statement;
   readonly #resume: Statement;
   readonly #list: Statement;
+  readonly #schema: string;
   readonly #paused: Statement;
   readonly #channel: string;
 
@@ -54,20 +61,43 @@ export class QueueQueries {
        ), told AS (SELECT ${names.wakeUp}($2, 'resume', name, 0) FROM resumed)
        SELECT EXISTS (SELECT FROM resumed) AS changed, (SELECT count(*) FROM told) AS told`,
     );
+    // Index-backed at any volume: queued and running counts through their
+    // partial indexes. Queues that hold only finished jobs are found among the
+    // newest $1 finished rows while there are fewer than $1 of them; beyond
+    // that, from the planner's statistics of jobs.queue (most common values
+    // and histogram bounds, refreshed by ANALYZE), so a rare one may be
+    // missing and a gone one listed with zero counts until the next ANALYZE.
     this.#list = statement(
       'queue_list',
-      `SELECT n.name, COALESCE(q.paused, false) AS paused, q.paused_at,
+      `WITH finished AS (
+         SELECT queue FROM ${jobs} WHERE finished_at IS NOT NULL LIMIT $1
+       ), c AS (
+         SELECT queue, sum(queued) AS queued, sum(running) AS running
+         FROM (SELECT queue, count(*) AS queued, 0 AS running FROM ${jobs} WHERE status = 'queued' GROUP BY queue
+               UNION ALL
+               SELECT queue, 0, count(*) FROM ${jobs} WHERE locked_at IS NOT NULL AND status = 'running'
+               GROUP BY queue) counts
+         GROUP BY queue
+       ), n (name) AS (
+         SELECT name FROM ${queues}
+         UNION SELECT queue FROM c
+         UNION SELECT queue FROM finished WHERE (SELECT count(*) FROM finished) < $1
+         UNION SELECT pg_catalog.unnest(pg_catalog.array_cat(s.most_common_vals::text::text[],
+                                                              s.histogram_bounds::text::text[]))
+               FROM pg_catalog.pg_stats s
+               WHERE s.schemaname = $2 AND s.tablename = 'jobs' AND s.attname = 'queue'
+                 AND (SELECT count(*) FROM finished) >= $1
+       )
+       SELECT n.name, COALESCE(q.paused, false) AS paused, q.paused_at,
               COALESCE(c.queued, 0)::int AS queued, COALESCE(c.running, 0)::int AS running,
               q.concurrency_limit, q.rate_count, q.rate_period_ms
-       FROM (SELECT name FROM ${queues} UNION SELECT DISTINCT queue FROM ${jobs}) n (name)
+       FROM n
        LEFT JOIN ${queues} q ON q.name = n.name
-       LEFT JOIN (
-         SELECT queue, count(*) FILTER (WHERE status = 'queued') AS queued,
-                count(*) FILTER (WHERE status = 'running') AS running
-         FROM ${jobs} WHERE status IN ('queued', 'running') GROUP BY queue
-       ) c ON c.queue = n.name
+       LEFT JOIN c ON c.queue = n.name
+       WHERE n.name IS NOT NULL
        ORDER BY n.name`,
     );
+    this.#schema = names.schema;
     this.#paused = statement(
       'queue_paused',
       `SELECT name FROM ${queues} WHERE name = ANY($1::text[]) AND paused`,
@@ -97,7 +127,7 @@ export class QueueQueries {
       concurrency_limit: number | null;
       rate_count: number | null;
       rate_period_ms: number | null;
-    }>(db, this.#list, []);
+    }>(db, this.#list, [QUEUE_NAMES_EXACT_LIMIT, this.#schema]);
     return rows.map((r) => ({
       name: r.name,
       paused: r.paused,

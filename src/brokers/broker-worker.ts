@@ -1,0 +1,331 @@
+/**
+ * What a broker-side worker does with one delivered job, whichever the broker:
+ * runs the handler through the executor the PostgreSQL worker uses, then acks
+ * a success; on a retryable failure (or a snooze) publishes the job again with
+ * its attempts, history and a not-before instant, and acks the delivery; when
+ * the job ends `dead` or `failed`, writes it back to the jobs table with its
+ * history, then acks. A delivery that arrives before its not-before instant is
+ * handed back with that delay, so the retry waits out its backoff in the broker.
+ */
+
+import { randomBytes } from 'node:crypto';
+import type { EventEmitter } from 'node:events';
+import { hostname } from 'node:os';
+import { translateError } from '../db/executor.js';
+import { RelayQueries } from '../db/queries/relay.js';
+import { schemaNames } from '../db/queries/schema-names.js';
+import { ShutdownError, SkiplockError, ValidationError } from '../errors.js';
+import { MAX_ATTEMPT_ERROR_CHARS, MAX_ATTEMPT_ERRORS } from '../job/attempt-history.js';
+import { backoffDelayMs } from '../job/backoff.js';
+import { describeFailure } from '../job/failure.js';
+import type { Job, JobMap } from '../job/job.js';
+import { type RelayedJob, toHandlerJob } from '../relay/message.js';
+import type { Skiplock } from '../skiplock.js';
+import { AttemptControl } from '../worker/attempt-control.js';
+import type { FailureOutcomeInfo } from '../worker/events.js';
+import { failure, type RunOutcome, runJob } from '../worker/executor.js';
+import { kindRetryDelayMs, type ResolvedHandler, resolveHandlers } from '../worker/handler-definition.js';
+import type { Handlers } from '../worker/options.js';
+
+/** Options every broker-side worker takes. */
+export interface BrokerWorkerOptions<Jobs extends JobMap> {
+  /** Handlers by kind, as `skiplock.worker` takes them (transactional ones excepted). */
+  handlers: Handlers<Jobs>;
+  /** Queues to consume. @default ['default'] */
+  queues?: string[];
+  /** Handlers running at once (1…1000). @default 10 */
+  concurrency?: number;
+  /** Run time after which an attempt fails (retryable), in milliseconds, unless its kind gives `timeoutMs`. @default none */
+  jobTimeoutMs?: number;
+  /** How long `stop()` lets running handlers finish before aborting them, in milliseconds. @default 30000 */
+  shutdownTimeoutMs?: number;
+  /** Stop gracefully on SIGTERM/SIGINT. @default true */
+  handleSignals?: boolean;
+  /** Id recorded in the attempt history. @default `<hostname>:<pid>:<random>` */
+  workerId?: string;
+}
+
+/** The events of a broker-side worker. */
+export interface BrokerWorkerEvents {
+  /** A handler is about to run a job. */
+  'job:start': [job: Job];
+  /** A handler succeeded and the delivery was acknowledged. */
+  'job:success': [job: Job];
+  /** An attempt failed: retried (`queued`), or written back `failed` or `dead`. */
+  'job:failure': [job: Job, thrown: unknown, outcome: FailureOutcomeInfo];
+  /** A handler threw a SnoozeError: the job comes back after `delayMs`, its attempt not charged. */
+  'job:snoozed': [job: Job, info: { delayMs: number }];
+  /** A broker or database error; the worker goes on. */
+  error: [error: SkiplockError, source: 'consume' | 'publish' | 'write-back' | 'listener'];
+  /** The worker stopped. */
+  'worker:stop': [];
+}
+
+/** One delivered message, as the broker's glue gives it. */
+export interface Delivery {
+  job: RelayedJob;
+  /** Acknowledges the delivery: the broker forgets it. */
+  ack(): Promise<void> | void;
+  /** Hands the delivery back, to come again after `delayMs`. */
+  retry(delayMs: number): Promise<void> | void;
+  /** Tells the broker the handler is still running (extends its ack deadline). */
+  working(): void;
+}
+
+/** Publishes a job again (a retry or a snooze), resolving once the broker acknowledged it. */
+export type Republish = (job: RelayedJob) => Promise<void>;
+
+/** Resolved options. */
+export interface BrokerWorkerSettings {
+  handlers: Map<string, ResolvedHandler>;
+  queues: string[];
+  concurrency: number;
+  jobTimeoutMs: number | undefined;
+  shutdownTimeoutMs: number;
+  handleSignals: boolean;
+  workerId: string;
+}
+
+/**
+ * Validates the options every broker-side worker shares.
+ *
+ * @throws {ValidationError} naming the field (`natsWorker.handlers.send_email.maxAttempts`…).
+ */
+export function resolveBrokerWorkerOptions(
+  options: BrokerWorkerOptions<JobMap>,
+  field: string,
+): BrokerWorkerSettings {
+  const handlers = resolveHandlers(options.handlers as Record<string, unknown>, `${field}.handlers`);
+  for (const [kind, handler] of handlers)
+    if (handler.transactional)
+      throw new ValidationError(
+        `${field}.handlers.${kind}`,
+        'transactional handlers run only in PostgreSQL workers',
+      );
+  const positive = (value: unknown, name: string, max: number): number | undefined => {
+    if (value === undefined) return undefined;
+    if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > max)
+      throw new ValidationError(`${field}.${name}`, `must be an integer 1…${max}`);
+    return value;
+  };
+  const queues = options.queues ?? ['default'];
+  if (!Array.isArray(queues) || queues.length === 0 || queues.some((q) => typeof q !== 'string' || q === ''))
+    throw new ValidationError(`${field}.queues`, 'must be a non-empty list of queue names');
+  return {
+    handlers,
+    queues: [...new Set(queues)],
+    concurrency: positive(options.concurrency, 'concurrency', 1000) ?? 10,
+    jobTimeoutMs: positive(options.jobTimeoutMs, 'jobTimeoutMs', 2_147_483_647),
+    shutdownTimeoutMs: positive(options.shutdownTimeoutMs, 'shutdownTimeoutMs', 2_147_483_647) ?? 30_000,
+    handleSignals: options.handleSignals ?? true,
+    workerId: options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`,
+  };
+}
+
+/** Runs deliveries with the handlers: the part of a broker-side worker that knows no broker. */
+export class DeliveryRunner {
+  readonly #settings: BrokerWorkerSettings;
+  readonly #emitter: EventEmitter<BrokerWorkerEvents>;
+  readonly #skiplock: Skiplock;
+  readonly #queries: RelayQueries;
+  readonly #running = new Map<AttemptControl, Promise<void>>();
+  readonly #heartbeatMs: number;
+
+  constructor(
+    skiplock: Skiplock,
+    settings: BrokerWorkerSettings,
+    emitter: EventEmitter<BrokerWorkerEvents>,
+    heartbeatMs: number,
+  ) {
+    this.#skiplock = skiplock;
+    this.#settings = settings;
+    this.#emitter = emitter;
+    this.#queries = new RelayQueries(schemaNames(skiplock.schema));
+    this.#heartbeatMs = heartbeatMs;
+  }
+
+  /** Handlers running now. */
+  get activeCount(): number {
+    return this.#running.size;
+  }
+
+  /** Runs one delivery to its end (never rejects); `republish` sends retries and snoozes. */
+  run(delivery: Delivery, republish: Republish): Promise<void> {
+    const control = new AttemptControl();
+    const done = this.#run(delivery, republish, control)
+      .catch((error: unknown) => this.report(error, 'consume'))
+      .finally(() => this.#running.delete(control));
+    this.#running.set(control, done);
+    return done;
+  }
+
+  /** Waits up to `timeoutMs` for running handlers, then aborts them with a ShutdownError and waits for their deliveries to be handed back. */
+  async drain(timeoutMs: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, timeoutMs);
+    });
+    await Promise.race([Promise.allSettled([...this.#running.values()]), deadline]);
+    clearTimeout(timer);
+    for (const control of this.#running.keys()) control.abort(new ShutdownError());
+    await Promise.allSettled([...this.#running.values()]);
+  }
+
+  /** Emits `event`; a listener that throws is reported as an `error` from source `listener`. */
+  #notify<K extends Exclude<keyof BrokerWorkerEvents, 'error'>>(
+    event: K,
+    ...args: BrokerWorkerEvents[K]
+  ): void {
+    try {
+      (this.#emitter.emit as (event: K, ...args: BrokerWorkerEvents[K]) => boolean)(event, ...args);
+    } catch (error) {
+      this.report(
+        new SkiplockError('LISTENER', `a '${event}' listener threw: ${describeFailure(error)}`, {
+          cause: error,
+        }),
+        'listener',
+      );
+    }
+  }
+
+  /** Reports a background error as an `error` event (or on the console when nobody listens). */
+  report(error: unknown, source: BrokerWorkerEvents['error'][1]): void {
+    const translated =
+      error instanceof SkiplockError
+        ? error
+        : source === 'write-back'
+          ? translateError(error)
+          : new SkiplockError('BROKER', error instanceof Error ? error.message : String(error), {
+              cause: error,
+            });
+    if (this.#emitter.listenerCount('error') > 0) {
+      try {
+        this.#emitter.emit('error', translated, source);
+        return;
+      } catch {
+        // An 'error' listener that throws: the console still hears it.
+      }
+    }
+    console.error(
+      `[skiplock] broker worker ${this.#settings.workerId}: ${source} error: ${translated.message}`,
+    );
+  }
+
+  async #run(delivery: Delivery, republish: Republish, control: AttemptControl): Promise<void> {
+    const relayed = delivery.job;
+    const waitMs = relayed.notBefore === undefined ? 0 : Date.parse(relayed.notBefore) - Date.now();
+    if (waitMs > 0) {
+      await delivery.retry(waitMs);
+      return;
+    }
+    const handler = this.#settings.handlers.get(relayed.kind);
+    const maxAttempts =
+      relayed.maxAttemptsDefault && handler?.maxAttempts !== undefined
+        ? handler.maxAttempts
+        : relayed.maxAttempts;
+    const attempt = relayed.attempts + 1;
+    const job = toHandlerJob(relayed, attempt, maxAttempts);
+    this.#notify('job:start', job);
+    const heartbeat = setInterval(() => delivery.working(), this.#heartbeatMs);
+    let outcome: RunOutcome;
+    try {
+      // A handler that ignores its signal on stop is not waited for: the delivery goes back at once.
+      const stopped = new Promise<RunOutcome>((resolve) =>
+        control.signal.addEventListener('abort', () => resolve(failure(control.reason)), { once: true }),
+      );
+      outcome = await Promise.race([
+        runJob(
+          handler?.handle as Parameters<typeof runJob>[0],
+          job,
+          control,
+          handler?.timeoutMs ?? this.#settings.jobTimeoutMs,
+        ),
+        stopped,
+      ]);
+    } finally {
+      clearInterval(heartbeat);
+    }
+    if (outcome.ok) {
+      await delivery.ack();
+      this.#notify('job:success', job);
+      return;
+    }
+    if (control.reason instanceof ShutdownError) {
+      // Stopped: the delivery comes back at once; the attempt is not charged (it is counted from the message).
+      await delivery.retry(0);
+      return;
+    }
+    const base = { ...relayed, hop: (relayed.hop ?? 0) + 1 };
+    if (outcome.snoozeDelayMs !== undefined) {
+      const notBefore = new Date(Date.now() + outcome.snoozeDelayMs).toISOString();
+      await this.#forward(delivery, republish, { ...base, notBefore });
+      this.#notify('job:snoozed', job, { delayMs: outcome.snoozeDelayMs });
+      return;
+    }
+    const errors = [
+      ...relayed.errors,
+      {
+        attempt,
+        error:
+          outcome.error.length > MAX_ATTEMPT_ERROR_CHARS
+            ? `${outcome.error.slice(0, MAX_ATTEMPT_ERROR_CHARS)}… [truncated]`
+            : outcome.error,
+        at: new Date().toISOString(),
+        worker: this.#settings.workerId,
+      },
+    ].slice(-MAX_ATTEMPT_ERRORS);
+    if (!outcome.permanent && attempt < maxAttempts) {
+      const retryDelayMs = Math.round(kindRetryDelayMs(handler, job, outcome) ?? backoffDelayMs(attempt));
+      const notBefore = new Date(Date.now() + retryDelayMs).toISOString();
+      await this.#forward(delivery, republish, { ...base, attempts: attempt, errors, notBefore });
+      this.#notify('job:failure', job, outcome.thrown, {
+        status: 'queued',
+        retryDelayMs,
+        lastError: outcome.error,
+      });
+      return;
+    }
+    const status = outcome.permanent ? 'failed' : 'dead';
+    try {
+      await this.#queries.writeBack(this.#skiplock.pool, {
+        id: relayed.id,
+        queue: relayed.queue,
+        kind: relayed.kind,
+        payload: relayed.payload,
+        priority: relayed.priority,
+        runAt: new Date(relayed.runAt),
+        createdAt: new Date(relayed.createdAt),
+        maxAttempts,
+        maxAttemptsDefault: relayed.maxAttemptsDefault,
+        leaseSeq: relayed.leaseSeq,
+        status,
+        attempts: attempt,
+        lastError: outcome.error,
+        errors,
+      });
+    } catch (error) {
+      // Not written: the delivery comes back and the attempt runs again.
+      this.report(error, 'write-back');
+      await delivery.retry(1000);
+      return;
+    }
+    await delivery.ack();
+    this.#notify('job:failure', job, outcome.thrown, {
+      status,
+      retryDelayMs: 0,
+      lastError: outcome.error,
+    });
+  }
+
+  /** Publishes the job's next message, then acks this one (a crash between the two republishes the same message id). */
+  async #forward(delivery: Delivery, republish: Republish, next: RelayedJob): Promise<void> {
+    try {
+      await republish(next);
+    } catch (error) {
+      this.report(error, 'publish');
+      await delivery.retry(1000);
+      return;
+    }
+    await delivery.ack();
+  }
+}

@@ -1,0 +1,357 @@
+/**
+ * NATS JetStream for the relay (`skiplock/nats`): `natsTarget` publishes
+ * relayed jobs to a stream, one subject per queue, with the job's message id
+ * as `Nats-Msg-Id` (the stream's duplicate window drops a repeat); `natsWorker`
+ * consumes them with the same handler definitions as `skiplock.worker`. The
+ * clients, `@nats-io/transport-node` and `@nats-io/jetstream`, are optional
+ * packages loaded when a target or worker connects.
+ */
+import { createHash } from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import type { JsMsg } from '@nats-io/jetstream';
+import type { NatsConnection } from '@nats-io/transport-node';
+import { ValidationError } from '../errors.js';
+import type { JobMap } from '../job/job.js';
+import { importOptional } from '../optional-dependency.js';
+import { brokerMessageId, decodeRelayedJob, encodeRelayedJob, type RelayedJob } from '../relay/message.js';
+import type { RelayTarget } from '../relay/relay.js';
+import type { Skiplock } from '../skiplock.js';
+import { forgetOnSignals, stopOnSignals } from '../worker/signals.js';
+import {
+  type BrokerWorkerEvents,
+  type BrokerWorkerOptions,
+  DeliveryRunner,
+  resolveBrokerWorkerOptions,
+} from './broker-worker.js';
+
+export type { RelayedJob } from '../relay/message.js';
+export type { BrokerWorkerEvents, BrokerWorkerOptions } from './broker-worker.js';
+
+/** Where relayed jobs go in NATS JetStream. */
+export interface NatsStreamOptions {
+  /** NATS server URL(s), e.g. `nats://127.0.0.1:4222`. */
+  servers: string | string[];
+  /** The stream's name; created when missing (work-queue retention, file storage). */
+  stream: string;
+  /** Subjects are `<subjectPrefix>.<queue>` (a queue's characters outside `A-Za-z0-9_-` escaped as `%XX`). @default the stream's name */
+  subjectPrefix?: string;
+  /**
+   * The duplicate window of a stream this creates, in milliseconds: a message
+   * id seen within it is dropped. Keep it longer than the relay's
+   * `visibilityTimeoutMs`. @default 600000 (10 minutes)
+   */
+  duplicateWindowMs?: number;
+}
+
+type Nats = typeof import('@nats-io/transport-node');
+type JetStreamModule = typeof import('@nats-io/jetstream');
+
+async function loadClients(): Promise<{ nats: Nats; jetstream: JetStreamModule }> {
+  const neededFor = 'skiplock/nats';
+  // One after the other, so a missing client is named in a fixed order.
+  const nats = await importOptional<Nats>('@nats-io/transport-node', {
+    packageName: '@nats-io/transport-node',
+    neededFor,
+  });
+  const jetstream = await importOptional<JetStreamModule>('@nats-io/jetstream', {
+    packageName: '@nats-io/jetstream',
+    neededFor,
+  });
+  return { nats, jetstream };
+}
+
+/** The subject of a queue's jobs. */
+export function natsSubject(subjectPrefix: string, queue: string): string {
+  const token = [...Buffer.from(queue, 'utf8')]
+    .map((byte) => {
+      const c = String.fromCharCode(byte);
+      return /[A-Za-z0-9_-]/.test(c) ? c : `%${byte.toString(16).toUpperCase().padStart(2, '0')}`;
+    })
+    .join('');
+  return `${subjectPrefix}.${token}`;
+}
+
+function checkStreamOptions(options: NatsStreamOptions, field: string): Required<NatsStreamOptions> {
+  if (typeof options !== 'object' || options === null) throw new ValidationError(field, 'must be an object');
+  const servers = options.servers;
+  if (
+    !(typeof servers === 'string' || (Array.isArray(servers) && servers.every((s) => typeof s === 'string')))
+  )
+    throw new ValidationError(`${field}.servers`, 'must be a URL or a list of URLs');
+  if (typeof options.stream !== 'string' || !/^[A-Za-z0-9_-]+$/.test(options.stream))
+    throw new ValidationError(`${field}.stream`, 'must be a stream name (A-Z, a-z, 0-9, _ and -)');
+  const subjectPrefix = options.subjectPrefix ?? options.stream;
+  if (typeof subjectPrefix !== 'string' || !/^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/.test(subjectPrefix))
+    throw new ValidationError(
+      `${field}.subjectPrefix`,
+      'must be dot-separated tokens of A-Z, a-z, 0-9, _ and -',
+    );
+  const duplicateWindowMs = options.duplicateWindowMs ?? 600_000;
+  if (!Number.isInteger(duplicateWindowMs) || duplicateWindowMs < 1000)
+    throw new ValidationError(`${field}.duplicateWindowMs`, 'must be an integer ≥ 1000');
+  return { servers, stream: options.stream, subjectPrefix, duplicateWindowMs };
+}
+
+/** Creates the stream when missing; an existing one is used as it is. */
+async function ensureStream(
+  jetstream: JetStreamModule,
+  connection: NatsConnection,
+  options: Required<NatsStreamOptions>,
+): Promise<void> {
+  const manager = await jetstream.jetstreamManager(connection);
+  try {
+    await manager.streams.info(options.stream);
+    return;
+  } catch (error) {
+    if (!(error instanceof jetstream.JetStreamApiError) || error.status !== 404) throw error;
+  }
+  await manager.streams.add({
+    name: options.stream,
+    subjects: [`${options.subjectPrefix}.>`],
+    retention: jetstream.RetentionPolicy.Workqueue,
+    storage: jetstream.StorageType.File,
+    duplicate_window: options.duplicateWindowMs * 1_000_000,
+  });
+}
+
+/**
+ * A relay target that publishes to a NATS JetStream stream and waits for the
+ * stream's acknowledgement of each job. A job the stream reports as a
+ * duplicate counts as acknowledged (it was published before).
+ *
+ * @example
+ * createRelay(skiplock, { target: natsTarget({ servers: 'nats://127.0.0.1:4222', stream: 'jobs' }), queues: ['emails'] });
+ *
+ * @throws {ValidationError} naming the field (`natsTarget.stream`…).
+ */
+export function natsTarget(options: NatsStreamOptions): RelayTarget {
+  const settings = checkStreamOptions(options, 'natsTarget');
+  let connection: NatsConnection | undefined;
+  let client: import('@nats-io/jetstream').JetStreamClient | undefined;
+  return {
+    name: 'nats',
+    async connect() {
+      const { nats, jetstream } = await loadClients();
+      connection = await nats.connect({ servers: settings.servers, maxReconnectAttempts: -1 });
+      try {
+        await ensureStream(jetstream, connection, settings);
+      } catch (error) {
+        await connection.close().catch(() => {});
+        connection = undefined;
+        throw error;
+      }
+      client = jetstream.jetstream(connection);
+    },
+    async publish(jobs, timeoutMs) {
+      const js = client;
+      if (!js) throw new Error('not connected');
+      // Sent back to back on one connection, so the stream stores them in this order.
+      const acks = await Promise.allSettled(
+        jobs.map((job) =>
+          js.publish(natsSubject(settings.subjectPrefix, job.queue), encodeRelayedJob(job), {
+            msgID: brokerMessageId(job),
+            timeout: timeoutMs,
+          }),
+        ),
+      );
+      const acked = new Set<string>();
+      acks.forEach((ack, i) => {
+        if (ack.status === 'fulfilled') acked.add(jobs[i]!.id);
+      });
+      return acked;
+    },
+    async close() {
+      const open = connection;
+      connection = undefined;
+      client = undefined;
+      await open?.drain().catch(() => {});
+    },
+  };
+}
+
+/** Options of {@link natsWorker}. */
+export interface NatsWorkerOptions<Jobs extends JobMap> extends BrokerWorkerOptions<Jobs>, NatsStreamOptions {
+  /** How long the broker waits for a delivery's ack before redelivering it, in milliseconds; running handlers extend it. @default 30000 */
+  ackWaitMs?: number;
+}
+
+/**
+ * The durable consumer of one queue's subject, shared by every worker of that
+ * queue: `skiplock_<hash of the subject>` (one consumer per subject, as a
+ * work-queue stream wants).
+ */
+export function natsConsumerName(subject: string): string {
+  return `skiplock_${createHash('sha256').update(subject).digest('hex').slice(0, 16)}`;
+}
+
+/** A broker-side worker on NATS JetStream: `start()`, `stop()`, events. */
+export class NatsWorker extends EventEmitter<BrokerWorkerEvents> {
+  /** The id recorded in the attempt history. */
+  readonly id: string;
+  readonly #stream: Required<NatsStreamOptions>;
+  readonly #settings: ReturnType<typeof resolveBrokerWorkerOptions>;
+  readonly #ackWaitMs: number;
+  readonly #runner: DeliveryRunner;
+  readonly #slots: (() => void)[] = [];
+  #connection: NatsConnection | undefined;
+  readonly #subscriptions: { stop(): void }[] = [];
+  readonly #consuming: Promise<void>[] = [];
+  #stopping: Promise<void> | undefined;
+
+  /** Made by {@link natsWorker}. */
+  constructor(skiplock: Skiplock, options: NatsWorkerOptions<JobMap>) {
+    super();
+    this.#stream = checkStreamOptions(options, 'natsWorker');
+    this.#settings = resolveBrokerWorkerOptions(options, 'natsWorker');
+    this.id = this.#settings.workerId;
+    this.#ackWaitMs = options.ackWaitMs ?? 30_000;
+    if (!Number.isInteger(this.#ackWaitMs) || this.#ackWaitMs < 1000)
+      throw new ValidationError('natsWorker.ackWaitMs', 'must be an integer ≥ 1000');
+    this.#runner = new DeliveryRunner(skiplock, this.#settings, this, Math.floor(this.#ackWaitMs / 3));
+  }
+
+  /** Handlers running now. */
+  get activeCount(): number {
+    return this.#runner.activeCount;
+  }
+
+  /**
+   * Connects, creates or checks the stream and the durable consumer of each
+   * queue, and starts consuming. Resolves once it consumes.
+   *
+   * @throws the broker's error when it cannot connect or create a consumer.
+   */
+  async start(): Promise<void> {
+    if (this.#connection || this.#stopping) return;
+    const { nats, jetstream } = await loadClients();
+    const connection = await nats.connect({ servers: this.#stream.servers, maxReconnectAttempts: -1 });
+    try {
+      await this.#subscribe(jetstream, connection);
+    } catch (error) {
+      for (const subscription of this.#subscriptions.splice(0)) subscription.stop();
+      await connection.close().catch(() => {});
+      throw error;
+    }
+    this.#connection = connection;
+    if (this.#settings.handleSignals) stopOnSignals(this);
+  }
+
+  async #subscribe(jetstream: JetStreamModule, connection: NatsConnection): Promise<void> {
+    await ensureStream(jetstream, connection, this.#stream);
+    const manager = await jetstream.jetstreamManager(connection);
+    const client = jetstream.jetstream(connection);
+    const republish = (job: RelayedJob) => this.#republish(client, job);
+    for (const queue of this.#settings.queues) {
+      const subject = natsSubject(this.#stream.subjectPrefix, queue);
+      const name = natsConsumerName(subject);
+      try {
+        await manager.consumers.info(this.#stream.stream, name);
+      } catch (error) {
+        if (!(error instanceof jetstream.JetStreamApiError) || error.status !== 404) throw error;
+        await manager.consumers.add(this.#stream.stream, {
+          durable_name: name,
+          filter_subject: subject,
+          ack_policy: jetstream.AckPolicy.Explicit,
+          ack_wait: this.#ackWaitMs * 1_000_000,
+          // Attempts are counted in the message and ended by the worker (dead letter), not by the broker.
+          max_deliver: -1,
+          max_ack_pending: Math.max(1000, this.#settings.concurrency * 2),
+        });
+      }
+      const consumer = await client.consumers.get(this.#stream.stream, name);
+      const messages = await consumer.consume({ max_messages: this.#settings.concurrency });
+      this.#subscriptions.push(messages);
+      this.#consuming.push(this.#consume(messages, republish));
+    }
+  }
+
+  async #republish(client: import('@nats-io/jetstream').JetStreamClient, job: RelayedJob): Promise<void> {
+    await client.publish(natsSubject(this.#stream.subjectPrefix, job.queue), encodeRelayedJob(job), {
+      msgID: brokerMessageId(job),
+    });
+  }
+
+  async #consume(
+    messages: AsyncIterable<JsMsg>,
+    republish: (job: RelayedJob) => Promise<void>,
+  ): Promise<void> {
+    try {
+      for await (const message of messages) {
+        if (this.#stopping) {
+          message.nak();
+          continue;
+        }
+        let job: RelayedJob;
+        try {
+          job = decodeRelayedJob(message.data);
+        } catch (error) {
+          // Not a skiplock job: kept out of the way, and reported.
+          message.term('not a relayed skiplock job');
+          this.#runner.report(error, 'consume');
+          continue;
+        }
+        // The slots are shared by every queue's consumer.
+        if (this.#runner.activeCount >= this.#settings.concurrency) {
+          await new Promise<void>((resolve) => this.#slots.push(resolve));
+          if (this.#stopping) {
+            message.nak();
+            continue;
+          }
+        }
+        void this.#runner
+          .run(
+            {
+              job,
+              ack: () => message.ackAck().then(() => {}),
+              retry: (delayMs) => message.nak(delayMs),
+              working: () => message.working(),
+            },
+            republish,
+          )
+          .finally(() => this.#slots.shift()?.());
+      }
+    } catch (error) {
+      this.#runner.report(error, 'consume');
+    }
+  }
+
+  /**
+   * Stops: no new deliveries; running handlers finish within
+   * `shutdownTimeoutMs`, then are aborted and their deliveries handed back
+   * (the attempt not charged); then the connection closes.
+   */
+  stop(): Promise<void> {
+    this.#stopping ??= (async () => {
+      for (const subscription of this.#subscriptions) subscription.stop();
+      for (const release of this.#slots.splice(0)) release();
+      await this.#runner.drain(this.#settings.shutdownTimeoutMs);
+      await Promise.allSettled(this.#consuming);
+      await this.#connection?.drain().catch(() => {});
+      forgetOnSignals(this);
+      this.emit('worker:stop');
+    })();
+    return this.#stopping;
+  }
+}
+
+/**
+ * Makes a broker-side worker that consumes relayed jobs from NATS JetStream
+ * with the same handler definitions as `skiplock.worker` (kinds, typed
+ * payloads, `maxAttempts`, `backoff`, `timeoutMs`, AbortSignal,
+ * `PermanentError`, `SnoozeError`); call `start()`.
+ *
+ * @example
+ * const worker = natsWorker(skiplock, {
+ *   servers: 'nats://127.0.0.1:4222', stream: 'jobs', queues: ['emails'],
+ *   handlers: { send_email: async (job) => { … } },
+ * });
+ * await worker.start();
+ *
+ * @throws {ValidationError} naming the field (`natsWorker.handlers.send_email`…).
+ */
+export function natsWorker<Jobs extends JobMap>(
+  skiplock: Skiplock<Jobs>,
+  options: NatsWorkerOptions<NoInfer<Jobs>>,
+): NatsWorker {
+  return new NatsWorker(skiplock as unknown as Skiplock, options as unknown as NatsWorkerOptions<JobMap>);
+}

@@ -1,0 +1,332 @@
+/**
+ * RabbitMQ for the relay (`skiplock/rabbitmq`): `rabbitmqTarget` publishes
+ * relayed jobs to a durable quorum queue per skiplock queue, as persistent
+ * messages with publisher confirms and the job's message id as `messageId`;
+ * `rabbitmqWorker` consumes them with the same handler definitions as
+ * `skiplock.worker`. A retry waits out its delay in a companion queue whose
+ * messages expire back into the job's queue. The client, `amqplib`, is an
+ * optional package loaded when a target or worker connects.
+ */
+import { EventEmitter } from 'node:events';
+import type { ChannelModel, ConfirmChannel, ConsumeMessage } from 'amqplib';
+import { ValidationError } from '../errors.js';
+import type { JobMap } from '../job/job.js';
+import { importOptional } from '../optional-dependency.js';
+import { brokerMessageId, decodeRelayedJob, encodeRelayedJob, type RelayedJob } from '../relay/message.js';
+import type { RelayTarget } from '../relay/relay.js';
+import type { Skiplock } from '../skiplock.js';
+import { forgetOnSignals, stopOnSignals } from '../worker/signals.js';
+import {
+  type BrokerWorkerEvents,
+  type BrokerWorkerOptions,
+  DeliveryRunner,
+  resolveBrokerWorkerOptions,
+} from './broker-worker.js';
+
+export type { RelayedJob } from '../relay/message.js';
+export type { BrokerWorkerEvents, BrokerWorkerOptions } from './broker-worker.js';
+
+/** Where relayed jobs go in RabbitMQ. */
+export interface RabbitmqQueueOptions {
+  /** The AMQP URL, e.g. `amqp://guest:guest@127.0.0.1:5672`. */
+  url: string;
+  /**
+   * Prefix of the RabbitMQ queues: the jobs of skiplock queue `emails` go to
+   * the quorum queue `<queue>.emails` (created when missing), and its retries
+   * wait in `<queue>.emails.delay`. @default 'skiplock'
+   */
+  queue?: string;
+}
+
+type Amqp = typeof import('amqplib');
+
+async function loadClient(): Promise<Amqp> {
+  const module = await importOptional<Amqp & { default?: Amqp }>('amqplib', {
+    packageName: 'amqplib',
+    neededFor: 'skiplock/rabbitmq',
+  });
+  return module.default ?? module;
+}
+
+function checkQueueOptions(options: RabbitmqQueueOptions, field: string): Required<RabbitmqQueueOptions> {
+  if (typeof options !== 'object' || options === null) throw new ValidationError(field, 'must be an object');
+  if (typeof options.url !== 'string' || !/^amqps?:\/\//.test(options.url))
+    throw new ValidationError(`${field}.url`, 'must be an amqp:// or amqps:// URL');
+  const queue = options.queue ?? 'skiplock';
+  if (typeof queue !== 'string' || queue === '' || Buffer.byteLength(queue) > 100)
+    throw new ValidationError(`${field}.queue`, 'must be a name of 1…100 bytes');
+  return { url: options.url, queue };
+}
+
+/** The RabbitMQ queue of a skiplock queue's jobs. */
+export function rabbitmqQueueName(prefix: string, queue: string): string {
+  return `${prefix}.${queue}`;
+}
+
+/** Declares the quorum queue of `name` and its delay queue, which expires messages back into it. */
+async function assertQueues(channel: ConfirmChannel, name: string): Promise<void> {
+  await channel.assertQueue(name, { durable: true, arguments: { 'x-queue-type': 'quorum' } });
+  await channel.assertQueue(`${name}.delay`, {
+    durable: true,
+    arguments: { 'x-dead-letter-exchange': '', 'x-dead-letter-routing-key': name },
+  });
+}
+
+/** Publishes one message and resolves on the broker's confirm. */
+function send(channel: ConfirmChannel, queue: string, job: RelayedJob, expirationMs?: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    channel.sendToQueue(
+      queue,
+      Buffer.from(encodeRelayedJob(job)),
+      {
+        persistent: true,
+        messageId: brokerMessageId(job),
+        contentType: 'application/json',
+        type: job.kind,
+        ...(expirationMs !== undefined && { expiration: String(Math.max(0, Math.round(expirationMs))) }),
+      },
+      (error: unknown) => (error ? reject(error) : resolve()),
+    );
+  });
+}
+
+/** A connection with one confirm channel; errors mark it broken instead of crashing the process. */
+async function open(amqp: Amqp, url: string): Promise<{ model: ChannelModel; channel: ConfirmChannel }> {
+  const model = await amqp.connect(url);
+  model.on('error', () => {});
+  try {
+    const channel = await model.createConfirmChannel();
+    channel.on('error', () => {});
+    return { model, channel };
+  } catch (error) {
+    await model.close().catch(() => {});
+    throw error;
+  }
+}
+
+/**
+ * A relay target that publishes to RabbitMQ quorum queues (one per skiplock
+ * queue) with publisher confirms, as persistent messages whose `messageId` is
+ * the job's message id: consumers deduplicate by it.
+ *
+ * @example
+ * createRelay(skiplock, { target: rabbitmqTarget({ url: 'amqp://guest:guest@127.0.0.1:5672' }), queues: ['emails'] });
+ *
+ * @throws {ValidationError} naming the field (`rabbitmqTarget.url`…).
+ */
+export function rabbitmqTarget(options: RabbitmqQueueOptions): RelayTarget {
+  const settings = checkQueueOptions(options, 'rabbitmqTarget');
+  let connection: { model: ChannelModel; channel: ConfirmChannel } | undefined;
+  const declared = new Set<string>();
+  return {
+    name: 'rabbitmq',
+    async connect() {
+      connection = await open(await loadClient(), settings.url);
+      declared.clear();
+    },
+    async publish(jobs, timeoutMs) {
+      const channel = connection?.channel;
+      if (!channel) throw new Error('not connected');
+      for (const job of jobs) {
+        const name = rabbitmqQueueName(settings.queue, job.queue);
+        if (!declared.has(name)) {
+          await assertQueues(channel, name);
+          declared.add(name);
+        }
+      }
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<'late'>((resolve) => {
+        timer = setTimeout(() => resolve('late'), timeoutMs);
+      });
+      const confirms = jobs.map((job) =>
+        Promise.race([send(channel, rabbitmqQueueName(settings.queue, job.queue), job), late]).then(
+          (result) => result !== 'late',
+          () => false,
+        ),
+      );
+      const confirmed = await Promise.all(confirms);
+      clearTimeout(timer);
+      return new Set(jobs.filter((_, i) => confirmed[i]).map((job) => job.id));
+    },
+    async close() {
+      const closing = connection;
+      connection = undefined;
+      await closing?.model.close().catch(() => {});
+    },
+  };
+}
+
+/** Options of {@link rabbitmqWorker}. */
+export interface RabbitmqWorkerOptions<Jobs extends JobMap>
+  extends BrokerWorkerOptions<Jobs>,
+    RabbitmqQueueOptions {}
+
+/** How many completed message ids a worker remembers, to drop a message delivered twice. */
+const REMEMBERED_MESSAGE_IDS = 10_000;
+
+/** A broker-side worker on RabbitMQ: `start()`, `stop()`, events. */
+export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
+  /** The id recorded in the attempt history. */
+  readonly id: string;
+  readonly #queues: Required<RabbitmqQueueOptions>;
+  readonly #settings: ReturnType<typeof resolveBrokerWorkerOptions>;
+  readonly #runner: DeliveryRunner;
+  readonly #done = new Set<string>();
+  /** Deliveries waiting for a free slot. */
+  readonly #waiting: (() => void)[] = [];
+  #connection: { model: ChannelModel; channel: ConfirmChannel } | undefined;
+  readonly #consumerTags: string[] = [];
+  #stopping: Promise<void> | undefined;
+
+  /** Made by {@link rabbitmqWorker}. */
+  constructor(skiplock: Skiplock, options: RabbitmqWorkerOptions<JobMap>) {
+    super();
+    this.#queues = checkQueueOptions(options, 'rabbitmqWorker');
+    this.#settings = resolveBrokerWorkerOptions(options, 'rabbitmqWorker');
+    this.id = this.#settings.workerId;
+    // RabbitMQ has no ack deadline to extend (quorum queues redeliver when the connection drops).
+    this.#runner = new DeliveryRunner(skiplock, this.#settings, this, 60_000);
+  }
+
+  /** Handlers running now. */
+  get activeCount(): number {
+    return this.#runner.activeCount;
+  }
+
+  /**
+   * Connects, declares the queues and starts consuming (`concurrency`
+   * unacknowledged deliveries at most). Resolves once it consumes.
+   *
+   * @throws the broker's error when it cannot connect or declare a queue.
+   */
+  async start(): Promise<void> {
+    if (this.#connection || this.#stopping) return;
+    const connection = await open(await loadClient(), this.#queues.url);
+    const { channel } = connection;
+    try {
+      await channel.prefetch(this.#settings.concurrency);
+      for (const queue of this.#settings.queues) {
+        const name = rabbitmqQueueName(this.#queues.queue, queue);
+        await assertQueues(channel, name);
+        const { consumerTag } = await channel.consume(name, (message) => {
+          if (message) this.#deliver(channel, message);
+        });
+        this.#consumerTags.push(consumerTag);
+      }
+    } catch (error) {
+      this.#consumerTags.length = 0;
+      await connection.model.close().catch(() => {});
+      throw error;
+    }
+    this.#connection = connection;
+    if (this.#settings.handleSignals) stopOnSignals(this);
+  }
+
+  #deliver(channel: ConfirmChannel, message: ConsumeMessage): void {
+    if (this.#stopping) {
+      channel.nack(message, false, true);
+      return;
+    }
+    let job: RelayedJob;
+    try {
+      job = decodeRelayedJob(message.content);
+    } catch (error) {
+      // Not a skiplock job: dropped (dead-lettered where the queue has a policy for it), and reported.
+      channel.nack(message, false, false);
+      this.#runner.report(error, 'consume');
+      return;
+    }
+    const messageId = brokerMessageId(job);
+    if (this.#done.has(messageId)) {
+      channel.ack(message);
+      return;
+    }
+    const name = rabbitmqQueueName(this.#queues.queue, job.queue);
+    const republish = async (next: RelayedJob) => {
+      const waitMs = next.notBefore === undefined ? 0 : Date.parse(next.notBefore) - Date.now();
+      await (waitMs > 0 ? send(channel, `${name}.delay`, next, waitMs) : send(channel, name, next));
+    };
+    const run = () =>
+      this.#runner
+        .run(
+          {
+            job,
+            ack: () => {
+              channel.ack(message);
+              this.#remember(messageId);
+            },
+            retry: async (delayMs) => {
+              if (delayMs <= 0) {
+                channel.nack(message, false, true);
+                return;
+              }
+              try {
+                await send(channel, `${name}.delay`, job, delayMs);
+                channel.ack(message);
+              } catch {
+                channel.nack(message, false, true);
+              }
+            },
+            working: () => {},
+          },
+          republish,
+        )
+        .finally(() => this.#waiting.shift()?.());
+    // The prefetch is per queue's consumer (quorum queues have no channel-wide one): the slots are shared here.
+    const start = () => {
+      if (this.#stopping) channel.nack(message, false, true);
+      else void run();
+    };
+    if (this.#runner.activeCount < this.#settings.concurrency) start();
+    else this.#waiting.push(start);
+  }
+
+  #remember(messageId: string): void {
+    this.#done.add(messageId);
+    if (this.#done.size > REMEMBERED_MESSAGE_IDS) this.#done.delete(this.#done.values().next().value!);
+  }
+
+  /**
+   * Stops: no new deliveries; running handlers finish within
+   * `shutdownTimeoutMs`, then are aborted and their deliveries handed back
+   * (the attempt not charged); then the connection closes.
+   */
+  stop(): Promise<void> {
+    this.#stopping ??= (async () => {
+      const connection = this.#connection;
+      for (const tag of this.#consumerTags) await connection?.channel.cancel(tag).catch(() => {});
+      // Deliveries still waiting for a slot go back to the broker.
+      for (const start of this.#waiting.splice(0)) start();
+      await this.#runner.drain(this.#settings.shutdownTimeoutMs);
+      await connection?.model.close().catch(() => {});
+      forgetOnSignals(this);
+      this.emit('worker:stop');
+    })();
+    return this.#stopping;
+  }
+}
+
+/**
+ * Makes a broker-side worker that consumes relayed jobs from RabbitMQ with the
+ * same handler definitions as `skiplock.worker` (kinds, typed payloads,
+ * `maxAttempts`, `backoff`, `timeoutMs`, AbortSignal, `PermanentError`,
+ * `SnoozeError`); call `start()`.
+ *
+ * @example
+ * const worker = rabbitmqWorker(skiplock, {
+ *   url: 'amqp://guest:guest@127.0.0.1:5672', queues: ['emails'],
+ *   handlers: { send_email: async (job) => { … } },
+ * });
+ * await worker.start();
+ *
+ * @throws {ValidationError} naming the field (`rabbitmqWorker.handlers.send_email`…).
+ */
+export function rabbitmqWorker<Jobs extends JobMap>(
+  skiplock: Skiplock<Jobs>,
+  options: RabbitmqWorkerOptions<NoInfer<Jobs>>,
+): RabbitmqWorker {
+  return new RabbitmqWorker(
+    skiplock as unknown as Skiplock,
+    options as unknown as RabbitmqWorkerOptions<JobMap>,
+  );
+}

@@ -1,0 +1,67 @@
+/**
+ * The archive page: jobs moved to `jobs_archive` on success, newest first,
+ * filtered by kind, queue and a range of UTC days, a cursor to older pages,
+ * and a search by id. Read-only: an archived job is history.
+ */
+import type { Dashboard } from '../context.js';
+import type { ArchivedSummary } from '../queries.js';
+import { formatAge, formatTime } from './format.js';
+import { html } from './html.js';
+import { type Page, statusPill } from './layout.js';
+
+/** The archive's filters as read from the query string (days as `YYYY-MM-DD`, UTC). */
+export interface ArchiveQuery {
+  kind?: string | undefined;
+  queue?: string | undefined;
+  since?: string | undefined;
+  until?: string | undefined;
+  /** The cursor: `<finished_at>~<id>` of the last row of the previous page. */
+  before?: string | undefined;
+}
+
+/** The archive page. */
+export function archivePage(d: Dashboard, query: ArchiveQuery, jobs: ArchivedSummary[]): Page {
+  const now = Date.now();
+  const top = html`<h1>Archive</h1>
+<div class="toolbar">
+<form class="filters" method="get" action="${d.link('/archive')}">
+<label>kind<input name="kind" value="${query.kind ?? ''}" placeholder="any"></label>
+<label>queue<input name="queue" value="${query.queue ?? ''}" placeholder="any"></label>
+<label>finished since<input type="date" name="since" value="${query.since ?? ''}"></label>
+<label>until<input type="date" name="until" value="${query.until ?? ''}"></label>
+<button type="submit">Filter</button>
+<a href="${d.link('/archive')}">clear</a>
+</form>
+<form class="filters" method="get" action="${d.link('/jobs')}">
+<label>job id<input name="id" inputmode="numeric" placeholder="e.g. 42"></label><button type="submit">Open</button>
+</form>
+</div>
+<p class="muted">Jobs moved here on success (<code>onSuccess: 'archive'</code>), one partition per UTC day of their finish; days are UTC.</p>`;
+  const rows = jobs.map(
+    (job) => html`<tr data-job-id="${job.id}">
+<td class="mono"><a href="${d.link(`/jobs/${job.id}`)}">${job.id}</a></td>
+<td>${job.kind}</td><td>${job.queue}</td><td>${statusPill(job.status)}</td>
+<td class="num">${job.attempts}</td>
+<td class="nowrap" data-field="finished-at" title="${formatTime(job.finishedAt)}">${formatAge(job.finishedAt, now)}</td>
+<td class="nowrap" title="${formatTime(job.createdAt)}">${formatAge(job.createdAt, now)}</td>
+<td class="mono">${job.payloadPreview}</td></tr>`,
+  );
+  const last = jobs.at(-1);
+  const params = (extra: Record<string, string>) => {
+    const p = new URLSearchParams();
+    for (const key of ['kind', 'queue', 'since', 'until'] as const) if (query[key]) p.set(key, query[key]);
+    for (const [k, v] of Object.entries(extra)) p.set(k, v);
+    const text = p.toString();
+    return d.link(`/archive${text ? `?${text}` : ''}`);
+  };
+  const pager = html`<div class="pager">
+${query.before ? html`<a href="${params({})}">← newest</a>` : ''}
+${last && jobs.length >= d.options.pageSize ? html`<a href="${params({ before: `${last.finishedAtText}~${last.id}` })}" rel="next">older →</a>` : ''}
+<span class="muted">${jobs.length} shown, newest first</span></div>`;
+  const table =
+    jobs.length === 0
+      ? html`<div class="card muted">No archived jobs match.</div>`
+      : html`<table class="jobs"><thead><tr><th>id</th><th>kind</th><th>queue</th><th>status</th><th class="num">attempts</th><th>finished</th><th>created</th><th>payload</th></tr></thead>
+<tbody>${rows}</tbody></table>`;
+  return { title: 'Archive', nav: 'archive', top, live: html`${table}${pager}` };
+}

@@ -1,0 +1,349 @@
+/**
+ * The relay: hands the jobs of some queues to a broker. Producers enqueue as
+ * always (the job commits with their data); the relay claims committed, due
+ * jobs of its queues with SKIP LOCKED under a lease, publishes them, waits for
+ * every acknowledgement, and only then deletes them, fenced by its lease. A
+ * relay killed at any point leaves its jobs `running`: the sweeper gives them
+ * back after the relay's visibility timeout and they are published again under
+ * the same message id, which the broker drops as a duplicate.
+ */
+
+import { randomBytes } from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import { hostname } from 'node:os';
+import { z } from 'zod';
+import { translateError } from '../db/executor.js';
+import { RelayQueries } from '../db/queries/relay.js';
+import { schemaNames } from '../db/queries/schema-names.js';
+import { SkiplockError, ValidationError } from '../errors.js';
+import { describeFailure } from '../job/failure.js';
+import { assertName, type JobMap } from '../job/job.js';
+import { durationMs, integerInRange, parseOptions } from '../options.js';
+import type { Clock } from '../runtime/clock.js';
+import { Service } from '../runtime/service.js';
+import type { Skiplock } from '../skiplock.js';
+import { forgetOnSignals, stopOnSignals } from '../worker/signals.js';
+import { type RelayedJob, relayNamespace, toRelayedJob } from './message.js';
+
+/** A broker the relay publishes to (`natsTarget(…)`, `rabbitmqTarget(…)`). */
+export interface RelayTarget {
+  /** The broker's name, for logs (`nats`, `rabbitmq`). */
+  readonly name: string;
+  /** Connects, and creates or checks what the target publishes to. Called again after a failure. */
+  connect(): Promise<void>;
+  /**
+   * Publishes `jobs` (in this order) and resolves with the ids the broker
+   * acknowledged; a job missing from it is given back and published again later.
+   * Rejects only when the connection is unusable.
+   */
+  publish(jobs: readonly RelayedJob[], timeoutMs: number): Promise<Set<string>>;
+  /** Closes the connection. */
+  close(): Promise<void>;
+}
+
+/** Options of {@link createRelay}. */
+export interface RelayOptions {
+  /** Where to publish. */
+  target: RelayTarget;
+  /** Queues to relay. @default ['default'] */
+  queues?: string[];
+  /** Most jobs claimed and published per round trip (1…10000). @default 100 */
+  batchSize?: number;
+  /**
+   * How long the relay waits before it looks again after a batch that was not
+   * full, in milliseconds (1…2147483647): the longest a committed job waits to
+   * be published. @default 200
+   */
+  lingerMs?: number;
+  /**
+   * Lease of a batch being published, in milliseconds (1000…2147483647): the
+   * sweeper gives back the jobs of a relay that died after this long. Keep it
+   * shorter than the broker's duplicate window. @default 60000
+   */
+  visibilityTimeoutMs?: number;
+  /**
+   * How long to wait for the broker's acknowledgements, in milliseconds; at
+   * most half of `visibilityTimeoutMs`. @default 10000
+   */
+  publishTimeoutMs?: number;
+  /** Pause after a database or broker error before trying again, in milliseconds. @default 1000 */
+  retryDelayMs?: number;
+  /** Stop gracefully on SIGTERM/SIGINT. @default true */
+  handleSignals?: boolean;
+  /** Id recorded in `locked_by`. @default `relay:<hostname>:<pid>:<random>` */
+  relayId?: string;
+  /** The clock the loop waits on (tests pass a fake one). @default the process's clock */
+  clock?: Clock;
+}
+
+/** The events a relay emits. */
+export interface RelayEvents {
+  /** A batch was acknowledged by the broker and removed from the jobs table. */
+  'relay:publish': [jobs: RelayedJob[]];
+  /** Jobs the broker did not acknowledge in time were given back, to be published again. */
+  'relay:release': [count: number];
+  /** A database or broker error; the relay retries by itself. */
+  error: [error: SkiplockError, source: 'claim' | 'publish' | 'remove' | 'connect' | 'listener'];
+  /** The relay stopped. */
+  'relay:stop': [];
+}
+
+/** Counters of a relay's work since it started. */
+export interface RelayMetrics {
+  /** Jobs published, acknowledged and removed. */
+  published: number;
+  /** Batches published. */
+  batches: number;
+  /** Jobs given back unpublished (broker error or timeout). */
+  released: number;
+  /** Errors reported. */
+  errors: number;
+}
+
+const optionsSchema = z.strictObject({
+  target: z.custom<RelayTarget>(
+    (v) =>
+      typeof v === 'object' &&
+      v !== null &&
+      typeof (v as RelayTarget).publish === 'function' &&
+      typeof (v as RelayTarget).connect === 'function',
+    { error: 'must be a relay target (natsTarget(…) or rabbitmqTarget(…))' },
+  ),
+  queues: z.array(z.string()).min(1, { error: 'must name at least one queue' }).optional(),
+  batchSize: integerInRange(1, 10_000).optional(),
+  lingerMs: durationMs(1).optional(),
+  visibilityTimeoutMs: durationMs(1000).optional(),
+  publishTimeoutMs: durationMs(1).optional(),
+  retryDelayMs: durationMs(1).optional(),
+  handleSignals: z.boolean({ error: 'must be a boolean' }).optional(),
+  relayId: z.string().min(1, { error: 'must not be empty' }).max(200).optional(),
+  clock: z.custom<Clock>((v) => typeof v === 'object' && v !== null).optional(),
+});
+
+/** A running relay: `start()`, `stop()`, events, metrics. */
+export class Relay extends EventEmitter<RelayEvents> {
+  /** The id recorded in `locked_by` of the jobs it is publishing. */
+  readonly id: string;
+  /** Counters since start. */
+  readonly metrics: RelayMetrics = { published: 0, batches: 0, released: 0, errors: 0 };
+  readonly #loop: RelayLoop;
+  readonly #handleSignals: boolean;
+  readonly #targetName: string;
+
+  /** Made by {@link createRelay}. */
+  constructor(skiplock: Skiplock, options: RelayOptions) {
+    super();
+    const parsed = parseOptions(optionsSchema, options, 'relay');
+    const queues = parsed.queues ?? ['default'];
+    for (const [i, queue] of queues.entries()) assertName(queue, `relay.queues[${i}]`);
+    this.id = parsed.relayId ?? `relay:${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
+    const visibilityTimeoutMs = parsed.visibilityTimeoutMs ?? 60_000;
+    const publishTimeoutMs = parsed.publishTimeoutMs ?? 10_000;
+    // A batch must be published and removed well within its lease, or the sweeper gives it back meanwhile.
+    if (publishTimeoutMs * 2 > visibilityTimeoutMs)
+      throw new ValidationError(
+        'relay.publishTimeoutMs',
+        `must be at most half of visibilityTimeoutMs (${visibilityTimeoutMs} ms)`,
+      );
+    this.#handleSignals = parsed.handleSignals ?? true;
+    this.#targetName = parsed.target.name;
+    this.#loop = new RelayLoop(
+      {
+        skiplock,
+        target: parsed.target,
+        queues: [...new Set(queues)],
+        batchSize: parsed.batchSize ?? 100,
+        lingerMs: parsed.lingerMs ?? 200,
+        visibilityTimeoutMs,
+        publishTimeoutMs,
+        retryDelayMs: parsed.retryDelayMs ?? 1000,
+        relay: this,
+      },
+      parsed.clock,
+    );
+  }
+
+  /** The queues it relays. */
+  get queues(): readonly string[] {
+    return this.#loop.deps.queues;
+  }
+
+  /** Starts relaying (connects to the broker in the background; errors are `error` events). */
+  start(): void {
+    if (this.#loop.state !== 'new') return;
+    if (this.#handleSignals) stopOnSignals(this);
+    this.#loop.start();
+  }
+
+  /**
+   * Stops: the batch in flight is published and removed (or given back) within
+   * `publishTimeoutMs`, then the broker connection closes.
+   */
+  async stop(): Promise<void> {
+    await this.#loop.stop();
+    forgetOnSignals(this);
+    await this.#loop.deps.target.close().catch(() => {});
+    this.emit('relay:stop');
+  }
+
+  /** @internal emits `event`; a listener that throws is reported as an `error` from source `listener`. */
+  notify<K extends 'relay:publish' | 'relay:release'>(event: K, ...args: RelayEvents[K]): void {
+    try {
+      (this.emit as (event: K, ...args: RelayEvents[K]) => boolean)(event, ...args);
+    } catch (error) {
+      this.report(
+        new SkiplockError('LISTENER', `a '${event}' listener threw: ${describeFailure(error)}`, {
+          cause: error,
+        }),
+        'listener',
+      );
+    }
+  }
+
+  /** @internal reports a background error. */
+  report(error: unknown, source: RelayEvents['error'][1]): void {
+    this.metrics.errors++;
+    const translated =
+      source === 'claim' || source === 'remove' || error instanceof SkiplockError
+        ? translateError(error)
+        : new SkiplockError('BROKER', `${this.#targetName}: ${describeFailure(error)}`, { cause: error });
+    if (this.listenerCount('error') > 0) {
+      try {
+        this.emit('error', translated, source);
+        return;
+      } catch {
+        // An 'error' listener that throws: the console still hears it.
+      }
+    }
+    console.error(`[skiplock] relay ${this.id}: ${source} error: ${translated.message}`);
+  }
+}
+
+interface RelayDeps {
+  skiplock: Skiplock;
+  target: RelayTarget;
+  queues: readonly string[];
+  batchSize: number;
+  lingerMs: number;
+  visibilityTimeoutMs: number;
+  publishTimeoutMs: number;
+  retryDelayMs: number;
+  relay: Relay;
+}
+
+/** The relay's loop: claim a batch, publish it, await the acks, remove it. */
+class RelayLoop extends Service {
+  readonly deps: RelayDeps;
+  readonly #queries: RelayQueries;
+  #namespace: string | undefined;
+  #connected = false;
+
+  constructor(deps: RelayDeps, clock?: Clock) {
+    super(clock);
+    this.deps = deps;
+    this.#queries = new RelayQueries(schemaNames(deps.skiplock.schema));
+  }
+
+  protected async run(): Promise<void> {
+    while (!this.stopped) {
+      let full: boolean;
+      try {
+        full = await this.#pass();
+      } catch {
+        // Reported where it happened; the jobs are given back or left to the sweeper.
+        await this.wait(this.deps.retryDelayMs);
+        continue;
+      }
+      if (!full) await this.wait(this.deps.lingerMs);
+    }
+  }
+
+  /** One batch; true when it was full (more may be waiting). Errors are reported, then rethrown. */
+  async #pass(): Promise<boolean> {
+    const { skiplock, target, relay } = this.deps;
+    const fail = (source: RelayEvents['error'][1]) => (error: unknown) => {
+      relay.report(error, source);
+      throw error;
+    };
+    if (!this.#connected) {
+      await target.connect().catch(fail('connect'));
+      this.#connected = true;
+    }
+    if (this.#namespace === undefined) {
+      const { systemIdentifier, database } = await this.#queries.database(skiplock.pool).catch(fail('claim'));
+      this.#namespace = relayNamespace(systemIdentifier, database, skiplock.schema);
+    }
+    const rows = await this.#queries
+      .claim(skiplock.pool, {
+        queues: this.deps.queues,
+        limit: this.deps.batchSize,
+        relayId: relay.id,
+        visibilityTimeoutMs: this.deps.visibilityTimeoutMs,
+      })
+      .catch(fail('claim'));
+    if (rows.length === 0) return false;
+    // Published in claim order, so the broker stores a batch highest priority first, then oldest.
+    rows.sort(
+      (a, b) =>
+        b.priority - a.priority ||
+        a.run_at.getTime() - b.run_at.getTime() ||
+        Number(BigInt(a.id) - BigInt(b.id)),
+    );
+    const jobs = rows.map((row) => toRelayedJob(row, this.#namespace!));
+    let acked: Set<string>;
+    let publishFailed = false;
+    try {
+      acked = await target.publish(jobs, this.deps.publishTimeoutMs);
+    } catch (error) {
+      this.#connected = false;
+      await target.close().catch(() => {});
+      acked = new Set();
+      publishFailed = true;
+      relay.report(error, 'publish');
+    }
+    const published = jobs.filter((job) => acked.has(job.id));
+    const unpublished = jobs.filter((job) => !acked.has(job.id)).map((job) => job.id);
+    // Only acknowledged jobs are deleted; a crash before this line publishes them again.
+    if (published.length > 0) {
+      await this.#queries
+        .remove(
+          skiplock.pool,
+          published.map((job) => job.id),
+          relay.id,
+        )
+        .catch(fail('remove'));
+      relay.metrics.published += published.length;
+      relay.metrics.batches++;
+      relay.notify('relay:publish', published);
+    }
+    if (unpublished.length > 0) {
+      const released = await this.#queries
+        .release(skiplock.pool, unpublished, relay.id)
+        .catch(fail('remove'));
+      relay.metrics.released += released;
+      relay.notify('relay:release', released);
+      const error = new SkiplockError('BROKER', `${unpublished.length} jobs were not acknowledged in time`);
+      if (!publishFailed) relay.report(error, 'publish');
+      throw error;
+    }
+    return rows.length === this.deps.batchSize;
+  }
+}
+
+/**
+ * Makes a relay from `skiplock`'s queues to a broker; call `start()`.
+ *
+ * @example
+ * import { natsTarget } from 'skiplock/nats';
+ * const relay = createRelay(skiplock, {
+ *   target: natsTarget({ servers: 'nats://127.0.0.1:4222', stream: 'jobs' }),
+ *   queues: ['emails'],
+ * });
+ * relay.start();
+ *
+ * @throws {ValidationError} naming the option (`relay.batchSize`…), also when
+ *   `publishTimeoutMs` is more than half of `visibilityTimeoutMs`.
+ */
+export function createRelay<Jobs extends JobMap>(skiplock: Skiplock<Jobs>, options: RelayOptions): Relay {
+  return new Relay(skiplock as unknown as Skiplock, options);
+}

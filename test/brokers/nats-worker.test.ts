@@ -1,0 +1,217 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { type NatsWorker, natsTarget, natsWorker } from '../../src/brokers/nats.js';
+import { createRelay, type Job, PermanentError, type Relay, SnoozeError } from '../../src/index.js';
+import { useTestDatabase } from '../support/fixture.js';
+import { deleteStream, NATS_URL, natsConnection, uniqueStream, until } from '../support/nats.js';
+
+const t = useTestDatabase();
+const running: (Relay | NatsWorker)[] = [];
+const streams: string[] = [];
+
+afterEach(async () => {
+  await Promise.all(running.splice(0).map((service) => service.stop()));
+  const connection = await natsConnection();
+  for (const stream of streams.splice(0)) await deleteStream(connection, stream);
+  await connection.close();
+});
+
+/** A relay of `queue` to a new stream, started; returns the stream. */
+function relayed(queue: string): string {
+  const stream = uniqueStream('worker');
+  streams.push(stream);
+  const relay = createRelay(t.skiplock, {
+    target: natsTarget({ servers: NATS_URL, stream }),
+    queues: [queue],
+    handleSignals: false,
+    lingerMs: 20,
+  });
+  relay.on('error', () => {});
+  relay.start();
+  running.push(relay);
+  return stream;
+}
+
+async function started(worker: NatsWorker): Promise<NatsWorker> {
+  running.push(worker);
+  worker.on('error', () => {});
+  await worker.start();
+  return worker;
+}
+
+describe('natsWorker', () => {
+  it('runs the handler of a relayed job with its payload and attempt', async () => {
+    const stream = relayed('q');
+    const seen: Job[] = [];
+    const worker = await started(
+      natsWorker(t.skiplock, {
+        servers: NATS_URL,
+        stream,
+        queues: ['q'],
+        handleSignals: false,
+        handlers: { greet: (job: Job) => void seen.push(job) },
+      }),
+    );
+    const successes: string[] = [];
+    worker.on('job:success', (job) => successes.push(job.id));
+    const job = await t.skiplock.enqueue('greet', { name: 'Ada' }, { queue: 'q', priority: 3 });
+    await until(() => successes.length === 1, 'the job done');
+    expect(successes).toEqual([job.id]);
+    expect(
+      seen.map((j) => [j.id, j.kind, j.queue, j.payload, j.priority, j.attempts, j.maxAttempts]),
+    ).toEqual([[job.id, 'greet', 'q', { name: 'Ada' }, 3, 1, 20]]);
+    expect(await t.jobCount()).toBe(0);
+  });
+
+  it('retries a failing handler after its backoff, attempts counted, and a snooze is not charged', async () => {
+    const stream = relayed('q');
+    const attempts: number[] = [];
+    let snoozed = false;
+    const worker = await started(
+      natsWorker(t.skiplock, {
+        servers: NATS_URL,
+        stream,
+        queues: ['q'],
+        handleSignals: false,
+        handlers: {
+          flaky: {
+            backoff: 100,
+            handle: (job) => {
+              attempts.push(job.attempts);
+              if (!snoozed) {
+                snoozed = true;
+                throw new SnoozeError(50);
+              }
+              if (job.attempts < 3) throw new Error(`boom ${job.attempts}`);
+            },
+          },
+        },
+      }),
+    );
+    const outcomes: [number, string, number][] = [];
+    worker.on('job:failure', (job, _thrown, outcome) =>
+      outcomes.push([job.attempts, outcome.status, outcome.retryDelayMs]),
+    );
+    const successes: number[] = [];
+    worker.on('job:success', (job) => successes.push(job.attempts));
+    await t.skiplock.enqueue('flaky', {}, { queue: 'q' });
+    await until(() => successes.length === 1, 'the job done after retries');
+    expect(attempts).toEqual([1, 1, 2, 3]);
+    expect(outcomes).toEqual([
+      [1, 'queued', 100],
+      [2, 'queued', 100],
+    ]);
+    expect(successes).toEqual([3]);
+  });
+
+  it('writes a dead job back with its attempts and errors; requeue sends it through the relay again', async () => {
+    const stream = relayed('q');
+    let fixed = false;
+    const worker = await started(
+      natsWorker(t.skiplock, {
+        servers: NATS_URL,
+        stream,
+        queues: ['q'],
+        handleSignals: false,
+        handlers: {
+          doomed: {
+            maxAttempts: 2,
+            backoff: 50,
+            handle: (job) => {
+              if (!fixed) throw new Error(`broken on attempt ${job.attempts}`);
+            },
+          },
+        },
+      }),
+    );
+    const successes: string[] = [];
+    worker.on('job:success', (job) => successes.push(job.id));
+    const job = await t.skiplock.enqueue('doomed', { n: 7 }, { queue: 'q' });
+    await until(async () => (await t.row(job.id))?.status === 'dead', 'the job written back dead');
+    const record = (await t.skiplock.getJob(job.id))!;
+    expect([
+      record.status,
+      record.attempts,
+      record.maxAttempts,
+      record.kind,
+      record.queue,
+      record.payload,
+    ]).toEqual(['dead', 2, 2, 'doomed', 'q', { n: 7 }]);
+    expect(record.lastError).toMatch(/^Error: broken on attempt 2/);
+    expect(record.errors.map((e) => [e.attempt, e.error.split('\n')[0], e.workerId])).toEqual([
+      [1, 'Error: broken on attempt 1', worker.id],
+      [2, 'Error: broken on attempt 2', worker.id],
+    ]);
+    expect(record.finishedAt).toBeInstanceOf(Date);
+
+    fixed = true;
+    expect(await t.skiplock.requeue({ ids: [job.id] })).toBe(1);
+    await until(() => successes.length === 1, 'the requeued job run');
+    expect(successes).toEqual([job.id]);
+    await until(async () => (await t.jobCount()) === 0, 'the requeued job relayed and removed');
+  });
+
+  it('writes a job whose handler threw a PermanentError back as failed, after one attempt', async () => {
+    const stream = relayed('q');
+    await started(
+      natsWorker(t.skiplock, {
+        servers: NATS_URL,
+        stream,
+        queues: ['q'],
+        handleSignals: false,
+        handlers: {
+          refused: () => {
+            throw new PermanentError('no such customer');
+          },
+        },
+      }),
+    );
+    const job = await t.skiplock.enqueue('refused', {}, { queue: 'q' });
+    await until(async () => (await t.row(job.id))?.status === 'failed', 'the job written back failed');
+    const record = (await t.skiplock.getJob(job.id))!;
+    expect([record.attempts, record.errors.length]).toEqual([1, 1]);
+    expect(record.lastError).toMatch(/no such customer/);
+  });
+
+  it('refuses a transactional handler, naming it', () => {
+    expect(() =>
+      natsWorker(t.skiplock, {
+        servers: NATS_URL,
+        stream: 'never_made',
+        handlers: { charge: { transactional: true, handle: () => {} } },
+      }),
+    ).toThrow(/natsWorker\.handlers\.charge/);
+  });
+});
+
+describe('natsWorker stop', () => {
+  it('is bounded: a handler that ignores its signal is abandoned and its job comes back uncharged', async () => {
+    const stream = relayed('q');
+    const first = await started(
+      natsWorker(t.skiplock, {
+        servers: NATS_URL,
+        stream,
+        queues: ['q'],
+        handleSignals: false,
+        shutdownTimeoutMs: 300,
+        handlers: { stuck: () => new Promise(() => {}) },
+      }),
+    );
+    const begun: number[] = [];
+    first.on('job:start', (job) => begun.push(job.attempts));
+    await t.skiplock.enqueue('stuck', {}, { queue: 'q' });
+    await until(() => begun.length === 1, 'the handler started');
+    await first.stop();
+    const attempts: number[] = [];
+    await started(
+      natsWorker(t.skiplock, {
+        servers: NATS_URL,
+        stream,
+        queues: ['q'],
+        handleSignals: false,
+        handlers: { stuck: (j: Job) => void attempts.push(j.attempts) },
+      }),
+    );
+    await until(() => attempts.length === 1, 'the job run by the next worker');
+    expect([begun, attempts]).toEqual([[1], [1]]);
+  });
+});

@@ -1,0 +1,186 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import {
+  type RabbitmqWorker,
+  rabbitmqQueueName,
+  rabbitmqTarget,
+  rabbitmqWorker,
+} from '../../src/brokers/rabbitmq.js';
+import { createRelay, type Job, type Relay } from '../../src/index.js';
+import { useTestDatabase } from '../support/fixture.js';
+import { gate } from '../support/gate.js';
+import { until } from '../support/nats.js';
+import { deleteQueues, drainQueue, RABBITMQ_URL, uniquePrefix } from '../support/rabbitmq.js';
+
+const t = useTestDatabase();
+const running: (Relay | RabbitmqWorker)[] = [];
+const queues: string[] = [];
+
+afterEach(async () => {
+  await Promise.all(running.splice(0).map((service) => service.stop()));
+  await deleteQueues(queues.splice(0));
+});
+
+/** Relays skiplock queue `queue` to RabbitMQ under a new prefix; returns the prefix. */
+function relayed(queue: string): string {
+  const prefix = uniquePrefix('skiplock_test');
+  queues.push(rabbitmqQueueName(prefix, queue));
+  const relay = createRelay(t.skiplock, {
+    target: rabbitmqTarget({ url: RABBITMQ_URL, queue: prefix }),
+    queues: [queue],
+    handleSignals: false,
+    lingerMs: 20,
+  });
+  relay.on('error', () => {});
+  relay.start();
+  running.push(relay);
+  return prefix;
+}
+
+async function started(worker: RabbitmqWorker): Promise<RabbitmqWorker> {
+  running.push(worker);
+  worker.on('error', () => {});
+  await worker.start();
+  return worker;
+}
+
+describe('the relay to RabbitMQ', () => {
+  it('publishes exactly the committed jobs, persistent, with the job message id as messageId', async () => {
+    const committed = await t.skiplock.enqueueMany([
+      { kind: 'a', payload: { n: 1 }, queue: 'relayed' },
+      { kind: 'b', payload: { n: 2 }, queue: 'relayed' },
+    ]);
+    const client = await t.db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await t.skiplock.enqueue('rolled_back', {}, { queue: 'relayed', client });
+      await client.query('ROLLBACK');
+    } finally {
+      client.release();
+    }
+    const prefix = relayed('relayed');
+    await until(async () => (await t.jobCount()) === 0, 'relayed jobs removed');
+    const messages = await drainQueue(rabbitmqQueueName(prefix, 'relayed'));
+    expect(messages.map((m) => [m.job.id, m.job.kind, m.job.payload])).toEqual([
+      [committed[0]!.id, 'a', { n: 1 }],
+      [committed[1]!.id, 'b', { n: 2 }],
+    ]);
+    expect(messages.map((m) => m.messageId)).toEqual(messages.map((m) => m.job.messageId));
+  });
+});
+
+describe('rabbitmqWorker', () => {
+  it('runs handlers, retries after the backoff, writes a dead job back, and requeue relays it again', async () => {
+    const prefix = relayed('q');
+    let fixed = false;
+    const attempts: [string, number][] = [];
+    const worker = await started(
+      rabbitmqWorker(t.skiplock, {
+        url: RABBITMQ_URL,
+        queue: prefix,
+        queues: ['q'],
+        handleSignals: false,
+        handlers: {
+          greet: (job: Job) => void attempts.push(['greet', job.attempts]),
+          doomed: {
+            maxAttempts: 3,
+            backoff: 100,
+            handle: (job) => {
+              attempts.push(['doomed', job.attempts]);
+              if (!fixed) throw new Error(`broken on attempt ${job.attempts}`);
+            },
+          },
+        },
+      }),
+    );
+    const successes: string[] = [];
+    worker.on('job:success', (job) => successes.push(job.id));
+    const greet = await t.skiplock.enqueue('greet', { name: 'Ada' }, { queue: 'q' });
+    const doomed = await t.skiplock.enqueue('doomed', {}, { queue: 'q' });
+    await until(async () => (await t.row(doomed.id))?.status === 'dead', 'the job written back dead');
+    expect(successes).toEqual([greet.id]);
+    const record = (await t.skiplock.getJob(doomed.id))!;
+    expect([record.status, record.attempts, record.maxAttempts]).toEqual(['dead', 3, 3]);
+    expect(record.errors.map((e) => [e.attempt, e.error.split('\n')[0]])).toEqual([
+      [1, 'Error: broken on attempt 1'],
+      [2, 'Error: broken on attempt 2'],
+      [3, 'Error: broken on attempt 3'],
+    ]);
+    fixed = true;
+    expect(await t.skiplock.requeue({ ids: [doomed.id] })).toBe(1);
+    await until(() => successes.length === 2, 'the requeued job run');
+    expect(successes).toEqual([greet.id, doomed.id]);
+    expect(attempts.filter(([kind]) => kind === 'doomed').map(([, n]) => n)).toEqual([1, 2, 3, 1]);
+  });
+
+  it('stops within its shutdown timeout; the abandoned job comes back to the next worker, uncharged', async () => {
+    const prefix = relayed('q');
+    const options = { url: RABBITMQ_URL, queue: prefix, queues: ['q'], handleSignals: false };
+    const first = await started(
+      rabbitmqWorker(t.skiplock, {
+        ...options,
+        shutdownTimeoutMs: 300,
+        handlers: { stuck: () => new Promise(() => {}) },
+      }),
+    );
+    const begun: number[] = [];
+    first.on('job:start', (job) => begun.push(job.attempts));
+    await t.skiplock.enqueue('stuck', {}, { queue: 'q' });
+    await until(() => begun.length === 1, 'the handler started');
+    await first.stop();
+    const attempts: number[] = [];
+    await started(
+      rabbitmqWorker(t.skiplock, {
+        ...options,
+        handlers: { stuck: (j: Job) => void attempts.push(j.attempts) },
+      }),
+    );
+    await until(() => attempts.length === 1, 'the job run by the next worker');
+    expect([begun, attempts]).toEqual([[1], [1]]);
+  });
+
+  it('runs at most `concurrency` handlers at once across its queues', async () => {
+    const prefix = relayed('q1');
+    // A second relay to the same prefix for the second queue.
+    queues.push(rabbitmqQueueName(prefix, 'q2'));
+    const relay2 = createRelay(t.skiplock, {
+      target: rabbitmqTarget({ url: RABBITMQ_URL, queue: prefix }),
+      queues: ['q2'],
+      handleSignals: false,
+      lingerMs: 20,
+    });
+    relay2.on('error', () => {});
+    relay2.start();
+    running.push(relay2);
+    const release = gate();
+    let active = 0;
+    let most = 0;
+    let done = 0;
+    await started(
+      rabbitmqWorker(t.skiplock, {
+        url: RABBITMQ_URL,
+        queue: prefix,
+        queues: ['q1', 'q2'],
+        concurrency: 2,
+        handleSignals: false,
+        handlers: {
+          hold: async () => {
+            active++;
+            most = Math.max(most, active);
+            await release.opened;
+            active--;
+            done++;
+          },
+        },
+      }),
+    );
+    await t.skiplock.enqueueMany(
+      Array.from({ length: 6 }, (_, n) => ({ kind: 'hold', payload: {}, queue: n % 2 ? 'q1' : 'q2' })),
+    );
+    await until(() => active === 2, 'two handlers running');
+    await until(async () => (await t.jobCount()) === 0, 'every job relayed');
+    expect([active, most, done]).toEqual([2, 2, 0]);
+    release.open();
+    await until(() => done === 6, 'every job done');
+    expect(most).toBe(2);
+  });
+});

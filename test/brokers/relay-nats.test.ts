@@ -1,0 +1,205 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { natsTarget } from '../../src/brokers/nats.js';
+import { createRelay, type Relay } from '../../src/index.js';
+import { fakeClock } from '../support/fake-clock.js';
+import { useTestDatabase } from '../support/fixture.js';
+import {
+  deleteStream,
+  NATS_URL,
+  natsConnection,
+  streamMessages,
+  uniqueStream,
+  until,
+} from '../support/nats.js';
+import { exited, forkScript, sent } from '../support/processes.js';
+
+const t = useTestDatabase();
+const relays: Relay[] = [];
+const streams: string[] = [];
+
+afterEach(async () => {
+  await Promise.all(relays.splice(0).map((relay) => relay.stop()));
+  const connection = await natsConnection();
+  for (const stream of streams.splice(0)) await deleteStream(connection, stream);
+  await connection.close();
+});
+
+function relayTo(stream: string, queues: string[], extra: { batchSize?: number } = {}): Relay {
+  const relay = createRelay(t.skiplock, {
+    target: natsTarget({ servers: NATS_URL, stream }),
+    queues,
+    handleSignals: false,
+    lingerMs: 20,
+    ...extra,
+  });
+  relay.on('error', () => {});
+  relays.push(relay);
+  return relay;
+}
+
+function newStream(): string {
+  const stream = uniqueStream('relay');
+  streams.push(stream);
+  return stream;
+}
+
+describe('the relay to NATS JetStream', () => {
+  it('publishes exactly the committed jobs of its queues, then removes them', async () => {
+    const stream = newStream();
+    const committed = await t.skiplock.enqueueMany([
+      { kind: 'a', payload: { n: 1 }, queue: 'relayed' },
+      { kind: 'b', payload: { n: 2 }, queue: 'relayed' },
+    ]);
+    const other = await t.skiplock.enqueue('c', {}, { queue: 'kept' });
+    const client = await t.db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await t.skiplock.enqueue('rolled_back', {}, { queue: 'relayed', client });
+      await client.query('ROLLBACK');
+    } finally {
+      client.release();
+    }
+    relayTo(stream, ['relayed']).start();
+    await until(async () => (await t.jobCount("queue = 'relayed'")) === 0, 'relayed jobs removed');
+    const connection = await natsConnection();
+    const messages = await streamMessages(connection, stream);
+    await connection.close();
+    expect(messages.map((m) => m.job.id).sort()).toEqual(committed.map((job) => job.id).sort());
+    expect(messages.map((m) => [m.job.kind, m.job.payload, m.job.queue])).toEqual([
+      ['a', { n: 1 }, 'relayed'],
+      ['b', { n: 2 }, 'relayed'],
+    ]);
+    expect(messages.every((m) => m.msgId === m.job.messageId)).toBe(true);
+    expect(await t.jobCount('id = $1', [other.id])).toBe(1);
+  });
+
+  it('does not relay a paused queue until it is resumed, nor a job before its run_at comes', async () => {
+    const stream = newStream();
+    await t.skiplock.pauseQueue('relayed');
+    const job = await t.skiplock.enqueue('a', {}, { queue: 'relayed' });
+    const later = await t.skiplock.enqueue(
+      'a',
+      {},
+      { queue: 'relayed', runAt: new Date(Date.now() + 3_600_000) },
+    );
+    const relay = relayTo(stream, ['relayed', 'open']);
+    relay.start();
+    // A job of a queue that is not paused, enqueued after: once it is relayed, the relay has looked.
+    const open = await t.skiplock.enqueue('a', {}, { queue: 'open' });
+    await until(async () => (await t.jobCount('id = $1', [open.id])) === 0, 'the open queue relayed');
+    expect(relay.metrics.published).toBe(1);
+    expect((await t.row(job.id))?.status).toBe('queued');
+    await t.skiplock.resumeQueue('relayed');
+    await until(async () => (await t.jobCount('id = $1', [job.id])) === 0, 'relayed after resume');
+    expect(relay.metrics.published).toBe(2);
+    expect((await t.row(later.id))?.status).toBe('queued');
+    // Once due, the scheduled job is relayed too.
+    await t.query(`UPDATE ${t.jobs} SET run_at = now() WHERE id = $1`, [later.id]);
+    await until(async () => (await t.jobCount('id = $1', [later.id])) === 0, 'relayed once due');
+    expect(relay.metrics.published).toBe(3);
+  });
+
+  it('shares the work between two relays: no job is published by both', async () => {
+    const stream = newStream();
+    const jobs = await t.skiplock.enqueueMany(
+      Array.from({ length: 400 }, (_, n) => ({ kind: 'a', payload: { n }, queue: 'relayed' })),
+    );
+    const published: string[][] = [[], []];
+    const pair = [
+      relayTo(stream, ['relayed'], { batchSize: 10 }),
+      relayTo(stream, ['relayed'], { batchSize: 10 }),
+    ];
+    pair.forEach((relay, i) => {
+      relay.on('relay:publish', (batch) => published[i]!.push(...batch.map((job) => job.id)));
+      relay.start();
+    });
+    await until(async () => (await t.jobCount()) === 0, 'every job relayed', 60_000);
+    const all = [...published[0]!, ...published[1]!];
+    expect(all.sort()).toEqual(jobs.map((job) => job.id).sort());
+    expect(new Set(all).size).toBe(400);
+    const connection = await natsConnection();
+    const messages = await streamMessages(connection, stream);
+    await connection.close();
+    expect(messages.length).toBe(400);
+  });
+
+  it('a relay killed between publish and delete publishes again, and the duplicate window drops the repeat', async () => {
+    const stream = newStream();
+    const jobs = await t.skiplock.enqueueMany([
+      { kind: 'a', payload: { n: 1 }, queue: 'relayed' },
+      { kind: 'a', payload: { n: 2 }, queue: 'relayed' },
+    ]);
+    const child = forkScript('../processes/relay-crash.ts', {
+      DATABASE_URL: t.url,
+      SKIPLOCK_SCHEMA: t.schema,
+      NATS_URL,
+      NATS_STREAM: stream,
+      RELAY_QUEUE: 'relayed',
+    });
+    await sent(child, 'published');
+    child.kill('SIGKILL');
+    expect(await exited(child)).toBe('SIGKILL');
+    expect(await t.jobCount("status = 'running'")).toBe(2);
+    // The crashed relay's lease (1 s) runs out; the sweeper gives the jobs back.
+    await until(async () => {
+      await t.skiplock.sweep(1000);
+      return (await t.jobCount("status = 'queued'")) === 2;
+    }, 'jobs reclaimed');
+    const relay = relayTo(stream, ['relayed']);
+    relay.start();
+    await until(async () => (await t.jobCount()) === 0, 'jobs relayed again');
+    expect(relay.metrics.published).toBe(2);
+    const connection = await natsConnection();
+    const messages = await streamMessages(connection, stream);
+    await connection.close();
+    expect(messages.map((m) => m.job.id).sort()).toEqual(jobs.map((job) => job.id).sort());
+    expect(messages.map((m) => m.msgId)).toEqual(messages.map((m) => m.job.messageId));
+  });
+
+  it('after a batch that was not full, looks again only when lingerMs has passed on its clock', async () => {
+    const stream = newStream();
+    const clock = fakeClock();
+    const relay = createRelay(t.skiplock, {
+      target: natsTarget({ servers: NATS_URL, stream }),
+      queues: ['relayed'],
+      handleSignals: false,
+      lingerMs: 60_000,
+      clock,
+    });
+    relay.on('error', () => {});
+    relays.push(relay);
+    const published: string[] = [];
+    relay.on('relay:publish', (jobs) => published.push(...jobs.map((job) => job.id)));
+    const first = await t.skiplock.enqueue('a', {}, { queue: 'relayed' });
+    relay.start();
+    await until(() => published.length === 1 && clock.pending() === 1, 'the first batch, then the linger');
+    const second = await t.skiplock.enqueue('a', {}, { queue: 'relayed' });
+    await clock.tick(59_999);
+    expect([published, (await t.row(second.id))?.status]).toEqual([[first.id], 'queued']);
+    await clock.tick(1);
+    await until(() => published.length === 2, 'the second batch');
+    expect(published).toEqual([first.id, second.id]);
+  });
+
+  it('reports a listener that throws as an error from source listener, and goes on relaying', async () => {
+    const stream = newStream();
+    const relay = relayTo(stream, ['relayed']);
+    const errors: [string, string][] = [];
+    relay.on('error', (error, source) => errors.push([source, error.code]));
+    relay.on('relay:publish', () => {
+      throw new Error('listener bug');
+    });
+    relay.start();
+    await t.skiplock.enqueue('a', {}, { queue: 'relayed' });
+    await until(async () => (await t.jobCount()) === 0, 'the first job relayed');
+    await t.skiplock.enqueue('a', {}, { queue: 'relayed' });
+    await until(
+      async () => relay.metrics.published === 2 && (await t.jobCount()) === 0,
+      'the second job relayed',
+    );
+    expect(errors).toEqual([
+      ['listener', 'LISTENER'],
+      ['listener', 'LISTENER'],
+    ]);
+  });
+});

@@ -1,0 +1,182 @@
+/**
+ * `worker.stop()` called by one of the worker's own handlers: stop does not
+ * wait for that handler before it gives the others back, waits for its result
+ * until the deadline, and leaves nothing running; awaited or not, alone or
+ * beside an outside stop.
+ */
+import { describe, expect, it } from 'vitest';
+import { ShutdownError, type Worker } from '../src/index.js';
+import { nextEvent, record } from './support/events.js';
+import { useTestDatabase } from './support/fixture.js';
+import { gate } from './support/gate.js';
+
+const t = useTestDatabase();
+
+/** Longer than the test's own timeout: a stop that waited it out fails the test. */
+const NEVER_MS = 120_000;
+
+const base = { pollIntervalMs: 100, sweepIntervalMs: 600_000, onSuccess: 'keep' } as const;
+
+describe('stop() from a handler', () => {
+  it('awaited: the job ends by its own result and the worker stops without waiting out the deadline', async () => {
+    const worker: Worker = t.worker({
+      ...base,
+      queues: ['awaited'],
+      shutdownTimeoutMs: NEVER_MS,
+      handlers: {
+        quit: async () => {
+          await worker.stop();
+        },
+      },
+    });
+    await worker.start();
+    const stopped = nextEvent(worker, 'worker:stop');
+    const job = await t.skiplock.enqueue('quit', {}, { queue: 'awaited' });
+    await stopped;
+    expect(await t.row(job.id)).toEqual({
+      status: 'succeeded',
+      attempts: 1,
+      locked_by: null,
+      last_error: null,
+    });
+    expect([worker.activeCount, worker.bufferedCount]).toEqual([0, 0]);
+  });
+
+  it('not awaited: stop waits for the calling job, which ends by its own result', async () => {
+    const proceed = gate();
+    const othersDone = gate<{ stopping: Promise<void> }>();
+    const worker: Worker = t.worker({
+      ...base,
+      queues: ['unawaited'],
+      shutdownTimeoutMs: NEVER_MS,
+      handlers: {
+        quitLater: async () => {
+          othersDone.open({ stopping: worker.stop() });
+          await proceed.opened;
+        },
+      },
+    });
+    await worker.start();
+    const stopped = nextEvent(worker, 'worker:stop');
+    const job = await t.skiplock.enqueue('quitLater', {}, { queue: 'unawaited' });
+    // What the handler's stop() returned resolves while the handler still runs: stop is under way.
+    await (await othersDone.opened).stopping;
+    expect(worker.activeCount).toBe(1);
+    proceed.open();
+    await stopped;
+    expect(await t.row(job.id)).toEqual({
+      status: 'succeeded',
+      attempts: 1,
+      locked_by: null,
+      last_error: null,
+    });
+    expect(worker.activeCount).toBe(0);
+  });
+
+  it('not awaited, by a handler that outlives the deadline: its job is aborted and given back, nothing left running', async () => {
+    const aborted = gate<unknown>();
+    const worker: Worker = t.worker({
+      ...base,
+      queues: ['outlives'],
+      shutdownTimeoutMs: 300,
+      handlers: {
+        quitAndHang: (_job, { signal }) => {
+          void worker.stop();
+          return new Promise<void>((resolve) => {
+            signal.addEventListener('abort', () => {
+              aborted.open(signal.reason);
+              resolve();
+            });
+          });
+        },
+      },
+    });
+    const released = record(worker, 'job:released');
+    await worker.start();
+    const stopped = nextEvent(worker, 'worker:stop');
+    const job = await t.skiplock.enqueue('quitAndHang', {}, { queue: 'outlives' });
+    await stopped;
+    expect(await aborted.opened).toBeInstanceOf(ShutdownError);
+    expect(released.map(([j]) => j.id)).toEqual([job.id]);
+    // Given back without charging the attempt.
+    expect(await t.row(job.id)).toEqual({ status: 'queued', attempts: 0, locked_by: null, last_error: null });
+    expect(worker.activeCount).toBe(0);
+  });
+
+  it('beside an outside stop: both stops resolve once the other handler is done, and every job ends by its result', async () => {
+    const otherStarted = gate();
+    const otherMayFinish = gate();
+    const handlerStopped = gate<{ stopping: Promise<void> }>();
+    let otherDone = false;
+    const worker: Worker = t.worker({
+      ...base,
+      queues: ['beside'],
+      concurrency: 2,
+      shutdownTimeoutMs: NEVER_MS,
+      handlers: {
+        other: async () => {
+          otherStarted.open();
+          await otherMayFinish.opened;
+          otherDone = true;
+        },
+        quit: async () => {
+          const stopping = worker.stop();
+          handlerStopped.open({ stopping });
+          await stopping;
+        },
+      },
+    });
+    await worker.start();
+    const other = await t.skiplock.enqueue('other', {}, { queue: 'beside' });
+    await otherStarted.opened;
+    const quit = await t.skiplock.enqueue('quit', {}, { queue: 'beside' });
+    const { stopping: fromHandler } = await handlerStopped.opened;
+    const outside = worker.stop();
+    const resolved: string[] = [];
+    void fromHandler.then(() => resolved.push(`the handler's stop, the other job done: ${otherDone}`));
+    expect(worker.activeCount).toBe(2);
+    otherMayFinish.open();
+    await outside;
+    // The handler's stop waited for the other handler (not aborted: the deadline is far), not for its own.
+    expect(resolved).toEqual(["the handler's stop, the other job done: true"]);
+    expect(await t.row(other.id)).toEqual({
+      status: 'succeeded',
+      attempts: 1,
+      locked_by: null,
+      last_error: null,
+    });
+    expect(await t.row(quit.id)).toEqual({
+      status: 'succeeded',
+      attempts: 1,
+      locked_by: null,
+      last_error: null,
+    });
+    expect([worker.activeCount, worker.bufferedCount]).toEqual([0, 0]);
+  });
+
+  it('a stop() from a handler of another worker is an ordinary stop of that worker', async () => {
+    const stopped: Worker = t.worker({ ...base, queues: ['other-worker'], handlers: { never: () => {} } });
+    await stopped.start();
+    const worker: Worker = t.worker({
+      ...base,
+      queues: ['stopper'],
+      shutdownTimeoutMs: NEVER_MS,
+      handlers: {
+        stopTheOther: async () => {
+          await stopped.stop();
+        },
+      },
+    });
+    await worker.start();
+    const otherStopped = nextEvent(stopped, 'worker:stop');
+    const job = await t.skiplock.enqueue('stopTheOther', {}, { queue: 'stopper' });
+    await otherStopped;
+    await worker.stop();
+    expect(await t.row(job.id)).toEqual({
+      status: 'succeeded',
+      attempts: 1,
+      locked_by: null,
+      last_error: null,
+    });
+  });
+});

@@ -1,0 +1,51 @@
+/**
+ * The machine's NATS server with JetStream (NATS_URL, default
+ * nats://127.0.0.1:4222) for the relay's tests: unique stream names, and
+ * reading back every message a stream holds.
+ */
+import { randomBytes } from 'node:crypto';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { decodeRelayedJob, type RelayedJob } from '../../src/relay/message.js';
+
+export const NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
+
+/** A stream name no other test uses. */
+export function uniqueStream(prefix: string): string {
+  return `${prefix}_${randomBytes(5).toString('hex')}`;
+}
+
+/** A connection for assertions; close it after the test. */
+export function natsConnection(): Promise<NatsConnection> {
+  return connect({ servers: NATS_URL });
+}
+
+/** Every message the stream holds, in order, with the broker's message id. */
+export async function streamMessages(
+  connection: NatsConnection,
+  stream: string,
+): Promise<{ job: RelayedJob; msgId: string | undefined }[]> {
+  const manager = await jetstreamManager(connection);
+  const info = await manager.streams.info(stream);
+  const out: { job: RelayedJob; msgId: string | undefined }[] = [];
+  for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
+    const message = await manager.streams.getMessage(stream, { seq }).catch(() => null);
+    if (message) out.push({ job: decodeRelayedJob(message.data), msgId: message.header?.get('Nats-Msg-Id') });
+  }
+  return out;
+}
+
+/** Deletes the stream (and its consumers). */
+export async function deleteStream(connection: NatsConnection, stream: string): Promise<void> {
+  const manager = await jetstreamManager(connection);
+  await manager.streams.delete(stream).catch(() => {});
+}
+
+/** Waits until `condition` holds, checking every 50 ms, or fails after `timeoutMs`. */
+export async function until(condition: () => Promise<boolean> | boolean, what: string, timeoutMs = 30_000) {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}

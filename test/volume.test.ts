@@ -1,0 +1,212 @@
+/**
+ * At volume: with many kept succeeded jobs, many dead letters and a large
+ * archive, stats(), queues(), the list pages and the dashboard read through
+ * indexes (or a bounded sample, labelled as an estimate), never a whole table.
+ * The plans are checked, not the timings (the machine is shared).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createDashboard } from '../src/dashboard/index.js';
+import { DashboardQueries } from '../src/dashboard/queries.js';
+import type { Queryable } from '../src/db/executor.js';
+import { JobQueries } from '../src/db/queries/jobs.js';
+import type { Skiplock } from '../src/index.js';
+import { createTestDatabase, TEST_SCHEMA, type TestDatabase, tableIn } from './support/database.js';
+
+let db: TestDatabase;
+let skiplock: Skiplock;
+
+const KEPT = 60_000;
+const DEAD = 15_000;
+const QUEUED = 50;
+const ARCHIVED = 100_000;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  skiplock = db.skiplock();
+  // Ten queues; succeeded and dead rows finished over the last two days.
+  await db.query(
+    `INSERT INTO ${db.jobs} (queue, kind, payload, status, attempts, max_attempts, finished_at, last_error)
+     SELECT 'v' || (g % 10), 'k' || (g % 7), jsonb_build_object('n', g, 'pad', repeat('x', 100)),
+            CASE WHEN g <= $1 THEN 'succeeded' ELSE 'dead' END, 1, 1,
+            now() - (g % 172800) * interval '1 second', CASE WHEN g > $1 THEN 'boom' END
+     FROM generate_series(1, $1::int + $2::int) g`,
+    [KEPT, DEAD],
+  );
+  await db.query(
+    `INSERT INTO ${db.jobs} (queue, kind, payload, run_at, max_attempts)
+     SELECT 'v' || (g % 10), 'k1', '{}', now() + interval '1 hour', 20 FROM generate_series(1, $1::int) g`,
+    [QUEUED],
+  );
+  // The archive over the last four days (five UTC days), each day in its partition.
+  await db.query(
+    `SELECT ${tableIn(TEST_SCHEMA, 'archive_partition')}(((now() - d * interval '1 day') AT TIME ZONE 'UTC')::date)
+     FROM generate_series(1, 4) d`,
+  );
+  await db.query(
+    `INSERT INTO ${db.archive} (id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
+                                created_at, finished_at)
+     SELECT 100000000 + g, 'v' || (g % 10), 'k' || (g % 7), jsonb_build_object('n', g), 'succeeded', 0, now(), 1, 20,
+            now(), now() - ((g * 7) % 345600) * interval '1 second'
+     FROM generate_series(1, $1::int) g`,
+    [ARCHIVED],
+  );
+  await db.query(`VACUUM ANALYZE ${db.jobs}`);
+  await db.query(`ANALYZE ${db.archive}`);
+}, 300_000);
+afterAll(async () => {
+  await db?.close();
+});
+
+/** Records the statement a query method sends instead of running it. */
+function recorder() {
+  const sent: { text: string; values: unknown[] }[] = [];
+  const db: Queryable = {
+    query: (async (config: string | { text: string; values?: unknown[] }, values?: unknown[]) => {
+      sent.push(
+        typeof config === 'string'
+          ? { text: config, values: values ?? [] }
+          : { text: config.text, values: config.values ?? [] },
+      );
+      return { rows: [], rowCount: 0 };
+    }) as Queryable['query'],
+  };
+  return { db, sent };
+}
+
+interface PlanNode {
+  'Node Type': string;
+  'Relation Name'?: string;
+  Plans?: PlanNode[];
+}
+
+/**
+ * Tables read whole by `text`'s plan: a Seq Scan, with no Limit above it, on
+ * a jobs table or archive partition of more than 50 pages (a small partition
+ * is rightly read whole).
+ */
+async function unboundedScans(text: string, values: unknown[]): Promise<string[]> {
+  const [row] = await db.query<{ 'QUERY PLAN': [{ Plan: PlanNode }] }>(
+    `EXPLAIN (FORMAT JSON) ${text}`,
+    values,
+  );
+  const scanned: string[] = [];
+  const walk = (node: PlanNode, limited: boolean) => {
+    const underLimit = limited || node['Node Type'] === 'Limit';
+    const relation = node['Relation Name'] ?? '';
+    if (node['Node Type'] === 'Seq Scan' && relation.startsWith('jobs') && !underLimit)
+      scanned.push(relation);
+    for (const child of node.Plans ?? []) walk(child, underLimit);
+  };
+  walk(row!['QUERY PLAN'][0].Plan, false);
+  const large = await db.query<{ name: string }>(
+    `SELECT relname AS name FROM pg_class
+     WHERE relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = $1) AND relname = ANY($2::text[]) AND relpages > 50`,
+    [TEST_SCHEMA, scanned],
+  );
+  return large.map((r) => r.name).sort();
+}
+
+describe('at volume', () => {
+  it('stats() counts queued jobs exactly and estimates large finished groups, saying so', async () => {
+    const stats = await skiplock.stats();
+    const queued = stats.filter((s) => s.status === 'queued');
+    expect(queued.map((s) => [s.count, s.estimated])).toEqual(Array.from({ length: 10 }, () => [5, false]));
+    const succeeded = stats.filter((s) => s.status === 'succeeded');
+    expect(succeeded.every((s) => s.estimated)).toBe(true);
+    const total = succeeded.reduce((n, s) => n + s.count, 0);
+    // A sample of about 1000 pages scaled by the table's size: near, not exact.
+    expect(total).toBeGreaterThan(KEPT * 0.7);
+    expect(total).toBeLessThan(KEPT * 1.3);
+    expect(stats.filter((s) => s.status === 'dead').every((s) => s.estimated)).toBe(true);
+  });
+
+  it('queues() lists every queue with its exact queued count', async () => {
+    const queues = await skiplock.queues();
+    expect(queues.map((q) => [q.name, q.queued, q.running])).toEqual(
+      Array.from({ length: 10 }, (_, i) => [`v${i}`, 5, 0]),
+    );
+  });
+
+  it('reads no jobs table whole: stats, queues, list pages, throughput, archive lookups', async () => {
+    const queries = new JobQueries(TEST_SCHEMA);
+    const { db: rec, sent } = recorder();
+    await queries.inspect.stats(rec);
+    await queries.queues.list(rec);
+    const page = { limit: 50, order: 'newest' as const, after: undefined };
+    await queries.inspect.listPreviews(rec, {}, page, 200);
+    await queries.inspect.listPreviews(rec, {}, { ...page, after: String(KEPT - 5000) }, 200);
+    await queries.inspect.listPreviews(rec, { status: ['dead'] }, page, 200);
+    await queries.inspect.listPreviews(rec, { queue: ['v3'] }, page, 200);
+    await queries.inspect.getById(rec, '42');
+    const dashboard = new DashboardQueries(TEST_SCHEMA);
+    const pool = rec as unknown as Parameters<DashboardQueries['throughput']>[0];
+    await dashboard.throughput(pool);
+    await dashboard.getArchived(pool, '100000042');
+    await dashboard.storedJobIds(pool, ['1', '100000042']);
+    await dashboard.listArchived(pool, {}, 50);
+    await dashboard.listArchived(pool, { kind: 'k3' }, 50);
+    await dashboard.listArchived(
+      pool,
+      {
+        queue: 'v3',
+        since: new Date(Date.now() - 2 * 86_400_000),
+        before: { finishedAt: new Date().toISOString(), id: '1' },
+      },
+      50,
+    );
+    expect(sent.length).toBe(13);
+    for (const { text, values } of sent) {
+      expect(await unboundedScans(text, values), text).toEqual([]);
+    }
+  });
+
+  it('serves the dashboard pages, estimates marked', async () => {
+    const app = createDashboard(skiplock, { refreshIntervalMs: 0 });
+    const home = await app.request('/');
+    expect(home.status).toBe(200);
+    const body = await home.text();
+    expect(body).toContain('data-estimated');
+    expect(body).toMatch(/≈\d+/);
+    for (const path of ['/jobs', '/jobs?status=dead', '/jobs?queue=v3', `/jobs?before=${KEPT - 5000}`]) {
+      expect((await app.request(path)).status, path).toBe(200);
+    }
+    const archived = await app.request('/jobs/100000042');
+    expect(archived.status).toBe(200);
+    expect(await archived.text()).toContain('100000042');
+  });
+
+  it('browses the archive newest first, by kind, queue and days, page after page', async () => {
+    const app = createDashboard(skiplock, { refreshIntervalMs: 0 });
+    const ids = (body: string) => [...body.matchAll(/data-job-id="(\d+)"/g)].map((m) => m[1]);
+    const expected = async (where: string, values: unknown[], offset: number) =>
+      (
+        await db.query<{ id: string }>(
+          `SELECT id::text FROM ${db.archive} WHERE ${where}
+           ORDER BY finished_at DESC, id DESC OFFSET ${offset} LIMIT 50`,
+          values,
+        )
+      ).map((r) => r.id);
+
+    const first = await (await app.request('/archive?kind=k3')).text();
+    expect(ids(first)).toEqual(await expected('kind = $1', ['k3'], 0));
+    const older = /href="([^"]+)" rel="next"/.exec(first)![1]!.replaceAll('&amp;', '&');
+    const second = await (await app.request(older)).text();
+    expect(ids(second)).toEqual(await expected('kind = $1', ['k3'], 50));
+
+    const [{ day }] = (await db.query<{ day: string }>(
+      `SELECT to_char((now() - interval '2 days') AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day`,
+    )) as [{ day: string }];
+    const ranged = await (await app.request(`/archive?queue=v3&since=${day}&until=${day}`)).text();
+    expect(ids(ranged)).toEqual(
+      await expected(
+        `queue = 'v3' AND finished_at >= $1::date::timestamp AT TIME ZONE 'UTC'
+         AND finished_at < ($1::date + 1)::timestamp AT TIME ZONE 'UTC'`,
+        [day],
+        0,
+      ),
+    );
+    expect(ids(ranged)).toHaveLength(50);
+    expect((await app.request('/archive?since=yesterday')).status).toBe(400);
+    expect((await app.request('/archive?before=nonsense')).status).toBe(400);
+  });
+});
