@@ -229,6 +229,8 @@ describe('finish', () => {
           { attempts: 1, maxAttempts: 5, cancelRequested: true },
           { attempts: 1, maxAttempts: 5, stale: 'other-worker' },
         ]);
+        // The archive keeps the row's columns, tags included.
+        await db.query(`UPDATE ${t.jobs} SET tags = '{t1,t2}' WHERE id = $1`, [leases[0]!.id]);
         const sentBefore = statements();
         const written = await queries.finish.finish(
           db,
@@ -245,9 +247,9 @@ describe('finish', () => {
         expect(after.get(leases[0]!.id)?.status, policy).toBe(policy === 'keep' ? 'succeeded' : undefined);
         expect(after.get(leases[1]!.id)?.status).toBe('cancelled');
         expect(after.get(leases[2]!.id)).toMatchObject({ status: 'running', locked_by: 'w-other' });
-        const { rows: archived } = await db.query(`SELECT id::text, status FROM ${t.archive}`);
+        const { rows: archived } = await db.query(`SELECT id::text, status, tags FROM ${t.archive}`);
         expect(archived, policy).toEqual(
-          policy === 'archive' ? [{ id: leases[0]!.id, status: 'succeeded' }] : [],
+          policy === 'archive' ? [{ id: leases[0]!.id, status: 'succeeded', tags: ['t1', 't2'] }] : [],
         );
       });
     }

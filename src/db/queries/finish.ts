@@ -198,10 +198,10 @@ function successParts(names: SchemaNames, policy: SuccessPolicy, fence: string):
            INSERT INTO ${names.archive} AS j
              (id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
               locked_at, last_error, created_at, locked_by, lease_seq, visibility_timeout_ms, finished_at,
-              max_attempts_default, errors, trace_context)
+              max_attempts_default, errors, trace_context, tags, start_by)
            SELECT id, queue, kind, payload, 'succeeded', priority, run_at, attempts, max_attempts,
                   NULL, last_error, created_at, NULL, lease_seq, visibility_timeout_ms, now(),
-                  max_attempts_default, errors, trace_context
+                  max_attempts_default, errors, trace_context, tags, start_by
            FROM archived
            ${returned})`,
       ];
