@@ -268,6 +268,59 @@ describe('a batch handler', () => {
     expect((await t.row(ids[0]!))?.status).toBe('cancelled');
   });
 
+  it('keeps every job of a long batch leased past the visibility timeout', async () => {
+    const visibilityTimeoutMs = 2000;
+    const release = gate();
+    const started = gate<number>();
+    const worker = t.worker({
+      ...base,
+      visibilityTimeoutMs,
+      heartbeatIntervalMs: 100,
+      sweepIntervalMs: 100,
+      handlers: {
+        long: {
+          maxBatchSize: 3,
+          maxWaitMs: 10_000,
+          handleBatch: async (jobs) => {
+            started.open(Date.now());
+            await release.opened;
+            return jobs.map(() => undefined);
+          },
+        },
+      },
+    });
+    const ids = (await t.skiplock.enqueueMany([1, 2, 3].map((n) => ({ kind: 'long', payload: { n } })))).map(
+      (j) => j.id,
+    );
+    await worker.start();
+    const startedAt = await started.opened;
+    const leases = () =>
+      t.query<{ status: string; attempts: number; age_ms: number }>(
+        `SELECT status, attempts, (EXTRACT(EPOCH FROM now() - locked_at) * 1000)::int AS age_ms
+           FROM ${t.jobs} WHERE id = ANY($1::bigint[])`,
+        [ids],
+      );
+    // Running for longer than the visibility timeout, yet every lease was just refreshed.
+    const fresh = await waitFor(
+      async () => {
+        const now = await leases();
+        const ranLongEnough = Date.now() - startedAt > visibilityTimeoutMs * 1.5;
+        return ranLongEnough && now.every((r) => r.age_ms < visibilityTimeoutMs / 2) ? now : undefined;
+      },
+      20_000,
+      'the batch to outlive its visibility timeout with fresh leases',
+      leases,
+    );
+    expect(fresh.map((r) => [r.status, r.attempts])).toEqual([
+      ['running', 1],
+      ['running', 1],
+      ['running', 1],
+    ]);
+    release.open();
+    const byId = await settled(ids);
+    for (const id of ids) expect(byId.get(id)).toMatchObject({ status: 'succeeded', attempts: 1 });
+  });
+
   it('is waited for by stop like any handler', async () => {
     const started = gate();
     const finish = gate();
