@@ -440,13 +440,22 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
     const handler = this.#handlers.get(kind) as Extract<ResolvedHandler, { transactional: false }>;
     const startedAt = this.#clock.monotonic();
-    void runBatch(
+    const running = runBatch(
       handler.batch!,
       live.map((e) => e.job),
       control,
       handler.timeoutMs ?? this.#options.jobTimeoutMs,
-    ).then((outcomes) => {
-      this.#claimLoop.jobFinished(this.#clock.monotonic() - startedAt);
+    );
+    const tracing = this.#tracing;
+    // Each job gets its `process` span, ended by its own outcome (spans the handler starts are not their children).
+    const traced = tracing
+      ? Promise.all(
+          live.map((e, i) => tracing.process(e.job, e.traceContext, () => running.then((o) => o[i]!))),
+        )
+      : running;
+    void traced.then((outcomes) => {
+      // The run time per job: the claim loop then buffers enough to fill the next batches.
+      this.#claimLoop.jobFinished((this.#clock.monotonic() - startedAt) / live.length);
       this.#trimBuffer();
       for (let i = 0; i < live.length; i++) this.#settleBatchJob(live[i]!, outcomes[i]!);
       this.#batchSlots--;
