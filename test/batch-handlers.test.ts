@@ -162,6 +162,32 @@ describe('a batch handler', () => {
       );
   });
 
+  it('gathers jobs that arrive while it waits, and runs as soon as it is full', async () => {
+    const sizes: number[] = [];
+    const worker = t.worker({
+      ...base,
+      handlers: {
+        gathered: {
+          maxBatchSize: 3,
+          // Far beyond the test's deadline: only a full batch runs in time.
+          maxWaitMs: 60_000,
+          handleBatch: async (jobs) => {
+            sizes.push(jobs.length);
+            return jobs.map(() => undefined);
+          },
+        },
+      },
+    });
+    await worker.start();
+    const first = await t.skiplock.enqueue('gathered', { n: 1 });
+    await waitFor(async () => (await t.row(first.id))?.status === 'running', 30_000, 'the first job claimed');
+    expect(sizes).toEqual([]);
+    const late = await t.skiplock.enqueueMany([2, 3].map((n) => ({ kind: 'gathered', payload: { n } })));
+    const byId = await settled([first.id, ...late.map((j) => j.id)]);
+    expect(sizes).toEqual([3]);
+    for (const row of byId.values()) expect(row).toMatchObject({ status: 'succeeded', attempts: 1 });
+  });
+
   it('never runs more than maxBatchSize jobs at once, and runs each job once', async () => {
     const sizes: number[] = [];
     const seen = new Set<string>();
