@@ -243,7 +243,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     return this.#options;
   }
 
-  /** Number of handlers running now. */
+  /** Number of jobs running now (each job of a running or gathering batch counts). */
   get activeCount(): number {
     return this.#executions.runningCount;
   }
