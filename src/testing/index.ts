@@ -103,6 +103,7 @@ const DRAIN_BATCH = 100;
  * within them, as a worker would: once a rate allows no more starts, their
  * jobs are left for a later call. Resolves when no due job of those kinds is
  * left (or none may start).
+ * A batch handler (`handleBatch`) is called with one job at a time.
  *
  * @example
  * // Inside the test's transaction: roll back, and the jobs are as they were.

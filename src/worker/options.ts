@@ -23,6 +23,9 @@ import {
 
 export type {
   Backoff,
+  BatchContext,
+  BatchHandlerDefinition,
+  BatchOutcome,
   Handler,
   HandlerContext,
   HandlerDefinition,
