@@ -70,6 +70,9 @@ export type { FailureOutcomeInfo, SuccessInfo, WorkerErrorSource, WorkerEvents }
 export type { Middleware } from './worker/executor.js';
 export type {
   Backoff,
+  BatchContext,
+  BatchHandlerDefinition,
+  BatchOutcome,
   Handler,
   HandlerContext,
   HandlerDefinition,

@@ -79,11 +79,14 @@ describe('package', () => {
   it('imports, in the shipped code, only Node built-ins and its dependencies', () => {
     const imported = new Set<string>();
     for (const file of files.filter((f) => f.endsWith('.js'))) {
-      // Comments may show imports (TSDoc examples); only code counts.
+      // Comments may show imports (TSDoc examples); only code counts, and a word
+      // "import" inside a string (a CLI example) is not an import.
       const text = readFileSync(join(ROOT, file), 'utf8')
         .replace(/\/\*[\s\S]*?\*\//g, '')
         .replace(/^\s*\/\/.*$/gm, '');
-      for (const [, specifier] of text.matchAll(/(?:\bfrom|\bimport)\s*\(?\s*['"]([^'"]+)['"]/g)) {
+      for (const [, specifier] of text.matchAll(
+        /(?:\bfrom\s+|\bimport\s*\(\s*|^\s*import\s+)['"]([^'"]+)['"]/gm,
+      )) {
         if (specifier!.startsWith('.') || specifier!.startsWith('node:')) continue;
         const parts = specifier!.split('/');
         imported.add(specifier!.startsWith('@') ? parts.slice(0, 2).join('/') : parts[0]!);
@@ -103,7 +106,9 @@ describe('package', () => {
       if (seen.has(file)) return;
       seen.add(file);
       const text = readFileSync(join(ROOT, file), 'utf8');
-      for (const [, specifier] of text.matchAll(/(?:\bfrom|\bimport)\s*\(?\s*['"]([^'"]+)['"]/g)) {
+      for (const [, specifier] of text.matchAll(
+        /(?:\bfrom\s+|\bimport\s*\(\s*|^\s*import\s+)['"]([^'"]+)['"]/gm,
+      )) {
         if (specifier!.startsWith('.'))
           visit(posix.join(posix.dirname(file), specifier!.replace(/\.js$/, '.d.ts')));
         else if (!specifier!.startsWith('node:')) packages.add(specifier!);

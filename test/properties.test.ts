@@ -40,11 +40,14 @@ describe('backoff rule', () => {
         try {
           // now() is fixed per transaction: run on that transaction, the delay is exact.
           await client.query('BEGIN');
-          const [outcome] = await new JobQueries(t.schema).results.fail(
-            client,
-            [{ id: job!.id, attempts, leaseSeq: '0', error: 'x', permanent: false }],
-            worker,
-          );
+          const [outcome] = (
+            await new JobQueries(t.schema).finish.finish(
+              client,
+              [{ id: job!.id, attempts, leaseSeq: '0', outcome: 'failed', error: 'x', permanent: false }],
+              worker,
+              'delete',
+            )
+          ).values();
           const [row] = (
             await client.query<{ delay_ms: number }>(
               `SELECT (EXTRACT(EPOCH FROM run_at - now()) * 1000)::float8 AS delay_ms FROM ${t.jobs} WHERE id = $1`,
@@ -53,7 +56,7 @@ describe('backoff rule', () => {
           ).rows;
           await client.query('COMMIT');
           const base = Math.min(1000 * 2 ** Math.min(attempts, BACKOFF_MAX_EXPONENT), BACKOFF_CAP_MS);
-          expect(outcome?.status).toBe('queued');
+          expect(outcome?.outcome).toBe('retry');
           // The same now() in the statement and in this read: within [0.5, 1] of the base, to the millisecond.
           expect(outcome!.retryDelayMs).toBeCloseTo(row!.delay_ms, 6);
           expect(row!.delay_ms).toBeGreaterThanOrEqual(base * 0.5);

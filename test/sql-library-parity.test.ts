@@ -89,6 +89,23 @@ const leases: Seed[] = [
   { queue: 'q2' },
   { ...dead, queue: 'q4', attempts: 20, kindDefault: true },
 ];
+/**
+ * Rows as the worker's finish statement leaves them, ids 1–8: a retry (queued,
+ * its attempt in the history), a snooze (queued, attempt given back, no
+ * history), a permanent failure, a dead letter, a cancel that ended a running
+ * job (attempt charged), a kept success; then running jobs on the edge of the
+ * dead-letter rule (attempts = max_attempts − 1, = max_attempts) with dead leases.
+ */
+const finished: Seed[] = [
+  { kind: 'a', queue: 'q1', attempts: 1, maxAttempts: 3, errors: 1 },
+  { kind: 'a', queue: 'q1', attempts: 1, maxAttempts: 3 },
+  { kind: 'b', queue: 'q2', status: 'failed', attempts: 1, errors: 1 },
+  { kind: 'b', queue: 'q2', status: 'dead', attempts: 3, maxAttempts: 3, errors: 3 },
+  { kind: 'a', queue: 'q2', status: 'cancelled', attempts: 2, cancelRequestedAgoS: 90 },
+  { kind: 'a', queue: 'q1', status: 'succeeded', attempts: 1 },
+  { kind: 'b', queue: 'q1', ...dead, attempts: 2, maxAttempts: 3, errors: 1 },
+  { kind: 'b', queue: 'q3', ...dead, attempts: 3, maxAttempts: 3, errors: 2 },
+];
 const inAnHour = new Date(Date.now() + 3_600_000);
 
 /** A case's name: its arguments as JSON, long strings by their length. */
@@ -108,8 +125,8 @@ const sweep = (name: string, seed: Seed[], options: Omit<Op & { op: 'sweep' }, '
   seed,
   run: { op: 'sweep', ...options },
 });
-const filtered = (op: 'requeue' | 'cancel', list: object[]): Case[] =>
-  list.map((filter) => ({ name: `${op}: ${label(filter)}`, seed: mixed, run: { op, filter } }));
+const filtered = (op: 'requeue' | 'cancel', list: object[], seed = mixed, on = ''): Case[] =>
+  list.map((filter) => ({ name: `${op}${on}: ${label(filter)}`, seed, run: { op, filter } }));
 
 // Bad arguments are in the table too: both sides refuse them and change nothing.
 const cases: Case[] = [
@@ -178,6 +195,20 @@ const cases: Case[] = [
     {},
     { status: ['dead'] },
   ]),
+  // The rows the worker's finish statement leaves, under each function that touches finished jobs.
+  ...filtered(
+    'requeue',
+    [{ status: ['dead', 'failed', 'cancelled'] }, { ids: ['1', '2', '3', '4', '5', '6'] }, { kind: ['a'] }],
+    finished,
+    ' (rows as finish leaves them)',
+  ),
+  ...filtered(
+    'cancel',
+    [{}, { status: ['queued'] }, { kind: ['b'] }],
+    finished,
+    ' (rows as finish leaves them)',
+  ),
+  sweep('the dead-letter edge, among rows as finish leaves them', finished),
   sweep('default visibility timeout', leases),
   sweep('among jobs in every state', mixed),
   sweep('a shorter default visibility timeout', leases, { defaultVisibilityTimeoutMs: 60_000 }),

@@ -3,7 +3,12 @@
  * completion, with the worker's rules; enqueued lists what waits.
  */
 import { beforeEach, describe, expect, it } from 'vitest';
-import { PermanentError, SkiplockError, SnoozeError } from '../src/index.js';
+import {
+  PermanentError,
+  SkiplockError,
+  SnoozeError,
+  type TransactionalHandlerContext,
+} from '../src/index.js';
 import { drain, enqueued } from '../src/testing/index.js';
 import { useFileDatabase } from './support/file-database.js';
 
@@ -153,5 +158,119 @@ describe('drain()', () => {
     const job = await skiplock.enqueue('charge', { cents: 7 });
     await drain(skiplock, { charge: () => {} }, { onSuccess: 'keep' });
     expect(await skiplock.getJob(job.id)).toMatchObject({ status: 'succeeded', attempts: 1 });
+  });
+});
+
+describe('drain({ client })', () => {
+  /** The jobs table as a test compares it: every column a drain may change. */
+  const table = () =>
+    db.query(
+      `SELECT id, kind, status, attempts, run_at, locked_by, lease_seq, last_error, errors, finished_at
+       FROM ${db.jobs} ORDER BY id`,
+    );
+
+  it('runs inside the caller’s transaction: rolled back, the jobs are as they were', async () => {
+    await skiplock.enqueue('send_email', { to: 'a@example.com' });
+    await skiplock.enqueue('flaky', {});
+    await skiplock.enqueue('fatal', {});
+    const before = await table();
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      // Enqueued in the same transaction: drained too, and gone with the rollback.
+      await skiplock.enqueue('charge', { cents: 1 }, { client });
+      const result = await drain(
+        skiplock,
+        {
+          send_email: () => {},
+          charge: () => {},
+          flaky: () => {
+            throw new Error('try again');
+          },
+          fatal: () => {
+            throw new PermanentError('no');
+          },
+        },
+        { client },
+      );
+      expect(result.jobs.map((j) => [j.job.kind, j.status])).toEqual([
+        ['send_email', 'succeeded'],
+        ['flaky', 'queued'],
+        ['fatal', 'failed'],
+        ['charge', 'succeeded'],
+      ]);
+      // Inside the transaction the results are there; outside, nothing has changed yet.
+      expect((await client.query(`SELECT kind, status FROM ${db.jobs} ORDER BY id`)).rows).toEqual([
+        { kind: 'flaky', status: 'queued' },
+        { kind: 'fatal', status: 'failed' },
+      ]);
+      expect(await table()).toEqual(before);
+      await client.query('ROLLBACK');
+    } finally {
+      client.release();
+    }
+    expect(await table()).toEqual(before);
+  });
+
+  it('commits with the caller’s transaction; a transactional handler runs in a savepoint of it', async () => {
+    await db.query(`CREATE TABLE IF NOT EXISTS drain_charges (cents int)`);
+    await db.query(`DELETE FROM drain_charges`);
+    const ok = await skiplock.enqueue('charge', { cents: 5 });
+    const bad = await skiplock.enqueue('charge', { cents: -1 });
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      const result = await drain(
+        skiplock,
+        {
+          charge: {
+            transactional: true,
+            handle: async (job, { client: tx }: TransactionalHandlerContext) => {
+              await tx.query('INSERT INTO drain_charges VALUES ($1)', [job.payload.cents]);
+              if (job.payload.cents < 0) throw new PermanentError('negative');
+            },
+          },
+        },
+        { client, onSuccess: 'keep' },
+      );
+      expect(result.jobs.map((j) => [j.job.id, j.status])).toEqual([
+        [ok.id, 'succeeded'],
+        [bad.id, 'failed'],
+      ]);
+      // Nothing is visible outside before COMMIT.
+      expect(await db.query(`SELECT count(*)::int AS n FROM drain_charges`)).toEqual([{ n: 0 }]);
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+    // The failed attempt's write was rolled back to its savepoint; the successful one committed with its job.
+    expect(await db.query(`SELECT cents FROM drain_charges`)).toEqual([{ cents: 5 }]);
+    expect(await db.query(`SELECT id, status FROM ${db.jobs} ORDER BY id`)).toEqual([
+      { id: ok.id, status: 'succeeded' },
+      { id: bad.id, status: 'failed' },
+    ]);
+    await db.query(`DROP TABLE drain_charges`);
+  });
+
+  it('refuses a client without query(), changing nothing', async () => {
+    await skiplock.enqueue('charge', { cents: 5 });
+    const before = await table();
+    await expect(drain(skiplock, { charge: () => {} }, { client: {} as never })).rejects.toMatchObject({
+      code: 'VALIDATION',
+      field: 'options.client',
+    });
+    expect(await table()).toEqual(before);
+  });
+
+  it('ends a job whose cancel was requested while it ran as cancelled, whatever the handler returned', async () => {
+    const job = await skiplock.enqueue('charge', { cents: 5 });
+    const result = await drain(skiplock, {
+      charge: async () => {
+        await skiplock.cancel({ ids: [job.id] });
+      },
+    });
+    expect(result).toMatchObject({ succeeded: 0, cancelled: 1 });
+    expect(result.jobs.map((j) => j.status)).toEqual(['cancelled']);
+    expect(await skiplock.getJob(job.id)).toMatchObject({ status: 'cancelled', attempts: 1 });
   });
 });

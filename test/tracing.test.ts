@@ -192,6 +192,33 @@ describe('tracing on', () => {
     });
   });
 
+  it('gives each job of a batch its own process span, ended by its own outcome', async () => {
+    const skiplock = tracedSkiplock();
+    const { result: jobs, span: request } = await inSpan('http request', () =>
+      skiplock.enqueueMany([
+        { kind: 'bulk', payload: { ok: true } },
+        { kind: 'bulk', payload: { ok: false } },
+      ]),
+    );
+    const worker = tracedWorker(skiplock, {
+      handlers: {
+        bulk: {
+          maxBatchSize: 2,
+          maxWaitMs: 10_000,
+          handleBatch: (batch: Job<'bulk', { ok: boolean }>[]) =>
+            batch.map((job) => (job.payload.ok ? undefined : new PermanentError('refused'))),
+        },
+      },
+    });
+    await worker.start();
+    const spans = await waitForSpans('process', 2);
+    const byId = new Map(spans.map((s) => [s.attributes['messaging.message.id'], s]));
+    const [ok, refused] = jobs.map((job) => byId.get(job.id)!);
+    expect(ok!.spanContext().traceId).toBe(request.traceId);
+    expect(ok!.status.code).not.toBe(SpanStatusCode.ERROR);
+    expect(refused!.status).toEqual({ code: SpanStatusCode.ERROR, message: 'refused' });
+  });
+
   it('traces every attempt as a child of the same enqueue span', async () => {
     const skiplock = tracedSkiplock();
     const job = await skiplock.enqueue('flaky', {});

@@ -217,13 +217,12 @@ describe('results', () => {
     const succeeded: string[] = [];
     const stale: string[] = [];
     const completer = new Completer<(typeof claimed)[number]>({
-      async complete(batch) {
-        const written = await queries.results.complete(db.pool, batch, 'w-lost', 'delete');
+      async finish(batch) {
+        const written = await queries.finish.finish(db.pool, batch, 'w-lost', 'delete');
         // The first write commits, then its answer is lost as if the connection had dropped.
         if (calls++ === 0) throw new DatabaseError('deadlock detected', '40P01');
         return written;
       },
-      fail: async () => [],
       leaseStates: (ids) => queries.results.leaseStates(db.pool, ids),
       workerId: 'w-lost',
       successLeavesRow: false,
@@ -232,6 +231,7 @@ describe('results', () => {
       onStale: (job) => stale.push(job.id),
       onError: () => {},
     });
+    completer.start();
     for (const job of claimed) completer.succeeded(job);
     await completer.drain(10_000);
     expect(calls).toBe(1);

@@ -39,7 +39,8 @@ async function claimLatencies(target: Target, claims: number): Promise<number[]>
         visibilityTimeoutMs: 300_000,
       });
       latencies.push(performance.now() - startedAt);
-      await queries.results.complete(client, claimed, 'bench', 'delete');
+      const succeeded = claimed.map((j) => ({ ...j, outcome: 'succeeded' as const }));
+      await queries.finish.finish(client, succeeded, 'bench', 'delete');
     }
     return latencies;
   } finally {

@@ -47,7 +47,8 @@ export async function claimAndComplete(
     visibilityTimeoutMs: 300_000,
   });
   if (claimed.length === 0) return 0;
-  return (await queries.results.complete(client, claimed, workerId, 'delete')).size;
+  const succeeded = claimed.map((j) => ({ ...j, outcome: 'succeeded' as const }));
+  return (await queries.finish.finish(client, succeeded, workerId, 'delete')).size;
 }
 
 const CLAIM_DELETE = `WITH picked AS (

@@ -102,6 +102,11 @@ export function resolveBrokerWorkerOptions(
         `${field}.handlers.${kind}`,
         'transactional handlers run only in PostgreSQL workers',
       );
+    else if (handler.batch !== undefined)
+      throw new ValidationError(
+        `${field}.handlers.${kind}`,
+        'batch handlers (handleBatch) run only in PostgreSQL workers',
+      );
   const positive = (value: unknown, name: string, max: number): number | undefined => {
     if (value === undefined) return undefined;
     if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > max)

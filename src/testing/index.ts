@@ -2,7 +2,9 @@
  * Helpers for users' tests: run the jobs a test enqueued, in-process and to
  * completion, without starting a worker (`drain`), and look at what is queued
  * (`enqueued`). Both run on the Skiplock's own database, so what they see is
- * what a worker would.
+ * what a worker would. `drain` runs the worker's executor and writes results
+ * with the worker's finish statement; with `client` it runs inside the
+ * caller's transaction.
  *
  * @example
  * import { drain, enqueued } from 'skiplock/testing';
@@ -16,18 +18,20 @@
  */
 import { randomBytes } from 'node:crypto';
 import type pg from 'pg';
+import type { Queryable } from '../db/executor.js';
 import type { ClaimedJob, KindMaxAttempts } from '../db/queries/claim.js';
+import type { FinishOutcome, SuccessPolicy } from '../db/queries/finish.js';
+import { leaseKey } from '../db/queries/job-row.js';
 import { JobQueries } from '../db/queries/jobs.js';
-import type { SuccessPolicy } from '../db/queries/results.js';
 import { SkiplockError, ValidationError } from '../errors.js';
 import { DEFAULT_VISIBILITY_TIMEOUT_MS } from '../job/defaults.js';
 import type { Job, JobMap, JobRecord } from '../job/job.js';
 import type { Skiplock } from '../skiplock.js';
 import { AttemptControl } from '../worker/attempt-control.js';
-import { type Middleware, runJob, withMiddleware } from '../worker/executor.js';
+import { attemptResult } from '../worker/completer.js';
+import { type Middleware, type RunOutcome, runJob, withMiddleware } from '../worker/executor.js';
 import { kindMaxAttemptsOf, kindRetryDelayMs, resolveHandlers } from '../worker/handler-definition.js';
 import type { Handlers } from '../worker/options.js';
-import { failOrSnooze } from '../worker/result-writer.js';
 import { drainTransactional } from './drain-transactional.js';
 
 /** Which jobs {@link drain} runs. */
@@ -45,6 +49,17 @@ export interface DrainOptions<Jobs extends JobMap = JobMap> {
   maxJobs?: number;
   /** Hooks around every attempt, as the worker option of that name. @default [] */
   middleware?: Middleware[];
+  /**
+   * The caller's connection, inside its BEGIN … COMMIT: every statement of the
+   * drain (claims, results, the reads of queued jobs) runs on it, and nothing
+   * commits on its own — the jobs' claims and results commit or roll back with
+   * the caller's transaction. A transactional handler then runs in a savepoint
+   * of it, with this connection as its `client`. Jobs enqueued earlier in the
+   * transaction are drained too. Handlers that write through other
+   * connections commit those writes on their own. Any object with
+   * `query(text, values)`. @default skiplock's pool (each result commits)
+   */
+  client?: Queryable | undefined;
 }
 
 /** One attempt {@link drain} ran, and what the job became. */
@@ -52,10 +67,11 @@ export interface DrainedJob {
   job: Job;
   /**
    * `succeeded`; `snoozed` (the handler threw a SnoozeError: queued again after
-   * its delay, the attempt not charged); or after a failure: `queued` (a retry,
-   * due after its backoff), `failed` or `dead`.
+   * its delay, the attempt not charged); after a failure: `queued` (a retry,
+   * due after its backoff), `failed` or `dead`; or `cancelled` (its cancel was
+   * requested while it ran, whatever the handler returned).
    */
-  status: 'succeeded' | 'snoozed' | 'queued' | 'failed' | 'dead';
+  status: 'succeeded' | 'snoozed' | 'queued' | 'failed' | 'dead' | 'cancelled';
   /** What the handler threw, as stored in `last_error` (failures only). */
   error?: string;
 }
@@ -68,6 +84,8 @@ export interface DrainResult {
   failed: number;
   /** Attempts that snoozed their job (due again after the delay, not charged). */
   snoozed: number;
+  /** Attempts whose job ended `cancelled` (its cancel was requested). */
+  cancelled: number;
   /** Every attempt, in the order run. */
   jobs: DrainedJob[];
 }
@@ -85,9 +103,18 @@ const DRAIN_BATCH = 100;
  * within them, as a worker would: once a rate allows no more starts, their
  * jobs are left for a later call. Resolves when no due job of those kinds is
  * left (or none may start).
+ * A batch handler (`handleBatch`) is called with one job at a time.
+ *
+ * @example
+ * // Inside the test's transaction: roll back, and the jobs are as they were.
+ * await client.query('BEGIN');
+ * await skiplock.enqueue('send_invoice_email', { orderId: 42 }, { client });
+ * await drain(skiplock, handlers, { client });
+ * await client.query('ROLLBACK');
  *
  * @throws {SkiplockError} (code `DRAIN_LIMIT`) after `maxJobs` attempts.
- * @throws {ValidationError} naming `options.middleware` when it is not an array of functions.
+ * @throws {ValidationError} naming `options.middleware` when it is not an array of functions, or
+ *   `options.client` when it has no `query` method.
  * @throws {DatabaseError} from the database.
  */
 export async function drain<Jobs extends JobMap>(
@@ -96,7 +123,10 @@ export async function drain<Jobs extends JobMap>(
   options: DrainOptions<Jobs> = {},
 ): Promise<DrainResult> {
   const queries = new JobQueries(skiplock.schema);
-  const pool = skiplock.pool;
+  const client = options.client;
+  if (client !== undefined && typeof (client as Partial<Queryable>)?.query !== 'function')
+    throw new ValidationError('options.client', 'must be a connection with a query(text, values) method');
+  const db: Queryable = client ?? skiplock.pool;
   const middleware = options.middleware ?? [];
   if (!Array.isArray(middleware) || middleware.some((m) => typeof m !== 'function'))
     throw new ValidationError('options.middleware', 'must be an array of functions');
@@ -105,71 +135,88 @@ export async function drain<Jobs extends JobMap>(
   const kinds: string[] = options.kinds ?? [...byKind.keys()];
   const maxJobs = options.maxJobs ?? 10_000;
   const workerId = `skiplock-testing:${process.pid}:${randomBytes(4).toString('hex')}`;
-  const result: DrainResult = { succeeded: 0, failed: 0, snoozed: 0, jobs: [] };
+  const onSuccess = options.onSuccess ?? 'delete';
+  const result: DrainResult = { succeeded: 0, failed: 0, snoozed: 0, cancelled: 0, jobs: [] };
   if (kinds.length === 0) return result;
   for (;;) {
-    const queues = await queuesOf(skiplock, kinds, options.queue);
+    const queues = await queuesOf(skiplock, db, kinds, options.queue);
     const claimed =
       queues.length === 0
         ? []
-        : await claimFor(queries, skiplock.pool, queues, kinds, workerId, kindMaxAttempts);
+        : await claimFor(queries, skiplock.pool, client, queues, kinds, workerId, kindMaxAttempts);
     if (claimed.length === 0) return result;
     for (const claim of claimed) {
       if (result.jobs.length >= maxJobs) {
-        await queries.results.release(pool, claimed.slice(claimed.indexOf(claim)), workerId);
+        await queries.results.release(db, claimed.slice(claimed.indexOf(claim)), workerId);
         throw new SkiplockError('DRAIN_LIMIT', `drain ran ${maxJobs} attempts and due jobs remain`);
       }
       const { leaseSeq: _lease, ...job } = claim;
       const handler = byKind.get(job.kind);
-      const onSuccess = options.onSuccess ?? 'delete';
-      const outcome = handler?.transactional
-        ? await drainTransactional(
-            pool,
-            queries,
-            claim,
-            job,
-            handler.handle,
-            handler.timeoutMs,
-            workerId,
-            onSuccess,
-          )
-        : await runJob(handler?.handle, job, new AttemptControl(), handler?.timeoutMs);
-      if (outcome.ok) {
-        // A transactional handler's job was completed in its transaction.
-        if (!handler?.transactional) await queries.results.complete(pool, [claim], workerId, onSuccess);
-        result.succeeded++;
-        result.jobs.push({ job, status: 'succeeded' });
-      } else {
-        const [written] = await failOrSnooze(
-          queries,
-          pool,
-          [
-            {
-              ...claim,
-              error: outcome.error,
-              permanent: outcome.permanent,
-              snoozeDelayMs: outcome.snoozeDelayMs,
-              retryDelayMs: kindRetryDelayMs(handler, claim, outcome),
-            },
-          ],
-          workerId,
+      const lease = { id: claim.id, attempts: claim.attempts, leaseSeq: claim.leaseSeq };
+      let outcome: RunOutcome;
+      let written: FinishOutcome | undefined;
+      if (handler?.transactional) {
+        // Its job was finished in its transaction (or ended cancelled); only a failure is left to write.
+        const ran = await drainTransactional(
+          { pool: skiplock.pool, client, queries, workerId, onSuccess },
+          claim,
+          job,
+          handler.handle,
+          handler.timeoutMs,
         );
-        if (outcome.snoozeDelayMs !== undefined) {
-          result.snoozed++;
-          result.jobs.push({ job, status: 'snoozed' });
-        } else {
-          result.failed++;
-          result.jobs.push({ job, status: written?.status ?? 'queued', error: outcome.error });
-        }
+        outcome = ran === 'cancelled' ? { ok: true } : ran;
+        written = ran === 'cancelled' ? 'cancelled' : ran.ok ? 'succeeded' : undefined;
+      } else {
+        outcome = await runJob(handler?.handle, job, new AttemptControl(), handler?.timeoutMs);
       }
+      if (written === undefined) {
+        const failure = outcome.ok
+          ? undefined
+          : { ...outcome, retryDelayMs: kindRetryDelayMs(handler, claim, outcome) };
+        const rows = await queries.finish.finish(
+          db,
+          [{ ...lease, ...attemptResult(failure) }],
+          workerId,
+          onSuccess,
+        );
+        written = rows.get(leaseKey(claim))?.outcome;
+      }
+      record(result, job, outcome, written);
     }
   }
 }
 
-/** Claims a batch as a worker would: queues with limits through the limited claim, within their limits. */
+/** Adds one attempt to `result`; `written` is what the finish statement wrote (undefined: nothing). */
+function record(
+  result: DrainResult,
+  job: Job,
+  outcome: RunOutcome,
+  written: FinishOutcome | undefined,
+): void {
+  if (written === 'cancelled') {
+    result.cancelled++;
+    result.jobs.push({ job, status: 'cancelled' });
+  } else if (outcome.ok) {
+    result.succeeded++;
+    result.jobs.push({ job, status: 'succeeded' });
+  } else if (outcome.snoozeDelayMs !== undefined) {
+    result.snoozed++;
+    result.jobs.push({ job, status: 'snoozed' });
+  } else {
+    result.failed++;
+    const status = written === 'failed' || written === 'dead' ? written : 'queued';
+    result.jobs.push({ job, status, error: outcome.error });
+  }
+}
+
+/**
+ * Claims a batch as a worker would: queues with limits through the limited
+ * claim, within their limits; on `client` when given, else on `pool`.
+ */
 async function claimFor(
   queries: JobQueries,
   pool: pg.Pool,
+  client: Queryable | undefined,
   queues: string[],
   kinds: string[],
   workerId: string,
@@ -183,24 +230,31 @@ async function claimFor(
     prepared: false,
     kindMaxAttempts,
   };
-  const limited = await queries.queueLimits.limited(pool, queues);
+  const db = client ?? pool;
+  const limited = await queries.queueLimits.limited(db, queues);
   const open = queues.filter((q) => !limited.includes(q));
-  const claimed = open.length === 0 ? [] : await queries.claim.claim(pool, { ...request, queues: open });
+  // Unnamed statements (prepared: false) take any connection.
+  const claimed =
+    open.length === 0 ? [] : await queries.claim.claim(db as pg.Pool, { ...request, queues: open });
   for (const queue of limited) {
-    const { jobs } = await queries.limitedClaim.claim(pool, { ...request, queues: [queue] });
+    const only = { ...request, queues: [queue] };
+    const { jobs } = client
+      ? await queries.limitedClaim.claimIn(client, only)
+      : await queries.limitedClaim.claim(pool, only);
     for (const job of jobs) claimed.push(job);
   }
   return claimed;
 }
 
-/** The queues to claim from: the given ones, or those holding queued jobs of `kinds`. */
+/** The queues to claim from: the given ones, or those holding queued jobs of `kinds` (read on `client`). */
 async function queuesOf<Jobs extends JobMap>(
   skiplock: Skiplock<Jobs>,
+  client: Queryable,
   kinds: string[],
   queue: string | string[] | undefined,
 ): Promise<string[]> {
   if (queue !== undefined) return Array.isArray(queue) ? queue : [queue];
-  const queued = await skiplock.listJobs({ status: 'queued', kind: kinds, limit: 100_000 });
+  const queued = await skiplock.listJobs({ status: 'queued', kind: kinds, limit: 100_000, client });
   return [...new Set(queued.map((j) => j.queue))];
 }
 

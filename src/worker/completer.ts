@@ -1,24 +1,24 @@
 /**
- * Writes handler results in batches, each fenced by the lease: one statement
- * for the successes and one for the failures of whatever finished while the
- * previous batch was being written. A result whose lease was reclaimed changes
- * nothing and is reported as stale.
+ * Writes handler results in batches: whatever finished while the previous
+ * batch was being written goes in the next, successes and failures together,
+ * as one finish statement (finish.ts), each result fenced by its lease. A
+ * result whose lease was reclaimed changes nothing and is reported stale; a
+ * job whose cancel was requested ends `cancelled` in the same statement.
  *
- * A write whose answer is lost (connection dropped, deadlock, serialization
- * failure) may or may not have committed. Before sending it again, the
- * completer reads where each job stands: a result this lease already wrote
- * counts as written, a lease still held is written again, and only a lease
- * that is gone is stale.
- *
- * A job whose cancel was requested is left alone by the success and failure
- * statements; the completer then ends it with the cancel statement (also
- * fenced by the lease), so it ends `cancelled` whatever its handler returned.
+ * Modes: waiting (nothing to write, until a result wakes it), writing (one
+ * batch at a time), reading (after a write whose answer was lost, or that left
+ * jobs alone: where those jobs stand decides — a result this lease already
+ * wrote counts as written, a lease still held is written again, a lease that
+ * is gone is stale), and stopping ({@link Completer.drain}: writes what is
+ * queued within a deadline, then gives up, leaving the jobs to the sweeper).
  */
-import { setTimeout as sleep } from 'node:timers/promises';
 import { isTransient, translateError } from '../db/executor.js';
+import type { AttemptResult, FinishedJob, FinishingJob } from '../db/queries/finish.js';
 import { type LeasedJob, leaseKey } from '../db/queries/job-row.js';
-import type { FailedJob, FailureOutcome, LeaseState } from '../db/queries/results.js';
+import type { LeaseState } from '../db/queries/results.js';
 import type { SkiplockError } from '../errors.js';
+import { type Clock, sleep } from '../runtime/clock.js';
+import { Service } from '../runtime/service.js';
 import { loopBackoffMs } from './loop-backoff.js';
 
 /** A failed attempt to write: what the handler threw, the text stored, and whether it is permanent. */
@@ -33,13 +33,19 @@ export interface FailureToWrite<T> {
   retryDelayMs?: number | undefined;
 }
 
+/** What a failure's write left: the job's status, queue and the milliseconds until it is due again. */
+export interface FailureOutcome {
+  status: 'queued' | 'failed' | 'dead';
+  queue: string;
+  /** Milliseconds until the retry or the snoozed job is due (0 when it ended). */
+  retryDelayMs: number;
+}
+
 /** What the completer needs from its worker. */
 export interface CompleterDeps<T extends LeasedJob> {
-  complete(jobs: T[]): Promise<Set<string>>;
-  fail(failures: FailedJob[]): Promise<FailureOutcome[]>;
-  /** Ends held jobs whose cancel was requested as `cancelled`; returns the lease keys it ended (none when absent). */
-  cancel?(jobs: T[]): Promise<Set<string>>;
-  /** Where these jobs stand now; read before a write whose answer was lost is sent again. */
+  /** Writes a batch with one finish statement; returns what it wrote by lease key. */
+  finish(jobs: FinishingJob[]): Promise<Map<string, FinishedJob>>;
+  /** Where these jobs stand now; read before jobs a write did not settle are written again. */
   leaseStates(ids: string[]): Promise<LeaseState[]>;
   /** The worker id that holds these leases. */
   workerId: string;
@@ -60,199 +66,190 @@ const MAX_BATCH = 1000;
 /** Non-transient errors after which a batch is given up (its jobs are reclaimed by the sweeper later). */
 const MAX_PERMANENT_ERRORS = 5;
 
-export class Completer<T extends LeasedJob> {
-  readonly #deps: CompleterDeps<T>;
-  #successes: T[] = [];
-  #failures: FailureToWrite<T>[] = [];
-  #flushing: Promise<void> | undefined;
-  #giveUp = false;
+/** Writes of jobs a write left alone while their lease was still held, before they count as stale. */
+const MAX_REWRITES = 3;
 
-  constructor(deps: CompleterDeps<T>) {
+/** One queued result: the job, and its failure when it failed. */
+interface Pending<T> {
+  job: T;
+  failure: FailureToWrite<T> | undefined;
+}
+
+/** The completer of one worker: a {@link Service} that writes what `succeeded` and `failed` queue. */
+export class Completer<T extends LeasedJob> extends Service {
+  readonly #deps: CompleterDeps<T>;
+  #queued: Pending<T>[] = [];
+  /** Set by a drain past its deadline: stop retrying. */
+  readonly #giveUp = new AbortController();
+
+  /** @param clock - the clock retries wait on; defaults to the process's. */
+  constructor(deps: CompleterDeps<T>, clock?: Clock) {
+    super(clock);
     this.#deps = deps;
   }
 
-  /** Number of results not yet written. */
+  /** Number of results waiting for the next batch (the batch being written is not counted). */
   get backlog(): number {
-    return this.#successes.length + this.#failures.length;
+    return this.#queued.length;
   }
 
   /** Queues a success. */
   succeeded(job: T): void {
-    this.#successes.push(job);
-    this.#schedule();
+    this.#queued.push({ job, failure: undefined });
+    this.wake();
   }
 
-  /** Queues a failure. */
+  /** Queues a failure (or a snooze). */
   failed(failure: FailureToWrite<T>): void {
-    this.#failures.push(failure);
-    this.#schedule();
+    this.#queued.push({ job: failure.job, failure });
+    this.wake();
   }
 
-  #schedule(): void {
-    this.#flushing ??= this.#flush().finally(() => {
-      this.#flushing = undefined;
-    });
-  }
-
-  async #flush(): Promise<void> {
-    // Handlers that settle in this turn of the event loop join the first batch.
-    await new Promise((resolve) => setImmediate(resolve));
-    while (this.backlog > 0) {
-      const successes = this.#successes.splice(0, MAX_BATCH);
-      const failures = this.#failures.splice(0, MAX_BATCH);
-      await Promise.all([
-        successes.length > 0 ? this.#writeSuccesses(successes) : undefined,
-        failures.length > 0 ? this.#writeFailures(failures) : undefined,
-      ]);
+  protected async run(): Promise<void> {
+    for (;;) {
+      if (this.#queued.length === 0) {
+        if (this.stopped) return;
+        await this.wait(Number.POSITIVE_INFINITY);
+        continue;
+      }
+      // Handlers that settle in this turn of the event loop join the batch.
+      await new Promise((resolve) => setImmediate(resolve));
+      await this.#write(this.#queued.splice(0, MAX_BATCH));
       this.#deps.onBatchWritten?.();
     }
   }
 
-  async #writeSuccesses(batch: T[]): Promise<void> {
-    let pending = batch;
-    await this.#retrying(async (retry) => {
-      if (retry) {
-        pending = await this.#unwritten(
-          pending,
-          (state) => this.#deps.successLeavesRow && state.status === 'succeeded',
-          (job) => this.#deps.onSuccess(job),
-        );
-      }
-      if (pending.length === 0) return;
-      const completed = await this.#deps.complete(pending);
-      const missed: T[] = [];
-      for (const job of pending) {
-        if (completed.has(leaseKey(job))) this.#deps.onSuccess(job);
-        else missed.push(job);
-      }
-      pending = missed;
-      await this.#cancelOrStale(missed);
-    });
-  }
-
-  /** Jobs a result statement left alone: cancelled when their cancel was requested, else stale. */
-  async #cancelOrStale(jobs: T[]): Promise<void> {
-    if (jobs.length === 0) return;
-    const cancelled = (await this.#deps.cancel?.(jobs)) ?? new Set<string>();
-    for (const job of jobs) {
-      if (cancelled.has(leaseKey(job))) this.#deps.onCancelled?.(job);
-      else this.#deps.onStale(job);
-    }
-  }
-
-  async #writeFailures(batch: FailureToWrite<T>[]): Promise<void> {
-    let pending = batch;
-    await this.#retrying(async (retry) => {
-      if (retry) {
-        const byId = new Map(pending.map((f) => [f.job.id, f]));
-        const jobs = await this.#unwritten(
-          pending.map((f) => f.job),
-          (state) => state.status !== 'running',
-          (job, state) =>
-            this.#deps.onFailure(byId.get(job.id)!, {
-              id: job.id,
-              attempts: job.attempts,
-              leaseSeq: job.leaseSeq,
-              status: state!.status as FailureOutcome['status'],
-              queue: state!.queue,
-              retryDelayMs: state!.retryDelayMs,
-            }),
-          true,
-        );
-        pending = jobs.map((j) => byId.get(j.id)!);
-      }
-      if (pending.length === 0) return;
-      const outcomes = await this.#deps.fail(
-        pending.map((f) => ({
-          id: f.job.id,
-          attempts: f.job.attempts,
-          leaseSeq: f.job.leaseSeq,
-          error: f.error,
-          permanent: f.permanent,
-          snoozeDelayMs: f.snoozeDelayMs,
-          retryDelayMs: f.retryDelayMs,
-        })),
-      );
-      const byKey = new Map(outcomes.map((o) => [leaseKey(o), o]));
-      const missed: FailureToWrite<T>[] = [];
-      for (const f of pending) {
-        const outcome = byKey.get(leaseKey(f.job));
-        if (outcome) this.#deps.onFailure(f, outcome);
-        else missed.push(f);
-      }
-      pending = missed;
-      await this.#cancelOrStale(missed.map((f) => f.job));
-    });
-  }
-
   /**
-   * After a lost answer: reports the jobs whose result this lease already wrote
-   * (`written(state)`, or an absent row when `absentIsStale` is false) and the
-   * ones whose lease is gone, and returns those still held, to write again.
+   * Resolves when every queued result is written, or after `timeoutMs` on the
+   * clock (then stops retrying; the jobs left come back through the sweeper).
+   * The completer then stops (one never started writes what is queued first).
    */
-  async #unwritten(
-    jobs: T[],
-    written: (state: LeaseState) => boolean,
-    onWritten: (job: T, state: LeaseState | undefined) => void,
-    absentIsStale = false,
-  ): Promise<T[]> {
-    const states = new Map((await this.#deps.leaseStates(jobs.map((j) => j.id))).map((s) => [s.id, s]));
-    const held: T[] = [];
-    for (const job of jobs) {
-      const state = states.get(job.id);
-      if (!state) {
-        if (absentIsStale) this.#deps.onStale(job);
-        else onWritten(job, undefined);
-      } else if (state.leaseSeq !== job.leaseSeq) {
-        this.#deps.onStale(job);
-      } else if (state.status === 'running' && state.lockedBy === this.#deps.workerId) {
-        held.push(job);
-      } else if (state.status === 'cancelled') {
-        this.#deps.onCancelled?.(job);
-      } else if (written(state)) {
-        onWritten(job, state);
-      } else {
-        this.#deps.onStale(job);
-      }
-    }
-    return held;
+  async drain(timeoutMs: number): Promise<void> {
+    if (this.state === 'new' && this.backlog > 0) this.start();
+    const stopping = this.stop();
+    const deadline = new AbortController();
+    let timedOut = false;
+    await Promise.race([
+      stopping,
+      sleep(this.clock, timeoutMs, deadline.signal).then(() => {
+        timedOut = !deadline.signal.aborted;
+      }),
+    ]);
+    deadline.abort();
+    if (timedOut) this.#giveUp.abort();
   }
 
-  /** Runs `write` until it succeeds; `retry` is true after a failed try. Gives up as described on the class. */
-  async #retrying(write: (retry: boolean) => Promise<void>): Promise<void> {
-    let attempt = 0;
+  /** Writes one batch until each job is written, stale, or given up. */
+  async #write(batch: Pending<T>[]): Promise<void> {
+    let pending = batch;
+    /** Why the jobs' states are read before the next write: an answer was lost, or the write left them alone. */
+    let read: 'lost' | 'missed' | undefined;
+    let misses = 0;
+    let tries = 0;
     let permanentErrors = 0;
-    for (;;) {
+    while (pending.length > 0) {
       try {
-        await write(attempt > 0);
-        return;
+        if (read) pending = await this.#unwritten(pending, read === 'lost', misses > MAX_REWRITES);
+        read = undefined;
+        if (pending.length === 0) return;
+        const written = await this.#deps.finish(pending.map(finishing));
+        const missed: Pending<T>[] = [];
+        for (const p of pending) {
+          const row = written.get(leaseKey(p.job));
+          if (row) this.#report(p, row);
+          else missed.push(p);
+        }
+        // Left alone: a lease that is gone, or (rarely) a cancel requested while the write ran.
+        pending = missed;
+        read = 'missed';
+        misses++;
       } catch (error) {
         const translated = translateError(error);
         this.#deps.onError(translated);
         if (!isTransient(translated)) permanentErrors++;
         // Give up only when retrying cannot help, or when shutting down past its deadline:
         // the sweeper brings the jobs back after the visibility timeout (at-least-once).
-        if (permanentErrors >= MAX_PERMANENT_ERRORS || this.#giveUp) return;
-        await sleep(loopBackoffMs(attempt++));
+        if (permanentErrors >= MAX_PERMANENT_ERRORS || this.#giveUp.signal.aborted) return;
+        await sleep(this.clock, loopBackoffMs(tries++), this.#giveUp.signal);
+        if (this.#giveUp.signal.aborted) return;
+        // The write may have committed; a read that failed may have been after a write that left jobs alone.
+        if (read !== 'missed') read = 'lost';
       }
     }
   }
 
-  /** Resolves when every queued result is written, or after `timeoutMs` (then stops retrying). */
-  async drain(timeoutMs: number): Promise<void> {
-    const deadline = performance.now() + timeoutMs;
-    while (this.#flushing) {
-      const remaining = deadline - performance.now();
-      if (remaining <= 0) {
-        this.#giveUp = true;
-        return;
-      }
-      const timeout = new AbortController();
-      await Promise.race([
-        this.#flushing,
-        sleep(remaining, undefined, { signal: timeout.signal }).catch(() => {}),
-      ]);
-      timeout.abort();
-    }
+  /** Reports what the finish statement wrote for `p`. */
+  #report(p: Pending<T>, row: FinishedJob): void {
+    if (row.outcome === 'cancelled') this.#deps.onCancelled?.(p.job);
+    else if (!p.failure) this.#deps.onSuccess(p.job);
+    else
+      this.#deps.onFailure(p.failure, {
+        status: row.outcome === 'failed' || row.outcome === 'dead' ? row.outcome : 'queued',
+        queue: row.queue,
+        retryDelayMs: row.retryDelayMs,
+      });
   }
+
+  /**
+   * Reads where the jobs stand and returns those still held, to write again
+   * (none when `giveUp`: they are reported stale). After a lost answer
+   * (`lost`), a result this lease already wrote is reported as written; after
+   * a write that left jobs alone, whatever else happened to them was someone
+   * else's doing, so they are stale.
+   */
+  async #unwritten(pending: Pending<T>[], lost: boolean, giveUp: boolean): Promise<Pending<T>[]> {
+    const states = new Map(
+      (await this.#deps.leaseStates(pending.map((p) => p.job.id))).map((s) => [s.id, s]),
+    );
+    const held: Pending<T>[] = [];
+    for (const p of pending) {
+      const state = states.get(p.job.id);
+      const ours = state?.leaseSeq === p.job.leaseSeq;
+      if (ours && state?.status === 'running' && state.lockedBy === this.#deps.workerId && !giveUp) {
+        held.push(p);
+      } else if (!lost || (state && !ours)) {
+        this.#deps.onStale(p.job);
+      } else if (!state) {
+        // A running job leaves the table only by its lease's success (delete, archive).
+        if (p.failure) this.#deps.onStale(p.job);
+        else this.#deps.onSuccess(p.job);
+      } else if (state.status === 'cancelled') {
+        this.#deps.onCancelled?.(p.job);
+      } else if (!p.failure && this.#deps.successLeavesRow && state.status === 'succeeded') {
+        this.#deps.onSuccess(p.job);
+      } else if (
+        p.failure &&
+        (state.status === 'queued' || state.status === 'failed' || state.status === 'dead')
+      ) {
+        this.#deps.onFailure(p.failure, {
+          status: state.status,
+          queue: state.queue,
+          retryDelayMs: state.retryDelayMs,
+        });
+      } else {
+        this.#deps.onStale(p.job);
+      }
+    }
+    return held;
+  }
+}
+
+/** The finish statement's view of a queued result. */
+function finishing<T extends LeasedJob>(p: Pending<T>): FinishingJob {
+  const lease = { id: p.job.id, attempts: p.job.attempts, leaseSeq: p.job.leaseSeq };
+  return { ...lease, ...attemptResult(p.failure) };
+}
+
+/** The attempt result of a failure to write (a success when there is none). */
+export function attemptResult(
+  failure: Omit<FailureToWrite<unknown>, 'job' | 'thrown'> | undefined,
+): AttemptResult {
+  if (!failure) return { outcome: 'succeeded' };
+  if (failure.snoozeDelayMs !== undefined) return { outcome: 'snoozed', delayMs: failure.snoozeDelayMs };
+  return {
+    outcome: 'failed',
+    error: failure.error,
+    permanent: failure.permanent,
+    retryDelayMs: failure.retryDelayMs,
+  };
 }

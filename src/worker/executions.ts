@@ -106,6 +106,31 @@ export class Executions {
     return e;
   }
 
+  /**
+   * Takes up to `max` buffered jobs of `kind`, oldest first, and marks them
+   * running (a batch handler's jobs); the others keep their order.
+   */
+  startKind(kind: string, max: number, now: number): Execution[] {
+    const taken: Execution[] = [];
+    const kept: Execution[] = [];
+    for (let i = this.#head; i < this.#buffer.length; i++) {
+      const e = this.#buffer[i]!;
+      if (e.state !== 'buffered') continue;
+      if (taken.length < max && e.job.kind === kind) taken.push(e);
+      else kept.push(e);
+    }
+    if (taken.length === 0) return taken;
+    this.#buffer = kept;
+    this.#head = 0;
+    for (const e of taken) {
+      e.state = 'running';
+      e.startedAt = now;
+      e.control = new AttemptControl();
+      this.#running.add(e);
+    }
+    return taken;
+  }
+
   /** A running job's handler settled (or its lease is gone): it no longer holds a slot. */
   finish(e: Execution): void {
     this.#running.delete(e);

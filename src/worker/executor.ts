@@ -16,7 +16,13 @@ import {
 import { describeFailure } from '../job/failure.js';
 import type { Job } from '../job/job.js';
 import { type AttemptControl, attemptContext } from './attempt-control.js';
-import type { Handler, HandlerContext, ResolvedHandler } from './handler-definition.js';
+import {
+  batchOutcomes,
+  type Handler,
+  type HandlerContext,
+  type ResolvedBatch,
+  type ResolvedHandler,
+} from './handler-definition.js';
 
 /** How one attempt ended, before it is written. */
 export type RunOutcome =
@@ -179,7 +185,76 @@ export function withMiddleware(
         });
       };
     }
-    wrapped.set(kind, { ...handler, handle: chained } as ResolvedHandler);
+    const batch =
+      !handler.transactional && handler.batch ? batchWithMiddleware(handler.batch, middleware) : undefined;
+    wrapped.set(
+      kind,
+      (batch ? { ...handler, handle: chained, batch } : { ...handler, handle: chained }) as ResolvedHandler,
+    );
   }
   return wrapped;
 }
+
+// --- batch handlers ---
+
+/**
+ * Runs a batch handler on `jobs` as one attempt (timeout, signal and
+ * middleware as {@link runJob}'s, over the whole batch) and returns one outcome
+ * per job, in their order: each its own when the handler returned an array of
+ * one outcome per job, else (a throw, a timeout, a wrong result) the same
+ * failure for every job. Never rejects.
+ */
+export async function runBatch(
+  batch: ResolvedBatch,
+  jobs: Job[],
+  control: AttemptControl,
+  timeoutMs: number | undefined,
+): Promise<RunOutcome[]> {
+  let returned: unknown;
+  const call: Handler<string, unknown> = (_job, context) => {
+    const result = batch.handleBatch(jobs, context);
+    if (!isThenable(result)) {
+      returned = result;
+      return undefined;
+    }
+    return Promise.resolve(result).then((value) => {
+      returned = value;
+    });
+  };
+  const outcome = await runJob(call, jobs[0]!, control, timeoutMs);
+  if (outcome.ok) {
+    try {
+      return batchOutcomes(returned, jobs.length).map((o) => (o instanceof Error ? failure(o) : SUCCESS));
+    } catch (error) {
+      return jobs.map(() => failure(error));
+    }
+  }
+  return jobs.map(() => outcome);
+}
+
+/** A batch handler with `middleware` around each call; it is given the batch's first job. */
+function batchWithMiddleware(batch: ResolvedBatch, middleware: readonly Middleware[]): ResolvedBatch {
+  const handleBatch = (jobs: Job[], context: HandlerContext): unknown => {
+    let next = () => Promise.resolve().then(() => batch.handleBatch(jobs, context));
+    for (let i = middleware.length - 1; i >= 0; i--) {
+      const outer = middleware[i]!;
+      const inner = next;
+      next = () => {
+        let called = false;
+        return Promise.resolve().then(() =>
+          outer(jobs[0]!, context, () => {
+            if (called) return Promise.reject(new Error('next() was called twice in one attempt'));
+            called = true;
+            const ran = inner();
+            ran.catch(() => {});
+            return ran;
+          }),
+        );
+      };
+    }
+    return next();
+  };
+  return { ...batch, handleBatch };
+}
+
+// --- end batch handlers ---

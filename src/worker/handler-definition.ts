@@ -2,7 +2,8 @@
  * Handlers as users declare them: a bare function, or an object that also
  * gives its kind defaults (`maxAttempts`, `timeoutMs`, `backoff`), or a
  * transactional handler (`transactional: true`) that runs in a transaction
- * the job's completion commits with. Resolved once, when the worker is made,
+ * the job's completion commits with, or a batch handler (`handleBatch`) that
+ * takes many jobs of its kind at once. Resolved once, when the worker is made,
  * into one shape the worker runs.
  */
 import type pg from 'pg';
@@ -131,18 +132,107 @@ export interface TransactionalHandlerDefinition<Kind extends string, Payload> ex
   handle(job: Job<Kind, Payload>, context: TransactionalHandlerContext): unknown;
 }
 
+// --- batch handlers ---
+
+/** What a batch handler gets besides its jobs. */
+export interface BatchContext {
+  /**
+   * Fires for the whole batch: when its timeout (the kind's `timeoutMs`, else
+   * the worker's `jobTimeoutMs`) passes (JobTimeoutError) or when the worker
+   * stops and gives the batch's jobs back (ShutdownError). A job of the batch
+   * that is cancelled or whose lease is lost meanwhile ends on its own (its
+   * outcome is then not heard); the others carry on.
+   */
+  signal: AbortSignal;
+}
+
+/**
+ * How one job of a batch ended, at its place in the array `handleBatch`
+ * returns: `undefined` or any value that is not an Error — success; an Error —
+ * a failed attempt, as if a single handler had thrown it (a `PermanentError`
+ * fails without retry, a `SnoozeError` snoozes without charging the attempt).
+ */
+export type BatchOutcome = unknown;
+
+/** The largest `maxBatchSize`. */
+export const MAX_BATCH_SIZE = 1_000;
+
+/** The longest `maxWaitMs`, in milliseconds. */
+export const MAX_BATCH_WAIT_MS = 60_000;
+
+/**
+ * A handler that performs up to `maxBatchSize` jobs of its kind in one call —
+ * one insert of many rows, one request to a bulk API. It returns one
+ * {@link BatchOutcome} per job, in the order of `jobs`; each job is then
+ * finished by its own outcome, fenced by its own lease, exactly as a single
+ * handler's job would be (attempts, retry and backoff, dead letter, snooze).
+ * A batch that throws, or times out, fails every job of it (each attempt
+ * charged, each retried by its own count); so does a returned array whose
+ * length is not `jobs.length`.
+ *
+ * A batch takes one of the worker's `concurrency` slots, whatever its size:
+ * the point of a batch is one call for many jobs. Jobs held (running in
+ * batches and buffered) stay bounded by what the worker claims: to fill
+ * batches, give the worker `batchSize` and `prefetch` near `maxBatchSize`.
+ * Middleware runs once around each batch, given its first job. Batch handlers
+ * cannot be transactional; broker-side workers refuse them. `drain()` in
+ * `skiplock/testing` runs them with batches of one job.
+ *
+ * @example
+ * handlers: {
+ *   send_email: {
+ *     maxBatchSize: 500,
+ *     maxWaitMs: 200,
+ *     handleBatch: async (jobs) => {
+ *       const sent = await mailer.sendMany(jobs.map((job) => job.payload));
+ *       return sent.map((r) => (r.ok ? undefined : new Error(r.reason)));
+ *     },
+ *   },
+ * }
+ */
+export interface BatchHandlerDefinition<Kind extends string, Payload> extends HandlerPolicy {
+  /** Performs `jobs` (1…maxBatchSize of them, oldest claim first); returns one outcome per job, in their order. */
+  handleBatch(
+    jobs: Job<Kind, Payload>[],
+    context: BatchContext,
+  ): readonly BatchOutcome[] | PromiseLike<readonly BatchOutcome[]>;
+  /** Most jobs in one call (integer 1…1000). @default 100 */
+  maxBatchSize?: number | undefined;
+  /**
+   * How long a batch that is not full waits for more jobs of its kind to
+   * arrive before it runs, in milliseconds (integer 0…60000); 0 runs it with
+   * the jobs the worker holds now. The batch holds its slot while it waits.
+   * @default 0
+   */
+  maxWaitMs?: number | undefined;
+}
+
+/** A batch handler after validation, defaults filled in. */
+export interface ResolvedBatch {
+  handleBatch: (jobs: Job[], context: BatchContext) => unknown;
+  maxBatchSize: number;
+  maxWaitMs: number;
+}
+
+// --- end batch handlers ---
+
 /**
  * A handler as given in `handlers`: a function, or a definition with defaults,
- * or a transactional one.
+ * or a transactional one, or a batch handler.
  */
 export type HandlerEntry<Kind extends string, Payload> =
   | Handler<Kind, Payload>
   // A TransactionalHandlerDefinition is one of these (its handle's context is wider).
-  | HandlerDefinition<Kind, Payload>;
+  | HandlerDefinition<Kind, Payload>
+  | BatchHandlerDefinition<Kind, Payload>;
 
-/** A handler after validation: its function and its kind's defaults. */
+/**
+ * A handler after validation: its function and its kind's defaults. A batch
+ * handler has `batch`, and a `handle` that runs it on one job (for the paths
+ * that run jobs one at a time).
+ */
 export type ResolvedHandler =
-  | (HandlerPolicy & { transactional: false; handle: Handler<string, unknown> })
+  | (HandlerPolicy & { transactional: false; handle: Handler<string, unknown>; batch?: ResolvedBatch })
   | (HandlerPolicy & { transactional: true; handle: TransactionalHandler<string, unknown> });
 
 const definitionSchema = z.strictObject({
@@ -170,6 +260,61 @@ const definitionSchema = z.strictObject({
     .optional(),
 });
 
+const policyShape = {
+  maxAttempts: definitionSchema.shape.maxAttempts,
+  timeoutMs: definitionSchema.shape.timeoutMs,
+  backoff: definitionSchema.shape.backoff,
+};
+
+const batchDefinitionSchema = z.strictObject({
+  handleBatch: z.custom<ResolvedBatch['handleBatch']>((v) => typeof v === 'function', {
+    error: 'must be a function',
+  }),
+  transactional: z.literal(false, { error: 'batch handlers cannot be transactional' }).optional(),
+  maxBatchSize: integerInRange(1, MAX_BATCH_SIZE).optional(),
+  maxWaitMs: integerInRange(0, MAX_BATCH_WAIT_MS).optional(),
+  ...policyShape,
+});
+
+/** Resolves a batch definition; its `handle` runs a batch of one job. */
+function resolveBatch(entry: object, field: string): ResolvedHandler {
+  if ('handle' in entry)
+    throw new ValidationError(`${field}.handle`, 'give either handle or handleBatch, not both');
+  const {
+    handleBatch,
+    maxBatchSize,
+    maxWaitMs,
+    transactional: _,
+    ...policy
+  } = parseOptions(batchDefinitionSchema, entry, field);
+  const batch: ResolvedBatch = {
+    handleBatch,
+    maxBatchSize: maxBatchSize ?? 100,
+    maxWaitMs: maxWaitMs ?? 0,
+  };
+  const handle = async (job: Job, context: HandlerContext): Promise<void> => {
+    const outcomes = await handleBatch([job], context);
+    const outcome = batchOutcomes(outcomes, 1)[0];
+    if (outcome instanceof Error) throw outcome;
+  };
+  return { ...policy, transactional: false, handle, batch };
+}
+
+/**
+ * Checks what a batch handler returned: an array of `count` outcomes.
+ *
+ * @throws {Error} naming what was wrong, when it is not (the batch then fails every job).
+ */
+export function batchOutcomes(returned: unknown, count: number): readonly BatchOutcome[] {
+  if (!Array.isArray(returned))
+    throw new Error(`handleBatch must return an array of ${count} outcomes; it returned ${typeof returned}`);
+  if (returned.length !== count)
+    throw new Error(
+      `handleBatch must return one outcome per job: ${count} jobs, ${returned.length} outcomes`,
+    );
+  return returned;
+}
+
 /**
  * Validates `handlers` and resolves each entry to one shape.
  *
@@ -191,8 +336,12 @@ export function resolveHandlers(
     if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) {
       throw new ValidationError(
         `${field}.${kind}`,
-        'must be a function or { handle, transactional, maxAttempts, timeoutMs, backoff }',
+        'must be a function or { handle, transactional, maxAttempts, timeoutMs, backoff } or { handleBatch, maxBatchSize, maxWaitMs, … }',
       );
+    }
+    if ('handleBatch' in entry) {
+      resolved.set(kind, resolveBatch(entry, `${field}.${kind}`));
+      continue;
     }
     const { transactional, ...parsed } = parseOptions(definitionSchema, entry, `${field}.${kind}`);
     resolved.set(

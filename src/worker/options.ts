@@ -23,6 +23,9 @@ import {
 
 export type {
   Backoff,
+  BatchContext,
+  BatchHandlerDefinition,
+  BatchOutcome,
   Handler,
   HandlerContext,
   HandlerDefinition,
@@ -38,7 +41,7 @@ export type Handlers<Jobs extends JobMap> = {
   [Kind in keyof Jobs & string]?: HandlerEntry<Kind, Jobs[Kind]>;
 };
 
-import type { SuccessPolicy } from '../db/queries/results.js';
+import type { SuccessPolicy } from '../db/queries/finish.js';
 
 export type { SuccessPolicy };
 

@@ -1,16 +1,16 @@
 /**
  * One attempt of a transactional handler: BEGIN on a connection of the
  * transactional pool, the handler with that connection, the job's completion
- * fenced by its lease (by the `onSuccess` policy) on the same connection, then
- * COMMIT. The handler's writes and the job's completion commit together or not
- * at all:
+ * (the finish statement, fenced by its lease, by the `onSuccess` policy) on
+ * the same connection, then COMMIT. The handler's writes and the job's
+ * completion commit together or not at all:
  *
  * - the handler throws, times out, is cancelled or stopped, or the lease was
  *   lost: the transaction rolls back and the attempt ends as any other does
  *   (a failure is written by the completer; a lost lease is stale);
- * - the completion matches no row (lease reclaimed, or cancel requested): the
- *   transaction rolls back; the job is ended `cancelled` when its cancel was
- *   requested, else reported stale;
+ * - the completion writes no success (lease reclaimed, or cancel requested):
+ *   the transaction rolls back; the job is ended `cancelled` when its cancel
+ *   was requested, else reported stale;
  * - COMMIT's answer is lost: where the job stands tells whether it committed,
  *   as the completer tells for its own lost answers, read once that COMMIT
  *   ended (the read waits for the row's lock).
@@ -24,9 +24,10 @@ import type pg from 'pg';
 import { isTransient, translateError } from '../db/executor.js';
 import { guardedClient, transactionEnded } from '../db/guarded-client.js';
 import { HeldTransaction } from '../db/held-transaction.js';
-import { leaseKey } from '../db/queries/job-row.js';
+import type { FinishingJob, SuccessPolicy } from '../db/queries/finish.js';
+import { type LeasedJob, leaseKey } from '../db/queries/job-row.js';
 import type { JobQueries } from '../db/queries/jobs.js';
-import type { LeaseState, SuccessPolicy } from '../db/queries/results.js';
+import type { LeaseState } from '../db/queries/results.js';
 import { SettledLeaseQueries } from '../db/queries/settled-lease.js';
 import type { Job } from '../job/job.js';
 import type { AttemptControl } from './attempt-control.js';
@@ -141,7 +142,7 @@ async function runTransactional(
       onAbort();
       return failure(signal.reason);
     }
-    const outcome = await runInTransaction(tx, handle, e.job, e.control!, timeoutMs);
+    const outcome = await runInTransaction(tx.client, handle, e.job, e.control!, timeoutMs);
     if (!outcome.ok || e.state !== 'running' || signal.aborted) {
       await tx.rollback();
       return outcome;
@@ -156,19 +157,25 @@ async function runTransactional(
   }
 }
 
+/** A lease to finish with an outcome that carries no values. */
+export function finishing(lease: LeasedJob, outcome: 'succeeded' | 'cancelled'): FinishingJob {
+  return { id: lease.id, attempts: lease.attempts, leaseSeq: lease.leaseSeq, outcome };
+}
+
 /**
- * Runs `handle` on `tx`'s connection, guarded (see guardedClient). A handler
- * that ended the transaction itself fails without retry, since a retry would
- * repeat what it committed. Never rejects; the caller rolls back or commits.
+ * Runs `handle` on `connection` (inside a transaction), guarded (see
+ * guardedClient). A handler that ended the transaction itself fails without
+ * retry, since a retry would repeat what it committed. Never rejects; the
+ * caller rolls back or commits.
  */
 export async function runInTransaction(
-  tx: HeldTransaction,
+  connection: pg.PoolClient,
   handle: TransactionalHandler<string, unknown>,
   job: Job,
   control: AttemptControl,
   timeoutMs: number | undefined,
 ): Promise<RunOutcome> {
-  const client = guardedClient(tx.client, control.signal);
+  const client = guardedClient(connection, control.signal);
   const outcome = await runJob(
     (j, context) => handle(j, { signal: context.signal, client }),
     job,
@@ -176,7 +183,7 @@ export async function runInTransaction(
     timeoutMs,
   );
   if (!outcome.ok) return outcome;
-  const ended = transactionEnded(tx.client);
+  const ended = transactionEnded(connection);
   return ended ? permanentFailure(ended) : outcome;
 }
 
@@ -187,11 +194,12 @@ async function commitAttempt(
 ): Promise<RunOutcome | null> {
   let completed: boolean;
   try {
-    const keys = await tx.bounded(
-      deps.queries.results.complete(tx.client, [e], deps.workerId, deps.onSuccess),
+    const written = await tx.bounded(
+      deps.queries.finish.finish(tx.client, [finishing(e, 'succeeded')], deps.workerId, deps.onSuccess),
       'the completion',
     );
-    completed = keys.has(leaseKey(e));
+    // A cancelled job ends `cancelled` without the handler's writes: that is written after the rollback.
+    completed = written.get(leaseKey(e))?.outcome === 'succeeded';
   } catch (error) {
     // Nothing commits (the handler left the transaction aborted, a deadlock, the connection broke).
     await tx.rollback();
@@ -217,8 +225,13 @@ async function commitAttempt(
 /** A completion that missed its lease: the job ends `cancelled` when its cancel was requested, else it is stale. */
 async function cancelOrStale(deps: TransactionalDeps, e: Execution): Promise<void> {
   try {
-    const cancelled = await deps.queries.cancel.finish(deps.workerPool, [e], deps.workerId);
-    deps.events.emit(cancelled.has(leaseKey(e)) ? 'job:cancelled' : 'job:stale', e.job);
+    const written = await deps.queries.finish.finish(
+      deps.workerPool,
+      [finishing(e, 'cancelled')],
+      deps.workerId,
+      deps.onSuccess,
+    );
+    deps.events.emit(written.has(leaseKey(e)) ? 'job:cancelled' : 'job:stale', e.job);
   } catch (error) {
     // The sweeper ends it after the visibility timeout (`cancelled`, as its cancel was requested).
     deps.events.error(translateError(error), 'complete');

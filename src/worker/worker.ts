@@ -11,20 +11,28 @@ import type pg from 'pg';
 import { translateError } from '../db/executor.js';
 import type { ClaimedJob } from '../db/queries/claim.js';
 import type { JobQueries } from '../db/queries/jobs.js';
-import { LeaseLostError, SchemaVersionError, ShutdownError, SkiplockError } from '../errors.js';
+import {
+  CancelledError,
+  LeaseLostError,
+  SchemaVersionError,
+  ShutdownError,
+  SkiplockError,
+} from '../errors.js';
 import type { Maintainer } from '../maintenance/maintainer.js';
 import { workerMaintenance } from '../maintenance/worker-maintenance.js';
 import { assertMigrated } from '../migrations/migrator.js';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.js';
 import type { JobTracing } from '../telemetry/tracing.js';
+import { AttemptControl } from './attempt-control.js';
+import { BatchGathering } from './batch-gathering.js';
 import { Cancellation } from './cancellation.js';
 import { ClaimLoop, workerClaimRequest } from './claim-loop.js';
 import type { Completer } from './completer.js';
 import type { WorkerEvents } from './events.js';
 import { EventReporter } from './events.js';
 import { bufferedExecution, type Execution, Executions } from './executions.js';
-import { type RunOutcome, runJob } from './executor.js';
-import { kindRetryDelayMs, type ResolvedHandler } from './handler-definition.js';
+import { failure, type RunOutcome, runBatch, runJob } from './executor.js';
+import { kindRetryDelayMs, type ResolvedBatch, type ResolvedHandler } from './handler-definition.js';
 import { Heartbeat } from './heartbeat.js';
 import { type Notifier, workerNotifier } from './notifier.js';
 import type { ResolvedWorkerOptions } from './options.js';
@@ -105,6 +113,12 @@ export class Worker extends EventEmitter<WorkerEvents> {
    * synchronous call only, so knowing it costs a job nothing (no async context).
    */
   #calling: Execution | undefined;
+  /** Batches being gathered (batch handlers with `maxWaitMs`). */
+  readonly #gathering: BatchGathering<Execution>;
+  /** Slots held by batches, gathering or running: a batch takes one slot. */
+  #batchSlots = 0;
+  /** Jobs in those batches, not yet settled (counted in runningCount, not in slots). */
+  #batchJobs = 0;
 
   constructor(ctx: WorkerContext, options: ResolvedWorkerOptions) {
     super();
@@ -112,6 +126,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#options = options;
     this.#clock = ctx.clock ?? systemClock;
     this.#executions = new Executions(this.#clock);
+    this.#gathering = new BatchGathering(this.#clock, (kind, jobs, control) =>
+      this.#launchBatch(kind, jobs, control),
+    );
     this.#handlersDone = new Promise<void>((resolve) => {
       this.#resolveHandlersDone = resolve;
     });
@@ -141,7 +158,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
         held: () =>
           this.#state === 'running'
             ? {
-                running: this.#executions.runningCount,
+                running: this.#slotsUsed(),
                 buffered: this.#executions.bufferedCount,
                 unwritten: this.#completer.backlog,
               }
@@ -169,29 +186,30 @@ export class Worker extends EventEmitter<WorkerEvents> {
       events: this.#events,
       wakeAfter: (delayMs) => this.#claimLoop.wakeAfter(delayMs),
       onBatchWritten: () => this.#claimLoop.slotFreed(),
+      clock: this.#clock,
     });
     this.#cancellation = new Cancellation(
       {
-      executions: this.#executions,
-      queues: options.queues,
-      giveBack: (taken) => {
-        void this.#release(taken, 10_000);
-      },
-      cancelRequested: (held) => queries.cancel.requested(pool, held, this.id),
-      paused: (queues) => queries.queues.paused(pool, queues),
-      onChecked: () => this.#pump(),
-      onError: (error) => this.#events.error(error, 'claim'),
+        executions: this.#executions,
+        queues: options.queues,
+        giveBack: (taken) => {
+          void this.#release(taken, 10_000);
+        },
+        cancelRequested: (held) => queries.cancel.requested(pool, held, this.id),
+        paused: (queues) => queries.queues.paused(pool, queues),
+        onChecked: () => this.#pump(),
+        onError: (error) => this.#events.error(error, 'claim'),
       },
       this.#clock,
     );
     this.#heartbeat = new Heartbeat<Execution>(
       {
-      intervalMs: options.heartbeatIntervalMs,
-      leased: () => this.#executions.leased(),
-      beat: (jobs) => queries.results.beat(pool, jobs, this.id),
-      onLost: (e) => this.#leaseLost(e),
-      onCancelRequested: (held) => this.#cancellation.onCancelRequested(held),
-      onError: (error) => this.#events.error(error, 'heartbeat'),
+        intervalMs: options.heartbeatIntervalMs,
+        leased: () => this.#executions.leased(),
+        beat: (jobs) => queries.results.beat(pool, jobs, this.id),
+        onLost: (e) => this.#leaseLost(e),
+        onCancelRequested: (held) => this.#cancellation.onCancelRequested(held),
+        onError: (error) => this.#events.error(error, 'heartbeat'),
       },
       this.#clock,
     );
@@ -225,7 +243,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     return this.#options;
   }
 
-  /** Number of handlers running now. */
+  /** Number of jobs running now (each job of a running or gathering batch counts). */
   get activeCount(): number {
     return this.#executions.runningCount;
   }
@@ -267,6 +285,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
     this.#state = 'running';
     if (this.#options.handleSignals) stopOnSignals(this);
+    this.#completer.start();
     this.#heartbeat.start();
     if (this.#options.listen) await this.#notifier.start();
     this.#claimLoop.start();
@@ -286,26 +305,32 @@ export class Worker extends EventEmitter<WorkerEvents> {
       return;
     }
     this.#executions.buffer(executions);
+    if (this.#gathering.size > 0) this.#fillBatches();
     this.#pump();
+  }
+
+  /** Slots in use: running single jobs, and batches. */
+  #slotsUsed(): number {
+    return this.#executions.runningCount - this.#batchJobs + this.#batchSlots;
   }
 
   /** Starts buffered jobs while slots are free. */
   #pump(): void {
     const { concurrency, jobTimeoutMs } = this.#options;
-    while (
-      this.#state === 'running' &&
-      this.#stopPromise === undefined &&
-      this.#executions.runningCount < concurrency
-    ) {
+    while (this.#state === 'running' && this.#stopPromise === undefined && this.#slotsUsed() < concurrency) {
       const now = this.#clock.monotonic();
       const next = this.#executions.peek();
       // A job that waited long in the buffer starts only once its queue is known not to be paused.
       if (!next || !this.#cancellation.mayStart(next, now)) break;
+      const handler = this.#handlers.get(next.job.kind);
+      if (handler !== undefined && !handler.transactional && handler.batch !== undefined) {
+        this.#openBatch(next.job.kind, handler.batch, now);
+        continue;
+      }
       const e = this.#executions.start(now);
       if (!e) break;
       this.#claimLoop.jobStarted();
       if (this.#events.heard('job:start')) this.#events.emit('job:start', e.job);
-      const handler = this.#handlers.get(e.job.kind);
       const timeoutMs = handler?.timeoutMs ?? jobTimeoutMs;
       const attempt = handler?.transactional
         ? () => this.#transactional!.run(e, handler.handle, timeoutMs)
@@ -326,6 +351,13 @@ export class Worker extends EventEmitter<WorkerEvents> {
   #settle(e: Execution, outcome: RunOutcome | null): void {
     this.#claimLoop.jobFinished(this.#clock.monotonic() - e.startedAt);
     this.#trimBuffer();
+    this.#finishJob(e, outcome);
+    this.#pump();
+    this.#claimLoop.slotFreed();
+  }
+
+  /** Frees a settled job and queues its result (none when its lease is gone or it was given back). */
+  #finishJob(e: Execution, outcome: RunOutcome | null): void {
     const lost = e.state === 'lost';
     const released = e.state === 'released';
     this.#executions.finish(e);
@@ -342,9 +374,104 @@ export class Worker extends EventEmitter<WorkerEvents> {
           retryDelayMs: kindRetryDelayMs(this.#handlers.get(e.job.kind), e.job, outcome),
         });
     }
-    this.#pump();
-    this.#claimLoop.slotFreed();
   }
+
+  // --- batch handlers ---
+
+  /** Takes a slot for a batch of `kind` with the buffered jobs of that kind, and gathers or runs it. */
+  #openBatch(kind: string, batch: ResolvedBatch, now: number): void {
+    const room = this.#gathering.room(kind);
+    if (room > 0) {
+      this.#gathering.add(kind, this.#startBatchJobs(kind, room, now, undefined));
+      return;
+    }
+    const control = new AttemptControl();
+    const jobs = this.#startBatchJobs(kind, batch.maxBatchSize, now, control);
+    this.#batchSlots++;
+    this.#claimLoop.jobStarted();
+    this.#batchControls.set(kind, control);
+    this.#gathering.open(kind, jobs, batch.maxBatchSize, batch.maxWaitMs, control);
+  }
+
+  /** Newly buffered jobs join the open batches of their kinds. */
+  #fillBatches(): void {
+    const now = this.#clock.monotonic();
+    for (const kind of this.#gathering.kinds()) {
+      const room = this.#gathering.room(kind);
+      if (room > 0) this.#gathering.add(kind, this.#startBatchJobs(kind, room, now, undefined));
+    }
+  }
+
+  /**
+   * Starts up to `max` buffered jobs of `kind` for a batch. Each keeps its own
+   * abort side: a cancel ends that job at once; a stop aborts the batch
+   * (`control`, or the open batch's when joining one).
+   */
+  #startBatchJobs(kind: string, max: number, now: number, control: AttemptControl | undefined): Execution[] {
+    const jobs = this.#executions.startKind(kind, max, now);
+    this.#batchJobs += jobs.length;
+    for (const e of jobs) {
+      if (this.#events.heard('job:start')) this.#events.emit('job:start', e.job);
+      e.control!.onAbort = (reason) => {
+        if (reason instanceof CancelledError) this.#settleBatchJob(e, failure(reason));
+        else if (reason instanceof ShutdownError) (control ?? this.#batchControls.get(kind))?.abort(reason);
+      };
+    }
+    return jobs;
+  }
+
+  /** The control of each kind's open batch, for jobs that join it later. */
+  readonly #batchControls = new Map<string, AttemptControl>();
+
+  /** Runs a gathered batch: its jobs still held, in one call of the handler. */
+  #launchBatch(kind: string, jobs: Execution[], control: AttemptControl): void {
+    if (this.#batchControls.get(kind) === control) this.#batchControls.delete(kind);
+    // Jobs lost or given back while the batch gathered are let go; those cancelled are ended already.
+    const live: Execution[] = [];
+    for (const e of jobs) {
+      if (e.state === 'running') live.push(e);
+      else this.#settleBatchJob(e, null);
+    }
+    if (live.length === 0) {
+      this.#batchSlots--;
+      this.#pump();
+      this.#claimLoop.slotFreed();
+      return;
+    }
+    const handler = this.#handlers.get(kind) as Extract<ResolvedHandler, { transactional: false }>;
+    const startedAt = this.#clock.monotonic();
+    const running = runBatch(
+      handler.batch!,
+      live.map((e) => e.job),
+      control,
+      handler.timeoutMs ?? this.#options.jobTimeoutMs,
+    );
+    const tracing = this.#tracing;
+    // Each job gets its `process` span, ended by its own outcome (spans the handler starts are not their children).
+    const traced = tracing
+      ? Promise.all(
+          live.map((e, i) => tracing.process(e.job, e.traceContext, () => running.then((o) => o[i]!))),
+        )
+      : running;
+    void traced.then((outcomes) => {
+      // The run time per job: the claim loop then buffers enough to fill the next batches.
+      this.#claimLoop.jobFinished((this.#clock.monotonic() - startedAt) / live.length);
+      this.#trimBuffer();
+      for (let i = 0; i < live.length; i++) this.#settleBatchJob(live[i]!, outcomes[i]!);
+      this.#batchSlots--;
+      this.#pump();
+      this.#claimLoop.slotFreed();
+    });
+  }
+
+  /** Ends one job of a batch (once: a job cancelled before its batch settled is not ended again). */
+  #settleBatchJob(e: Execution, outcome: RunOutcome | null): void {
+    if (e.state === 'done') return;
+    this.#batchJobs--;
+    this.#finishJob(e, outcome);
+  }
+
+  // --- end batch handlers ---
 
   /**
    * Gives back the newest buffered jobs beyond what the handlers' recent run
@@ -373,8 +500,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const { prefetchTimeoutMs } = this.#options;
     if (this.#executions.bufferedCount > 0) {
       const expired = this.#executions.takeBuffered(this.#clock.monotonic() - prefetchTimeoutMs);
-    if (expired.length > 0) void this.#release(expired);
-  }
+      if (expired.length > 0) void this.#release(expired);
+    }
     this.#bufferTimer = this.#clock.setTimeout(
       () => this.#expireBuffered(),
       Math.max(10, prefetchTimeoutMs / 2),
@@ -439,6 +566,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const graceLeft = () => Math.max(0, hardDeadline - CLOSE_RESERVE_MS - clock.monotonic());
     clock.clearTimeout(this.#bufferTimer);
     const claimLoopStopped = this.#claimLoop.stop();
+    // Gathering batches run now with what they have; stop waits for them like any handler.
+    this.#gathering.flush();
     const buffered = this.#executions.takeBuffered();
     const releasingBuffered = this.#release(buffered, graceLeft());
     await this.#executions.whenIdle(remaining(), this.#stopCallers);

@@ -132,19 +132,35 @@ async function check(ops: Op[]): Promise<void> {
         if (!held) break;
         const { worker, lease } = held;
         if (step.op === 'complete' || step.op === 'keep')
-          await queries.results.complete(db.pool, [lease], worker, step.op === 'keep' ? 'keep' : 'delete');
-        else if (step.op === 'fail' || step.op === 'permanent')
-          await queries.results.fail(
+          await queries.finish.finish(
             db.pool,
-            [{ ...lease, error: 'boom', permanent: step.op === 'permanent' }],
+            [{ ...lease, outcome: 'succeeded' }],
             worker,
+            step.op === 'keep' ? 'keep' : 'delete',
+          );
+        else if (step.op === 'fail' || step.op === 'permanent')
+          await queries.finish.finish(
+            db.pool,
+            [{ ...lease, outcome: 'failed', error: 'boom', permanent: step.op === 'permanent' }],
+            worker,
+            'delete',
           );
         else if (step.op === 'snooze')
-          await queries.snooze.snooze(db.pool, [{ ...lease, delayMs: 0 }], worker);
+          await queries.finish.finish(
+            db.pool,
+            [{ ...lease, outcome: 'snoozed', delayMs: 0 }],
+            worker,
+            'delete',
+          );
         else if (step.op === 'release') await queries.results.release(db.pool, [lease], worker);
         else if (step.op === 'heartbeat') await queries.results.beat(db.pool, [lease], worker);
         else {
-          const ended = await queries.cancel.finish(db.pool, [lease], worker);
+          const ended = await queries.finish.finish(
+            db.pool,
+            [{ ...lease, outcome: 'cancelled' }],
+            worker,
+            'delete',
+          );
           if (ended.size > 0) {
             const after = await read(id);
             expect(after?.attempts, trace.join('\n')).toBe(lease.attempts);

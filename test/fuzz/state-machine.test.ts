@@ -305,8 +305,9 @@ class Complete implements Cmd {
   async run(m: Model, r: Real): Promise<void> {
     const chosen = takeLeases(m, this.worker, this.mask);
     const predicted = live(m, this.worker, chosen);
-    const done = await queries.results.complete(r.pool, chosen, this.worker, this.policy);
-    expect([...done].sort()).toEqual(predicted.map(leaseKey).sort());
+    const succeeded = chosen.map((l) => ({ ...l, outcome: 'succeeded' as const }));
+    const done = await queries.finish.finish(r.pool, succeeded, this.worker, this.policy);
+    expect([...done.keys()].sort()).toEqual(predicted.map(leaseKey).sort());
     for (const { id } of predicted) {
       const j = m.jobs.get(id)!;
       if (this.policy === 'keep') {
@@ -332,17 +333,19 @@ class Fail implements Cmd {
     const chosen = takeLeases(m, this.worker, this.mask);
     const error = `error at step ${m.step}`;
     const valid = live(m, this.worker, chosen);
-    const outcomes = await queries.results.fail(
+    const written = await queries.finish.finish(
       r.pool,
-      chosen.map((l) => ({ ...l, error, permanent: this.permanent })),
+      chosen.map((l) => ({ ...l, outcome: 'failed' as const, error, permanent: this.permanent })),
       this.worker,
+      'delete',
     );
+    const outcomes = [...written.values()];
     expect(outcomes.map(leaseKey).sort()).toEqual(valid.map(leaseKey).sort());
     const retried: string[] = [];
     for (const o of outcomes) {
       const j = m.jobs.get(o.id)!;
       const status: Status = this.permanent ? 'failed' : j.attempts >= j.maxAttempts ? 'dead' : 'queued';
-      expect(o.status).toBe(status);
+      expect(o.outcome).toBe(status === 'queued' ? 'retry' : status);
       Object.assign(j, { status, lockedBy: null, expired: false, lastError: error });
       if (status === 'queued') {
         // The guide's backoff: min(2^attempts s, 1 h) × [0.5, 1.0).
@@ -624,7 +627,7 @@ describe('fuzz: state machine', () => {
     });
     expect(second!.id).toBe(first!.id);
     // The first execution finishes late: its result must change nothing.
-    const done = await queries.results.complete(t.db.pool, [first!], 'w1', 'keep');
+    const done = await queries.finish.finish(t.db.pool, [{ ...first!, outcome: 'succeeded' }], 'w1', 'keep');
     expect(done.size).toBe(0);
     expect((await queries.inspect.getById(t.db.pool, job!.id))?.status).toBe('running');
   });

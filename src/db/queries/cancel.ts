@@ -1,9 +1,8 @@
 /**
  * Cancel: queued jobs end `cancelled` at once; running ones are flagged
  * (`cancel_requested_at`) and their holders told by a control message. The
- * worker then ends such a job with {@link CancelQueries.finish}, fenced by its
- * lease; every other result statement leaves a flagged job alone, so the job
- * ends `cancelled` whatever its handler returned.
+ * worker's finish statement (finish.ts) then ends such a job `cancelled`,
+ * fenced by its lease, whatever its handler returned.
  */
 import type pg from 'pg';
 import { type Queryable, run, type Statement } from '../executor.js';
@@ -28,7 +27,6 @@ export interface CancelCounts {
 /** The cancel statements. */
 export class CancelQueries {
   readonly #cancel: Statement;
-  readonly #finish: Statement;
   readonly #requested: Statement;
   readonly #channel: string;
 
@@ -60,13 +58,6 @@ export class CancelQueries {
               (SELECT count(*) FROM told) AS told
        FROM hit`,
     );
-    this.#finish = statement(
-      'cancel_finish',
-      `UPDATE ${jobs} j
-       SET status = 'cancelled', locked_at = NULL, locked_by = NULL, finished_at = now()
-       ${LEASE_FENCE} AND j.cancel_requested_at IS NOT NULL
-       RETURNING j.id, j.lease_seq`,
-    );
     // What a worker reads when a cancel message names jobs it holds: the
     // message is a hint (any role can send one), the row's flag is the request.
     this.#requested = statement(
@@ -90,18 +81,6 @@ export class CancelQueries {
       filter.tags ?? null,
     ]);
     return { cancelled: rows[0]?.cancelled ?? 0, running: rows[0]?.running ?? 0 };
-  }
-
-  /**
-   * Ends held jobs whose cancel was requested as `cancelled` (attempts
-   * unchanged), fenced by the lease; returns the lease keys it ended.
-   */
-  async finish(
-    pool: Pick<pg.Pool, 'query'>,
-    jobs: readonly LeasedJob[],
-    workerId: string,
-  ): Promise<Set<string>> {
-    return runFenced(pool, this.#finish, jobs, workerId);
   }
 
   /**

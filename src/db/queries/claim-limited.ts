@@ -9,7 +9,7 @@
  * group limits is claimed by the grouped statement (claim-grouped.ts).
  */
 import type pg from 'pg';
-import { run, runPrepared, type Statement, withTransaction } from '../executor.js';
+import { type Queryable, run, runPrepared, type Statement, withTransaction } from '../executor.js';
 import { type ClaimedJob, type ClaimRequest, type ClaimRow, claimedJob, KIND_MAX_ATTEMPTS } from './claim.js';
 import { groupedClaimSql } from './claim-grouped.js';
 import { GROUPED } from './queue-limits.js';
@@ -132,28 +132,39 @@ export class LimitedClaimQueries {
    * @throws {DatabaseError} from the database.
    */
   async claim(pool: pg.Pool, request: ClaimRequest): Promise<LimitedClaim> {
-    const queue = request.queues[0];
-    const send = request.prepared === false ? run : runPrepared;
     // READ COMMITTED whatever the session's default: the claim must see the claims committed during the lock wait.
-    const rows = await withTransaction(
+    return withTransaction(
       pool,
-      async (client) => {
-        const lock = await send<{ grouped: boolean }>(client, this.#lock, [queue]);
-        const grouped = lock.rows[0]?.grouped === true;
-        const { rows } = await send<LimitedClaimRow>(client, grouped ? this.#claimGrouped : this.#claim, [
-          queue,
-          request.limit,
-          request.workerId,
-          Math.round(request.visibilityTimeoutMs),
-          request.kinds,
-          request.kindMaxAttempts?.kinds ?? null,
-          request.kindMaxAttempts?.maxAttempts ?? null,
-        ]);
-        return rows;
-      },
+      (client) => this.claimIn(client, request),
       IDLE_IN_TRANSACTION_TIMEOUT_MS,
       true,
     );
+  }
+
+  /**
+   * The same claim on a connection already inside the caller's transaction:
+   * the queue's lock is held until that transaction ends.
+   *
+   * @throws {DatabaseError} from the database.
+   */
+  async claimIn(db: Queryable, request: ClaimRequest): Promise<LimitedClaim> {
+    const queue = request.queues[0];
+    // A prepared statement needs a pg connection (the worker's); other callers send unnamed ones.
+    const send = <Row>(statement: Statement, values: unknown[]) =>
+      request.prepared === false
+        ? run<Row>(db, statement, values)
+        : runPrepared<Row>(db as Pick<pg.Pool, 'query'>, statement, values);
+    const lock = await send<{ grouped: boolean }>(this.#lock, [queue]);
+    const grouped = lock.rows[0]?.grouped === true;
+    const { rows } = await send<LimitedClaimRow>(grouped ? this.#claimGrouped : this.#claim, [
+      queue,
+      request.limit,
+      request.workerId,
+      Math.round(request.visibilityTimeoutMs),
+      request.kinds,
+      request.kindMaxAttempts?.kinds ?? null,
+      request.kindMaxAttempts?.maxAttempts ?? null,
+    ]);
     const first = rows[0];
     const jobs: ClaimedJob[] = [];
     for (const r of rows) {

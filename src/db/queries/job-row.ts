@@ -91,8 +91,9 @@ export interface LeasedJob {
  * Where a row's job stands in the batch arrays ($1 ids, and any per-job array
  * after the fence's parameters): `($n::type[])[AT]`. A lookup by position is
  * linear in the batch, so only statements that need per-job values use it
- * (failures, snoozes, releases); the fence itself does not. A batch holds each
- * job id once: see {@link newestLeasePerJob}.
+ * (releases, and the finish statement's failures and snoozes); the fence
+ * itself does not. A batch holds each job id once: see
+ * {@link newestLeasePerJob}.
  */
 export const AT = 'array_position($1::bigint[], j.id)';
 
@@ -105,8 +106,17 @@ export const AT = 'array_position($1::bigint[], j.id)';
  * costs O(n) in the batch. A join of the batch with the table is avoided: a plan
  * built on stale statistics may rescan the batch for every row.
  */
-export const LEASE_FENCE = `WHERE j.id = ANY($1::bigint[]) AND j.status = 'running' AND j.locked_by = $3
-             AND (j.id::text || '/' || j.attempts::text || '/' || j.lease_seq::text) = ANY($2::text[])`;
+export const LEASE_FENCE = leaseFence('$1::bigint[]', '$2::text[]', '$3');
+
+/**
+ * {@link LEASE_FENCE} over other parameters: the rows of jobs `ids` held by
+ * worker `workerId`, still running, whose lease key is one of `keys` (each a
+ * parameter reference with its type, e.g. `$4::bigint[]`).
+ */
+export function leaseFence(ids: string, keys: string, workerId: string): string {
+  return `WHERE j.id = ANY(${ids}) AND j.status = 'running' AND j.locked_by = ${workerId}
+             AND (j.id::text || '/' || j.attempts::text || '/' || j.lease_seq::text) = ANY(${keys})`;
+}
 
 /** The key {@link LEASE_FENCE} compares: `id/attempts/leaseSeq`, as PostgreSQL prints the row's. */
 export function leaseFenceKey(job: LeasedJob): string {
@@ -127,13 +137,6 @@ export function newestLeasePerJob<T extends LeasedJob>(jobs: readonly T[]): read
   }
   return byId.size === jobs.length ? jobs : [...byId.values()];
 }
-
-/**
- * The fence of a result (success, failure, snooze): the lease fence, and no
- * cancel requested. A job whose cancel was requested is ended by the cancel
- * statement instead, so it ends `cancelled` whatever its handler returned.
- */
-export const RESULT_FENCE = `${LEASE_FENCE} AND j.cancel_requested_at IS NULL`;
 
 /** The first three parameters of every fenced statement: ids, lease keys, worker id. */
 export function leaseParams(jobs: readonly LeasedJob[], workerId: string): unknown[] {

@@ -1,12 +1,13 @@
 /**
  * Every statement of one schema, grouped by family (one file each): insert,
- * claim (and the limited claim), results, sweep, requeue, inspect, cancel,
- * snooze, queues (and their limits), prune. Built once per Skiplock for its schema; holds no connection. The schema is quoted once; every value is a bind
+ * claim (and the limited claim), finish, results, sweep, requeue, inspect,
+ * cancel, queues (and their limits), prune. Built once per Skiplock for its schema; holds no connection. The schema is quoted once; every value is a bind
  * parameter; every state change of a running job is guarded by its lease.
  */
 import { CancelQueries } from './cancel.js';
 import { ClaimQueries } from './claim.js';
 import { LimitedClaimQueries } from './claim-limited.js';
+import { FinishQueries } from './finish.js';
 import { InsertQueries } from './insert.js';
 import { InspectQueries } from './inspect.js';
 import { ProbeQueries } from './probe.js';
@@ -17,7 +18,6 @@ import { RequeueQueries } from './requeue.js';
 import { ResultQueries } from './results.js';
 import { ScheduleQueries } from './schedules.js';
 import { type SchemaNames, schemaNames } from './schema-names.js';
-import { SnoozeQueries } from './snooze.js';
 import { SweepQueries } from './sweep.js';
 
 /** The statements of one schema, by family. */
@@ -27,6 +27,8 @@ export class JobQueries {
   readonly claim: ClaimQueries;
   /** The claim of queues with a concurrency or rate limit. */
   readonly limitedClaim: LimitedClaimQueries;
+  /** Writes the results of attempts: any mix of outcomes in one statement. */
+  readonly finish: FinishQueries;
   readonly results: ResultQueries;
   readonly sweep: SweepQueries;
   readonly requeue: RequeueQueries;
@@ -36,7 +38,6 @@ export class JobQueries {
   /** Statements on the schedules table (cron). */
   readonly schedules: ScheduleQueries;
   readonly cancel: CancelQueries;
-  readonly snooze: SnoozeQueries;
   readonly queues: QueueQueries;
   readonly queueLimits: QueueLimitQueries;
   readonly prune: PruneQueries;
@@ -46,6 +47,7 @@ export class JobQueries {
     this.insert = new InsertQueries(this.names);
     this.claim = new ClaimQueries(this.names);
     this.limitedClaim = new LimitedClaimQueries(this.names);
+    this.finish = new FinishQueries(this.names);
     this.results = new ResultQueries(this.names);
     this.sweep = new SweepQueries(this.names);
     this.requeue = new RequeueQueries(this.names);
@@ -53,7 +55,6 @@ export class JobQueries {
     this.probe = new ProbeQueries(this.names);
     this.schedules = new ScheduleQueries(this.names);
     this.cancel = new CancelQueries(this.names);
-    this.snooze = new SnoozeQueries(this.names);
     this.queues = new QueueQueries(this.names);
     this.queueLimits = new QueueLimitQueries(this.names);
     this.prune = new PruneQueries(this.names);

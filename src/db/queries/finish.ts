@@ -1,0 +1,317 @@
+/**
+ * The finish family: one statement writes the results of a batch of
+ * attempts — any mix of successes, failures and snoozes — fenced by each
+ * job's lease (job id, attempt, lease number, worker id, `status = 'running'`).
+ * What each row becomes:
+ *
+ * - `succeeded`: by the success policy, the row is deleted, kept as
+ *   `succeeded`, or moved to the archive;
+ * - `retry`: a failure with attempts left goes back to `queued` after the
+ *   kind's delay, or the default backoff on the database clock;
+ * - `failed`: a permanent failure, never retried;
+ * - `dead`: a failure with `attempts >= max_attempts` (the database decides);
+ * - `snoozed`: back to `queued` after the delay, the attempt not charged;
+ * - `cancelled`: a job whose cancel was requested ends `cancelled` whatever
+ *   its attempt returned, its attempt charged and no error recorded.
+ *
+ * A lease that was reclaimed changes nothing, and the rows not returned say
+ * which. The statement text is generated, from the one definition below, for
+ * the outcomes present in the batch (a batch of successes alone, the common
+ * case, carries no per-job arrays), and sent unnamed so that PostgreSQL plans
+ * it with the batch's values: the lease keys are then constant arrays it
+ * hashes, and the fence stays linear in the batch.
+ */
+import { BACKOFF_MAX_EXPONENT } from '../../job/backoff.js';
+import { type Queryable, run, type Statement } from '../executor.js';
+import { appendAttemptError } from './attempt-errors.js';
+import { type LeasedJob, leaseFence, leaseFenceKey, newestLeasePerJob } from './job-row.js';
+import type { SchemaNames } from './schema-names.js';
+
+/** What happens to a succeeded job's row. */
+export type SuccessPolicy = 'delete' | 'keep' | 'archive';
+
+/** How one attempt ended, as the finish statement takes it. */
+export type AttemptResult =
+  | { outcome: 'succeeded' }
+  | {
+      outcome: 'failed';
+      /** The text stored in `last_error` and the attempt history. */
+      error: string;
+      /** Whether the job ends `failed` without retry. */
+      permanent: boolean;
+      /** Milliseconds until the retry, from the kind's backoff; undefined for the default rule. */
+      retryDelayMs?: number | undefined;
+    }
+  | {
+      outcome: 'snoozed';
+      /** Milliseconds until the job is due again. */
+      delayMs: number;
+    }
+  /**
+   * The attempt's work was undone because its cancel was requested (a
+   * transactional handler's rolled-back transaction): the job ends
+   * `cancelled` when its cancel was requested, and nothing else is written.
+   */
+  | { outcome: 'cancelled' };
+
+/** A held job and how its attempt ended. */
+export type FinishingJob = LeasedJob & AttemptResult;
+
+/** What the finish statement wrote for one job. */
+export type FinishOutcome = 'succeeded' | 'retry' | 'snoozed' | 'failed' | 'dead' | 'cancelled';
+
+/** One row the finish statement wrote. */
+export interface FinishedJob {
+  id: string;
+  leaseSeq: string;
+  outcome: FinishOutcome;
+  queue: string;
+  /** Milliseconds until the job is due again (a retry or a snooze); 0 otherwise. */
+  retryDelayMs: number;
+}
+
+/** Which outcomes a batch holds: picks the statement of the family. */
+interface Variant {
+  success: SuccessPolicy | undefined;
+  failure: boolean;
+  snooze: boolean;
+  /** Each outcome's jobs come in arrays of their own; false when one outcome's jobs are the whole batch. */
+  ownArrays: boolean;
+}
+
+/** The columns every part of the statement returns, in this order. */
+const RETURNED = (outcome: string, retryDelayMs: string) =>
+  `RETURNING j.id, j.lease_seq, ${outcome}::text AS outcome, j.queue, ${retryDelayMs}::float8 AS retry_delay_ms`;
+
+/** Where the ended lease's row goes: unlocked, finished now. */
+const ENDED = 'locked_at = NULL, locked_by = NULL, finished_at = now()';
+
+/**
+ * The statement for `variant`. Parameters: $1 ids, $2 lease keys (see
+ * leaseFenceKey) and $3 worker id of the whole batch; then, for each outcome
+ * present (successes, failures, snoozes, in that order), the ids and lease
+ * keys of its jobs — left out when its jobs are the whole batch — and its
+ * per-job values (failures: error, permanent, retry delay or null; snoozes:
+ * delay), read by the job's position in its ids.
+ *
+ * Writable CTEs on one table must not touch the same row (PostgreSQL applies
+ * one of two such changes, unpredictably). Here a row is in at most one part:
+ * the outcome parts take disjoint sets of job ids (the batch holds one lease
+ * per job, and each job goes to the part of its one result), and the
+ * cancelled part takes only the ids no outcome part returned. The outcome
+ * parts also require `cancel_requested_at IS NULL` and the cancelled part the
+ * opposite, all on one snapshot, so a job whose cancel was requested before
+ * the statement ends `cancelled`. A cancel committed after the snapshot fails
+ * an outcome part's recheck of the row, and the cancelled part's snapshot does
+ * not see it: the row is left alone, and the caller reads its state and writes
+ * it again.
+ */
+function finishSql(names: SchemaNames, variant: Variant): string {
+  const { jobs } = names;
+  let last = 3;
+  const param = (type: string) => `$${++last}::${type}`;
+  /** The fence of one outcome's jobs (their cancel not requested), and their position lookup. */
+  const part = () => {
+    const ids = variant.ownArrays ? param('bigint[]') : '$1::bigint[]';
+    const keys = variant.ownArrays ? param('text[]') : '$2::text[]';
+    return {
+      fence: `${leaseFence(ids, keys, '$3')} AND j.cancel_requested_at IS NULL`,
+      at: (array: string) => `(${array})[array_position(${ids}, j.id)]`,
+    };
+  };
+  const ctes: string[] = [];
+  const selects: string[] = [];
+  if (variant.success) {
+    const { fence } = part();
+    ctes.push(...successParts(names, variant.success, fence));
+    selects.push('succeeded');
+  }
+  if (variant.failure) {
+    const { fence, at } = part();
+    const error = at(param('text[]'));
+    const permanent = at(param('bool[]'));
+    const delay = at(param('float8[]'));
+    const ends = `${permanent} OR j.attempts >= j.max_attempts`;
+    // Backoff with jitter on the database clock unless the kind gave a delay; the
+    // exponent is clamped (BACKOFF_MAX_EXPONENT) so power() stays finite.
+    ctes.push(`failed AS (
+       UPDATE ${jobs} j
+       SET status = CASE WHEN ${permanent} THEN 'failed' WHEN j.attempts >= j.max_attempts THEN 'dead'
+                         ELSE 'queued' END,
+           locked_at = NULL, locked_by = NULL, last_error = ${error},
+           run_at = CASE WHEN ${ends} THEN j.run_at
+                         ELSE now() + COALESCE(${delay} * interval '1 millisecond',
+                                               least(interval '1 second'
+                                                       * power(2, least(j.attempts, ${BACKOFF_MAX_EXPONENT})),
+                                                     interval '1 hour') * (0.5 + random() * 0.5)) END,
+           finished_at = CASE WHEN ${ends} THEN now() END,
+           errors = ${appendAttemptError(error, '$3')}
+       ${fence}
+       ${RETURNED(
+         "CASE WHEN j.status = 'queued' THEN 'retry' ELSE j.status END",
+         'GREATEST(0, EXTRACT(EPOCH FROM j.run_at - now()) * 1000)',
+       )})`);
+    selects.push('failed');
+  }
+  if (variant.snooze) {
+    const { fence, at } = part();
+    const delay = at(param('float8[]'));
+    ctes.push(`snoozed AS (
+       UPDATE ${jobs} j
+       SET status = 'queued', locked_at = NULL, locked_by = NULL, attempts = j.attempts - 1,
+           run_at = now() + ${delay} * interval '1 millisecond'
+       ${fence}
+       ${RETURNED("'snoozed'", delay)})`);
+    selects.push('snoozed');
+  }
+  // Only the jobs no outcome part wrote; when they wrote every job (the common batch), none, read
+  // without a scan: a CASE evaluates its ELSE (the set difference) only when reached.
+  const written = selects.map((p) => `(SELECT count(*) FROM ${p})`).join(' + ');
+  const unwritten = selects.map((p) => `SELECT id FROM ${p}`).join(' UNION ALL ');
+  const rest =
+    selects.length === 0
+      ? '$1::bigint[]'
+      : `CASE WHEN ${written} = cardinality($1::bigint[]) THEN '{}'::bigint[]
+              ELSE ARRAY(SELECT unnest($1::bigint[]) EXCEPT ALL (${unwritten})) END`;
+  ctes.push(`cancelled AS (
+       UPDATE ${jobs} j SET status = 'cancelled', ${ENDED}
+       ${leaseFence(rest, '$2::text[]', '$3')} AND j.cancel_requested_at IS NOT NULL
+       ${RETURNED("'cancelled'", '0')})`);
+  selects.push('cancelled');
+  return `WITH ${ctes.join(',\n')}
+SELECT * FROM ${selects.join(' UNION ALL SELECT * FROM ')}`;
+}
+
+/** The part that ends succeeded jobs by `policy`, named `succeeded`. */
+function successParts(names: SchemaNames, policy: SuccessPolicy, fence: string): string[] {
+  const { jobs } = names;
+  const returned = RETURNED("'succeeded'", '0');
+  switch (policy) {
+    case 'delete':
+      return [`succeeded AS (DELETE FROM ${jobs} j ${fence} ${returned})`];
+    case 'keep':
+      return [`succeeded AS (UPDATE ${jobs} j SET status = 'succeeded', ${ENDED} ${fence} ${returned})`];
+    case 'archive':
+      return [
+        `archived AS (DELETE FROM ${jobs} j ${fence} RETURNING j.*)`,
+        `succeeded AS (
+           INSERT INTO ${names.archive} AS j
+             (id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
+              locked_at, last_error, created_at, locked_by, lease_seq, visibility_timeout_ms, finished_at,
+              max_attempts_default, errors, trace_context, tags, start_by)
+           SELECT id, queue, kind, payload, 'succeeded', priority, run_at, attempts, max_attempts,
+                  NULL, last_error, created_at, NULL, lease_seq, visibility_timeout_ms, now(),
+                  max_attempts_default, errors, trace_context, tags, start_by
+           FROM archived
+           ${returned})`,
+      ];
+  }
+}
+
+/** A returned row. */
+interface FinishedRow {
+  id: string;
+  lease_seq: string;
+  outcome: FinishOutcome;
+  queue: string;
+  retry_delay_ms: number;
+}
+
+/** The finish statements of one schema. */
+export class FinishQueries {
+  readonly #names: SchemaNames;
+  /** Each variant's statement, made when first used. */
+  readonly #statements = new Map<string, Statement>();
+
+  constructor(names: SchemaNames) {
+    this.#names = names;
+  }
+
+  /**
+   * Writes the results of held jobs in one statement, each fenced by its lease
+   * (see the file's header for what each becomes); `policy` says what a success
+   * leaves. A job may appear once per lease; of two leases of one job only the
+   * newer can be current, so the older is left out.
+   *
+   * @returns what was written, by lease key (see leaseKey); a job absent from it
+   *   was not written: its lease is gone, or a cancel was requested meanwhile
+   *   (read its state to tell).
+   * @throws {DatabaseError} from the database.
+   */
+  async finish(
+    db: Queryable,
+    jobs: readonly FinishingJob[],
+    workerId: string,
+    policy: SuccessPolicy,
+  ): Promise<Map<string, FinishedJob>> {
+    const written = new Map<string, FinishedJob>();
+    if (jobs.length === 0) return written;
+    const batch = newestLeasePerJob(jobs);
+    const groups = {
+      succeeded: [] as FinishingJob[],
+      failed: [] as FinishingJob[],
+      snoozed: [] as FinishingJob[],
+      cancelled: [] as FinishingJob[],
+    };
+    for (const job of batch) groups[job.outcome].push(job);
+    const ownArrays = Object.values(groups).filter((g) => g.length > 0).length > 1;
+    const values: unknown[] = [...fenceArrays(batch), workerId];
+    const own = (group: FinishingJob[]) => {
+      if (ownArrays) values.push(...fenceArrays(group));
+    };
+    if (groups.succeeded.length > 0) own(groups.succeeded);
+    if (groups.failed.length > 0) {
+      own(groups.failed);
+      const failures = groups.failed as (LeasedJob & Extract<AttemptResult, { outcome: 'failed' }>)[];
+      values.push(
+        failures.map((f) => f.error),
+        failures.map((f) => f.permanent),
+        failures.map((f) => f.retryDelayMs ?? null),
+      );
+    }
+    if (groups.snoozed.length > 0) {
+      own(groups.snoozed);
+      values.push((groups.snoozed as (LeasedJob & { delayMs: number })[]).map((s) => s.delayMs));
+    }
+    const variant: Variant = {
+      success: groups.succeeded.length > 0 ? policy : undefined,
+      failure: groups.failed.length > 0,
+      snooze: groups.snoozed.length > 0,
+      ownArrays,
+    };
+    const { rows } = await run<FinishedRow>(db, this.#statement(variant), values);
+    for (const r of rows) {
+      written.set(`${r.id}#${r.lease_seq}`, {
+        id: r.id,
+        leaseSeq: r.lease_seq,
+        outcome: r.outcome,
+        queue: r.queue,
+        retryDelayMs: r.retry_delay_ms,
+      });
+    }
+    return written;
+  }
+
+  #statement(variant: Variant): Statement {
+    const { success, failure, snooze, ownArrays } = variant;
+    const name = `finish_${success ?? 'none'}${failure ? '_failed' : ''}${snooze ? '_snoozed' : ''}${ownArrays ? '_own' : ''}`;
+    let statement = this.#statements.get(name);
+    if (!statement) {
+      statement = this.#names.statement(name, finishSql(this.#names, variant));
+      this.#statements.set(name, statement);
+    }
+    return statement;
+  }
+}
+
+/** The ids and lease keys of `jobs`, as the fence reads them. */
+function fenceArrays(jobs: readonly LeasedJob[]): [string[], string[]] {
+  const ids = new Array<string>(jobs.length);
+  const keys = new Array<string>(jobs.length);
+  for (let i = 0; i < jobs.length; i++) {
+    const job = jobs[i]!;
+    ids[i] = job.id;
+    keys[i] = leaseFenceKey(job);
+  }
+  return [ids, keys];
+}
