@@ -43,6 +43,14 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE :"schema".jobs TO :"worker_role";
 -- retention (prune, worker option retentionMs) deletes old archived rows.
 GRANT SELECT, INSERT, DELETE ON TABLE :"schema".jobs_archive TO :"worker_role";
 
+-- Dependencies (dependsOn): the worker role enqueues children (INSERT, and
+-- UPDATE of the parents' marker on jobs), and every statement that ends a
+-- parent records it on the edges and releases the children (triggers running
+-- as the caller); deleting a child deletes its edges. A producer role cannot
+-- enqueue jobs with dependsOn (they start `waiting`, which takes UPDATE on jobs).
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE :"schema".job_dependencies TO :"worker_role";
+GRANT SELECT ON TABLE :"schema".job_dependencies TO :"producer_role";
+
 -- Queues: every claim reads which queues are paused; the claim of a limited
 -- queue locks its row (SELECT … FOR UPDATE) and records starts in it (UPDATE);
 -- the worker role also pauses, resumes and limits them (operator tasks, like
@@ -93,6 +101,7 @@ GRANT EXECUTE ON FUNCTION :"schema".archive_partitions(timestamptz, int, bigint)
 \if :{?reader_role}
 GRANT USAGE ON SCHEMA :"schema" TO :"reader_role";
 GRANT SELECT ON TABLE
-  :"schema".jobs, :"schema".jobs_archive, :"schema".queues, :"schema".schedules, :"schema".migrations
+  :"schema".jobs, :"schema".jobs_archive, :"schema".queues, :"schema".schedules, :"schema".migrations,
+  :"schema".job_dependencies
   TO :"reader_role";
 \endif

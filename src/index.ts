@@ -1,5 +1,6 @@
 export type { Queryable, QueryResultLike } from './db/executor.js';
 export { TransactionMisuseError } from './db/guarded-client.js';
+export type { OnParentFailure, ParentJob } from './db/queries/dependencies.js';
 export { DEFAULT_SCHEMA } from './db/sql.js';
 export {
   CancelledError,

@@ -6,7 +6,15 @@ import { ValidationError } from '../errors.js';
 import type { AttemptError } from './attempt-history.js';
 
 /** Every status a job can have (the jobs table's CHECK constraint). */
-export const JOB_STATUSES = ['queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled'] as const;
+export const JOB_STATUSES = [
+  'waiting',
+  'queued',
+  'running',
+  'succeeded',
+  'failed',
+  'dead',
+  'cancelled',
+] as const;
 
 /** A job's status. See docs/state-machine.md for the transitions. */
 export type JobStatus = (typeof JOB_STATUSES)[number];

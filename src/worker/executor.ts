@@ -51,7 +51,7 @@ export function runJob(
   if (!handler) return Promise.resolve(failure(new UnknownKindError(job.kind)));
   let result: unknown;
   try {
-    result = handler(job, attemptContext(control));
+    result = handler(job, attemptContext(control, job.id));
   } catch (error) {
     return Promise.resolve(failure(error));
   }

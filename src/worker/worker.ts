@@ -85,6 +85,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #notifier: Notifier;
   readonly #maintainer: Maintainer;
   readonly #pool: WorkerPool;
+  /** The handler context's parents(), one function for every attempt. */
+  readonly #parentsOf = (jobId: string) => this.#ctx.queries.dependencies.parents(this.#pool.pool, jobId);
   /** Runs transactional handlers on connections of their own (made only when one is declared). */
   readonly #transactional: TransactionalAttempts | undefined;
   #bufferTimer: TimerHandle | undefined;
@@ -309,6 +311,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       if (this.#events.heard('job:start')) this.#events.emit('job:start', e.job);
       const handler = this.#handlers.get(e.job.kind);
       const timeoutMs = handler?.timeoutMs ?? jobTimeoutMs;
+      e.control!.parentsOf = this.#parentsOf;
       const attempt = handler?.transactional
         ? () => this.#transactional!.run(e, handler.handle, timeoutMs)
         : () => runJob(handler?.handle, e.job, e.control!, timeoutMs);

@@ -37,6 +37,11 @@ export interface NewJob {
   startBy?: Date | undefined;
   /** Start deadline in milliseconds from the insert (database clock). */
   startWithinMs?: number | undefined;
+  // Dependencies: jobs with parents go through DependencyQueries.insertChild.
+  /** The ids of the job's parents; with them the job starts `waiting`. */
+  dependsOn?: string[] | undefined;
+  /** What a parent that ends failed, dead or cancelled does to this job. @default 'cancel' */
+  onParentFailure?: 'cancel' | 'run' | undefined;
 }
 
 /** Whether a job needs the extended insert: it carries a trace context, tags or a start deadline. */

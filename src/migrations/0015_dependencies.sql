@@ -1,0 +1,207 @@
+-- skiplock migration 15: dependencies between jobs (dependsOn, fan-in).
+-- Runs with search_path set to the target schema (the migrator does this; with
+-- psql: SET search_path TO skiplock; \i 0015_dependencies.sql).
+--
+-- A job enqueued with parents starts in status `waiting` and counts its
+-- unfinished parents in `pending_parents`. Each edge is a row of
+-- job_dependencies, which also keeps what the parent ended as (status, kind,
+-- result): the child reads its parents from there, so a parent's row may be
+-- deleted or archived by its success policy or by retention as usual.
+--
+-- Release is done by triggers on jobs, in the transaction of whatever
+-- statement ends the parent (the worker's finish, the sweeper, cancel, plain
+-- SQL): the child's counter is decremented under the child's row lock, so of
+-- two parents ending at once in two transactions exactly one sees zero. The
+-- triggers' WHEN clauses read `has_children`, false for every job that has no
+-- children: such jobs never call the functions.
+
+ALTER TABLE jobs DROP CONSTRAINT jobs_status_chk;
+ALTER TABLE jobs ADD CONSTRAINT jobs_status_chk
+  CHECK (status IN ('waiting','queued','running','succeeded','failed','dead','cancelled')) NOT VALID;
+ALTER TABLE jobs VALIDATE CONSTRAINT jobs_status_chk;
+ALTER TABLE jobs_archive DROP CONSTRAINT jobs_archive_status_chk;
+ALTER TABLE jobs_archive ADD CONSTRAINT jobs_archive_status_chk
+  CHECK (status IN ('waiting','queued','running','succeeded','failed','dead','cancelled'));
+
+-- has_children: set (never cleared) when a child names this job as a parent.
+-- pending_parents: the child's parents not yet ended; NULL for a job enqueued
+-- without parents. on_parent_failure: what a parent ending failed, dead or
+-- cancelled does to the child ('cancel' it, or count it as ended and 'run').
+ALTER TABLE jobs
+  ADD COLUMN has_children boolean NOT NULL DEFAULT false,
+  ADD COLUMN pending_parents int,
+  ADD COLUMN on_parent_failure text,
+  ADD CONSTRAINT jobs_pending_parents_chk CHECK (pending_parents >= 0),
+  ADD CONSTRAINT jobs_on_parent_failure_chk CHECK (on_parent_failure IN ('cancel', 'run'));
+
+-- One row per edge; parent_status and parent_result are NULL until the parent
+-- ends. No foreign keys: a parent's row may leave jobs (deleted on success,
+-- archived) while its children wait, and a foreign key would cost every delete
+-- on jobs a lookup. A child's edges are deleted with the child's row.
+CREATE TABLE job_dependencies (
+  parent_id     bigint NOT NULL,
+  child_id      bigint NOT NULL,
+  parent_kind   text   NOT NULL,
+  parent_status text,
+  parent_result jsonb,
+  PRIMARY KEY (parent_id, child_id)
+);
+CREATE INDEX job_dependencies_child_idx ON job_dependencies (child_id);
+
+-- A parent ended (p_status: succeeded, failed, dead or cancelled): record it
+-- on its edges, once, and decrement each waiting child's counter. A child
+-- whose counter reaches zero is queued (due now at the latest) and its queue
+-- woken; a failure cancels the children that said 'cancel', which ends them
+-- and so calls this function for their own children. The children are locked
+-- in id order before they are read, so two parents sharing children wait for
+-- each other instead of deadlocking, and the count read after the lock is the
+-- committed one.
+CREATE FUNCTION jobs_parent_ended(p_id bigint, p_status text, p_result jsonb) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_children bigint[];
+  v_queues text[];
+BEGIN
+  WITH edges AS (
+    UPDATE job_dependencies d SET parent_status = p_status, parent_result = p_result
+    WHERE d.parent_id = p_id AND d.parent_status IS NULL
+    RETURNING d.child_id
+  )
+  SELECT array_agg(child_id ORDER BY child_id) INTO v_children FROM edges;
+  IF v_children IS NULL THEN
+    RETURN;
+  END IF;
+  PERFORM 1 FROM jobs WHERE id = ANY (v_children) ORDER BY id FOR UPDATE;
+  WITH released AS (
+    UPDATE jobs c
+    SET pending_parents = c.pending_parents - 1,
+        status = CASE WHEN p_status <> 'succeeded' AND c.on_parent_failure = 'cancel' THEN 'cancelled'
+                      WHEN c.pending_parents = 1 THEN 'queued' ELSE 'waiting' END,
+        run_at = CASE WHEN p_status <> 'succeeded' AND c.on_parent_failure = 'cancel' THEN c.run_at
+                      WHEN c.pending_parents = 1 THEN LEAST(c.run_at, now()) ELSE c.run_at END,
+        finished_at = CASE WHEN p_status <> 'succeeded' AND c.on_parent_failure = 'cancel' THEN now() END,
+        last_error = CASE WHEN p_status <> 'succeeded' AND c.on_parent_failure = 'cancel'
+                          THEN 'parent job ' || p_id || ' ended ' || p_status ELSE c.last_error END
+    WHERE c.id = ANY (v_children) AND c.status = 'waiting'
+    RETURNING c.queue, c.status
+  )
+  SELECT array_agg(DISTINCT queue) FILTER (WHERE status = 'queued') INTO v_queues FROM released;
+  PERFORM wake_up('skiplock:' || pg_catalog.current_schema(), 'insert', q, 0) FROM unnest(v_queues) AS q;
+END
+$$;
+
+-- The trigger side: what the row ended as. A row deleted while running ended
+-- by success (the 'delete' and 'archive' success policies); a row deleted
+-- before it ended (by hand) counts as cancelled. The result is read through
+-- to_jsonb so this works whether or not the table has a result column.
+CREATE FUNCTION jobs_release_children() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    PERFORM jobs_parent_ended(OLD.id, CASE WHEN OLD.status = 'running' THEN 'succeeded' ELSE 'cancelled' END,
+                              pg_catalog.to_jsonb(OLD) -> 'result');
+  ELSE
+    PERFORM jobs_parent_ended(NEW.id, NEW.status, pg_catalog.to_jsonb(NEW) -> 'result');
+  END IF;
+  RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER jobs_release_children_on_end
+  AFTER UPDATE OF status ON jobs
+  FOR EACH ROW
+  WHEN (OLD.has_children
+        AND NEW.status IN ('succeeded', 'failed', 'dead', 'cancelled')
+        AND OLD.status NOT IN ('succeeded', 'failed', 'dead', 'cancelled'))
+  EXECUTE FUNCTION jobs_release_children();
+
+CREATE TRIGGER jobs_release_children_on_delete
+  AFTER DELETE ON jobs
+  FOR EACH ROW
+  WHEN (OLD.has_children AND OLD.status NOT IN ('succeeded', 'failed', 'dead', 'cancelled'))
+  EXECUTE FUNCTION jobs_release_children();
+
+-- A child's edges go with its row.
+CREATE FUNCTION jobs_forget_parents() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  DELETE FROM job_dependencies WHERE child_id = OLD.id;
+  RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER jobs_forget_parents
+  AFTER DELETE ON jobs
+  FOR EACH ROW
+  WHEN (OLD.pending_parents IS NOT NULL)
+  EXECUTE FUNCTION jobs_forget_parents();
+
+-- Before a child is inserted: takes its id, locks its parents (in id order)
+-- and marks them, records the edges, and says what the child starts as:
+-- `waiting` with the count of parents not yet ended; `queued` when every
+-- parent has ended (and none failed, or p_on_failure is 'run'); `cancelled`
+-- with last_error naming the first failed parent otherwise. A parent that is
+-- in neither jobs nor the archive raises SQLSTATE P0002, so the statement that
+-- would insert the child inserts nothing. The parents stay locked until the
+-- caller commits, so a parent ending meanwhile sees the edge.
+CREATE FUNCTION jobs_prepare_child(
+  p_parents bigint[], p_on_failure text,
+  OUT child_id bigint, OUT status text, OUT pending_parents int, OUT last_error text)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_missing bigint;
+  v_failed record;
+BEGIN
+  child_id := nextval(pg_catalog.pg_get_serial_sequence('jobs', 'id'));
+  PERFORM 1 FROM jobs j WHERE j.id = ANY (p_parents) ORDER BY j.id FOR UPDATE;
+  UPDATE jobs j SET has_children = true WHERE j.id = ANY (p_parents) AND NOT j.has_children;
+  SELECT p INTO v_missing FROM pg_catalog.unnest(p_parents) AS p
+  WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = p)
+    AND NOT EXISTS (SELECT 1 FROM jobs_archive a WHERE a.id = p)
+  LIMIT 1;
+  IF v_missing IS NOT NULL THEN
+    RAISE EXCEPTION USING ERRCODE = 'P0002', MESSAGE = 'no job ' || v_missing, DETAIL = v_missing::text;
+  END IF;
+  INSERT INTO job_dependencies (parent_id, child_id, parent_kind, parent_status, parent_result)
+  SELECT p.id, jobs_prepare_child.child_id, p.kind,
+         CASE WHEN p.status IN ('succeeded', 'failed', 'dead', 'cancelled') THEN p.status END,
+         CASE WHEN p.status IN ('succeeded', 'failed', 'dead', 'cancelled') THEN p.row -> 'result' END
+  FROM (SELECT j.id, j.kind, j.status, pg_catalog.to_jsonb(j) AS row FROM jobs j WHERE j.id = ANY (p_parents)
+        UNION ALL
+        SELECT a.id, a.kind, a.status, pg_catalog.to_jsonb(a) FROM jobs_archive a
+        WHERE a.id = ANY (p_parents) AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = a.id)) p
+  ON CONFLICT DO NOTHING;
+  SELECT count(*) FILTER (WHERE d.parent_status IS NULL)::int INTO pending_parents
+  FROM job_dependencies d WHERE d.child_id = jobs_prepare_child.child_id;
+  SELECT d.parent_id, d.parent_status INTO v_failed FROM job_dependencies d
+  WHERE d.child_id = jobs_prepare_child.child_id AND d.parent_status <> 'succeeded'
+  ORDER BY d.parent_id LIMIT 1;
+  IF v_failed.parent_id IS NOT NULL AND p_on_failure = 'cancel' THEN
+    status := 'cancelled';
+    last_error := 'parent job ' || v_failed.parent_id || ' ended ' || v_failed.parent_status;
+  ELSIF pending_parents > 0 THEN
+    status := 'waiting';
+  ELSE
+    status := 'queued';
+  END IF;
+END
+$$;
+
+-- Pin the functions' search_path to this schema, so a caller's or a trigger's
+-- session cannot redirect what they call.
+DO $$
+BEGIN
+  EXECUTE pg_catalog.format(
+    'ALTER FUNCTION jobs_parent_ended(bigint, text, jsonb) SET search_path = %I, pg_catalog, pg_temp',
+    pg_catalog.current_schema());
+  EXECUTE pg_catalog.format(
+    'ALTER FUNCTION jobs_release_children() SET search_path = %I, pg_catalog, pg_temp',
+    pg_catalog.current_schema());
+  EXECUTE pg_catalog.format(
+    'ALTER FUNCTION jobs_forget_parents() SET search_path = %I, pg_catalog, pg_temp',
+    pg_catalog.current_schema());
+  EXECUTE pg_catalog.format(
+    'ALTER FUNCTION jobs_prepare_child(bigint[], text) SET search_path = %I, pg_catalog, pg_temp',
+    pg_catalog.current_schema());
+END
+$$;
