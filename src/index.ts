@@ -23,6 +23,7 @@ export { DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, DEFAULT_VISIBILITY_TIMEOUT_MS } fr
 export {
   JOB_STATUSES,
   type Job,
+  type JobLink,
   type JobMap,
   type JobRecord,
   type JobStatus,

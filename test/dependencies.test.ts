@@ -5,8 +5,9 @@
  * said onParentFailure 'run'.
  */
 import type { ChildProcess } from 'node:child_process';
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { type Job, ValidationError } from '../src/index.js';
+import { type Job, PermanentError, ValidationError } from '../src/index.js';
 import { drain } from '../src/testing/index.js';
 import { waitFor } from './support/database.js';
 import { useTestDatabase } from './support/fixture.js';
@@ -50,6 +51,16 @@ describe('dependsOn', () => {
       [c!.id]: 'waiting',
       [d!.id]: 'waiting',
     });
+    expect((await t.skiplock.getJob(d!.id))?.dependsOn).toEqual([
+      { id: b!.id, kind: 'step', status: 'waiting' },
+      { id: c!.id, kind: 'step', status: 'waiting' },
+    ]);
+    const shownA = await t.skiplock.getJob(a!.id);
+    expect(shownA?.children).toEqual([
+      { id: b!.id, kind: 'step', status: 'waiting' },
+      { id: c!.id, kind: 'step', status: 'waiting' },
+    ]);
+    expect(shownA?.dependsOn).toBeUndefined();
     const log: string[] = [];
     await t.query('CREATE TABLE step_log (n serial, event text)');
     const worker = t.worker({
@@ -263,4 +274,79 @@ describe('dependsOn', () => {
     ).toBeGreaterThan(1);
     await waitFor(async () => (await t.jobCount()) === 0, 30_000, 'the child to finish');
   });
+});
+
+/** One node of a random graph: its parents (earlier nodes), how its own attempt ends, its failure policy. */
+interface Node {
+  parents: number[];
+  fails: boolean;
+  onParentFailure: 'cancel' | 'run';
+}
+
+const graphArb: fc.Arbitrary<Node[]> = fc.integer({ min: 1, max: 8 }).chain((n) =>
+  fc.tuple(
+    ...Array.from({ length: n }, (_, i) =>
+      fc.record({
+        parents: fc.uniqueArray(fc.integer({ min: 0, max: Math.max(0, i - 1) }), {
+          maxLength: i === 0 ? 0 : 3,
+        }),
+        fails: fc.boolean(),
+        onParentFailure: fc.constantFrom('cancel' as const, 'run' as const),
+      }),
+    ),
+  ),
+);
+
+it('model: in random graphs every job runs at most once, only after all its parents ended, and ends as the model says', async () => {
+  await fc.assert(
+    fc.asyncProperty(graphArb, async (nodes) => {
+      // Refs are per call; the node's position is its ref. Shuffled input order: parents need not come first.
+      const order = nodes.map((_, i) => i).reverse();
+      const jobs = await t.skiplock.enqueueMany(
+        order.map((i) => ({
+          kind: 'node',
+          payload: { i },
+          ref: `n${i}`,
+          ...(nodes[i]!.parents.length > 0
+            ? { dependsOn: nodes[i]!.parents.map((p) => `n${p}`), onParentFailure: nodes[i]!.onParentFailure }
+            : {}),
+        })),
+      );
+      const idOf = (i: number) => jobs[order.indexOf(i)]!.id;
+      const ran: number[] = [];
+      await drain(
+        t.skiplock,
+        {
+          node: (job: Job) => {
+            const i = (job.payload as { i: number }).i;
+            ran.push(i);
+            if (nodes[i]!.fails) throw new PermanentError('no');
+          },
+        },
+        { onSuccess: 'keep' },
+      );
+      // The model, in node order (parents come before their children).
+      const expected: string[] = [];
+      nodes.forEach((node, i) => {
+        const badParent = node.parents.some((p) => expected[p] !== 'succeeded');
+        expected[i] =
+          badParent && node.onParentFailure === 'cancel' ? 'cancelled' : node.fails ? 'failed' : 'succeeded';
+      });
+      const rows = await t.query<{ id: string; status: string }>(
+        `SELECT id, status FROM ${t.jobs} WHERE id = ANY($1::bigint[])`,
+        [jobs.map((j) => j.id)],
+      );
+      const statusOf = new Map(rows.map((r) => [r.id, r.status]));
+      expect(nodes.map((_, i) => statusOf.get(idOf(i)))).toEqual(expected);
+      expect(new Set(ran).size).toBe(ran.length);
+      expect(ran.slice().sort((a, b) => a - b)).toEqual(
+        expected.flatMap((status, i) => (status === 'cancelled' ? [] : [i])),
+      );
+      ran.forEach((i, at) => {
+        for (const p of nodes[i]!.parents)
+          if (expected[p] !== 'cancelled') expect(ran.indexOf(p)).toBeLessThan(at);
+      });
+    }),
+    { numRuns: 40 },
+  );
 });

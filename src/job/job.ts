@@ -77,6 +77,22 @@ export interface JobRecord<Kind extends string = string, Payload = unknown> exte
    * `cancelled` (`last_error` says it expired); null when it has none.
    */
   startBy: Date | null;
+  /**
+   * The job's parents (`dependsOn`), by id, each with its status now (or what
+   * it ended as, once its row is gone); set by `getJob` on a job that has
+   * parents, absent otherwise.
+   */
+  dependsOn?: JobLink[] | undefined;
+  /** The job's children (jobs that named it in `dependsOn`), by id; set by `getJob` on a job that has some. */
+  children?: JobLink[] | undefined;
+}
+
+/** Another job of a job's graph, as `getJob` shows it. */
+export interface JobLink {
+  id: string;
+  kind: string;
+  /** Its status; null when its row is gone and its end was not recorded. */
+  status: JobStatus | null;
 }
 
 /**

@@ -6,7 +6,7 @@
  */
 
 import { DatabaseError } from '../../errors.js';
-import type { JobRecord, JobStatus } from '../../job/job.js';
+import type { JobLink, JobRecord, JobStatus } from '../../job/job.js';
 import { type Queryable, run, type Statement } from '../executor.js';
 import type { NewJob } from './insert.js';
 import { JOB_COLUMNS, type JobRow, toJobRecord } from './job-row.js';
@@ -23,14 +23,6 @@ export interface ParentJob {
   status: JobStatus;
   /** The parent's result; null until the parent stored one. */
   result: unknown;
-}
-
-/** One edge of a job's graph, as getJob shows it. */
-export interface JobEdge {
-  id: string;
-  kind: string;
-  /** The other job's status now (a parent's as recorded when it ended, if its row is gone). */
-  status: JobStatus | null;
 }
 
 /** A parent named in `dependsOn` does not exist (in the jobs table nor the archive). */
@@ -140,9 +132,9 @@ export class DependencyQueries {
   }
 
   /** The parents and children of job `id`, each by id. */
-  async edges(db: Queryable, id: string): Promise<{ dependsOn: JobEdge[]; children: JobEdge[] }> {
-    const { rows } = await run<JobEdge & { side: 'parent' | 'child' }>(db, this.#edges, [id]);
-    const edge = ({ id, kind, status }: JobEdge) => ({ id, kind, status });
+  async edges(db: Queryable, id: string): Promise<{ dependsOn: JobLink[]; children: JobLink[] }> {
+    const { rows } = await run<JobLink & { side: 'parent' | 'child' }>(db, this.#edges, [id]);
+    const edge = ({ id, kind, status }: JobLink) => ({ id, kind, status });
     return {
       dependsOn: rows.filter((r) => r.side === 'parent').map(edge),
       children: rows.filter((r) => r.side === 'child').map(edge),
