@@ -48,65 +48,149 @@ CREATE TABLE job_dependencies (
 );
 CREATE INDEX job_dependencies_child_idx ON job_dependencies (child_id);
 
--- A parent ended (p_status: succeeded, failed, dead or cancelled): record it
--- on its edges, once, and decrement each waiting child's counter. A child
--- whose counter reaches zero is queued (due now at the latest) and its queue
--- woken; a failure cancels the children that said 'cancel', which ends them
--- and so calls this function for their own children. The children are locked
--- in id order before they are read, so two parents sharing children wait for
--- each other instead of deadlocking, and the count read after the lock is the
--- committed one.
-CREATE FUNCTION jobs_parent_ended(p_id bigint, p_status text, p_result jsonb) RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-  v_children bigint[];
-  v_queues text[];
+-- The functions run with search_path pg_catalog, pg_temp (a caller's or a
+-- planted object can redirect nothing) and name this schema's objects
+-- qualified: %1$I is the schema, %2$L the jobs table's name as text, %3$L the
+-- wake-up channel.
+DO $migration$
 BEGIN
-  WITH edges AS (
-    UPDATE job_dependencies d SET parent_status = p_status, parent_result = p_result
-    WHERE d.parent_id = p_id AND d.parent_status IS NULL
-    RETURNING d.child_id
-  )
-  SELECT array_agg(child_id ORDER BY child_id) INTO v_children FROM edges;
-  IF v_children IS NULL THEN
-    RETURN;
-  END IF;
-  PERFORM 1 FROM jobs WHERE id = ANY (v_children) ORDER BY id FOR UPDATE;
-  WITH released AS (
-    UPDATE jobs c
-    SET pending_parents = c.pending_parents - 1,
-        status = CASE WHEN p_status <> 'succeeded' AND c.on_parent_failure = 'cancel' THEN 'cancelled'
-                      WHEN c.pending_parents = 1 THEN 'queued' ELSE 'waiting' END,
-        run_at = CASE WHEN p_status <> 'succeeded' AND c.on_parent_failure = 'cancel' THEN c.run_at
-                      WHEN c.pending_parents = 1 THEN LEAST(c.run_at, now()) ELSE c.run_at END,
-        finished_at = CASE WHEN p_status <> 'succeeded' AND c.on_parent_failure = 'cancel' THEN now() END,
-        last_error = CASE WHEN p_status <> 'succeeded' AND c.on_parent_failure = 'cancel'
-                          THEN 'parent job ' || p_id || ' ended ' || p_status ELSE c.last_error END
-    WHERE c.id = ANY (v_children) AND c.status = 'waiting'
-    RETURNING c.queue, c.status
-  )
-  SELECT array_agg(DISTINCT queue) FILTER (WHERE status = 'queued') INTO v_queues FROM released;
-  PERFORM wake_up('skiplock:' || pg_catalog.current_schema(), 'insert', q, 0) FROM unnest(v_queues) AS q;
-END
-$$;
+  EXECUTE pg_catalog.format($f$
+    -- A parent ended (p_status: succeeded, failed, dead or cancelled): record
+    -- it on its edges, once, and decrement each waiting child's counter. A
+    -- child whose counter reaches zero is queued (due now at the latest) and
+    -- its queue woken; a failure cancels the children that said 'cancel',
+    -- which ends them and so calls this function for their own children. The
+    -- children are locked in id order before they are read, so two parents
+    -- sharing children wait for each other instead of deadlocking, and the
+    -- count read after the lock is the committed one.
+    CREATE FUNCTION %1$I.jobs_parent_ended(p_id bigint, p_status text, p_result jsonb) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    DECLARE
+      v_children bigint[];
+      v_queues text[];
+    BEGIN
+      WITH edges AS (
+        UPDATE %1$I.job_dependencies d SET parent_status = p_status, parent_result = p_result
+        WHERE d.parent_id = p_id AND d.parent_status IS NULL
+        RETURNING d.child_id
+      )
+      SELECT array_agg(child_id ORDER BY child_id) INTO v_children FROM edges;
+      IF v_children IS NULL THEN
+        RETURN;
+      END IF;
+      PERFORM 1 FROM %1$I.jobs WHERE id = ANY (v_children) ORDER BY id FOR UPDATE;
+      WITH released AS (
+        UPDATE %1$I.jobs c
+        SET pending_parents = c.pending_parents - 1,
+            status = CASE WHEN p_status <> 'succeeded' AND c.on_parent_failure = 'cancel' THEN 'cancelled'
+                          WHEN c.pending_parents = 1 THEN 'queued' ELSE 'waiting' END,
+            run_at = CASE WHEN p_status <> 'succeeded' AND c.on_parent_failure = 'cancel' THEN c.run_at
+                          WHEN c.pending_parents = 1 THEN LEAST(c.run_at, now()) ELSE c.run_at END,
+            finished_at = CASE WHEN p_status <> 'succeeded' AND c.on_parent_failure = 'cancel' THEN now() END,
+            last_error = CASE WHEN p_status <> 'succeeded' AND c.on_parent_failure = 'cancel'
+                              THEN 'parent job ' || p_id || ' ended ' || p_status ELSE c.last_error END
+        WHERE c.id = ANY (v_children) AND c.status = 'waiting'
+        RETURNING c.queue, c.status
+      )
+      SELECT array_agg(DISTINCT queue) FILTER (WHERE status = 'queued') INTO v_queues FROM released;
+      PERFORM %1$I.wake_up(%3$L, 'insert', q, 0) FROM unnest(v_queues) AS q;
+    END
+    $body$;
 
--- The trigger side: what the row ended as. A row deleted while running ended
--- by success (the 'delete' and 'archive' success policies); a row deleted
--- before it ended (by hand) counts as cancelled. The result is read through
--- to_jsonb so this works whether or not the table has a result column.
-CREATE FUNCTION jobs_release_children() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-  IF TG_OP = 'DELETE' THEN
-    PERFORM jobs_parent_ended(OLD.id, CASE WHEN OLD.status = 'running' THEN 'succeeded' ELSE 'cancelled' END,
-                              pg_catalog.to_jsonb(OLD) -> 'result');
-  ELSE
-    PERFORM jobs_parent_ended(NEW.id, NEW.status, pg_catalog.to_jsonb(NEW) -> 'result');
-  END IF;
-  RETURN NULL;
-END
-$$;
+    -- The trigger side: what the row ended as. A row deleted while running
+    -- ended by success (the 'delete' and 'archive' success policies); a row
+    -- deleted before it ended (by hand) counts as cancelled. The result is
+    -- read through to_jsonb, so this works whether or not the table has a
+    -- result column.
+    CREATE FUNCTION %1$I.jobs_release_children() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    BEGIN
+      IF TG_OP = 'DELETE' THEN
+        PERFORM %1$I.jobs_parent_ended(OLD.id, CASE WHEN OLD.status = 'running' THEN 'succeeded' ELSE 'cancelled' END,
+                                       to_jsonb(OLD) -> 'result');
+      ELSE
+        PERFORM %1$I.jobs_parent_ended(NEW.id, NEW.status, to_jsonb(NEW) -> 'result');
+      END IF;
+      RETURN NULL;
+    END
+    $body$;
 
+    -- A child's edges go with its row.
+    CREATE FUNCTION %1$I.jobs_forget_parents() RETURNS trigger
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    BEGIN
+      DELETE FROM %1$I.job_dependencies WHERE child_id = OLD.id;
+      RETURN NULL;
+    END
+    $body$;
+
+    -- Before a child is inserted: takes its id, locks its parents (in id
+    -- order) and marks them, records the edges, and says what the child
+    -- starts as: `waiting` with the count of parents not yet ended; `queued`
+    -- when every parent has ended (and none failed, or p_on_failure is
+    -- 'run'); `cancelled` with last_error naming the first failed parent
+    -- otherwise. A parent that is in neither jobs nor the archive raises
+    -- SQLSTATE P0002, so the statement that would insert the child inserts
+    -- nothing. The parents stay locked until the caller commits, so a parent
+    -- ending meanwhile sees the edge.
+    CREATE FUNCTION %1$I.jobs_prepare_child(
+      p_parents bigint[], p_on_failure text,
+      OUT child_id bigint, OUT status text, OUT pending_parents int, OUT last_error text)
+    LANGUAGE plpgsql
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    DECLARE
+      v_missing bigint;
+      v_failed record;
+    BEGIN
+      child_id := nextval(pg_get_serial_sequence(%2$L, 'id'));
+      PERFORM 1 FROM %1$I.jobs j WHERE j.id = ANY (p_parents) ORDER BY j.id FOR UPDATE;
+      UPDATE %1$I.jobs j SET has_children = true WHERE j.id = ANY (p_parents) AND NOT j.has_children;
+      SELECT p INTO v_missing FROM unnest(p_parents) AS p
+      WHERE NOT EXISTS (SELECT 1 FROM %1$I.jobs j WHERE j.id = p)
+        AND NOT EXISTS (SELECT 1 FROM %1$I.jobs_archive a WHERE a.id = p)
+      LIMIT 1;
+      IF v_missing IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'P0002', MESSAGE = 'no job ' || v_missing;
+      END IF;
+      INSERT INTO %1$I.job_dependencies (parent_id, child_id, parent_kind, parent_status, parent_result)
+      SELECT p.id, jobs_prepare_child.child_id, p.kind,
+             CASE WHEN p.status IN ('succeeded', 'failed', 'dead', 'cancelled') THEN p.status END,
+             CASE WHEN p.status IN ('succeeded', 'failed', 'dead', 'cancelled') THEN p.row -> 'result' END
+      FROM (SELECT j.id, j.kind, j.status, to_jsonb(j) AS row FROM %1$I.jobs j WHERE j.id = ANY (p_parents)
+            UNION ALL
+            SELECT a.id, a.kind, a.status, to_jsonb(a) FROM %1$I.jobs_archive a
+            WHERE a.id = ANY (p_parents) AND NOT EXISTS (SELECT 1 FROM %1$I.jobs j WHERE j.id = a.id)) p
+      ON CONFLICT DO NOTHING;
+      SELECT count(*) FILTER (WHERE d.parent_status IS NULL)::int INTO pending_parents
+      FROM %1$I.job_dependencies d WHERE d.child_id = jobs_prepare_child.child_id;
+      SELECT d.parent_id, d.parent_status INTO v_failed FROM %1$I.job_dependencies d
+      WHERE d.child_id = jobs_prepare_child.child_id AND d.parent_status <> 'succeeded'
+      ORDER BY d.parent_id LIMIT 1;
+      IF v_failed.parent_id IS NOT NULL AND p_on_failure = 'cancel' THEN
+        status := 'cancelled';
+        last_error := 'parent job ' || v_failed.parent_id || ' ended ' || v_failed.parent_status;
+      ELSIF pending_parents > 0 THEN
+        status := 'waiting';
+      ELSE
+        status := 'queued';
+      END IF;
+    END
+    $body$;
+  $f$, pg_catalog.current_schema(),
+       pg_catalog.quote_ident(pg_catalog.current_schema()) || '.jobs',
+       'skiplock:' || pg_catalog.current_schema());
+END
+$migration$;
+
+-- Jobs without children never call the functions: the WHEN clauses read
+-- has_children (false for them) before anything else.
 CREATE TRIGGER jobs_release_children_on_end
   AFTER UPDATE OF status ON jobs
   FOR EACH ROW
@@ -121,87 +205,8 @@ CREATE TRIGGER jobs_release_children_on_delete
   WHEN (OLD.has_children AND OLD.status NOT IN ('succeeded', 'failed', 'dead', 'cancelled'))
   EXECUTE FUNCTION jobs_release_children();
 
--- A child's edges go with its row.
-CREATE FUNCTION jobs_forget_parents() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-  DELETE FROM job_dependencies WHERE child_id = OLD.id;
-  RETURN NULL;
-END
-$$;
-
 CREATE TRIGGER jobs_forget_parents
   AFTER DELETE ON jobs
   FOR EACH ROW
   WHEN (OLD.pending_parents IS NOT NULL)
   EXECUTE FUNCTION jobs_forget_parents();
-
--- Before a child is inserted: takes its id, locks its parents (in id order)
--- and marks them, records the edges, and says what the child starts as:
--- `waiting` with the count of parents not yet ended; `queued` when every
--- parent has ended (and none failed, or p_on_failure is 'run'); `cancelled`
--- with last_error naming the first failed parent otherwise. A parent that is
--- in neither jobs nor the archive raises SQLSTATE P0002, so the statement that
--- would insert the child inserts nothing. The parents stay locked until the
--- caller commits, so a parent ending meanwhile sees the edge.
-CREATE FUNCTION jobs_prepare_child(
-  p_parents bigint[], p_on_failure text,
-  OUT child_id bigint, OUT status text, OUT pending_parents int, OUT last_error text)
-LANGUAGE plpgsql AS $$
-DECLARE
-  v_missing bigint;
-  v_failed record;
-BEGIN
-  child_id := nextval(pg_catalog.pg_get_serial_sequence('jobs', 'id'));
-  PERFORM 1 FROM jobs j WHERE j.id = ANY (p_parents) ORDER BY j.id FOR UPDATE;
-  UPDATE jobs j SET has_children = true WHERE j.id = ANY (p_parents) AND NOT j.has_children;
-  SELECT p INTO v_missing FROM pg_catalog.unnest(p_parents) AS p
-  WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = p)
-    AND NOT EXISTS (SELECT 1 FROM jobs_archive a WHERE a.id = p)
-  LIMIT 1;
-  IF v_missing IS NOT NULL THEN
-    RAISE EXCEPTION USING ERRCODE = 'P0002', MESSAGE = 'no job ' || v_missing, DETAIL = v_missing::text;
-  END IF;
-  INSERT INTO job_dependencies (parent_id, child_id, parent_kind, parent_status, parent_result)
-  SELECT p.id, jobs_prepare_child.child_id, p.kind,
-         CASE WHEN p.status IN ('succeeded', 'failed', 'dead', 'cancelled') THEN p.status END,
-         CASE WHEN p.status IN ('succeeded', 'failed', 'dead', 'cancelled') THEN p.row -> 'result' END
-  FROM (SELECT j.id, j.kind, j.status, pg_catalog.to_jsonb(j) AS row FROM jobs j WHERE j.id = ANY (p_parents)
-        UNION ALL
-        SELECT a.id, a.kind, a.status, pg_catalog.to_jsonb(a) FROM jobs_archive a
-        WHERE a.id = ANY (p_parents) AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = a.id)) p
-  ON CONFLICT DO NOTHING;
-  SELECT count(*) FILTER (WHERE d.parent_status IS NULL)::int INTO pending_parents
-  FROM job_dependencies d WHERE d.child_id = jobs_prepare_child.child_id;
-  SELECT d.parent_id, d.parent_status INTO v_failed FROM job_dependencies d
-  WHERE d.child_id = jobs_prepare_child.child_id AND d.parent_status <> 'succeeded'
-  ORDER BY d.parent_id LIMIT 1;
-  IF v_failed.parent_id IS NOT NULL AND p_on_failure = 'cancel' THEN
-    status := 'cancelled';
-    last_error := 'parent job ' || v_failed.parent_id || ' ended ' || v_failed.parent_status;
-  ELSIF pending_parents > 0 THEN
-    status := 'waiting';
-  ELSE
-    status := 'queued';
-  END IF;
-END
-$$;
-
--- Pin the functions' search_path to this schema, so a caller's or a trigger's
--- session cannot redirect what they call.
-DO $$
-BEGIN
-  EXECUTE pg_catalog.format(
-    'ALTER FUNCTION jobs_parent_ended(bigint, text, jsonb) SET search_path = %I, pg_catalog, pg_temp',
-    pg_catalog.current_schema());
-  EXECUTE pg_catalog.format(
-    'ALTER FUNCTION jobs_release_children() SET search_path = %I, pg_catalog, pg_temp',
-    pg_catalog.current_schema());
-  EXECUTE pg_catalog.format(
-    'ALTER FUNCTION jobs_forget_parents() SET search_path = %I, pg_catalog, pg_temp',
-    pg_catalog.current_schema());
-  EXECUTE pg_catalog.format(
-    'ALTER FUNCTION jobs_prepare_child(bigint[], text) SET search_path = %I, pg_catalog, pg_temp',
-    pg_catalog.current_schema());
-END
-$$;
