@@ -81,7 +81,7 @@ GRANT SELECT, UPDATE ON TABLE :"schema".schedules TO :"worker_role";
 -- statements and of these functions. PostgreSQL lets every role execute a new
 -- function unless that default was revoked; these grants work either way.
 GRANT EXECUTE ON FUNCTION
-  :"schema".enqueue(text, jsonb, text, int, timestamptz, int, text, text[], text[], timestamptz),
+  :"schema".enqueue(text, jsonb, text, int, timestamptz, int, text, text[], text[], timestamptz, bigint[]),
   :"schema".wake_up(text, text, text, bigint)
   TO :"producer_role", :"worker_role";
 GRANT EXECUTE ON FUNCTION
@@ -94,6 +94,8 @@ GRANT EXECUTE ON FUNCTION
 -- partitions ahead and drops expired ones. It runs with its owner's rights
 -- (SECURITY DEFINER: DDL needs the archive's owner) and is not PUBLIC's.
 GRANT EXECUTE ON FUNCTION :"schema".archive_partitions(timestamptz, int, bigint) TO :"worker_role";
+-- The insert of a job with dependsOn (library and enqueue(…, depends_on)).
+GRANT EXECUTE ON FUNCTION :"schema".jobs_prepare_child(bigint[], text) TO :"worker_role";
 
 -- Reader (optional, -v reader_role=…): reads everything skiplock keeps and
 -- changes nothing: getJob, listJobs, stats, queues, schedules, the archive, and

@@ -350,3 +350,37 @@ it('model: in random graphs every job runs at most once, only after all its pare
     { numRuns: 40 },
   );
 });
+
+describe('dependsOn from SQL and from the sweeper', () => {
+  it('enqueue(…, depends_on) makes a waiting child; an unknown id raises 22023 naming depends_on', async () => {
+    const parent = await t.skiplock.enqueue('step', {});
+    const [{ id }] = (await t.query<{ id: string }>(
+      `SELECT ${t.jobs.replace(/\.jobs$/, '.enqueue')}('step', depends_on => ARRAY[$1::bigint]) AS id`,
+      [parent.id],
+    )) as [{ id: string }];
+    expect(await states(id)).toEqual({ [id]: 'waiting' });
+    await expect(
+      t.query(`SELECT ${t.jobs.replace(/\.jobs$/, '.enqueue')}('step', depends_on => ARRAY[424242::bigint])`),
+    ).rejects.toMatchObject({ code: '22023', message: 'depends_on: no job 424242' });
+    await drain(t.skiplock, { step: () => {} });
+    expect(await t.jobCount()).toBe(0);
+  });
+
+  it('a parent the sweeper ends dead (lease expired, no attempts left) cancels its child in the same transaction', async () => {
+    const [parent, child] = await t.skiplock.enqueueMany([
+      { kind: 'step', payload: {}, ref: 'p', maxAttempts: 1 },
+      { kind: 'step', payload: {}, dependsOn: ['p'] },
+    ]);
+    // The parent as claimed by a worker that vanished a minute ago.
+    await t.query(
+      `UPDATE ${t.jobs} SET status = 'running', attempts = 1, lease_seq = 1, locked_by = 'gone',
+              locked_at = now() - interval '1 minute', visibility_timeout_ms = 1000 WHERE id = $1`,
+      [parent!.id],
+    );
+    await t.skiplock.sweep();
+    expect(await states(parent!.id, child!.id)).toEqual({
+      [parent!.id]: 'dead: reclaimed: visibility timeout',
+      [child!.id]: `cancelled: parent job ${parent!.id} ended dead`,
+    });
+  });
+});
