@@ -384,3 +384,37 @@ describe('dependsOn from SQL and from the sweeper', () => {
     });
   });
 });
+
+it('two parents ending at once in two transactions: the second waits for the child row and sees the first, so the child is queued once', async () => {
+  const [p1, p2, child] = await t.skiplock.enqueueMany([
+    { kind: 'step', payload: {}, ref: 'p1', delayMs: 60_000 },
+    { kind: 'step', payload: {}, ref: 'p2', delayMs: 60_000 },
+    { kind: 'step', payload: {}, dependsOn: ['p1', 'p2'] },
+  ]);
+  const first = await t.db.pool.connect();
+  const second = await t.db.pool.connect();
+  try {
+    await first.query('BEGIN');
+    await second.query('BEGIN');
+    const end = `UPDATE ${t.jobs} SET status = 'succeeded', finished_at = now() WHERE id = $1`;
+    await first.query(end, [p1!.id]);
+    // Blocks on the child's row lock, taken by the first transaction's release.
+    const ending = second.query(end, [p2!.id]);
+    const blocked = async () =>
+      (
+        await t.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`,
+        )
+      )[0]!.n;
+    await waitFor(async () => (await blocked()) >= 1, 30_000, 'the second end to wait for a lock', blocked);
+    expect(await states(child!.id)).toEqual({ [child!.id]: 'waiting' });
+    await first.query('COMMIT');
+    await ending;
+    await second.query('COMMIT');
+  } finally {
+    first.release();
+    second.release();
+  }
+  const rows = await t.query(`SELECT status, pending_parents FROM ${t.jobs} WHERE id = $1`, [child!.id]);
+  expect(rows).toEqual([{ status: 'queued', pending_parents: 0 }]);
+});
