@@ -106,6 +106,26 @@ describe('dependsOn', () => {
     expect((error2 as ValidationError).field).toBe('options.dependsOn[0]');
   });
 
+  it('a parent that already ended badly: the child starts cancelled naming it, or queued with onParentFailure run', async () => {
+    const parent = await t.skiplock.enqueue('step', {});
+    await t.query(`UPDATE ${t.jobs} SET status = 'failed', finished_at = now() WHERE id = $1`, [parent.id]);
+    const cancelled = await t.skiplock.enqueue('step', {}, { dependsOn: [parent.id] });
+    const runs = await t.skiplock.enqueue('step', {}, { dependsOn: [parent.id], onParentFailure: 'run' });
+    expect(await states(cancelled.id, runs.id)).toEqual({
+      [cancelled.id]: `cancelled: parent job ${parent.id} ended failed`,
+      [runs.id]: 'queued',
+    });
+    await expect(t.skiplock.enqueue('step', {}, { onParentFailure: 'run' })).rejects.toMatchObject({
+      field: 'options.onParentFailure',
+    });
+    await expect(
+      t.skiplock.enqueue('step', {}, { dependsOn: [parent.id], uniqueKey: 'k' }),
+    ).rejects.toMatchObject({ field: 'options.dependsOn', reason: 'not with a uniqueKey' });
+    await expect(t.skiplock.enqueue('step', {}, { dependsOn: [] })).rejects.toMatchObject({
+      field: 'options.dependsOn',
+    });
+  });
+
   it('a graph with a cycle or an unknown ref is a ValidationError naming the entry, and inserts nothing', async () => {
     const cycle = await thrown(
       t.skiplock.enqueueMany([
