@@ -7,7 +7,7 @@
 import type { ChildProcess } from 'node:child_process';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { type Job, PermanentError, ValidationError } from '../src/index.js';
+import { type Job, PermanentError, type TransactionalHandlerContext, ValidationError } from '../src/index.js';
 import { drain } from '../src/testing/index.js';
 import { waitFor } from './support/database.js';
 import { useTestDatabase } from './support/fixture.js';
@@ -437,4 +437,22 @@ it('two parents ending at once in two transactions: the second waits for the chi
   }
   const rows = await t.query(`SELECT status, pending_parents FROM ${t.jobs} WHERE id = $1`, [child!.id]);
   expect(rows).toEqual([{ status: 'queued', pending_parents: 0 }]);
+});
+
+it('a transactional handler reads its parents too (worker-less, through drain)', async () => {
+  const [parent] = await t.skiplock.enqueueMany([
+    { kind: 'step', payload: {}, ref: 'p' },
+    { kind: 'txn', payload: {}, dependsOn: ['p'] },
+  ]);
+  let seen: unknown;
+  await drain(t.skiplock, {
+    step: () => {},
+    txn: {
+      transactional: true,
+      handle: async (_job: Job, { parents }: TransactionalHandlerContext) => {
+        seen = await parents();
+      },
+    },
+  });
+  expect(seen).toEqual([{ id: parent!.id, kind: 'step', status: 'succeeded', result: null }]);
 });
