@@ -43,6 +43,14 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE :"schema".jobs TO :"worker_role";
 -- retention (prune, worker option retentionMs) deletes old archived rows.
 GRANT SELECT, INSERT, DELETE ON TABLE :"schema".jobs_archive TO :"worker_role";
 
+-- Dependencies (dependsOn): the worker role enqueues children (INSERT, and
+-- UPDATE of the parents' marker on jobs), and every statement that ends a
+-- parent records it on the edges and releases the children (triggers running
+-- as the caller); deleting a child deletes its edges. A producer role cannot
+-- enqueue jobs with dependsOn (they start `waiting`, which takes UPDATE on jobs).
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE :"schema".job_dependencies TO :"worker_role";
+GRANT SELECT ON TABLE :"schema".job_dependencies TO :"producer_role";
+
 -- Queues: every claim reads which queues are paused; the claim of a limited
 -- queue locks its row (SELECT … FOR UPDATE) and records starts in it (UPDATE);
 -- the worker role also pauses, resumes and limits them (operator tasks, like
@@ -75,7 +83,7 @@ GRANT SELECT, UPDATE ON TABLE :"schema".schedules TO :"worker_role";
 -- statements and of these functions. PostgreSQL lets every role execute a new
 -- function unless that default was revoked; these grants work either way.
 GRANT EXECUTE ON FUNCTION
-  :"schema".enqueue(text, jsonb, text, int, timestamptz, int, text, text[], text[], timestamptz),
+  :"schema".enqueue(text, jsonb, text, int, timestamptz, int, text, text[], text[], timestamptz, bigint[]),
   :"schema".wake_up(text, text, text, bigint)
   TO :"producer_role", :"worker_role";
 GRANT EXECUTE ON FUNCTION
@@ -88,6 +96,8 @@ GRANT EXECUTE ON FUNCTION
 -- partitions ahead and drops expired ones. It runs with its owner's rights
 -- (SECURITY DEFINER: DDL needs the archive's owner) and is not PUBLIC's.
 GRANT EXECUTE ON FUNCTION :"schema".archive_partitions(timestamptz, int, bigint) TO :"worker_role";
+-- The insert of a job with dependsOn (library and enqueue(…, depends_on)).
+GRANT EXECUTE ON FUNCTION :"schema".jobs_prepare_child(bigint[], text) TO :"worker_role";
 
 -- Reader (optional, -v reader_role=…): reads everything skiplock keeps and
 -- changes nothing: getJob, listJobs, stats, queues, schedules, the archive, and
@@ -95,6 +105,7 @@ GRANT EXECUTE ON FUNCTION :"schema".archive_partitions(timestamptz, int, bigint)
 \if :{?reader_role}
 GRANT USAGE ON SCHEMA :"schema" TO :"reader_role";
 GRANT SELECT ON TABLE
-  :"schema".jobs, :"schema".jobs_archive, :"schema".queues, :"schema".schedules, :"schema".migrations
+  :"schema".jobs, :"schema".jobs_archive, :"schema".queues, :"schema".schedules, :"schema".migrations,
+  :"schema".job_dependencies
   TO :"reader_role";
 \endif

@@ -102,7 +102,16 @@ export function isPostgresUrl(value: string): boolean {
 
 /** One job of `enqueueMany`, typed by the kind → payload map. */
 export type EnqueueManyItem<Jobs extends JobMap> = {
-  [Kind in keyof Jobs & string]: { kind: Kind; payload: Jobs[Kind] } & JobOptions;
+  [Kind in keyof Jobs & string]: {
+    kind: Kind;
+    payload: Jobs[Kind];
+    /**
+     * A name for this item, local to the call, that other items' `dependsOn`
+     * may use: the whole graph is inserted in one transaction, parents first.
+     * Non-empty, unique in the call.
+     */
+    ref?: string | undefined;
+  } & JobOptions;
 }[keyof Jobs & string];
 
 /** The shape of {@link SkiplockConfig}, checked by the constructor (the schema name is checked on its own). */

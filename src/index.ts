@@ -1,5 +1,6 @@
 export type { Queryable, QueryResultLike } from './db/executor.js';
 export { TransactionMisuseError } from './db/guarded-client.js';
+export type { OnParentFailure, ParentJob } from './db/queries/dependencies.js';
 export { DEFAULT_SCHEMA } from './db/sql.js';
 export {
   CancelledError,
@@ -22,6 +23,7 @@ export { DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, DEFAULT_VISIBILITY_TIMEOUT_MS } fr
 export {
   JOB_STATUSES,
   type Job,
+  type JobLink,
   type JobMap,
   type JobRecord,
   type JobStatus,

@@ -25,6 +25,7 @@ type Command =
 
 /** Moves the engine and operators make (claim, retry, finish, requeue). */
 const MOVES: Record<JobStatus, JobStatus[]> = {
+  waiting: [],
   queued: ['running', 'cancelled'],
   running: ['queued', 'succeeded', 'failed', 'dead', 'cancelled'],
   succeeded: [],

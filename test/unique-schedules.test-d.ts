@@ -21,7 +21,7 @@ describe('unique options and schedules', () => {
     // @ts-expect-error: not a conflict mode
     void skiplock.enqueue('reindex', { shopId: 1 }, { uniqueKey: 'k', onConflict: 'merge' });
     // @ts-expect-error: not a status
-    void skiplock.enqueue('reindex', { shopId: 1 }, { uniqueKey: 'k', uniqueStates: ['waiting'] });
+    void skiplock.enqueue('reindex', { shopId: 1 }, { uniqueKey: 'k', uniqueStates: ['paused'] });
     void skiplock.enqueueMany([
       { kind: 'reindex', payload: { shopId: 1 }, uniqueKey: 'k', onConflict: 'skip' },
     ]);

@@ -6,7 +6,15 @@ import { ValidationError } from '../errors.js';
 import type { AttemptError } from './attempt-history.js';
 
 /** Every status a job can have (the jobs table's CHECK constraint). */
-export const JOB_STATUSES = ['queued', 'running', 'succeeded', 'failed', 'dead', 'cancelled'] as const;
+export const JOB_STATUSES = [
+  'waiting',
+  'queued',
+  'running',
+  'succeeded',
+  'failed',
+  'dead',
+  'cancelled',
+] as const;
 
 /** A job's status. See docs/state-machine.md for the transitions. */
 export type JobStatus = (typeof JOB_STATUSES)[number];
@@ -69,6 +77,22 @@ export interface JobRecord<Kind extends string = string, Payload = unknown> exte
    * `cancelled` (`last_error` says it expired); null when it has none.
    */
   startBy: Date | null;
+  /**
+   * The job's parents (`dependsOn`), by id, each with its status now (or what
+   * it ended as, once its row is gone); set by `getJob` on a job that has
+   * parents, absent otherwise.
+   */
+  dependsOn?: JobLink[] | undefined;
+  /** The job's children (jobs that named it in `dependsOn`), by id; set by `getJob` on a job that has some. */
+  children?: JobLink[] | undefined;
+}
+
+/** Another job of a job's graph, as `getJob` shows it. */
+export interface JobLink {
+  id: string;
+  kind: string;
+  /** Its status; null when its row is gone and its end was not recorded. */
+  status: JobStatus | null;
 }
 
 /**

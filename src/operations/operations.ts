@@ -165,7 +165,14 @@ export async function getJob(
 ): Promise<JobRecord | undefined> {
   if (!isJobId(id))
     throw new ValidationError('id', 'must be a job id (a decimal string within bigint range)');
-  return queries.inspect.getById(clientOrPool(pool, options), id);
+  const db = clientOrPool(pool, options);
+  const job = await queries.inspect.getById(db, id);
+  if (!job) return job;
+  // Dependencies: parents and children, shown only when there are some.
+  const { dependsOn, children } = await queries.dependencies.edges(db, id);
+  if (dependsOn.length > 0) job.dependsOn = dependsOn;
+  if (children.length > 0) job.children = children;
+  return job;
 }
 
 /**

@@ -6,6 +6,7 @@
 
 import type pg from 'pg';
 import { type Queryable, withTransaction } from '../db/executor.js';
+import { UnknownParentError } from '../db/queries/dependencies.js';
 import type { NewJob } from '../db/queries/insert.js';
 import type { JobQueries } from '../db/queries/jobs.js';
 import { ValidationError } from '../errors.js';
@@ -14,11 +15,13 @@ import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES, toJob } from '../job/job.
 import type { EnqueuedJob } from '../job/unique.js';
 import { parseOptions } from '../options.js';
 import type { JobTracing } from '../telemetry/tracing.js';
+import { insertGraph, isGraph, planGraph } from './enqueue-graph.js';
 import { enqueueUnique, isUnique, type UniqueTransaction } from './enqueue-unique.js';
 import {
   clientOptionsSchema,
   type EnqueueOptions,
   enqueueOptionsSchema,
+  isJobId,
   toNewJob,
   toNewJobOfMany,
 } from './job-options.js';
@@ -53,8 +56,36 @@ export async function enqueueOne(
 
 /** One validated job: inserted, or found holding its unique key. */
 async function insertOne(queries: JobQueries, db: Queryable, job: NewJob): Promise<EnqueuedJob> {
+  if (job.dependsOn) return insertChild(queries, db, job, job.dependsOn);
   if (isUnique(job)) return (await enqueueUnique(queries, db, [job]))[0]!;
   return { ...toJob(await queries.insert.one(db, job)), duplicate: false };
+}
+
+/** A job with parents: every entry must be a job id that names a job. */
+async function insertChild(
+  queries: JobQueries,
+  db: Queryable,
+  job: NewJob,
+  parentIds: string[],
+): Promise<EnqueuedJob> {
+  parentIds.forEach((id, k) => {
+    if (!isJobId(id)) throw new ValidationError(`options.dependsOn[${k}]`, 'must be a job id');
+  });
+  try {
+    const record = await queries.dependencies.insertChild(
+      db,
+      job,
+      parentIds,
+      job.onParentFailure ?? 'cancel',
+    );
+    return { ...toJob(record), duplicate: false };
+  } catch (error) {
+    if (!(error instanceof UnknownParentError)) throw error;
+    throw new ValidationError(
+      `options.dependsOn[${parentIds.indexOf(error.parentId)}]`,
+      `no job ${error.parentId}`,
+    );
+  }
 }
 
 /**
@@ -87,6 +118,14 @@ export async function enqueueMany(
   rows.forEach((row, i) => {
     assertPayloadSize(row.payloadJson, `jobs[${i}].payload`, maxPayloadBytes);
   });
+  if (isGraph(items)) {
+    const plan = planGraph(items, rows);
+    const insert = () =>
+      parsed.client
+        ? insertGraph(queries, parsed.client, rows, plan)
+        : withTransaction(pool, (client) => insertGraph(queries, client, rows, plan), undefined, true);
+    return tracing ? tracing.enqueue(rows, insert) : insert();
+  }
   if (tracing) return tracing.enqueue(rows, () => insertAll(queries, pool, parsed.client, items, rows));
   return insertAll(queries, pool, parsed.client, items, rows);
 }

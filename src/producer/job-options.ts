@@ -65,6 +65,28 @@ export interface JobOptions extends UniqueOptions {
    * `strictOrder`) apply to the jobs of one key. @default none (no key)
    */
   groupKey?: string | undefined;
+  /**
+   * Parents: ids of jobs this one waits for. The job starts in status
+   * `waiting` and is queued in the transaction that ends its last parent.
+   * Parents must exist (in the jobs table or the archive) when the job is
+   * enqueued: enqueue them in the same transaction, or use `enqueueMany`
+   * with `ref`s, or keep their rows (a parent deleted on success before its
+   * child is enqueued is unknown). A parent that already ended counts as
+   * ended. Not with a `uniqueKey`. Takes UPDATE on the jobs table (the
+   * worker role's rights). In `enqueueMany`, an entry may also be another
+   * item's `ref`. At most 1000 entries.
+   * @throws {ValidationError} naming the entry (`options.dependsOn[0]`) when it is not a job id or names no job; nothing is inserted.
+   */
+  dependsOn?: string[] | undefined;
+  /**
+   * What a parent that ends `failed`, `dead` or `cancelled` does to this job
+   * while it waits: `'cancel'` ends it `cancelled`, with a `last_error`
+   * naming the parent, and so on down to its own children; `'run'` counts the
+   * parent as ended, so the job runs whatever its parents ended as (a
+   * fan-in: read them with `parents()` on the handler context).
+   * @default 'cancel'
+   */
+  onParentFailure?: 'cancel' | 'run' | undefined;
 }
 
 /** The caller's connection, accepted by every call that touches the database. */
@@ -120,12 +142,21 @@ const jobOptionShape = {
   uniqueStates: z.unknown().optional(),
   onConflict: z.unknown().optional(),
   groupKey: groupKey.optional(),
+  // Checked by toDependsOn, which words the errors.
+  dependsOn: z.unknown().optional(),
+  onParentFailure: z.enum(['cancel', 'run'], { error: "must be 'cancel' or 'run'" }).optional(),
 };
 
 /** `enqueue`'s options. */
 export const enqueueOptionsSchema = z.strictObject({ client: queryable.optional(), ...jobOptionShape });
 /** One item of `enqueueMany`. */
-export const manyItemSchema = z.strictObject({ kind: z.unknown(), payload: z.unknown(), ...jobOptionShape });
+export const manyItemSchema = z.strictObject({
+  kind: z.unknown(),
+  payload: z.unknown(),
+  // A name local to the call that other items' dependsOn may use.
+  ref: z.unknown().optional(),
+  ...jobOptionShape,
+});
 /** The options of calls that take only a connection. */
 export const clientOptionsSchema = z.strictObject({ client: queryable.optional() });
 
@@ -153,6 +184,37 @@ interface ParsedJobOptions {
   uniqueStates?: unknown;
   onConflict?: unknown;
   groupKey?: string | undefined;
+  dependsOn?: unknown;
+  onParentFailure?: 'cancel' | 'run' | undefined;
+}
+
+/** Most parents one job may name. */
+const MAX_PARENTS = 1000;
+
+/** A job id as text: a positive 64-bit integer. */
+const JOB_ID = /^[1-9][0-9]{0,18}$/;
+
+/**
+ * The entries of a `dependsOn` as given: a non-empty array of non-empty
+ * strings (or integers, taken as ids), at most {@link MAX_PARENTS}.
+ *
+ * @throws {ValidationError} naming the field or the entry.
+ */
+export function toDependsOnEntries(value: unknown, field: string): string[] {
+  if (!Array.isArray(value)) throw new ValidationError(field, 'must be an array of job ids');
+  if (value.length === 0) throw new ValidationError(field, 'must name at least one job');
+  if (value.length > MAX_PARENTS) throw new ValidationError(field, `must name at most ${MAX_PARENTS} jobs`);
+  return value.map((entry, i) => {
+    if (Number.isSafeInteger(entry) && (entry as number) > 0) return String(entry);
+    if (typeof entry !== 'string' || entry.length === 0)
+      throw new ValidationError(`${field}[${i}]`, 'must be a job id');
+    return entry;
+  });
+}
+
+/** Whether `entry` reads as a job id. */
+export function isJobId(entry: string): boolean {
+  return JOB_ID.test(entry) && BigInt(entry) <= 9_223_372_036_854_775_807n;
 }
 
 /**
@@ -200,6 +262,15 @@ export function toNewJob(
   )
     job.unique = toUniqueSpec(options as UniqueOptions, fields.options);
   if (options.groupKey !== undefined) job.groupKey = options.groupKey;
+  if (options.dependsOn !== undefined) {
+    if (job.unique) throw new ValidationError(`${fields.options}dependsOn`, 'not with a uniqueKey');
+    job.dependsOn = toDependsOnEntries(options.dependsOn, `${fields.options}dependsOn`);
+  }
+  if (options.onParentFailure !== undefined) {
+    if (options.dependsOn === undefined)
+      throw new ValidationError(`${fields.options}onParentFailure`, 'only with dependsOn');
+    job.onParentFailure = options.onParentFailure;
+  }
   return job;
 }
 

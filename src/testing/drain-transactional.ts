@@ -51,6 +51,7 @@ export async function drainTransactional(
   timeoutMs: number | undefined,
 ): Promise<RunOutcome | 'cancelled'> {
   const control = new AttemptControl();
+  control.parentsOf = (id) => ctx.queries.dependencies.parents(ctx.client ?? ctx.pool, id);
   if (ctx.client) return inSavepoint(ctx, ctx.client, claim, job, handle, control, timeoutMs);
   const tx = await HeldTransaction.checkOut(ctx.pool, STATEMENT_DEADLINE_MS, ctx.pool);
   // A timed-out handler may still use the client: drop it rather than let its statements run outside.

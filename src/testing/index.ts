@@ -167,7 +167,9 @@ export async function drain<Jobs extends JobMap>(
         outcome = ran === 'cancelled' ? { ok: true } : ran;
         written = ran === 'cancelled' ? 'cancelled' : ran.ok ? 'succeeded' : undefined;
       } else {
-        outcome = await runJob(handler?.handle, job, new AttemptControl(), handler?.timeoutMs);
+        const control = new AttemptControl();
+        control.parentsOf = (id) => queries.dependencies.parents(client ?? skiplock.pool, id);
+        outcome = await runJob(handler?.handle, job, control, handler?.timeoutMs);
       }
       if (written === undefined) {
         const failure = outcome.ok

@@ -1,3 +1,4 @@
+import type { ParentJob } from '../db/queries/dependencies.js';
 import type { HandlerContext } from './handler-definition.js';
 
 /**
@@ -12,6 +13,8 @@ export class AttemptControl {
   #aborted = false;
   #reason: unknown;
   #onAbort: ((reason: unknown) => void) | undefined;
+  /** Reads a job's parents for the handler context's `parents()`; set by whoever runs attempts on a database. */
+  parentsOf: ((jobId: string) => Promise<ParentJob[]>) | undefined;
 
   /** The attempt's signal, made on first use. */
   get signal(): AbortSignal {
@@ -51,14 +54,18 @@ export class AttemptControl {
 }
 
 /**
- * What a handler gets beside its job: the attempt's signal, made when read.
- * `signal` is an own, enumerable property, so a copy of the context
- * (`{ ...context, logger }`) keeps it.
+ * What a handler gets beside its job: the attempt's signal, made when read,
+ * and its parents, read when asked. Both are own, enumerable properties, so a
+ * copy of the context (`{ ...context, logger }`) keeps them.
  */
-export function attemptContext(control: AttemptControl): HandlerContext {
+export function attemptContext(control: AttemptControl, jobId: string): HandlerContext {
   return {
     get signal() {
       return control.signal;
     },
+    parents: () =>
+      control.parentsOf
+        ? control.parentsOf(jobId)
+        : Promise.reject(new Error('parents() reads the jobs table; this worker has no connection to it')),
   };
 }

@@ -17,6 +17,7 @@ import { describeFailure } from '../job/failure.js';
 import type { Job } from '../job/job.js';
 import { type AttemptControl, attemptContext } from './attempt-control.js';
 import {
+  type BatchContext,
   batchOutcomes,
   type Handler,
   type HandlerContext,
@@ -57,7 +58,7 @@ export function runJob(
   if (!handler) return Promise.resolve(failure(new UnknownKindError(job.kind)));
   let result: unknown;
   try {
-    result = handler(job, attemptContext(control));
+    result = handler(job, attemptContext(control, job.id));
   } catch (error) {
     return Promise.resolve(failure(error));
   }
@@ -234,7 +235,9 @@ export async function runBatch(
 
 /** A batch handler with `middleware` around each call; it is given the batch's first job. */
 function batchWithMiddleware(batch: ResolvedBatch, middleware: readonly Middleware[]): ResolvedBatch {
-  const handleBatch = (jobs: Job[], context: HandlerContext): unknown => {
+  // The context runBatch passes is the first job's full handler context (a BatchContext to the handler).
+  const handleBatch = (jobs: Job[], batchContext: BatchContext): unknown => {
+    const context = batchContext as HandlerContext;
     let next = () => Promise.resolve().then(() => batch.handleBatch(jobs, context));
     for (let i = middleware.length - 1; i >= 0; i--) {
       const outer = middleware[i]!;

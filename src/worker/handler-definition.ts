@@ -6,9 +6,11 @@
  * takes many jobs of its kind at once. Resolved once, when the worker is made,
  * into one shape the worker runs.
  */
+
 import type pg from 'pg';
 import { z } from 'zod';
 import type { KindMaxAttempts } from '../db/queries/claim.js';
+import type { ParentJob } from '../db/queries/dependencies.js';
 import { ValidationError } from '../errors.js';
 import type { Job } from '../job/job.js';
 import { assertName } from '../job/job.js';
@@ -25,6 +27,13 @@ export interface HandlerContext {
    * work when it fires.
    */
   signal: AbortSignal;
+  /**
+   * The job's parents (`dependsOn`), by id: each one's id, kind, what it
+   * ended as, and its result (null when it stored none). Empty for a job
+   * enqueued without parents. One read of the database per call.
+   * @throws {DatabaseError} from the database.
+   */
+  parents(): Promise<ParentJob[]>;
 }
 
 /** The function that performs jobs of one kind. Delivery is at-least-once: make it idempotent. */

@@ -177,7 +177,7 @@ export async function runInTransaction(
 ): Promise<RunOutcome> {
   const client = guardedClient(connection, control.signal);
   const outcome = await runJob(
-    (j, context) => handle(j, { signal: context.signal, client }),
+    (j, context) => handle(j, { signal: context.signal, parents: context.parents, client }),
     job,
     control,
     timeoutMs,

@@ -93,6 +93,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #notifier: Notifier;
   readonly #maintainer: Maintainer;
   readonly #pool: WorkerPool;
+  /** The handler context's parents(), one function for every attempt. */
+  readonly #parentsOf = (jobId: string) => this.#ctx.queries.dependencies.parents(this.#pool.pool, jobId);
   /** Runs transactional handlers on connections of their own (made only when one is declared). */
   readonly #transactional: TransactionalAttempts | undefined;
   #bufferTimer: TimerHandle | undefined;
@@ -332,6 +334,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       this.#claimLoop.jobStarted();
       if (this.#events.heard('job:start')) this.#events.emit('job:start', e.job);
       const timeoutMs = handler?.timeoutMs ?? jobTimeoutMs;
+      e.control!.parentsOf = this.#parentsOf;
       const attempt = handler?.transactional
         ? () => this.#transactional!.run(e, handler.handle, timeoutMs)
         : () => runJob(handler?.handle, e.job, e.control!, timeoutMs);

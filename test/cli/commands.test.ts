@@ -71,9 +71,9 @@ describe('skiplock CLI commands', { timeout: 240_000 }, () => {
     );
     const statsTable = await runCli(['stats', ...conn()]);
     expect(statsTable.stdout.split('\n')[0]).toMatch(
-      /^queue\s+queued\s+running\s+succeeded\s+failed\s+dead\s+cancelled\s+oldest due/,
+      /^queue\s+waiting\s+queued\s+running\s+succeeded\s+failed\s+dead\s+cancelled\s+oldest due/,
     );
-    expect(statsTable.stdout).toMatch(/^emails\s+1\s+0\s+0\s+0\s+0\s+0/m);
+    expect(statsTable.stdout).toMatch(/^emails\s+0\s+1\s+0\s+0\s+0\s+0\s+0/m);
 
     const listed = await runCli(['jobs', '--queue', 'emails', '--json', ...conn()]);
     expect(listed.code, listed.stderr).toBe(0);

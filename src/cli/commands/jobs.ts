@@ -149,7 +149,19 @@ function describeJob(job: JobRecord): string {
     ...job.errors.map(
       (e) => `  #${e.attempt}  ${time(e.at)}  ${e.workerId ?? '-'}  ${firstLine(e.error) ?? ''}`,
     ),
+    // Dependencies: printed only for a job that has some.
+    ...links('depends_on', job.dependsOn),
+    ...links('children', job.children),
   ].join('\n');
+}
+
+/** A job's parents or children, one line each: id, kind, status. */
+function links(label: string, jobs: JobRecord['dependsOn']): string[] {
+  if (!jobs || jobs.length === 0) return [];
+  return [
+    `${label.padEnd(14)}${jobs.length}`,
+    ...jobs.map((j) => `  ${j.id}  ${j.kind}  ${j.status ?? '-'}`),
+  ];
 }
 
 /** Parser of a job id flag. @throws {InvalidArgumentError} (exit 2) for anything but a positive integer. */

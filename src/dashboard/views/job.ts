@@ -20,6 +20,16 @@ function attemptErrors(job: JobRecord) {
 <tbody>${rows}</tbody></table>`;
 }
 
+/** A job's parents or children, each a link to its page with its status; nothing when there are none. */
+function jobLinks(d: Dashboard, label: string, field: string, jobs: JobRecord['dependsOn']) {
+  if (!jobs || jobs.length === 0) return '';
+  const links = jobs.map(
+    (j) =>
+      html`<a class="mono" href="${d.link(`/jobs/${j.id}`)}">${j.id}</a> <span class="mono">${j.kind}</span> ${j.status ? statusPill(j.status) : html`<span class="muted">gone</span>`}<br>`,
+  );
+  return html`<dt>${label}</dt><dd data-field="${field}">${links}</dd>`;
+}
+
 /**
  * The job page; `archived` when the row was found in `jobs_archive`;
  * `kindDecides` when its attempt limit is its kind's, not yet known.
@@ -49,6 +59,8 @@ ${job.cancelRequestedAt ? html`<dt>cancel requested</dt><dd data-field="cancel-r
 <dt>locked at</dt><dd>${time(job.lockedAt)}</dd>
 <dt>lease holder</dt><dd class="mono">${job.lockedBy ?? '—'}</dd>
 <dt>claims ever</dt><dd>${job.leaseSeq}</dd>
+${jobLinks(d, 'depends on', 'depends-on', job.dependsOn)}
+${jobLinks(d, 'children', 'children', job.children)}
 </dl>`;
   const back = `/jobs/${job.id}`;
   return {

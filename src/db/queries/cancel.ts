@@ -1,5 +1,6 @@
 /**
- * Cancel: queued jobs end `cancelled` at once; running ones are flagged
+ * Cancel: waiting and queued jobs end `cancelled` at once (a waiting job's
+ * children that said 'cancel' with it, by the table's triggers); running ones are flagged
  * (`cancel_requested_at`) and their holders told by a control message. The
  * worker's finish statement (finish.ts) then ends such a job `cancelled`,
  * fenced by its lease, whatever its handler returned.
@@ -11,7 +12,7 @@ import { LEASE_FENCE, type LeasedJob, runFenced } from './job-row.js';
 import type { SchemaNames } from './schema-names.js';
 
 /** Statuses a job can be cancelled from. */
-export const CANCELLABLE_STATUSES = ['queued', 'running'] as const;
+export const CANCELLABLE_STATUSES = ['waiting', 'queued', 'running'] as const;
 
 /** One of {@link CANCELLABLE_STATUSES}. */
 export type CancellableStatus = (typeof CANCELLABLE_STATUSES)[number];
@@ -39,11 +40,11 @@ export class CancelQueries {
       'cancel',
       `WITH hit AS (
          UPDATE ${jobs} j
-         SET status = CASE WHEN j.status = 'queued' THEN 'cancelled' ELSE j.status END,
-             finished_at = CASE WHEN j.status = 'queued' THEN now() ELSE j.finished_at END,
+         SET status = CASE WHEN j.status IN ('waiting', 'queued') THEN 'cancelled' ELSE j.status END,
+             finished_at = CASE WHEN j.status IN ('waiting', 'queued') THEN now() ELSE j.finished_at END,
              cancel_requested_at = COALESCE(j.cancel_requested_at, now())
-         WHERE j.status IN ('queued', 'running')
-           AND j.status = ANY(COALESCE($1::text[], ARRAY['queued', 'running']))
+         WHERE j.status IN ('waiting', 'queued', 'running')
+           AND j.status = ANY(COALESCE($1::text[], ARRAY['waiting', 'queued', 'running']))
            AND ($2::bigint[] IS NULL OR j.id = ANY($2::bigint[]))
            AND ($3::text[] IS NULL OR j.kind = ANY($3::text[]))
            AND ($4::text[] IS NULL OR j.queue = ANY($4::text[]))

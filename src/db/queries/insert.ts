@@ -39,6 +39,11 @@ export interface NewJob {
   startWithinMs?: number | undefined;
   /** The job's group key; with it the job goes through the extended statements. */
   groupKey?: string | undefined;
+  // Dependencies: jobs with parents go through DependencyQueries.insertChild.
+  /** The ids of the job's parents; with them the job starts `waiting`. */
+  dependsOn?: string[] | undefined;
+  /** What a parent that ends failed, dead or cancelled does to this job. @default 'cancel' */
+  onParentFailure?: 'cancel' | 'run' | undefined;
 }
 
 /** Whether a job needs the extended insert: it carries a trace context, tags, a start deadline or a group key. */

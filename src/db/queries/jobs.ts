@@ -4,9 +4,11 @@
  * cancel, queues (and their limits), prune. Built once per Skiplock for its schema; holds no connection. The schema is quoted once; every value is a bind
  * parameter; every state change of a running job is guarded by its lease.
  */
+
 import { CancelQueries } from './cancel.js';
 import { ClaimQueries } from './claim.js';
 import { LimitedClaimQueries } from './claim-limited.js';
+import { DependencyQueries } from './dependencies.js';
 import { FinishQueries } from './finish.js';
 import { InsertQueries } from './insert.js';
 import { InspectQueries } from './inspect.js';
@@ -41,6 +43,8 @@ export class JobQueries {
   readonly queues: QueueQueries;
   readonly queueLimits: QueueLimitQueries;
   readonly prune: PruneQueries;
+  /** Jobs with parents (dependsOn): their insert, their parents and children. */
+  readonly dependencies: DependencyQueries;
 
   constructor(schema: string) {
     this.names = schemaNames(schema);
@@ -58,6 +62,7 @@ export class JobQueries {
     this.queues = new QueueQueries(this.names);
     this.queueLimits = new QueueLimitQueries(this.names);
     this.prune = new PruneQueries(this.names);
+    this.dependencies = new DependencyQueries(this.names);
   }
 
   /** The LISTEN/NOTIFY channel of this schema. */

@@ -6,8 +6,8 @@ import type { TestDatabase } from '../../support/database.js';
 
 /** The seed's counts per queue and status (statuses not listed are 0). */
 export const SEEDED = {
-  emails: { queued: 3, running: 1, succeeded: 0, failed: 1, dead: 2, cancelled: 0 },
-  media: { queued: 2, running: 0, succeeded: 4, failed: 0, dead: 1, cancelled: 0 },
+  emails: { waiting: 0, queued: 3, running: 1, succeeded: 0, failed: 1, dead: 2, cancelled: 0 },
+  media: { waiting: 0, queued: 2, running: 0, succeeded: 4, failed: 0, dead: 1, cancelled: 0 },
 } as const;
 
 /** Ids of the seeded jobs by status. */

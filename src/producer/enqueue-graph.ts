@@ -1,0 +1,125 @@
+/**
+ * Graphs in one `enqueueMany` call: items carry a `ref` (a name local to the
+ * call) and name other items' refs, or existing job ids, in `dependsOn`. The
+ * graph is checked whole before anything is written (refs unique, every
+ * entry a ref or a job id, no cycle), then inserted parents first in one
+ * transaction: all or none.
+ */
+import type { Queryable } from '../db/executor.js';
+import { UnknownParentError } from '../db/queries/dependencies.js';
+import type { NewJob } from '../db/queries/insert.js';
+import type { JobQueries } from '../db/queries/jobs.js';
+import { ValidationError } from '../errors.js';
+import { toJob } from '../job/job.js';
+import type { EnqueuedJob } from '../job/unique.js';
+import { isJobId } from './job-options.js';
+
+/** A parent of an item: another item of the call, or a job that exists already. */
+type Parent = { item: number } | { id: string };
+
+/** A checked graph: the items in an order where parents come first, and each item's parents. */
+export interface GraphPlan {
+  order: number[];
+  parents: Parent[][];
+}
+
+/** Whether any item of an `enqueueMany` call uses `ref` or `dependsOn`. */
+export function isGraph(items: readonly unknown[]): boolean {
+  return items.some(
+    (item) =>
+      typeof item === 'object' &&
+      item !== null &&
+      ((item as { ref?: unknown }).ref !== undefined ||
+        (item as { dependsOn?: unknown }).dependsOn !== undefined),
+  );
+}
+
+/**
+ * Checks the graph of validated `rows` (their `dependsOn` as given) and orders
+ * it. A `dependsOn` entry equal to a `ref` of the call names that item;
+ * otherwise it must be a job id.
+ *
+ * @throws {ValidationError} naming the item and field: `jobs[2].ref` (not a
+ *   non-empty string, or repeated), `jobs[3].dependsOn[0]` (neither a ref of
+ *   the call nor a job id, or closing a cycle), `jobs[1].uniqueKey` (unique
+ *   keys are not taken in a graph call).
+ */
+export function planGraph(items: readonly unknown[], rows: readonly NewJob[]): GraphPlan {
+  const refs = new Map<string, number>();
+  items.forEach((item, i) => {
+    const ref = (item as { ref?: unknown }).ref;
+    if (ref === undefined) return;
+    if (typeof ref !== 'string' || ref.length === 0)
+      throw new ValidationError(`jobs[${i}].ref`, 'must be a non-empty string');
+    const first = refs.get(ref);
+    if (first !== undefined) throw new ValidationError(`jobs[${i}].ref`, `repeats jobs[${first}].ref`);
+    refs.set(ref, i);
+  });
+  const parents = rows.map((row, i) => {
+    if (row.unique) throw new ValidationError(`jobs[${i}].uniqueKey`, 'not in a call with ref or dependsOn');
+    return (row.dependsOn ?? []).map((entry, k): Parent => {
+      const item = refs.get(entry);
+      if (item !== undefined) return { item };
+      if (isJobId(entry)) return { id: entry };
+      throw new ValidationError(
+        `jobs[${i}].dependsOn[${k}]`,
+        'names no ref of this call and is not a job id',
+      );
+    });
+  });
+  // Kahn's algorithm: an item is placed once all its parents in the call are.
+  const waitingFor = parents.map((ps) => ps.filter((p) => 'item' in p).length);
+  const childrenOf = rows.map(() => [] as number[]);
+  parents.forEach((ps, i) => {
+    for (const p of ps) if ('item' in p) childrenOf[p.item]!.push(i);
+  });
+  const order: number[] = [];
+  const ready = waitingFor.flatMap((n, i) => (n === 0 ? [i] : []));
+  while (ready.length > 0) {
+    const i = ready.shift()!;
+    order.push(i);
+    for (const child of childrenOf[i]!) if (--waitingFor[child]! === 0) ready.push(child);
+  }
+  if (order.length < rows.length) {
+    const placed = new Set(order);
+    const i = rows.findIndex((_, i) => !placed.has(i));
+    const k = parents[i]!.findIndex((p) => 'item' in p && !placed.has(p.item));
+    throw new ValidationError(`jobs[${i}].dependsOn[${k}]`, 'forms a cycle');
+  }
+  return { order, parents };
+}
+
+/**
+ * Inserts a checked graph, parents first, one statement per item, on `db`
+ * (which must be inside a transaction for all or none); input order.
+ *
+ * @throws {ValidationError} naming the entry (`jobs[3].dependsOn[0]`) when a job id names no job.
+ * @throws {DatabaseError} from the database.
+ */
+export async function insertGraph(
+  queries: JobQueries,
+  db: Queryable,
+  rows: readonly NewJob[],
+  plan: GraphPlan,
+): Promise<EnqueuedJob[]> {
+  const ids = new Array<string>(rows.length);
+  const result = new Array<EnqueuedJob>(rows.length);
+  for (const i of plan.order) {
+    const row = rows[i]!;
+    const parentIds = plan.parents[i]!.map((p) => ('item' in p ? ids[p.item]! : p.id));
+    let record: Awaited<ReturnType<typeof queries.insert.one>>;
+    if (parentIds.length === 0) record = await queries.insert.one(db, row);
+    else {
+      try {
+        record = await queries.dependencies.insertChild(db, row, parentIds, row.onParentFailure ?? 'cancel');
+      } catch (error) {
+        if (!(error instanceof UnknownParentError)) throw error;
+        const k = plan.parents[i]!.findIndex((p) => 'id' in p && p.id === error.parentId);
+        throw new ValidationError(`jobs[${i}].dependsOn[${k}]`, `no job ${error.parentId}`);
+      }
+    }
+    ids[i] = record.id;
+    result[i] = { ...toJob(record), duplicate: false };
+  }
+  return result;
+}
