@@ -1,3 +1,4 @@
+import { type ProgressSink, ProgressWriter } from '../workflow/progress-writer.js';
 import type { HandlerContext } from './handler-definition.js';
 
 /**
@@ -51,14 +52,31 @@ export class AttemptControl {
 }
 
 /**
- * What a handler gets beside its job: the attempt's signal, made when read.
+ * What a handler gets beside its job: the attempt's signal, made when read,
+ * and `progress`/`log`, written through `sink` for `attempt` (without a sink
+ * they write nothing and resolve false).
  * `signal` is an own, enumerable property, so a copy of the context
  * (`{ ...context, logger }`) keeps it.
  */
-export function attemptContext(control: AttemptControl): HandlerContext {
+export function attemptContext(
+  control: AttemptControl,
+  sink?: ProgressSink,
+  attempt?: unknown,
+): HandlerContext {
+  // The writer is made on the first report: an attempt that reports nothing pays two closures.
+  let writer: ProgressWriter | undefined;
+  const output = (): ProgressWriter | undefined => {
+    if (sink) writer ??= new ProgressWriter(sink, attempt);
+    return writer;
+  };
   return {
     get signal() {
       return control.signal;
     },
+    progress: (value) => output()?.progress(value) ?? NOT_WRITTEN,
+    log: (line) => output()?.log(line) ?? NOT_WRITTEN,
   };
 }
+
+/** What `progress` and `log` resolve with where there is no job row to write to. */
+const NOT_WRITTEN = Promise.resolve(false);

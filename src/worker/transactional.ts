@@ -176,12 +176,7 @@ export async function runInTransaction(
   timeoutMs: number | undefined,
 ): Promise<RunOutcome> {
   const client = guardedClient(connection, control.signal);
-  const outcome = await runJob(
-    (j, context) => handle(j, { signal: context.signal, client }),
-    job,
-    control,
-    timeoutMs,
-  );
+  const outcome = await runJob((j, context) => handle(j, { ...context, client }), job, control, timeoutMs);
   if (!outcome.ok) return outcome;
   const ended = transactionEnded(connection);
   return ended ? permanentFailure(ended) : outcome;

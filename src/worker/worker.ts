@@ -17,13 +17,15 @@ import { workerMaintenance } from '../maintenance/worker-maintenance.js';
 import { assertMigrated } from '../migrations/migrator.js';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.js';
 import type { JobTracing } from '../telemetry/tracing.js';
+import { serializeResult } from '../workflow/job-output.js';
+import type { ProgressSink } from '../workflow/progress-writer.js';
 import { Cancellation } from './cancellation.js';
 import { ClaimLoop, workerClaimRequest } from './claim-loop.js';
 import type { Completer } from './completer.js';
 import type { WorkerEvents } from './events.js';
 import { EventReporter } from './events.js';
 import { bufferedExecution, type Execution, Executions } from './executions.js';
-import { type RunOutcome, runJob } from './executor.js';
+import { failure, type RunOutcome, runJob } from './executor.js';
 import { kindRetryDelayMs, type ResolvedHandler } from './handler-definition.js';
 import { Heartbeat } from './heartbeat.js';
 import { type Notifier, workerNotifier } from './notifier.js';
@@ -80,6 +82,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #executions: Executions;
   readonly #claimLoop: ClaimLoop;
   readonly #completer: Completer<Execution>;
+  /** Where handlers' `progress` and `log` write (one object for every attempt). */
+  readonly #progressSink: ProgressSink;
   readonly #cancellation: Cancellation;
   readonly #heartbeat: Heartbeat<Execution>;
   readonly #notifier: Notifier;
@@ -161,6 +165,25 @@ export class Worker extends EventEmitter<WorkerEvents> {
       workerId: this.id,
       events: this.#events,
     });
+    this.#progressSink = {
+      clock: this.#clock,
+      write: async (attempt, progressJson, lines) => {
+        const e = attempt as Execution;
+        let written: boolean;
+        try {
+          written = await queries.progress.write(pool, e, this.id, progressJson, lines);
+        } catch (error) {
+          this.#events.error(translateError(error), 'progress');
+          return false;
+        }
+        if (written && this.#events.heard('job:progress'))
+          this.#events.emit('job:progress', e.job, {
+            progress: progressJson === null ? undefined : JSON.parse(progressJson),
+            lines,
+          });
+        return written;
+      },
+    };
     this.#completer = resultWriter({
       queries,
       pool,
@@ -311,7 +334,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       const timeoutMs = handler?.timeoutMs ?? jobTimeoutMs;
       const attempt = handler?.transactional
         ? () => this.#transactional!.run(e, handler.handle, timeoutMs)
-        : () => runJob(handler?.handle, e.job, e.control!, timeoutMs);
+        : () => runJob(handler?.handle, e.job, e.control!, timeoutMs, this.#progressSink, e);
       const tracing = this.#tracing;
       this.#calling = e;
       let running: Promise<RunOutcome | null>;
@@ -333,7 +356,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#executions.finish(e);
     if (lost) this.#events.emit('job:stale', e.job);
     else if (!released && outcome !== null) {
-      if (outcome.ok) this.#completer.succeeded(e);
+      if (outcome.ok) this.#succeeded(e, outcome.value);
       else
         this.#completer.failed({
           job: e,
@@ -346,6 +369,30 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
     this.#pump();
     this.#claimLoop.slotFreed();
+  }
+
+  /**
+   * Queues a success: with the handler's return value as the job's result when
+   * its row outlives the success, or as a failure when that value is not JSON
+   * or larger than `maxResultBytes`. A job of the worker's policy that returned
+   * nothing writes exactly what it always did.
+   */
+  #succeeded(e: Execution, value: unknown): void {
+    const onSuccess = e.onSuccess;
+    if (value === undefined || (onSuccess ?? this.#options.onSuccess) === 'delete') {
+      this.#completer.succeeded(e, onSuccess ? { onSuccess } : undefined);
+      return;
+    }
+    let result: string;
+    try {
+      result = serializeResult(value, this.#options.maxResultBytes);
+    } catch (error) {
+      const failed = failure(error);
+      if (failed.ok) return;
+      this.#completer.failed({ job: e, thrown: error, error: failed.error, permanent: false });
+      return;
+    }
+    this.#completer.succeeded(e, { result, onSuccess });
   }
 
   /**

@@ -37,6 +37,8 @@ export interface NewJob {
   startBy?: Date | undefined;
   /** Start deadline in milliseconds from the insert (database clock). */
   startWithinMs?: number | undefined;
+  /** The job's own success policy (`on_success`); with it the job goes through the extended statements. */
+  onSuccess?: 'delete' | 'keep' | 'archive' | undefined;
 }
 
 /** Whether a job needs the extended insert: it carries a trace context, tags or a start deadline. */
@@ -45,7 +47,8 @@ export function isExtended(job: NewJob): boolean {
     job.traceContext !== undefined ||
     job.tags !== undefined ||
     job.startBy !== undefined ||
-    job.startWithinMs !== undefined
+    job.startWithinMs !== undefined ||
+    job.onSuccess !== undefined
   );
 }
 
@@ -86,9 +89,9 @@ export class InsertQueries {
     this.#one = one('insert_one');
     this.#oneExtended = one(
       'insert_one_extended',
-      ', trace_context, tags, start_by',
+      ', trace_context, tags, start_by, on_success',
       `, $8::text::jsonb, $9::text[],
-               COALESCE($10::timestamptz, now() + $11::float8 * interval '1 millisecond')`,
+               COALESCE($10::timestamptz, now() + $11::float8 * interval '1 millisecond'), $12::text`,
     );
     // Returns only what the database decided: the ids in input order, run_at
     // only where it is not the insert time (a delay or a runAt), and the insert
@@ -119,13 +122,13 @@ export class InsertQueries {
     this.#many = many('insert_many');
     this.#manyExtended = many(
       'insert_many_extended',
-      ', trace_context, tags, start_by',
+      ', trace_context, tags, start_by, on_success',
       `, $8::text::jsonb,
                 CASE WHEN json_typeof(r.tags) = 'array' THEN ARRAY(SELECT json_array_elements_text(r.tags)) END,
-                COALESCE(r.start_by, now() + r.start_within_ms * interval '1 millisecond')`,
+                COALESCE(r.start_by, now() + r.start_within_ms * interval '1 millisecond'), r.on_success`,
       `, json_array_elements($9::text::json),
-                         unnest($10::timestamptz[]), unnest($11::float8[])`,
-      ', tags, start_by, start_within_ms',
+                         unnest($10::timestamptz[]), unnest($11::float8[]), unnest($12::text[])`,
+      ', tags, start_by, start_within_ms, on_success',
     );
   }
 
@@ -144,7 +147,13 @@ export class InsertQueries {
       const { rows } = await run<JobRow>(db, this.#one, values);
       return toJobRecord(rows[0]!);
     }
-    values.push(job.traceContext ?? null, job.tags ?? null, job.startBy ?? null, job.startWithinMs ?? null);
+    values.push(
+      job.traceContext ?? null,
+      job.tags ?? null,
+      job.startBy ?? null,
+      job.startWithinMs ?? null,
+      job.onSuccess ?? null,
+    );
     const { rows } = await run<JobRow>(db, this.#oneExtended, values);
     return toJobRecord(rows[0]!);
   }
@@ -183,14 +192,16 @@ export class InsertQueries {
       const tags = new Array<string>(n);
       const startBys = new Array<Date | null>(n);
       const startWithinMs = new Array<number | null>(n);
+      const onSuccess = new Array<string | null>(n);
       for (let i = 0; i < n; i++) {
         const j = jobs[i]!;
         tags[i] = j.tags === undefined ? 'null' : JSON.stringify(j.tags);
         startBys[i] = j.startBy ?? null;
         startWithinMs[i] = j.startWithinMs ?? null;
+        onSuccess[i] = j.onSuccess ?? null;
       }
       // A trace context is the same for every job of one call.
-      values.push(jobs[0]?.traceContext ?? null, `[${tags.join(',')}]`, startBys, startWithinMs);
+      values.push(jobs[0]?.traceContext ?? null, `[${tags.join(',')}]`, startBys, startWithinMs, onSuccess);
     }
     const statement = extended ? this.#manyExtended : this.#many;
     const { rows } = await run<{ id: string; run_at: Date | null; created_at: Date | null }>(

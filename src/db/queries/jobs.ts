@@ -11,6 +11,7 @@ import { FinishQueries } from './finish.js';
 import { InsertQueries } from './insert.js';
 import { InspectQueries } from './inspect.js';
 import { ProbeQueries } from './probe.js';
+import { ProgressQueries } from './progress.js';
 import { PruneQueries } from './prune.js';
 import { QueueLimitQueries } from './queue-limits.js';
 import { QueueQueries } from './queues.js';
@@ -19,6 +20,7 @@ import { ResultQueries } from './results.js';
 import { ScheduleQueries } from './schedules.js';
 import { type SchemaNames, schemaNames } from './schema-names.js';
 import { SweepQueries } from './sweep.js';
+import { WaitingQueries } from './waiting.js';
 
 /** The statements of one schema, by family. */
 export class JobQueries {
@@ -41,6 +43,8 @@ export class JobQueries {
   readonly queues: QueueQueries;
   readonly queueLimits: QueueLimitQueries;
   readonly prune: PruneQueries;
+  readonly progress: ProgressQueries;
+  readonly waiting: WaitingQueries;
 
   constructor(schema: string) {
     this.names = schemaNames(schema);
@@ -58,6 +62,8 @@ export class JobQueries {
     this.queues = new QueueQueries(this.names);
     this.queueLimits = new QueueLimitQueries(this.names);
     this.prune = new PruneQueries(this.names);
+    this.progress = new ProgressQueries(this.names);
+    this.waiting = new WaitingQueries(this.names);
   }
 
   /** The LISTEN/NOTIFY channel of this schema. */
