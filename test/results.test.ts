@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import type { Queryable } from '../src/db/executor.js';
 import { FinishQueries } from '../src/db/queries/finish.js';
 import { schemaNames } from '../src/db/queries/schema-names.js';
-import { ValidationError } from '../src/index.js';
+import { type TransactionalHandlerContext, ValidationError } from '../src/index.js';
 import { waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
@@ -86,6 +86,33 @@ describe('results', () => {
       { id: jobs[2]!.id, status: 'archived:succeeded', result: 3 },
       { id: jobs[3]!.id, status: 'dead', result: null },
     ]);
+  });
+
+  it("stores a transactional handler's result and progress, by the job's own policy", async () => {
+    const worker = t.worker({
+      pollIntervalMs: 100,
+      onSuccess: 'delete',
+      handlers: {
+        tx: {
+          transactional: true,
+          handle: async (_job, { client, progress }: TransactionalHandlerContext) => {
+            await client.query('SELECT 1');
+            expect(await progress('half')).toBe(true);
+            return { rows: 1 };
+          },
+        },
+      },
+    });
+    await worker.start();
+    const succeeded = nextEvent(worker, 'job:success');
+    const job = await t.skiplock.enqueue('tx', {}, { onSuccess: 'keep' });
+    await succeeded;
+    const shown = await t.skiplock.getJob(job.id);
+    expect({ status: shown?.status, result: shown?.result, progress: shown?.progress }).toEqual({
+      status: 'succeeded',
+      result: { rows: 1 },
+      progress: 'half',
+    });
   });
 
   it('fails the attempt, naming the field, when the result is larger than maxResultBytes or not JSON', async () => {

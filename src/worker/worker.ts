@@ -17,7 +17,7 @@ import { workerMaintenance } from '../maintenance/worker-maintenance.js';
 import { assertMigrated } from '../migrations/migrator.js';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.js';
 import type { JobTracing } from '../telemetry/tracing.js';
-import { serializeResult } from '../workflow/job-output.js';
+import { successToWrite } from '../workflow/job-output.js';
 import type { ProgressSink } from '../workflow/progress-writer.js';
 import { Cancellation } from './cancellation.js';
 import { ClaimLoop, workerClaimRequest } from './claim-loop.js';
@@ -159,12 +159,6 @@ export class Worker extends EventEmitter<WorkerEvents> {
       },
       this.#clock,
     );
-    this.#transactional = TransactionalAttempts.forWorker(ctx.clientConfig, options, {
-      workerPool: pool,
-      queries,
-      workerId: this.id,
-      events: this.#events,
-    });
     this.#progressSink = {
       clock: this.#clock,
       write: async (attempt, progressJson, lines) => {
@@ -184,6 +178,13 @@ export class Worker extends EventEmitter<WorkerEvents> {
         return written;
       },
     };
+    this.#transactional = TransactionalAttempts.forWorker(ctx.clientConfig, options, {
+      workerPool: pool,
+      queries,
+      workerId: this.id,
+      events: this.#events,
+      progressSink: this.#progressSink,
+    });
     this.#completer = resultWriter({
       queries,
       pool,
@@ -378,21 +379,16 @@ export class Worker extends EventEmitter<WorkerEvents> {
    * nothing writes exactly what it always did.
    */
   #succeeded(e: Execution, value: unknown): void {
-    const onSuccess = e.onSuccess;
-    if (value === undefined || (onSuccess ?? this.#options.onSuccess) === 'delete') {
-      this.#completer.succeeded(e, onSuccess ? { onSuccess } : undefined);
-      return;
-    }
-    let result: string;
+    let success: ReturnType<typeof successToWrite>;
     try {
-      result = serializeResult(value, this.#options.maxResultBytes);
+      success = successToWrite(value, e.onSuccess, this.#options.onSuccess, this.#options.maxResultBytes);
     } catch (error) {
       const failed = failure(error);
-      if (failed.ok) return;
-      this.#completer.failed({ job: e, thrown: error, error: failed.error, permanent: false });
+      if (!failed.ok)
+        this.#completer.failed({ job: e, thrown: error, error: failed.error, permanent: false });
       return;
     }
-    this.#completer.succeeded(e, { result, onSuccess });
+    this.#completer.succeeded(e, success);
   }
 
   /**

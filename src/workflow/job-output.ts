@@ -4,6 +4,7 @@
  * lines). The rules and bounds are here; the SQL is in db/queries/progress.ts
  * and the finish statement. Pure: no I/O.
  */
+import type { SuccessPolicy } from '../db/queries/finish.js';
 import { ValidationError } from '../errors.js';
 import { serializePayload } from '../job/job.js';
 
@@ -30,6 +31,25 @@ export interface JobLogLine {
  */
 export function serializeResult(value: unknown, maxBytes: number): string {
   return bounded(serializePayload(value, 'result'), 'result', maxBytes, 'maxResultBytes');
+}
+
+/**
+ * What a success writes beside its status: the handler's return value as the
+ * result when the job's policy (its own, else the worker's) keeps the row, and
+ * the job's own policy. Undefined when there is nothing but the worker's
+ * policy to write, so such a success costs what it always did.
+ *
+ * @throws {ValidationError} naming `result` (see {@link serializeResult}).
+ */
+export function successToWrite(
+  value: unknown,
+  jobPolicy: SuccessPolicy | undefined,
+  workerPolicy: SuccessPolicy,
+  maxResultBytes: number,
+): { result?: string | undefined; onSuccess?: SuccessPolicy | undefined } | undefined {
+  if (value === undefined || (jobPolicy ?? workerPolicy) === 'delete')
+    return jobPolicy ? { onSuccess: jobPolicy } : undefined;
+  return { result: serializeResult(value, maxResultBytes), onSuccess: jobPolicy };
 }
 
 /**
