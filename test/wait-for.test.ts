@@ -123,6 +123,15 @@ describe('waitFor', () => {
     await waitFor(async () => (await listeners()) === 0, 10_000, 'the listener to close');
   });
 
+  it('resolves by the poll when no message comes (the row deleted with the triggers off)', async () => {
+    const job = await t.skiplock.enqueue('silent', {});
+    const outcome = t.skiplock.waitFor(job.id, { timeoutMs: 60_000 });
+    await awaited([job.id]);
+    await t.query(`ALTER TABLE ${t.jobs} DISABLE TRIGGER jobs_done_delete`);
+    await t.query(`DELETE FROM ${t.jobs} WHERE id = $1`, [job.id]);
+    expect(await outcome).toEqual({ status: 'succeeded', result: null, lastError: null });
+  });
+
   it('serves 2,000 concurrent waiters with one LISTEN connection, closed after the last', async () => {
     const jobs = await t.skiplock.enqueueMany(
       Array.from({ length: 2000 }, (_, i) => ({ kind: 'many', payload: { i } })),
