@@ -3,7 +3,8 @@ import { describe, expect, it } from 'vitest';
 import type { Queryable } from '../src/db/executor.js';
 import { FinishQueries } from '../src/db/queries/finish.js';
 import { schemaNames } from '../src/db/queries/schema-names.js';
-import { type TransactionalHandlerContext, ValidationError } from '../src/index.js';
+import { type Job, type TransactionalHandlerContext, ValidationError } from '../src/index.js';
+import { drain } from '../src/testing/index.js';
 import { waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
@@ -113,6 +114,18 @@ describe('results', () => {
       result: { rows: 1 },
       progress: 'half',
     });
+  });
+
+  it("drain() stores results by the job's own policy, as a worker does", async () => {
+    const kept = await t.skiplock.enqueue('r', { n: 4 }, { onSuccess: 'keep' });
+    const deleted = await t.skiplock.enqueue('r', { n: 5 });
+    const drained = await drain(t.skiplock, { r: (job: Job) => (job.payload as { n: number }).n * 2 });
+    expect(drained.succeeded).toBe(2);
+    expect(drained.jobs.map((j) => Object.keys(j.job).includes('onSuccess'))).toEqual([false, false]);
+    expect(await t.query(`SELECT id, status, result FROM ${t.jobs}`)).toEqual([
+      { id: kept.id, status: 'succeeded', result: 8 },
+    ]);
+    expect(await t.skiplock.getJob(deleted.id)).toBeUndefined();
   });
 
   it('fails the attempt, naming the field, when the result is larger than maxResultBytes or not JSON', async () => {

@@ -11,6 +11,7 @@ import { assertName } from '../job/job.js';
 import { type Retention, resolveRetention } from '../maintenance/pruner.js';
 import { retentionSchema } from '../operations/prune.js';
 import { durationMs, integerInRange, parseOptions } from '../options.js';
+import { DEFAULT_MAX_RESULT_BYTES } from '../workflow/job-output.js';
 import { type Middleware, withMiddleware } from './executor.js';
 import { type HandlerEntry, type ResolvedHandler, resolveHandlers } from './handler-definition.js';
 import {
@@ -371,7 +372,7 @@ export function resolveWorkerOptions(options: unknown): ResolvedWorkerOptions {
     pruneIntervalMs: parsed.pruneIntervalMs ?? 60_000,
     jobTimeoutMs: parsed.jobTimeoutMs,
     shutdownTimeoutMs: parsed.shutdownTimeoutMs ?? 30_000,
-    maxResultBytes: parsed.maxResultBytes ?? 1_048_576,
+    maxResultBytes: parsed.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES,
     onSuccess: parsed.onSuccess ?? 'delete',
     handleSignals: parsed.handleSignals ?? true,
     workerId: parsed.workerId,

@@ -8,6 +8,9 @@ import type { SuccessPolicy } from '../db/queries/finish.js';
 import { ValidationError } from '../errors.js';
 import { serializePayload } from '../job/job.js';
 
+/** Largest result stored by default, in bytes of JSON (worker option `maxResultBytes`): 1 MiB. */
+export const DEFAULT_MAX_RESULT_BYTES = 1_048_576;
+
 /** Largest progress value, in bytes of JSON. */
 export const MAX_PROGRESS_BYTES = 4096;
 
