@@ -179,6 +179,7 @@ describe('a function planted in the skiplock schema', () => {
       'cancel',
       'control',
       'enqueue',
+      'jobs_done_notify',
       'jobs_insert_guard',
       'jobs_max_attempts_default',
       'jobs_notify',

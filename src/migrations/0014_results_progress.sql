@@ -29,8 +29,10 @@ ALTER TABLE jobs_archive
 
 -- The completion message: the wake-up format with type 'done' and the job's id,
 -- on the sibling channel 'skiplock:<schema>:done'. Waiters read the job's state
--- from the table; a job gone from both tables ended by its success.
-CREATE FUNCTION jobs_done_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+-- from the table; a job gone from both tables ended by its success. Its
+-- search_path holds pg_catalog only, so nothing planted in this schema is called.
+CREATE FUNCTION jobs_done_notify() RETURNS trigger LANGUAGE plpgsql
+  SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
   PERFORM pg_notify('skiplock:' || TG_TABLE_SCHEMA || ':done',
                     json_build_object('type', 'done', 'queue', NULL, 'delayMs', 0,
