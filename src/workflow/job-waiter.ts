@@ -66,6 +66,8 @@ interface Waiting {
   id: string;
   /** Set once the job was seen to exist: from then on, a job gone from both tables succeeded. */
   seen: boolean;
+  /** A message or poll named the job before it was seen: read it again once it is. */
+  missed: boolean;
   resolve(outcome: JobOutcome): void;
   reject(error: unknown): void;
 }
@@ -121,7 +123,7 @@ export class JobWaiter {
     let onAbort: (() => void) | undefined;
     let waiting!: Waiting;
     const settled = new Promise<JobOutcome>((resolve, reject) => {
-      waiting = { id, seen: false, resolve, reject };
+      waiting = { id, seen: false, missed: false, resolve, reject };
     });
     const leave = () => {
       this.#clock.clearTimeout(timer);
@@ -142,6 +144,10 @@ export class JobWaiter {
       if (state !== undefined && 'id' in state) {
         waiting.seen = true;
         if (FINAL_STATUSES.has(state.status)) waiting.resolve(outcomeOf(state));
+        else if (waiting.missed) {
+          this.#heard.add(id);
+          void this.#readHeard();
+        }
       } else if (state === undefined) {
         waiting.reject(new JobNotFoundError(id));
       }
@@ -241,7 +247,10 @@ export class JobWaiter {
         for (const id of ids) {
           const state = byId.get(id);
           for (const w of [...(this.#waiting.get(id) ?? [])]) {
-            if (!w.seen) continue;
+            if (!w.seen) {
+              w.missed = true;
+              continue;
+            }
             if (!state) w.resolve({ status: 'succeeded', result: null, lastError: null });
             else if (FINAL_STATUSES.has(state.status)) w.resolve(outcomeOf(state));
           }
