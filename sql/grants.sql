@@ -31,7 +31,7 @@ GRANT SELECT ON TABLE :"schema".migrations TO :"producer_role", :"worker_role";
 REVOKE INSERT ON TABLE :"schema".jobs FROM :"producer_role";
 GRANT SELECT ON TABLE :"schema".jobs TO :"producer_role";
 GRANT INSERT (kind, queue, payload, priority, run_at, max_attempts, max_attempts_default,
-              unique_key, unique_states, trace_context, tags, start_by, group_key)
+              unique_key, unique_states, trace_context, tags, start_by, group_key, on_success)
   ON TABLE :"schema".jobs TO :"producer_role";
 
 -- Worker: claim (SELECT … FOR UPDATE SKIP LOCKED, UPDATE), heartbeat, fail,
@@ -67,6 +67,11 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE :"schema".group_rate_slots TO :"wo
 -- UPDATE), so it is not given by default; uncomment it if your producers
 -- debounce:
 -- GRANT UPDATE (payload, priority, run_at, max_attempts, max_attempts_default) ON TABLE :"schema".jobs TO :"producer_role";
+
+-- A producer that waits for jobs (waitFor) marks them as awaited. Like the
+-- grant above, it also lets the producer lock job rows, so it is not given by
+-- default; uncomment it if your producers wait:
+-- GRANT UPDATE (awaited) ON TABLE :"schema".jobs TO :"producer_role";
 
 -- Schedules: the producer creates, updates, lists and removes them; a worker's
 -- scheduler locks due schedules (SELECT … FOR UPDATE) and advances them. A

@@ -22,7 +22,9 @@ export type SkiplockErrorCode =
   | 'MISSING_DEPENDENCY'
   | 'CANCELLED'
   | 'SNOOZE'
-  | 'BROKER';
+  | 'BROKER'
+  | 'JOB_NOT_FOUND'
+  | 'WAIT_TIMEOUT';
 
 /** Base class of every skiplock error. `cause` carries the underlying error, when any. */
 export class SkiplockError extends Error {
@@ -232,5 +234,32 @@ export class MissingDependencyError extends SkiplockError {
     super('MISSING_DEPENDENCY', message, options);
     this.name = 'MissingDependencyError';
     this.packageName = packageName;
+  }
+}
+
+/** `waitFor` was called for a job that does not exist (in the jobs table or the archive). */
+export class JobNotFoundError extends SkiplockError {
+  /** The id asked for. */
+  readonly jobId: string;
+
+  constructor(jobId: string) {
+    super('JOB_NOT_FOUND', `job ${jobId} does not exist`);
+    this.name = 'JobNotFoundError';
+    this.jobId = jobId;
+  }
+}
+
+/** `waitFor` gave up: the job did not reach a final status within `timeoutMs`. */
+export class WaitTimeoutError extends SkiplockError {
+  /** The job waited for. */
+  readonly jobId: string;
+  /** How long the wait lasted, in milliseconds. */
+  readonly timeoutMs: number;
+
+  constructor(jobId: string, timeoutMs: number) {
+    super('WAIT_TIMEOUT', `job ${jobId} did not reach a final status within ${timeoutMs} ms`);
+    this.name = 'WaitTimeoutError';
+    this.jobId = jobId;
+    this.timeoutMs = timeoutMs;
   }
 }

@@ -5,6 +5,7 @@ export { DEFAULT_SCHEMA } from './db/sql.js';
 export {
   CancelledError,
   DatabaseError,
+  JobNotFoundError,
   JobTimeoutError,
   LeaseLostError,
   MissingDependencyError,
@@ -16,6 +17,7 @@ export {
   SnoozeError,
   UnknownKindError,
   ValidationError,
+  WaitTimeoutError,
 } from './errors.js';
 export type { AttemptError } from './job/attempt-history.js';
 export { BACKOFF_CAP_MS, backoffDelayMs } from './job/backoff.js';
@@ -88,3 +90,5 @@ export type {
   WorkerOptions,
 } from './worker/options.js';
 export { Worker } from './worker/worker.js';
+export type { JobLogLine } from './workflow/job-output.js';
+export type { JobOutcome, WaitForOptions } from './workflow/job-waiter.js';

@@ -49,6 +49,7 @@ import { listSchedules, schedule, unschedule } from './schedule/schedules.js';
 import { type JobTracing, loadTracing } from './telemetry/tracing.js';
 import { resolveWorkerOptions, type WorkerOptions } from './worker/options.js';
 import { Worker } from './worker/worker.js';
+import { type JobOutcome, JobWaiter, type WaitForOptions } from './workflow/job-waiter.js';
 
 export type {
   CancelCounts,
@@ -87,6 +88,8 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   /** Connect deadline of the pool skiplock made; undefined for a caller's pool. */
   readonly #connectTimeoutMs: number | undefined;
   readonly #clientConfig: pg.ClientConfig;
+  /** The waits of `waitFor`, made on first use. */
+  #waiter: JobWaiter | undefined;
   readonly #queries: JobQueries;
   readonly #workers = new Set<Worker>();
   readonly #tracingOn: boolean;
@@ -428,6 +431,34 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   }
 
   /**
+   * Waits until job `id` reaches a final status — `succeeded`, `failed`,
+   * `dead` or `cancelled` — and resolves with its status, its `result` (the
+   * handler's return value, kept when the job's row outlives its success:
+   * `onSuccess` `'keep'` or `'archive'`; null otherwise) and its `lastError`.
+   * Works from any process: the job's end sends a completion message, and a
+   * poll every few seconds is the safety net. A job that is deleted on success
+   * while waited for resolves as `succeeded` with a null result. All waits of
+   * one Skiplock share one LISTEN connection, open while anyone waits.
+   *
+   * @throws {JobNotFoundError} when no job `id` exists (in the jobs table or the archive) when called.
+   * @throws {WaitTimeoutError} naming the job when `timeoutMs` passes first.
+   * @throws the signal's reason when `signal` aborts.
+   * @throws {ValidationError} naming `id` or the option.
+   * @example
+   * const { id } = await skiplock.enqueue('resize_image', { url }, { onSuccess: 'keep' });
+   * const { status, result } = await skiplock.waitFor(id, { timeoutMs: 60_000 });
+   */
+  async waitFor(id: string, options?: WaitForOptions): Promise<JobOutcome> {
+    this.#assertOpen();
+    this.#waiter ??= new JobWaiter({
+      pool: this.#pool,
+      queries: this.#queries,
+      clientConfig: this.#clientConfig,
+    });
+    return this.#waiter.waitFor(id, options);
+  }
+
+  /**
    * A page of jobs matching the filter, newest first unless `order: 'oldest'`;
    * pass the last id as `after` for the next page. With `payloadPreviewChars`,
    * each job's payload is read only as its first characters (a
@@ -465,7 +496,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    await Promise.all([...this.#workers].map((w) => w.stop()));
+    await Promise.all([...[...this.#workers].map((w) => w.stop()), this.#waiter?.close()]);
     if (this.#ownsPool) await this.#pool.end();
     else unlistenForPoolErrors(this.#pool);
   }

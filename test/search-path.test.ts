@@ -180,6 +180,7 @@ describe('a function planted in the skiplock schema', () => {
       'control',
       'enqueue',
       'jobs_forget_parents',
+      'jobs_done_notify',
       'jobs_insert_guard',
       'jobs_max_attempts_default',
       'jobs_notify',

@@ -9,6 +9,7 @@ import type pg from 'pg';
 import { JOB_COLUMNS, type JobRow, toJobRecord } from '../db/queries/job-row.js';
 import { quoteIdent } from '../db/sql.js';
 import type { JobRecord } from '../job/job.js';
+import { toLogLines } from '../workflow/job-output.js';
 
 /** Finished jobs of one minute of the last hour. */
 export interface ThroughputBucket {
@@ -61,7 +62,7 @@ export class DashboardQueries {
 
   constructor(schema: string) {
     const s = quoteIdent(schema);
-    this.#archived = `SELECT ${JOB_COLUMNS} FROM ${s}.jobs_archive WHERE id = $1`;
+    this.#archived = `SELECT ${JOB_COLUMNS}, result, progress, logs FROM ${s}.jobs_archive WHERE id = $1`;
     // A running job's lease belongs to a worker: it is cancelled, not deleted under it.
     this.#delete = `DELETE FROM ${s}.jobs WHERE id = $1 AND status <> 'running' RETURNING id`;
     this.#throughput = `SELECT floor(EXTRACT(EPOCH FROM now() - finished_at) / 60)::int AS minutes_ago,
@@ -110,8 +111,13 @@ export class DashboardQueries {
 
   /** A job moved to `jobs_archive` on success, or undefined. */
   async getArchived(pool: pg.Pool, id: string): Promise<JobRecord | undefined> {
-    const { rows } = await pool.query<JobRow>(this.#archived, [id]);
-    return rows[0] ? toJobRecord(rows[0]) : undefined;
+    const { rows } = await pool.query<JobRow & { result: unknown; progress: unknown; logs: unknown }>(
+      this.#archived,
+      [id],
+    );
+    const row = rows[0];
+    if (!row) return undefined;
+    return { ...toJobRecord(row), result: row.result, progress: row.progress, logs: toLogLines(row.logs) };
   }
 
   /** A page of the archive, newest first, at most `limit` rows, payloads cut to a preview. */

@@ -78,6 +78,16 @@ export interface JobRecord<Kind extends string = string, Payload = unknown> exte
    */
   startBy: Date | null;
   /**
+   * The handler's return value, stored when the job's row outlived its success
+   * (`onSuccess` `'keep'` or `'archive'`); null when none. Read by `getJob` only
+   * (absent from lists).
+   */
+  result?: unknown;
+  /** The handler's last progress value (`progress()`); null when none. Read by `getJob` only. */
+  progress?: unknown;
+  /** The handler's newest log lines (`log()`), oldest first. Read by `getJob` only. */
+  logs?: { at: Date; line: string }[];
+  /**
    * The job's parents (`dependsOn`), by id, each with its status now (or what
    * it ended as, once its row is gone); set by `getJob` on a job that has
    * parents, absent otherwise.

@@ -87,6 +87,13 @@ export interface JobOptions extends UniqueOptions {
    * @default 'cancel'
    */
   onParentFailure?: 'cancel' | 'run' | undefined;
+  /**
+   * What this job's success leaves: `'delete'` removes the row, `'keep'` marks
+   * it `succeeded`, `'archive'` moves it to the archive. With `'keep'` or
+   * `'archive'` the handler's return value is stored as the job's `result`.
+   * @default the worker's `onSuccess`
+   */
+  onSuccess?: 'delete' | 'keep' | 'archive' | undefined;
 }
 
 /** The caller's connection, accepted by every call that touches the database. */
@@ -137,6 +144,9 @@ const jobOptionShape = {
   tags: z.unknown().optional(),
   startBy: validDate.optional(),
   startWithinMs: delayMs.optional(),
+  onSuccess: z
+    .enum(['delete', 'keep', 'archive'], { error: "must be 'delete', 'keep' or 'archive'" })
+    .optional(),
   // Checked by toUniqueSpec, which words the errors.
   uniqueKey: z.unknown().optional(),
   uniqueStates: z.unknown().optional(),
@@ -180,6 +190,7 @@ interface ParsedJobOptions {
   tags?: unknown;
   startBy?: Date | undefined;
   startWithinMs?: number | undefined;
+  onSuccess?: 'delete' | 'keep' | 'archive' | undefined;
   uniqueKey?: unknown;
   uniqueStates?: unknown;
   onConflict?: unknown;
@@ -255,6 +266,7 @@ export function toNewJob(
   }
   if (options.startBy !== undefined) job.startBy = options.startBy;
   if (options.startWithinMs !== undefined) job.startWithinMs = options.startWithinMs;
+  if (options.onSuccess !== undefined) job.onSuccess = options.onSuccess;
   if (
     options.uniqueKey !== undefined ||
     options.uniqueStates !== undefined ||
@@ -285,6 +297,7 @@ const ITEM_KEYS = new Set([
   'maxAttempts',
   // Checked by toTags on every path.
   'tags',
+  'onSuccess',
   // Checked by toUniqueSpec on every path.
   'uniqueKey',
   'uniqueStates',
@@ -320,6 +333,10 @@ function isUsualItem(item: unknown): item is ParsedJobOptions & { kind: unknown;
       (Number.isInteger(o.maxAttempts) &&
         (o.maxAttempts as number) >= 1 &&
         (o.maxAttempts as number) <= 2_147_483_647)) &&
+    (o.onSuccess === undefined ||
+      o.onSuccess === 'delete' ||
+      o.onSuccess === 'keep' ||
+      o.onSuccess === 'archive') &&
     (o.delayMs === undefined ||
       (typeof o.delayMs === 'number' && o.delayMs >= 0 && o.delayMs <= MAX_DELAY_MS)) &&
     o.runAt === undefined

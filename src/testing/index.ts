@@ -29,9 +29,10 @@ import type { Job, JobMap, JobRecord } from '../job/job.js';
 import type { Skiplock } from '../skiplock.js';
 import { AttemptControl } from '../worker/attempt-control.js';
 import { attemptResult } from '../worker/completer.js';
-import { type Middleware, type RunOutcome, runJob, withMiddleware } from '../worker/executor.js';
+import { failure, type Middleware, type RunOutcome, runJob, withMiddleware } from '../worker/executor.js';
 import { kindMaxAttemptsOf, kindRetryDelayMs, resolveHandlers } from '../worker/handler-definition.js';
 import type { Handlers } from '../worker/options.js';
+import { DEFAULT_MAX_RESULT_BYTES, successToWrite } from '../workflow/job-output.js';
 import { drainTransactional } from './drain-transactional.js';
 
 /** Which jobs {@link drain} runs. */
@@ -150,7 +151,7 @@ export async function drain<Jobs extends JobMap>(
         await queries.results.release(db, claimed.slice(claimed.indexOf(claim)), workerId);
         throw new SkiplockError('DRAIN_LIMIT', `drain ran ${maxJobs} attempts and due jobs remain`);
       }
-      const { leaseSeq: _lease, ...job } = claim;
+      const { leaseSeq: _lease, onSuccess: ownPolicy, ...job } = claim;
       const handler = byKind.get(job.kind);
       const lease = { id: claim.id, attempts: claim.attempts, leaseSeq: claim.leaseSeq };
       let outcome: RunOutcome;
@@ -172,12 +173,20 @@ export async function drain<Jobs extends JobMap>(
         outcome = await runJob(handler?.handle, job, control, handler?.timeoutMs);
       }
       if (written === undefined) {
-        const failure = outcome.ok
+        let success: ReturnType<typeof successToWrite>;
+        if (outcome.ok) {
+          try {
+            success = successToWrite(outcome.value, ownPolicy, onSuccess, DEFAULT_MAX_RESULT_BYTES);
+          } catch (error) {
+            outcome = failure(error);
+          }
+        }
+        const failed = outcome.ok
           ? undefined
           : { ...outcome, retryDelayMs: kindRetryDelayMs(handler, claim, outcome) };
         const rows = await queries.finish.finish(
           db,
-          [{ ...lease, ...attemptResult(failure) }],
+          [{ ...lease, ...attemptResult(failed), ...(failed ? undefined : success) }],
           workerId,
           onSuccess,
         );

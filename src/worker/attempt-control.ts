@@ -1,4 +1,5 @@
 import type { ParentJob } from '../db/queries/dependencies.js';
+import { type ProgressSink, ProgressWriter } from '../workflow/progress-writer.js';
 import type { HandlerContext } from './handler-definition.js';
 
 /**
@@ -55,10 +56,23 @@ export class AttemptControl {
 
 /**
  * What a handler gets beside its job: the attempt's signal, made when read,
- * and its parents, read when asked. Both are own, enumerable properties, so a
- * copy of the context (`{ ...context, logger }`) keeps them.
+ * its parents, read when asked, and `progress`/`log`, written through `sink`
+ * for `attempt` (without a sink they write nothing and resolve false).
+ * `signal` and `parents` are own, enumerable properties, so a copy of the
+ * context (`{ ...context, logger }`) keeps them.
  */
-export function attemptContext(control: AttemptControl, jobId: string): HandlerContext {
+export function attemptContext(
+  control: AttemptControl,
+  jobId: string,
+  sink?: ProgressSink,
+  attempt?: unknown,
+): HandlerContext {
+  // The writer is made on the first report: an attempt that reports nothing pays two closures.
+  let writer: ProgressWriter | undefined;
+  const output = (): ProgressWriter | undefined => {
+    if (sink) writer ??= new ProgressWriter(sink, attempt);
+    return writer;
+  };
   return {
     get signal() {
       return control.signal;
@@ -67,5 +81,10 @@ export function attemptContext(control: AttemptControl, jobId: string): HandlerC
       control.parentsOf
         ? control.parentsOf(jobId)
         : Promise.reject(new Error('parents() reads the jobs table; this worker has no connection to it')),
+    progress: (value) => output()?.progress(value) ?? NOT_WRITTEN,
+    log: (line) => output()?.log(line) ?? NOT_WRITTEN,
   };
 }
+
+/** What `progress` and `log` resolve with where there is no job row to write to. */
+const NOT_WRITTEN = Promise.resolve(false);

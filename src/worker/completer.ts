@@ -13,7 +13,7 @@
  * queued within a deadline, then gives up, leaving the jobs to the sweeper).
  */
 import { isTransient, translateError } from '../db/executor.js';
-import type { AttemptResult, FinishedJob, FinishingJob } from '../db/queries/finish.js';
+import type { AttemptResult, FinishedJob, FinishingJob, SuccessPolicy } from '../db/queries/finish.js';
 import { type LeasedJob, leaseKey } from '../db/queries/job-row.js';
 import type { LeaseState } from '../db/queries/results.js';
 import type { SkiplockError } from '../errors.js';
@@ -69,10 +69,19 @@ const MAX_PERMANENT_ERRORS = 5;
 /** Writes of jobs a write left alone while their lease was still held, before they count as stale. */
 const MAX_REWRITES = 3;
 
-/** One queued result: the job, and its failure when it failed. */
+/** What a success writes beside the status: the result to store, and the job's own success policy. */
+export interface SuccessToWrite {
+  /** The handler's return value as JSON text; stored when the row outlives the success. */
+  result?: string | undefined;
+  /** The job's own success policy; undefined: the worker's. */
+  onSuccess?: SuccessPolicy | undefined;
+}
+
+/** One queued result: the job, and its failure when it failed (or what its success writes). */
 interface Pending<T> {
   job: T;
   failure: FailureToWrite<T> | undefined;
+  success?: SuccessToWrite | undefined;
 }
 
 /** The completer of one worker: a {@link Service} that writes what `succeeded` and `failed` queue. */
@@ -93,9 +102,9 @@ export class Completer<T extends LeasedJob> extends Service {
     return this.#queued.length;
   }
 
-  /** Queues a success. */
-  succeeded(job: T): void {
-    this.#queued.push({ job, failure: undefined });
+  /** Queues a success; `success` carries its result and the job's own policy, when any. */
+  succeeded(job: T, success?: SuccessToWrite): void {
+    this.#queued.push(success ? { job, failure: undefined, success } : { job, failure: undefined });
     this.wake();
   }
 
@@ -215,7 +224,11 @@ export class Completer<T extends LeasedJob> extends Service {
         else this.#deps.onSuccess(p.job);
       } else if (state.status === 'cancelled') {
         this.#deps.onCancelled?.(p.job);
-      } else if (!p.failure && this.#deps.successLeavesRow && state.status === 'succeeded') {
+      } else if (
+        !p.failure &&
+        (this.#deps.successLeavesRow || p.success?.onSuccess === 'keep') &&
+        state.status === 'succeeded'
+      ) {
         this.#deps.onSuccess(p.job);
       } else if (
         p.failure &&
@@ -237,6 +250,7 @@ export class Completer<T extends LeasedJob> extends Service {
 /** The finish statement's view of a queued result. */
 function finishing<T extends LeasedJob>(p: Pending<T>): FinishingJob {
   const lease = { id: p.job.id, attempts: p.job.attempts, leaseSeq: p.job.leaseSeq };
+  if (p.success) return { ...lease, outcome: 'succeeded', ...p.success };
   return { ...lease, ...attemptResult(p.failure) };
 }
 

@@ -22,6 +22,7 @@ export type WorkerErrorSource =
   | 'release'
   | 'prune'
   | 'archive'
+  | 'progress'
   | 'listener';
 
 /** What a failed attempt led to, as written to the database. */
@@ -53,6 +54,11 @@ export interface WorkerEvents {
   'job:success': [job: Job, info: SuccessInfo];
   /** A job's failure was committed: `thrown` is what the handler threw; `outcome` what the job became. */
   'job:failure': [job: Job, thrown: unknown, outcome: FailureOutcomeInfo];
+  /**
+   * A handler's progress or log lines were written: `progress` is the value
+   * written (undefined when only lines were), `lines` the lines appended.
+   */
+  'job:progress': [job: Job, info: { progress: unknown; lines: string[] }];
   /** A job this worker held ended `cancelled` (its cancel was requested while it ran or waited in the buffer). */
   'job:cancelled': [job: Job];
   /** A handler threw a SnoozeError: the job is `queued` again, due in `delayMs`, its attempt not charged. */

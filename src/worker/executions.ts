@@ -4,6 +4,7 @@
  * and that stop gives back; this set is what they read.
  */
 import type { ClaimedJob } from '../db/queries/claim.js';
+import type { SuccessPolicy } from '../db/queries/finish.js';
 import type { Job } from '../job/job.js';
 import { type Clock, systemClock } from '../runtime/clock.js';
 import { AttemptControl } from './attempt-control.js';
@@ -16,6 +17,8 @@ export interface Execution {
   job: Job;
   /** The job's stored trace context (JSON text), when the worker traces (see telemetry/tracing.ts). */
   traceContext: string | null | undefined;
+  /** The job's own success policy (enqueue option `onSuccess`); undefined: the worker's. */
+  onSuccess: SuccessPolicy | undefined;
   /**
    * The clock's monotonic time when its claim was sent (the claim saw the
    * table no earlier): a buffered job given back after too long a wait, or
@@ -32,13 +35,14 @@ export interface Execution {
 
 /** Makes the execution of a claimed job, buffered. */
 export function bufferedExecution(claimed: ClaimedJob, now: number): Execution {
-  const { leaseSeq, traceContext, ...job } = claimed;
+  const { leaseSeq, traceContext, onSuccess, ...job } = claimed;
   return {
     id: claimed.id,
     attempts: claimed.attempts,
     leaseSeq,
     job,
     traceContext,
+    onSuccess,
     claimedAt: now,
     startedAt: 0,
     control: undefined,

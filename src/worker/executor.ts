@@ -15,6 +15,7 @@ import {
 } from '../errors.js';
 import { describeFailure } from '../job/failure.js';
 import type { Job } from '../job/job.js';
+import type { ProgressSink } from '../workflow/progress-writer.js';
 import { type AttemptControl, attemptContext } from './attempt-control.js';
 import {
   type BatchContext,
@@ -27,7 +28,11 @@ import {
 
 /** How one attempt ended, before it is written. */
 export type RunOutcome =
-  | { ok: true }
+  | {
+      ok: true;
+      /** What the handler returned (its promise resolved with); absent when undefined. */
+      value?: unknown;
+    }
   | {
       ok: false;
       /** The value the handler threw (or the timeout / unknown-kind error). */
@@ -48,21 +53,24 @@ const SUCCESS: RunOutcome = { ok: true };
  * signal keeps running, but the attempt is over. The same holds when the
  * attempt is aborted with a {@link CancelledError}. One promise per attempt,
  * no listener: a handler that never reads its signal costs no AbortSignal.
+ * With `sink`, the handler's `progress` and `log` write `attempt`'s progress there.
  */
 export function runJob(
   handler: Handler<string, unknown> | undefined,
   job: Job,
   control: AttemptControl,
   timeoutMs: number | undefined,
+  sink?: ProgressSink,
+  attempt?: unknown,
 ): Promise<RunOutcome> {
   if (!handler) return Promise.resolve(failure(new UnknownKindError(job.kind)));
   let result: unknown;
   try {
-    result = handler(job, attemptContext(control, job.id));
+    result = handler(job, attemptContext(control, job.id, sink, attempt));
   } catch (error) {
     return Promise.resolve(failure(error));
   }
-  if (!isThenable(result)) return Promise.resolve(SUCCESS);
+  if (!isThenable(result)) return Promise.resolve(success(result));
   const pending = result;
   return new Promise<RunOutcome>((resolve) => {
     let timer: NodeJS.Timeout | undefined;
@@ -77,7 +85,7 @@ export function runJob(
     };
     try {
       pending.then(
-        () => settle(SUCCESS),
+        (value) => settle(success(value)),
         (error: unknown) => settle(failure(error)),
       );
     } catch (error) {
@@ -101,6 +109,11 @@ export function runJob(
       }, timeoutMs);
     }
   });
+}
+
+/** The success outcome of a handler that returned `value` (shared when it returned nothing). */
+function success(value: unknown): RunOutcome {
+  return value === undefined ? SUCCESS : { ok: true, value };
 }
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {

@@ -34,6 +34,24 @@ export interface HandlerContext {
    * @throws {DatabaseError} from the database.
    */
   parents(): Promise<ParentJob[]>;
+  /**
+   * Reports the job's progress: any JSON value of at most 4 KiB (a percentage,
+   * `{ done, total }`…), stored with the job while its lease is held, shown by
+   * `getJob`, the CLI and the dashboard, and emitted as `job:progress`. Writes
+   * are coalesced to a few a second (the last value wins); await the promise
+   * to know it was written. Resolves false when nothing was written: the lease
+   * is gone (the job was reclaimed, cancelled or finished) or the write failed.
+   *
+   * @throws {ValidationError} (rejects) naming `progress` when the value is not JSON or too large.
+   */
+  progress(value: unknown): Promise<boolean>;
+  /**
+   * Appends a line to the job's log (the newest 50 lines are kept, each cut
+   * after 1,000 characters), written like {@link HandlerContext.progress}.
+   *
+   * @throws {ValidationError} (rejects) naming `line` when it is not a string.
+   */
+  log(line: string): Promise<boolean>;
 }
 
 /** The function that performs jobs of one kind. Delivery is at-least-once: make it idempotent. */

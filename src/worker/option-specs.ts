@@ -81,6 +81,12 @@ export const WORKER_NUMBER_OPTIONS = {
     max: MAX_TIMER_MS,
     help: 'how often to prune when --retention-ms is given (default 60000)',
   },
+  maxResultBytes: {
+    unit: 'count',
+    min: 1,
+    max: 268_435_455,
+    help: 'largest handler result stored, in bytes of JSON; a larger one fails the attempt (default 1048576)',
+  },
   jobTimeoutMs: {
     unit: 'milliseconds',
     min: 1,

@@ -11,6 +11,7 @@ import { assertName } from '../job/job.js';
 import { type Retention, resolveRetention } from '../maintenance/pruner.js';
 import { retentionSchema } from '../operations/prune.js';
 import { durationMs, integerInRange, parseOptions } from '../options.js';
+import { DEFAULT_MAX_RESULT_BYTES } from '../workflow/job-output.js';
 import { type Middleware, withMiddleware } from './executor.js';
 import { type HandlerEntry, type ResolvedHandler, resolveHandlers } from './handler-definition.js';
 import {
@@ -133,6 +134,14 @@ export interface WorkerOptions<Jobs extends JobMap> {
   jobTimeoutMs?: number;
   /** How long `stop()` lets running handlers finish before aborting them and releasing their jobs. @default 30_000 */
   shutdownTimeoutMs?: number;
+  /**
+   * Largest handler return value stored as a job's `result`, in bytes of JSON
+   * (results are stored only for jobs whose row outlives their success:
+   * `onSuccess` `'keep'` or `'archive'`). A larger value, or one that is not
+   * JSON, fails the attempt like a throw (retryable) with a ValidationError
+   * naming `result`. @default 1_048_576 (1 MiB)
+   */
+  maxResultBytes?: number;
   /** What happens to a succeeded job: deleted, kept as `succeeded`, or moved to `jobs_archive`. @default 'delete' */
   onSuccess?: SuccessPolicy;
   /** Stop gracefully on SIGTERM/SIGINT, then re-raise the signal if nobody else handles it. @default true */
@@ -220,6 +229,7 @@ export interface ResolvedWorkerOptions {
   pruneIntervalMs: number;
   jobTimeoutMs: number | undefined;
   shutdownTimeoutMs: number;
+  maxResultBytes: number;
   onSuccess: SuccessPolicy;
   handleSignals: boolean;
   workerId: string | undefined;
@@ -273,6 +283,7 @@ const schema = z.strictObject({
   pruneIntervalMs: numberOption(N.pruneIntervalMs).optional(),
   jobTimeoutMs: numberOption(N.jobTimeoutMs).optional(),
   shutdownTimeoutMs: numberOption(N.shutdownTimeoutMs).optional(),
+  maxResultBytes: numberOption(N.maxResultBytes).optional(),
   onSuccess: z
     .enum(WORKER_CHOICE_OPTIONS.onSuccess.choices, { error: "must be 'delete', 'keep' or 'archive'" })
     .optional(),
@@ -364,6 +375,7 @@ export function resolveWorkerOptions(options: unknown): ResolvedWorkerOptions {
     pruneIntervalMs: parsed.pruneIntervalMs ?? 60_000,
     jobTimeoutMs: parsed.jobTimeoutMs,
     shutdownTimeoutMs: parsed.shutdownTimeoutMs ?? 30_000,
+    maxResultBytes: parsed.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES,
     onSuccess: parsed.onSuccess ?? 'delete',
     handleSignals: parsed.handleSignals ?? true,
     workerId: parsed.workerId,

@@ -30,7 +30,10 @@ import type { JobQueries } from '../db/queries/jobs.js';
 import type { LeaseState } from '../db/queries/results.js';
 import { SettledLeaseQueries } from '../db/queries/settled-lease.js';
 import type { Job } from '../job/job.js';
+import { successToWrite } from '../workflow/job-output.js';
+import type { ProgressSink } from '../workflow/progress-writer.js';
 import type { AttemptControl } from './attempt-control.js';
+import type { SuccessToWrite } from './completer.js';
 import type { EventReporter } from './events.js';
 import type { Execution } from './executions.js';
 import { failure, permanentFailure, type RunOutcome, runJob } from './executor.js';
@@ -47,6 +50,8 @@ export interface WorkerSide {
   queries: JobQueries;
   workerId: string;
   events: EventReporter;
+  /** Where handlers' `progress` and `log` write. */
+  progressSink?: ProgressSink;
 }
 
 interface TransactionalDeps extends WorkerSide {
@@ -54,6 +59,8 @@ interface TransactionalDeps extends WorkerSide {
   pool: pg.Pool;
   settledLease: SettledLeaseQueries;
   onSuccess: SuccessPolicy;
+  /** Largest result stored, in bytes of JSON (worker option `maxResultBytes`). */
+  maxResultBytes: number;
   /** Deadline of BEGIN, the completion, COMMIT and ROLLBACK, in milliseconds. */
   statementTimeoutMs: number;
   /** The worker closed its pools: reads after a lost COMMIT answer stop (the sweeper settles the job). */
@@ -80,11 +87,19 @@ export class TransactionalAttempts {
     side: WorkerSide,
   ): TransactionalAttempts | undefined {
     if (![...options.handlers.values()].some((h) => h.transactional)) return undefined;
-    const { concurrency, statementTimeoutMs, sessionSettings, onSuccess } = options;
+    const { concurrency, statementTimeoutMs, sessionSettings, onSuccess, maxResultBytes } = options;
     const pool = transactionPool(clientConfig, concurrency, statementTimeoutMs, sessionSettings);
     const settledLease = new SettledLeaseQueries(side.queries.names);
     return new TransactionalAttempts(
-      { ...side, pool: pool.pool, settledLease, onSuccess, statementTimeoutMs, closed: false },
+      {
+        ...side,
+        pool: pool.pool,
+        settledLease,
+        onSuccess,
+        maxResultBytes,
+        statementTimeoutMs,
+        closed: false,
+      },
       pool,
     );
   }
@@ -142,15 +157,30 @@ async function runTransactional(
       onAbort();
       return failure(signal.reason);
     }
-    const outcome = await runInTransaction(tx.client, handle, e.job, e.control!, timeoutMs);
+    const outcome = await runInTransaction(
+      tx.client,
+      handle,
+      e.job,
+      e.control!,
+      timeoutMs,
+      deps.progressSink,
+      e,
+    );
     if (!outcome.ok || e.state !== 'running' || signal.aborted) {
       await tx.rollback();
       return outcome;
     }
+    let success: ReturnType<typeof successToWrite>;
+    try {
+      success = successToWrite(outcome.value, e.onSuccess, deps.onSuccess, deps.maxResultBytes);
+    } catch (error) {
+      await tx.rollback();
+      return failure(error);
+    }
     // The attempt is over: no heartbeat, cancel or stop touches it while its result commits.
     e.state = 'done';
     signal.removeEventListener('abort', onAbort);
-    return await commitAttempt(deps, e, tx);
+    return await commitAttempt(deps, e, tx, success);
   } finally {
     signal.removeEventListener('abort', onAbort);
     tx.release();
@@ -174,13 +204,17 @@ export async function runInTransaction(
   job: Job,
   control: AttemptControl,
   timeoutMs: number | undefined,
+  sink?: ProgressSink,
+  attempt?: unknown,
 ): Promise<RunOutcome> {
   const client = guardedClient(connection, control.signal);
   const outcome = await runJob(
-    (j, context) => handle(j, { signal: context.signal, parents: context.parents, client }),
+    (j, context) => handle(j, { ...context, client }),
     job,
     control,
     timeoutMs,
+    sink,
+    attempt,
   );
   if (!outcome.ok) return outcome;
   const ended = transactionEnded(connection);
@@ -191,11 +225,17 @@ async function commitAttempt(
   deps: TransactionalDeps,
   e: Execution,
   tx: HeldTransaction,
+  success: SuccessToWrite | undefined,
 ): Promise<RunOutcome | null> {
   let completed: boolean;
   try {
     const written = await tx.bounded(
-      deps.queries.finish.finish(tx.client, [finishing(e, 'succeeded')], deps.workerId, deps.onSuccess),
+      deps.queries.finish.finish(
+        tx.client,
+        [{ ...finishing(e, 'succeeded'), ...success }],
+        deps.workerId,
+        deps.onSuccess,
+      ),
       'the completion',
     );
     // A cancelled job ends `cancelled` without the handler's writes: that is written after the rollback.

@@ -23,6 +23,8 @@ import { workerMaintenance } from '../maintenance/worker-maintenance.js';
 import { assertMigrated } from '../migrations/migrator.js';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.js';
 import type { JobTracing } from '../telemetry/tracing.js';
+import { successToWrite } from '../workflow/job-output.js';
+import type { ProgressSink } from '../workflow/progress-writer.js';
 import { AttemptControl } from './attempt-control.js';
 import { BatchGathering } from './batch-gathering.js';
 import { Cancellation } from './cancellation.js';
@@ -88,6 +90,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #executions: Executions;
   readonly #claimLoop: ClaimLoop;
   readonly #completer: Completer<Execution>;
+  /** Where handlers' `progress` and `log` write (one object for every attempt). */
+  readonly #progressSink: ProgressSink;
   readonly #cancellation: Cancellation;
   readonly #heartbeat: Heartbeat<Execution>;
   readonly #notifier: Notifier;
@@ -174,11 +178,31 @@ export class Worker extends EventEmitter<WorkerEvents> {
       },
       this.#clock,
     );
+    this.#progressSink = {
+      clock: this.#clock,
+      write: async (attempt, progressJson, lines) => {
+        const e = attempt as Execution;
+        let written: boolean;
+        try {
+          written = await queries.progress.write(pool, e, this.id, progressJson, lines);
+        } catch (error) {
+          this.#events.error(translateError(error), 'progress');
+          return false;
+        }
+        if (written && this.#events.heard('job:progress'))
+          this.#events.emit('job:progress', e.job, {
+            progress: progressJson === null ? undefined : JSON.parse(progressJson),
+            lines,
+          });
+        return written;
+      },
+    };
     this.#transactional = TransactionalAttempts.forWorker(ctx.clientConfig, options, {
       workerPool: pool,
       queries,
       workerId: this.id,
       events: this.#events,
+      progressSink: this.#progressSink,
     });
     this.#completer = resultWriter({
       queries,
@@ -337,7 +361,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       e.control!.parentsOf = this.#parentsOf;
       const attempt = handler?.transactional
         ? () => this.#transactional!.run(e, handler.handle, timeoutMs)
-        : () => runJob(handler?.handle, e.job, e.control!, timeoutMs);
+        : () => runJob(handler?.handle, e.job, e.control!, timeoutMs, this.#progressSink, e);
       const tracing = this.#tracing;
       this.#calling = e;
       let running: Promise<RunOutcome | null>;
@@ -366,7 +390,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#executions.finish(e);
     if (lost) this.#events.emit('job:stale', e.job);
     else if (!released && outcome !== null) {
-      if (outcome.ok) this.#completer.succeeded(e);
+      if (outcome.ok) this.#succeeded(e, outcome.value);
       else
         this.#completer.failed({
           job: e,
@@ -475,6 +499,25 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   // --- end batch handlers ---
+
+  /**
+   * Queues a success: with the handler's return value as the job's result when
+   * its row outlives the success, or as a failure when that value is not JSON
+   * or larger than `maxResultBytes`. A job of the worker's policy that returned
+   * nothing writes exactly what it always did.
+   */
+  #succeeded(e: Execution, value: unknown): void {
+    let success: ReturnType<typeof successToWrite>;
+    try {
+      success = successToWrite(value, e.onSuccess, this.#options.onSuccess, this.#options.maxResultBytes);
+    } catch (error) {
+      const failed = failure(error);
+      if (!failed.ok)
+        this.#completer.failed({ job: e, thrown: error, error: failed.error, permanent: false });
+      return;
+    }
+    this.#completer.succeeded(e, success);
+  }
 
   /**
    * Gives back the newest buffered jobs beyond what the handlers' recent run

@@ -43,7 +43,7 @@ describe('runJob', () => {
       },
     };
     const outcome = await runJob(() => thenable, job, control, 50);
-    expect(outcome).toEqual({ ok: true });
+    expect(outcome).toEqual({ ok: true, value: 1 });
     await vi.advanceTimersByTimeAsync(1_000);
     expect(control.aborted).toBe(false);
     expect(vi.getTimerCount()).toBe(0);
@@ -103,7 +103,7 @@ describe('withMiddleware', () => {
         new AttemptControl(),
         undefined,
       );
-      expect(outcome).toEqual({ ok: true });
+      expect(outcome).toEqual({ ok: true, value: 'done' });
       // Node reports an unhandled rejection after the microtasks of the turn it happened in.
       for (let turn = 0; turn < 3; turn++) await new Promise((resolve) => setImmediate(resolve));
       expect(unhandled).toEqual([]);

@@ -93,7 +93,7 @@ export function jobsCommand(): Command {
   const show = new Command('show')
     .summary('show one job')
     .description(
-      'Shows one job with its payload and last error. Exit code 1 when it is not in the jobs table.',
+      'Shows one job with its payload, last error, result, progress and log lines. Exit code 1 when it is not in the jobs table.',
     )
     .argument('<ID>', 'the job id');
   addDatabaseCommandFlags(show, ['skiplock jobs show 42', 'skiplock jobs show 42 --json']).action(
@@ -149,6 +149,10 @@ function describeJob(job: JobRecord): string {
     ...job.errors.map(
       (e) => `  #${e.attempt}  ${time(e.at)}  ${e.workerId ?? '-'}  ${firstLine(e.error) ?? ''}`,
     ),
+    `result        ${job.result == null ? '-' : JSON.stringify(job.result)}`,
+    `progress      ${job.progress == null ? '-' : JSON.stringify(job.progress)}`,
+    `logs          ${!job.logs?.length ? '-' : `${job.logs.length} lines, oldest first`}`,
+    ...(job.logs ?? []).map((l) => `  ${time(l.at)}  ${l.line}`),
     // Dependencies: printed only for a job that has some.
     ...links('depends_on', job.dependsOn),
     ...links('children', job.children),

@@ -73,6 +73,31 @@ ${archived || d.options.readOnly ? '' : html`<div class="actions">${jobActions(d
 ${job.lastError === null ? html`<p class="muted">none</p>` : html`<pre class="error" data-field="last-error">${job.lastError}</pre>`}
 ${job.errors.length === 0 ? '' : attemptErrors(job)}
 <h2>Payload</h2>
-<pre data-field="payload">${formatPayload(job.payload)}</pre>`,
+<pre data-field="payload">${formatPayload(job.payload)}</pre>
+${output(job)}`,
   };
+}
+
+/** The handler's result, progress and log lines, when it left any (all escaped, as the payload). */
+function output(job: JobRecord) {
+  const logs = job.logs ?? [];
+  return html`${
+    job.result == null
+      ? ''
+      : html`<h2>Result</h2>
+<pre data-field="result">${formatPayload(job.result)}</pre>`
+  }
+${
+  job.progress == null
+    ? ''
+    : html`<h2>Progress</h2>
+<pre data-field="progress">${formatPayload(job.progress)}</pre>`
+}
+${
+  logs.length === 0
+    ? ''
+    : html`<h2>Log</h2>
+<table class="jobs" data-field="logs"><thead><tr><th>at</th><th>line</th></tr></thead>
+<tbody>${logs.map((l) => html`<tr><td class="nowrap">${formatTime(l.at)}</td><td class="mono">${l.line}</td></tr>`)}</tbody></table>`
+}`;
 }

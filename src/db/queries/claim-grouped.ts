@@ -181,7 +181,7 @@ export function groupedClaimSql(
          locked_by = $3, visibility_timeout_ms = $4, ${kindMaxAttempts}
      WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
      RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
-               j.lease_seq, j.created_at, j.trace_context::text AS trace_context, j.group_key
+               j.lease_seq, j.created_at, j.on_success, j.trace_context::text AS trace_context, j.group_key
    ), log AS (
      SELECT slot_end, sum(starts)::int AS starts
      FROM (

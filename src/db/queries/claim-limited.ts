@@ -97,7 +97,7 @@ export class LimitedClaimQueries {
              locked_by = $3, visibility_timeout_ms = $4, ${KIND_MAX_ATTEMPTS}
          WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
          RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
-                   j.lease_seq, j.created_at, j.trace_context::text AS trace_context
+                   j.lease_seq, j.created_at, j.on_success, j.trace_context::text AS trace_context
        ), log AS (
          SELECT slot_end, sum(starts)::int AS starts
          FROM (
@@ -116,7 +116,7 @@ export class LimitedClaimQueries {
        SELECT r.concurrency_room, r.rate_room,
               (SELECT (SELECT min(slot_end) FROM log) + q.period_ms - q.at_ms FROM q) AS rate_wait_ms,
               c.id, c.queue, c.kind, c.payload, c.priority, c.run_at, c.attempts, c.max_attempts,
-              c.lease_seq, c.created_at, c.trace_context
+              c.lease_seq, c.created_at, c.on_success, c.trace_context
        FROM room r LEFT JOIN claimed c ON true`,
     );
     this.#claimGrouped = statement(

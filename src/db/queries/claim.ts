@@ -7,12 +7,15 @@
 import type pg from 'pg';
 import type { Job } from '../../job/job.js';
 import { run, runPrepared, type Statement } from '../executor.js';
+import type { SuccessPolicy } from './finish.js';
 import { GROUPED } from './queue-limits.js';
 import type { SchemaNames } from './schema-names.js';
 
 /** A claimed job as its handler sees it, plus the lease number its result is fenced by. */
 export interface ClaimedJob extends Job {
   leaseSeq: string;
+  /** The job's own success policy (enqueue option `onSuccess`); absent: the worker's. */
+  onSuccess?: SuccessPolicy;
   /** The job's stored `trace_context` as JSON text (null when none); only when the request asked for it. */
   traceContext?: string | null;
 }
@@ -74,6 +77,8 @@ export interface ClaimRow {
   lease_seq: string;
   created_at: Date;
   trace_context?: string | null;
+  /** The job's own success policy; null: the worker's. */
+  on_success?: SuccessPolicy | null;
 }
 
 /**
@@ -104,7 +109,7 @@ export class ClaimQueries {
            locked_by = $3, visibility_timeout_ms = $4${setMore}
        WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
        RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
-                 j.lease_seq, j.created_at${traceColumn}`;
+                 j.lease_seq, j.created_at, j.on_success${traceColumn}`;
     // Paused queues are skipped, and so are limited and grouped ones (the limited claim
     // takes them), should a worker not have heard of their limits yet. Both
     // filters are uncorrelated subqueries, evaluated once per claim (one index
@@ -181,5 +186,6 @@ export function claimedJob(r: ClaimRow, traceContext: boolean | undefined): Clai
     leaseSeq: r.lease_seq,
   };
   if (traceContext) job.traceContext = r.trace_context ?? null;
+  if (r.on_success) job.onSuccess = r.on_success;
   return job;
 }

@@ -46,20 +46,21 @@ export class DependencyQueries {
     // the edges, all in this statement: an unknown parent raises P0002 and
     // nothing stays. The child's status comes from it (waiting, queued or
     // cancelled). Parameters as the extended single insert, then $12 parent
-    // ids, $13 the failure policy and $14 the group key.
+    // ids, $13 the failure policy, $14 the group key and $15 the
+    // job's own success policy.
     this.#insert = names.statement(
       'insert_child',
       `WITH c AS (SELECT * FROM ${quoted}.jobs_prepare_child($12::bigint[], $13::text))
        INSERT INTO ${jobs} (id, kind, queue, payload, priority, run_at, max_attempts, max_attempts_default,
                             trace_context, tags, start_by, status, pending_parents, on_parent_failure,
-                            last_error, finished_at, group_key)
+                            last_error, finished_at, group_key, on_success)
        OVERRIDING SYSTEM VALUE
        SELECT c.child_id, $1, $2, $3::text::jsonb, $4,
               COALESCE($5::timestamptz, now() + COALESCE($6::float8, 0) * interval '1 millisecond'),
               COALESCE($7::int, 20), $7::int IS NULL, $8::text::jsonb, $9::text[],
               COALESCE($10::timestamptz, now() + $11::float8 * interval '1 millisecond'),
               c.status, c.pending_parents, $13::text, c.last_error,
-              CASE WHEN c.status = 'cancelled' THEN now() END, $14::text
+              CASE WHEN c.status = 'cancelled' THEN now() END, $14::text, $15::text
        FROM c
        RETURNING ${JOB_COLUMNS}`,
     );
@@ -115,6 +116,7 @@ export class DependencyQueries {
         parentIds,
         onParentFailure,
         job.groupKey ?? null,
+        job.onSuccess ?? null,
       ]);
       return toJobRecord(rows[0]!);
     } catch (error) {

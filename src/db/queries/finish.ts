@@ -32,7 +32,13 @@ export type SuccessPolicy = 'delete' | 'keep' | 'archive';
 
 /** How one attempt ended, as the finish statement takes it. */
 export type AttemptResult =
-  | { outcome: 'succeeded' }
+  | {
+      outcome: 'succeeded';
+      /** The handler's return value as JSON text, stored as `result` when the row outlives the success. */
+      result?: string | undefined;
+      /** The job's own success policy; undefined: the batch's. */
+      onSuccess?: SuccessPolicy | undefined;
+    }
   | {
       outcome: 'failed';
       /** The text stored in `last_error` and the attempt history. */
@@ -70,9 +76,16 @@ export interface FinishedJob {
   retryDelayMs: number;
 }
 
+/** One success part: the policy of its jobs, and whether it stores their results. */
+interface SuccessPart {
+  policy: SuccessPolicy;
+  results: boolean;
+}
+
 /** Which outcomes a batch holds: picks the statement of the family. */
 interface Variant {
-  success: SuccessPolicy | undefined;
+  /** The success parts, one per policy present (in the order delete, keep, archive). */
+  success: SuccessPart[];
   failure: boolean;
   snooze: boolean;
   /** Each outcome's jobs come in arrays of their own; false when one outcome's jobs are the whole batch. */
@@ -91,8 +104,11 @@ const ENDED = 'locked_at = NULL, locked_by = NULL, finished_at = now()';
  * leaseFenceKey) and $3 worker id of the whole batch; then, for each outcome
  * present (successes, failures, snoozes, in that order), the ids and lease
  * keys of its jobs — left out when its jobs are the whole batch — and its
- * per-job values (failures: error, permanent, retry delay or null; snoozes:
- * delay), read by the job's position in its ids.
+ * per-job values (successes that store results: the results as JSON text or
+ * null; failures: error, permanent, retry delay or null; snoozes: delay), read
+ * by the job's position in its ids. Successes come as one part per policy
+ * present; a batch whose successes all follow the caller's policy and store no
+ * result is the plain statement of that policy, unchanged.
  *
  * Writable CTEs on one table must not touch the same row (PostgreSQL applies
  * one of two such changes, unpredictably). Here a row is in at most one part:
@@ -121,10 +137,13 @@ function finishSql(names: SchemaNames, variant: Variant): string {
   };
   const ctes: string[] = [];
   const selects: string[] = [];
-  if (variant.success) {
-    const { fence } = part();
-    ctes.push(...successParts(names, variant.success, fence));
-    selects.push('succeeded');
+  const oneSuccessPart = variant.success.length === 1;
+  for (const { policy, results } of variant.success) {
+    const { fence, at } = part();
+    const name = oneSuccessPart ? 'succeeded' : `succeeded_${policy}`;
+    const result = results ? `(${at(param('text[]'))})::jsonb` : undefined;
+    ctes.push(...successParts(names, policy, fence, name, result));
+    selects.push(name);
   }
   if (variant.failure) {
     const { fence, at } = part();
@@ -182,29 +201,45 @@ function finishSql(names: SchemaNames, variant: Variant): string {
 SELECT * FROM ${selects.join(' UNION ALL SELECT * FROM ')}`;
 }
 
-/** The part that ends succeeded jobs by `policy`, named `succeeded`. */
-function successParts(names: SchemaNames, policy: SuccessPolicy, fence: string): string[] {
+/**
+ * The part that ends succeeded jobs by `policy`, named `name`; with `result`
+ * (an expression of the row `j`), it stores each job's result (never for
+ * `delete`, whose row is gone).
+ */
+function successParts(
+  names: SchemaNames,
+  policy: SuccessPolicy,
+  fence: string,
+  name: string,
+  result: string | undefined,
+): string[] {
   const { jobs } = names;
   const returned = RETURNED("'succeeded'", '0');
   switch (policy) {
     case 'delete':
-      return [`succeeded AS (DELETE FROM ${jobs} j ${fence} ${returned})`];
-    case 'keep':
-      return [`succeeded AS (UPDATE ${jobs} j SET status = 'succeeded', ${ENDED} ${fence} ${returned})`];
-    case 'archive':
+      return [`${name} AS (DELETE FROM ${jobs} j ${fence} ${returned})`];
+    case 'keep': {
+      const setResult = result ? `, result = ${result}` : '';
       return [
-        `archived AS (DELETE FROM ${jobs} j ${fence} RETURNING j.*)`,
-        `succeeded AS (
+        `${name} AS (UPDATE ${jobs} j SET status = 'succeeded', ${ENDED}${setResult} ${fence} ${returned})`,
+      ];
+    }
+    case 'archive': {
+      const archived = name === 'succeeded' ? 'archived' : `archived_${policy}`;
+      return [
+        `${archived} AS (DELETE FROM ${jobs} j ${fence} RETURNING j.*)`,
+        `${name} AS (
            INSERT INTO ${names.archive} AS j
              (id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
               locked_at, last_error, created_at, locked_by, lease_seq, visibility_timeout_ms, finished_at,
-              max_attempts_default, errors, trace_context, tags, start_by)
+              max_attempts_default, errors, trace_context, tags, start_by, group_key${result ? ', result, on_success, progress, logs' : ''})
            SELECT id, queue, kind, payload, 'succeeded', priority, run_at, attempts, max_attempts,
                   NULL, last_error, created_at, NULL, lease_seq, visibility_timeout_ms, now(),
-                  max_attempts_default, errors, trace_context, tags, start_by
-           FROM archived
+                  max_attempts_default, errors, trace_context, tags, start_by, group_key${result ? `, ${result}, on_success, progress, logs` : ''}
+           FROM ${archived}${result ? ' j' : ''}
            ${returned})`,
       ];
+    }
   }
 }
 
@@ -248,18 +283,33 @@ export class FinishQueries {
     if (jobs.length === 0) return written;
     const batch = newestLeasePerJob(jobs);
     const groups = {
-      succeeded: [] as FinishingJob[],
+      delete: [] as FinishingJob[],
+      keep: [] as FinishingJob[],
+      archive: [] as FinishingJob[],
       failed: [] as FinishingJob[],
       snoozed: [] as FinishingJob[],
       cancelled: [] as FinishingJob[],
     };
-    for (const job of batch) groups[job.outcome].push(job);
+    for (const job of batch) {
+      if (job.outcome === 'succeeded') groups[job.onSuccess ?? policy].push(job);
+      else groups[job.outcome].push(job);
+    }
     const ownArrays = Object.values(groups).filter((g) => g.length > 0).length > 1;
     const values: unknown[] = [...fenceArrays(batch), workerId];
     const own = (group: FinishingJob[]) => {
       if (ownArrays) values.push(...fenceArrays(group));
     };
-    if (groups.succeeded.length > 0) own(groups.succeeded);
+    const success: SuccessPart[] = [];
+    for (const p of ['delete', 'keep', 'archive'] as const) {
+      const group = groups[p];
+      if (group.length === 0) continue;
+      own(group);
+      // Only a row that outlives its success stores a result, and only when some job has one.
+      const results =
+        p !== 'delete' && group.some((j) => j.outcome === 'succeeded' && j.result !== undefined);
+      if (results) values.push(group.map((j) => (j.outcome === 'succeeded' ? (j.result ?? null) : null)));
+      success.push({ policy: p, results });
+    }
     if (groups.failed.length > 0) {
       own(groups.failed);
       const failures = groups.failed as (LeasedJob & Extract<AttemptResult, { outcome: 'failed' }>)[];
@@ -274,7 +324,7 @@ export class FinishQueries {
       values.push((groups.snoozed as (LeasedJob & { delayMs: number })[]).map((s) => s.delayMs));
     }
     const variant: Variant = {
-      success: groups.succeeded.length > 0 ? policy : undefined,
+      success,
       failure: groups.failed.length > 0,
       snooze: groups.snoozed.length > 0,
       ownArrays,
@@ -293,8 +343,10 @@ export class FinishQueries {
   }
 
   #statement(variant: Variant): Statement {
-    const { success, failure, snooze, ownArrays } = variant;
-    const name = `finish_${success ?? 'none'}${failure ? '_failed' : ''}${snooze ? '_snoozed' : ''}${ownArrays ? '_own' : ''}`;
+    const { failure, snooze, ownArrays } = variant;
+    const success =
+      variant.success.map((p) => `${p.policy}${p.results ? '_results' : ''}`).join('_') || 'none';
+    const name = `finish_${success}${failure ? '_failed' : ''}${snooze ? '_snoozed' : ''}${ownArrays ? '_own' : ''}`;
     let statement = this.#statements.get(name);
     if (!statement) {
       statement = this.#names.statement(name, finishSql(this.#names, variant));

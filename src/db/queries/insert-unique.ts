@@ -86,13 +86,13 @@ export class UniqueInsertQueries {
     this.#insert = insert('insert_unique');
     this.#insertExtended = insert(
       'insert_unique_extended',
-      ', trace_context, tags, start_by, group_key',
+      ', trace_context, tags, start_by, group_key, on_success',
       `, $10::text::jsonb,
               CASE WHEN json_typeof(r.tags) = 'array' THEN ARRAY(SELECT json_array_elements_text(r.tags)) END,
-              COALESCE(r.start_by, now() + r.start_within_ms * interval '1 millisecond'), r.group_key`,
+              COALESCE(r.start_by, now() + r.start_within_ms * interval '1 millisecond'), r.group_key, r.on_success`,
       `, json_array_elements($11::text::json), unnest($12::timestamptz[]), unnest($13::float8[]),
-                              unnest($14::text[])`,
-      ', tags, start_by, start_within_ms, group_key',
+                              unnest($14::text[]), unnest($15::text[])`,
+      ', tags, start_by, start_within_ms, group_key, on_success',
     );
     // The jobs holding the keys that were not inserted; with 'replace', a queued
     // holder is rewritten (and its queue woken, since its run_at may be sooner).
@@ -176,6 +176,7 @@ export class UniqueInsertQueries {
       jobs.map((j) => j.startBy ?? null),
       jobs.map((j) => j.startWithinMs ?? null),
       jobs.map((j) => j.groupKey ?? null),
+      jobs.map((j) => j.onSuccess ?? null),
     );
     return (await run<UniqueJobRow>(db, this.#insertExtended, values)).rows;
   }

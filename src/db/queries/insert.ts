@@ -44,16 +44,19 @@ export interface NewJob {
   dependsOn?: string[] | undefined;
   /** What a parent that ends failed, dead or cancelled does to this job. @default 'cancel' */
   onParentFailure?: 'cancel' | 'run' | undefined;
+  /** The job's own success policy (`on_success`); with it the job goes through the extended statements. */
+  onSuccess?: 'delete' | 'keep' | 'archive' | undefined;
 }
 
-/** Whether a job needs the extended insert: it carries a trace context, tags, a start deadline or a group key. */
+/** Whether a job needs the extended insert: it carries a trace context, tags, a start deadline, a group key or its own success policy. */
 export function isExtended(job: NewJob): boolean {
   return (
     job.traceContext !== undefined ||
     job.tags !== undefined ||
     job.startBy !== undefined ||
     job.startWithinMs !== undefined ||
-    job.groupKey !== undefined
+    job.groupKey !== undefined ||
+    job.onSuccess !== undefined
   );
 }
 
@@ -80,7 +83,7 @@ export class InsertQueries {
     // A max_attempts left out (NULL) is the table's default, 20, marked as such.
     // Jobs with a trace context, tags or a start deadline go through extended
     // statements of their own (trace_context $8, tags $9, start_by from $10 or
-    // $11 milliseconds on the database clock, group_key $12), so the plain ones send no extra
+    // $11 milliseconds on the database clock, group_key $12, on_success $13), so the plain ones send no extra
     // parameter.
     const one = (name: string, moreColumns = '', moreValues = '') =>
       names.statement(
@@ -94,9 +97,9 @@ export class InsertQueries {
     this.#one = one('insert_one');
     this.#oneExtended = one(
       'insert_one_extended',
-      ', trace_context, tags, start_by, group_key',
+      ', trace_context, tags, start_by, group_key, on_success',
       `, $8::text::jsonb, $9::text[],
-               COALESCE($10::timestamptz, now() + $11::float8 * interval '1 millisecond'), $12`,
+               COALESCE($10::timestamptz, now() + $11::float8 * interval '1 millisecond'), $12, $13::text`,
     );
     // Returns only what the database decided: the ids in input order, run_at
     // only where it is not the insert time (a delay or a runAt), and the insert
@@ -127,13 +130,13 @@ export class InsertQueries {
     this.#many = many('insert_many');
     this.#manyExtended = many(
       'insert_many_extended',
-      ', trace_context, tags, start_by, group_key',
+      ', trace_context, tags, start_by, group_key, on_success',
       `, $8::text::jsonb,
                 CASE WHEN json_typeof(r.tags) = 'array' THEN ARRAY(SELECT json_array_elements_text(r.tags)) END,
-                COALESCE(r.start_by, now() + r.start_within_ms * interval '1 millisecond'), r.group_key`,
+                COALESCE(r.start_by, now() + r.start_within_ms * interval '1 millisecond'), r.group_key, r.on_success`,
       `, json_array_elements($9::text::json),
-                         unnest($10::timestamptz[]), unnest($11::float8[]), unnest($12::text[])`,
-      ', tags, start_by, start_within_ms, group_key',
+                         unnest($10::timestamptz[]), unnest($11::float8[]), unnest($12::text[]), unnest($13::text[])`,
+      ', tags, start_by, start_within_ms, group_key, on_success',
     );
   }
 
@@ -158,6 +161,7 @@ export class InsertQueries {
       job.startBy ?? null,
       job.startWithinMs ?? null,
       job.groupKey ?? null,
+      job.onSuccess ?? null,
     );
     const { rows } = await run<JobRow>(db, this.#oneExtended, values);
     return toJobRecord(rows[0]!);
@@ -198,15 +202,24 @@ export class InsertQueries {
       const startBys = new Array<Date | null>(n);
       const startWithinMs = new Array<number | null>(n);
       const groupKeys = new Array<string | null>(n);
+      const onSuccess = new Array<string | null>(n);
       for (let i = 0; i < n; i++) {
         const j = jobs[i]!;
         tags[i] = j.tags === undefined ? 'null' : JSON.stringify(j.tags);
         startBys[i] = j.startBy ?? null;
         startWithinMs[i] = j.startWithinMs ?? null;
         groupKeys[i] = j.groupKey ?? null;
+        onSuccess[i] = j.onSuccess ?? null;
       }
       // A trace context is the same for every job of one call.
-      values.push(jobs[0]?.traceContext ?? null, `[${tags.join(',')}]`, startBys, startWithinMs, groupKeys);
+      values.push(
+        jobs[0]?.traceContext ?? null,
+        `[${tags.join(',')}]`,
+        startBys,
+        startWithinMs,
+        groupKeys,
+        onSuccess,
+      );
     }
     const statement = extended ? this.#manyExtended : this.#many;
     const { rows } = await run<{ id: string; run_at: Date | null; created_at: Date | null }>(

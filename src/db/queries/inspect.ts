@@ -3,6 +3,7 @@
  * and status. Nothing here changes a row.
  */
 import type { JobRecord, JobStatus, JobSummary } from '../../job/job.js';
+import { toLogLines } from '../../workflow/job-output.js';
 import { type Queryable, run, type Statement } from '../executor.js';
 import {
   JOB_COLUMNS,
@@ -67,7 +68,10 @@ export class InspectQueries {
 
   constructor(names: SchemaNames) {
     const { jobs, statement } = names;
-    this.#byId = statement('get_by_id', `SELECT ${JOB_COLUMNS} FROM ${jobs} WHERE id = $1`);
+    this.#byId = statement(
+      'get_by_id',
+      `SELECT ${JOB_COLUMNS}, result, progress, logs FROM ${jobs} WHERE id = $1`,
+    );
     // The filters, order and page shared by both shapes of a list (whole rows, or payload previews).
     const page = (cursor: string, order: string, tags: string) =>
       `WHERE ($1::bigint[] IS NULL OR id = ANY($1::bigint[]))
@@ -140,8 +144,14 @@ export class InspectQueries {
 
   /** One job by id, or undefined. */
   async getById(db: Queryable, id: string): Promise<JobRecord | undefined> {
-    const { rows } = await run<JobRow>(db, this.#byId, [id]);
-    return rows[0] ? toJobRecord(rows[0]) : undefined;
+    const { rows } = await run<JobRow & { result: unknown; progress: unknown; logs: unknown }>(
+      db,
+      this.#byId,
+      [id],
+    );
+    const row = rows[0];
+    if (!row) return undefined;
+    return { ...toJobRecord(row), result: row.result, progress: row.progress, logs: toLogLines(row.logs) };
   }
 
   /** One page of the jobs matching the filter. */

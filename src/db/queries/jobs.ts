@@ -13,6 +13,7 @@ import { FinishQueries } from './finish.js';
 import { InsertQueries } from './insert.js';
 import { InspectQueries } from './inspect.js';
 import { ProbeQueries } from './probe.js';
+import { ProgressQueries } from './progress.js';
 import { PruneQueries } from './prune.js';
 import { QueueLimitQueries } from './queue-limits.js';
 import { QueueQueries } from './queues.js';
@@ -21,6 +22,7 @@ import { ResultQueries } from './results.js';
 import { ScheduleQueries } from './schedules.js';
 import { type SchemaNames, schemaNames } from './schema-names.js';
 import { SweepQueries } from './sweep.js';
+import { WaitingQueries } from './waiting.js';
 
 /** The statements of one schema, by family. */
 export class JobQueries {
@@ -45,6 +47,8 @@ export class JobQueries {
   readonly prune: PruneQueries;
   /** Jobs with parents (dependsOn): their insert, their parents and children. */
   readonly dependencies: DependencyQueries;
+  readonly progress: ProgressQueries;
+  readonly waiting: WaitingQueries;
 
   constructor(schema: string) {
     this.names = schemaNames(schema);
@@ -63,6 +67,8 @@ export class JobQueries {
     this.queueLimits = new QueueLimitQueries(this.names);
     this.prune = new PruneQueries(this.names);
     this.dependencies = new DependencyQueries(this.names);
+    this.progress = new ProgressQueries(this.names);
+    this.waiting = new WaitingQueries(this.names);
   }
 
   /** The LISTEN/NOTIFY channel of this schema. */

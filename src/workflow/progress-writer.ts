@@ -1,0 +1,100 @@
+/**
+ * The progress and log lines of one attempt, on their way to the job's row.
+ * Writes are coalesced: at most one is in flight, and the next waits until
+ * {@link PROGRESS_WRITE_INTERVAL_MS} after the previous began, carrying the
+ * newest progress value and every line logged meanwhile (the newest
+ * {@link MAX_LOG_LINES}). A handler that reports progress in a tight loop
+ * costs a few writes a second, and the last value wins.
+ */
+import type { Clock, TimerHandle } from '../runtime/clock.js';
+import { logLine, MAX_LOG_LINES, serializeProgress } from './job-output.js';
+
+/** Least time between the starts of two writes of one attempt, in milliseconds. */
+export const PROGRESS_WRITE_INTERVAL_MS = 250;
+
+/** Where the attempts of one worker send their progress (one object for all of them). */
+export interface ProgressSink {
+  /**
+   * Writes attempt's progress (JSON text, null: unchanged) and appends the
+   * lines, fenced by its lease; resolves false when the lease is gone (or the
+   * write failed: progress is advisory, the attempt goes on).
+   */
+  write(attempt: unknown, progressJson: string | null, lines: string[]): Promise<boolean>;
+  clock: Clock;
+}
+
+/** Coalesces one attempt's progress writes. */
+export class ProgressWriter {
+  readonly #sink: ProgressSink;
+  readonly #attempt: unknown;
+  #progress: string | null = null;
+  #lines: string[] = [];
+  /** Callers whose values the next write carries. */
+  #waiting: ((written: boolean) => void)[] = [];
+  #inFlight = false;
+  #timer: TimerHandle | undefined;
+  /** Monotonic time the last write began (-Infinity: none yet). */
+  #lastWriteAt = Number.NEGATIVE_INFINITY;
+
+  constructor(sink: ProgressSink, attempt: unknown) {
+    this.#sink = sink;
+    this.#attempt = attempt;
+  }
+
+  /** See HandlerContext.progress. */
+  progress(value: unknown): Promise<boolean> {
+    try {
+      this.#progress = serializeProgress(value);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.#queue();
+  }
+
+  /** See HandlerContext.log. */
+  log(line: unknown): Promise<boolean> {
+    try {
+      this.#lines.push(logLine(line));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    if (this.#lines.length > MAX_LOG_LINES) this.#lines.splice(0, this.#lines.length - MAX_LOG_LINES);
+    return this.#queue();
+  }
+
+  #queue(): Promise<boolean> {
+    const written = new Promise<boolean>((resolve) => this.#waiting.push(resolve));
+    this.#schedule();
+    return written;
+  }
+
+  #schedule(): void {
+    if (this.#inFlight || this.#timer !== undefined || this.#waiting.length === 0) return;
+    const waitMs = Math.max(0, this.#lastWriteAt + PROGRESS_WRITE_INTERVAL_MS - this.#sink.clock.monotonic());
+    this.#timer = this.#sink.clock.setTimeout(() => {
+      this.#timer = undefined;
+      void this.#write();
+    }, waitMs);
+  }
+
+  async #write(): Promise<void> {
+    const progress = this.#progress;
+    const lines = this.#lines;
+    const waiting = this.#waiting;
+    this.#progress = null;
+    this.#lines = [];
+    this.#waiting = [];
+    this.#inFlight = true;
+    this.#lastWriteAt = this.#sink.clock.monotonic();
+    let written = false;
+    try {
+      written = await this.#sink.write(this.#attempt, progress, lines);
+    } catch {
+      written = false;
+    } finally {
+      this.#inFlight = false;
+    }
+    for (const resolve of waiting) resolve(written);
+    this.#schedule();
+  }
+}

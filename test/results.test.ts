@@ -1,0 +1,264 @@
+/** Results, per-job success policies, maxResultBytes, and the handler's progress and log lines. */
+import { describe, expect, it } from 'vitest';
+import type { Queryable } from '../src/db/executor.js';
+import { FinishQueries } from '../src/db/queries/finish.js';
+import { schemaNames } from '../src/db/queries/schema-names.js';
+import { type Job, type TransactionalHandlerContext, ValidationError } from '../src/index.js';
+import { drain } from '../src/testing/index.js';
+import { waitFor } from './support/database.js';
+import { nextEvent } from './support/events.js';
+import { useTestDatabase } from './support/fixture.js';
+import { gate } from './support/gate.js';
+import { reclaim } from './support/leases.js';
+
+const t = useTestDatabase();
+
+/** Runs one job of kind `r` whose handler returns `value`; resolves once its success was written. */
+async function succeed(
+  value: unknown,
+  workerPolicy: 'delete' | 'keep' | 'archive',
+  jobPolicy?: 'delete' | 'keep' | 'archive',
+) {
+  const worker = t.worker({ pollIntervalMs: 100, onSuccess: workerPolicy, handlers: { r: () => value } });
+  await worker.start();
+  const succeeded = nextEvent(worker, 'job:success');
+  const job = await t.skiplock.enqueue('r', {}, jobPolicy ? { onSuccess: jobPolicy } : {});
+  await succeeded;
+  await worker.stop();
+  const hot = await t.query(`SELECT status, result FROM ${t.jobs} WHERE id = $1`, [job.id]);
+  const archived = await t.query(`SELECT status, result FROM ${t.archive} WHERE id = $1`, [job.id]);
+  return { id: job.id, hot, archived };
+}
+
+describe('results', () => {
+  it('stores the return value of a kept job', async () => {
+    const { id, hot } = await succeed({ total: 42, items: ['a'] }, 'keep');
+    expect(hot).toEqual([{ status: 'succeeded', result: { total: 42, items: ['a'] } }]);
+    const job = await t.skiplock.getJob(id);
+    expect(job?.result).toEqual({ total: 42, items: ['a'] });
+  });
+
+  it('stores the return value of an archived job in the archive', async () => {
+    const { hot, archived } = await succeed('done', 'archive');
+    expect({ hot, archived }).toEqual({ hot: [], archived: [{ status: 'succeeded', result: 'done' }] });
+  });
+
+  it('stores nothing for a deleted job, and null for a kept job that returned nothing', async () => {
+    expect((await succeed({ big: 'x'.repeat(10) }, 'delete')).hot).toEqual([]);
+    expect((await succeed(undefined, 'keep')).hot).toEqual([{ status: 'succeeded', result: null }]);
+  });
+
+  it("follows the job's own onSuccess over the worker's", async () => {
+    expect((await succeed(7, 'delete', 'keep')).hot).toEqual([{ status: 'succeeded', result: 7 }]);
+    const archived = await succeed(8, 'delete', 'archive');
+    expect(archived.archived).toEqual([{ status: 'succeeded', result: 8 }]);
+    expect((await succeed(9, 'keep', 'delete')).hot).toEqual([]);
+  });
+
+  it('writes a batch of mixed policies and outcomes in one statement', async () => {
+    const worker = t.worker({
+      pollIntervalMs: 100,
+      concurrency: 10,
+      onSuccess: 'delete',
+      handlers: {
+        r: (job) => (job.payload as { n: number }).n,
+        f: () => {
+          throw new Error('no');
+        },
+      },
+    });
+    const jobs = await t.skiplock.enqueueMany([
+      { kind: 'r', payload: { n: 1 } },
+      { kind: 'r', payload: { n: 2 }, onSuccess: 'keep' },
+      { kind: 'r', payload: { n: 3 }, onSuccess: 'archive' },
+      { kind: 'f', payload: {}, maxAttempts: 1 },
+    ]);
+    await worker.start();
+    await waitFor(
+      async () => (await t.jobCount("status IN ('queued', 'running')")) === 0,
+      20_000,
+      'all jobs ended',
+    );
+    const rows = await t.query(
+      `SELECT id, status, result FROM ${t.jobs} UNION ALL SELECT id, 'archived:' || status, result FROM ${t.archive} ORDER BY id`,
+    );
+    expect(rows).toEqual([
+      { id: jobs[1]!.id, status: 'succeeded', result: 2 },
+      { id: jobs[2]!.id, status: 'archived:succeeded', result: 3 },
+      { id: jobs[3]!.id, status: 'dead', result: null },
+    ]);
+  });
+
+  it("stores a transactional handler's result and progress, by the job's own policy", async () => {
+    const worker = t.worker({
+      pollIntervalMs: 100,
+      onSuccess: 'delete',
+      handlers: {
+        tx: {
+          transactional: true,
+          handle: async (_job, { client, progress }: TransactionalHandlerContext) => {
+            await client.query('SELECT 1');
+            expect(await progress('half')).toBe(true);
+            return { rows: 1 };
+          },
+        },
+      },
+    });
+    await worker.start();
+    const succeeded = nextEvent(worker, 'job:success');
+    const job = await t.skiplock.enqueue('tx', {}, { onSuccess: 'keep' });
+    await succeeded;
+    const shown = await t.skiplock.getJob(job.id);
+    expect({ status: shown?.status, result: shown?.result, progress: shown?.progress }).toEqual({
+      status: 'succeeded',
+      result: { rows: 1 },
+      progress: 'half',
+    });
+  });
+
+  it("drain() stores results by the job's own policy, as a worker does", async () => {
+    const kept = await t.skiplock.enqueue('r', { n: 4 }, { onSuccess: 'keep' });
+    const deleted = await t.skiplock.enqueue('r', { n: 5 });
+    const drained = await drain(t.skiplock, { r: (job: Job) => (job.payload as { n: number }).n * 2 });
+    expect(drained.succeeded).toBe(2);
+    expect(drained.jobs.map((j) => Object.keys(j.job).includes('onSuccess'))).toEqual([false, false]);
+    expect(await t.query(`SELECT id, status, result FROM ${t.jobs}`)).toEqual([
+      { id: kept.id, status: 'succeeded', result: 8 },
+    ]);
+    expect(await t.skiplock.getJob(deleted.id)).toBeUndefined();
+  });
+
+  it('fails the attempt, naming the field, when the result is larger than maxResultBytes or not JSON', async () => {
+    const worker = t.worker({
+      pollIntervalMs: 100,
+      onSuccess: 'keep',
+      maxResultBytes: 100,
+      handlers: { big: () => 'x'.repeat(200), odd: () => ({ n: 10n }) },
+    });
+    await worker.start();
+    const big = await t.skiplock.enqueue('big', {}, { maxAttempts: 1 });
+    const odd = await t.skiplock.enqueue('odd', {}, { maxAttempts: 1 });
+    await waitFor(async () => (await t.jobCount("status = 'dead'")) === 2, 20_000, 'both jobs dead');
+    const firstLine = async (id: string) => (await t.row(id))?.last_error?.split('\n')[0];
+    expect(await firstLine(big.id)).toBe(
+      'ValidationError: invalid result: is 202 bytes of JSON, more than maxResultBytes',
+    );
+    expect(await firstLine(odd.id)).toMatch(/^ValidationError: invalid result(\.n)?: /);
+  });
+
+  it('sends exactly the plain statement for successes without results or per-job policies', async () => {
+    const sent: string[] = [];
+    const recording: Queryable = {
+      query: (text: string, values?: unknown[]) => {
+        sent.push(text);
+        return t.db.pool.query(text, values);
+      },
+    };
+    const finish = new FinishQueries(schemaNames(t.schema));
+    const lease = { id: '1', attempts: 1, leaseSeq: '1' };
+    for (const policy of ['delete', 'keep', 'archive'] as const)
+      await finish.finish(recording, [{ ...lease, outcome: 'succeeded' }], 'w', policy);
+    await finish.finish(recording, [{ ...lease, outcome: 'succeeded', onSuccess: 'keep' }], 'w', 'keep');
+    expect(sent.every((text) => !/result|on_success/.test(text))).toBe(true);
+    expect(sent[3]).toBe(sent[1]);
+    expect(sent[0]).toBe(
+      `WITH succeeded AS (DELETE FROM ${t.jobs} j WHERE j.id = ANY($1::bigint[]) AND j.status = 'running' AND j.locked_by = $3
+             AND (j.id::text || '/' || j.attempts::text || '/' || j.lease_seq::text) = ANY($2::text[]) AND j.cancel_requested_at IS NULL RETURNING j.id, j.lease_seq, 'succeeded'::text AS outcome, j.queue, 0::float8 AS retry_delay_ms),
+cancelled AS (
+       UPDATE ${t.jobs} j SET status = 'cancelled', locked_at = NULL, locked_by = NULL, finished_at = now()
+       WHERE j.id = ANY(CASE WHEN (SELECT count(*) FROM succeeded) = cardinality($1::bigint[]) THEN '{}'::bigint[]
+              ELSE ARRAY(SELECT unnest($1::bigint[]) EXCEPT ALL (SELECT id FROM succeeded)) END) AND j.status = 'running' AND j.locked_by = $3
+             AND (j.id::text || '/' || j.attempts::text || '/' || j.lease_seq::text) = ANY($2::text[]) AND j.cancel_requested_at IS NOT NULL
+       RETURNING j.id, j.lease_seq, 'cancelled'::text AS outcome, j.queue, 0::float8 AS retry_delay_ms)
+SELECT * FROM succeeded UNION ALL SELECT * FROM cancelled`,
+    );
+  });
+});
+
+describe('progress and log lines', () => {
+  it('shows progress and the newest log lines in getJob, emits job:progress, and coalesces a tight loop', async () => {
+    const hold = gate();
+    const reported = gate<boolean[]>();
+    const worker = t.worker({
+      pollIntervalMs: 100,
+      handlers: {
+        p: async (_job, { progress, log }) => {
+          const writes: Promise<boolean>[] = [];
+          for (let i = 1; i <= 1000; i++) writes.push(progress({ done: i, total: 1000 }));
+          for (let i = 1; i <= 60; i++) writes.push(log(`line ${i}`));
+          writes.push(log('y'.repeat(1500)));
+          reported.open(await Promise.all(writes));
+          await hold.opened;
+        },
+      },
+    });
+    const events: unknown[] = [];
+    worker.on('job:progress', (_job, info) => events.push(info));
+    await worker.start();
+    const job = await t.skiplock.enqueue('p', {});
+    expect(new Set(await reported.opened)).toEqual(new Set([true]));
+    const shown = await t.skiplock.getJob(job.id);
+    expect(shown?.progress).toEqual({ done: 1000, total: 1000 });
+    expect(shown?.logs?.map((l) => l.line)).toEqual([
+      ...Array.from({ length: 49 }, (_, i) => `line ${i + 12}`),
+      `${'y'.repeat(1000)}… [truncated]`,
+    ]);
+    expect(shown?.logs?.every((l) => l.at instanceof Date && !Number.isNaN(l.at.getTime()))).toBe(true);
+    // 1,061 reports in one turn: the first write, then one more with everything after it.
+    expect(events.length).toBeLessThanOrEqual(3);
+    expect(events.at(-1)).toMatchObject({ progress: { done: 1000, total: 1000 } });
+    hold.open();
+  });
+
+  it('writes nothing once the lease is gone, and resolves false', async () => {
+    const running = gate<{
+      progress(value: unknown): Promise<boolean>;
+      log(line: string): Promise<boolean>;
+    }>();
+    const hold = gate();
+    const worker = t.worker({
+      pollIntervalMs: 100,
+      heartbeatIntervalMs: 60_000,
+      sweepIntervalMs: 600_000,
+      handlers: {
+        p: async (_job, context) => {
+          running.open(context);
+          await hold.opened;
+        },
+      },
+    });
+    await worker.start();
+    const job = await t.skiplock.enqueue('p', {});
+    const context = await running.opened;
+    expect(await context.progress(1)).toBe(true);
+    await reclaim(t, job.id);
+    expect(await context.progress(2)).toBe(false);
+    expect(await context.log('late')).toBe(false);
+    const shown = await t.skiplock.getJob(job.id);
+    expect({ progress: shown?.progress, logs: shown?.logs }).toEqual({ progress: 1, logs: [] });
+    hold.open();
+  });
+
+  it('rejects a progress value over 4 KiB or not JSON, and a log line that is not a string, naming the field', async () => {
+    const errors = gate<unknown[]>();
+    const worker = t.worker({
+      pollIntervalMs: 100,
+      handlers: {
+        p: async (_job, { progress, log }) => {
+          const outcomes = await Promise.allSettled([
+            progress('x'.repeat(5000)),
+            progress(undefined),
+            progress({ n: 1n }),
+            log(42 as unknown as string),
+          ]);
+          errors.open(outcomes.map((o) => (o.status === 'rejected' ? o.reason : o.value)));
+        },
+      },
+    });
+    await worker.start();
+    await t.skiplock.enqueue('p', {});
+    const reasons = (await errors.opened) as ValidationError[];
+    expect(reasons.every((r) => r instanceof ValidationError)).toBe(true);
+    expect(reasons.map((r) => r.field)).toEqual(['progress', 'progress', 'progress.n', 'line']);
+  });
+});

@@ -1,0 +1,150 @@
+/** waitFor: from another process, for every final status, deleted on success, timeouts, aborts, one LISTEN connection. */
+import type { ChildProcess } from 'node:child_process';
+import { describe, expect, it } from 'vitest';
+import { JobNotFoundError, PermanentError, ValidationError, WaitTimeoutError } from '../src/index.js';
+import { waitFor } from './support/database.js';
+import { useTestDatabase } from './support/fixture.js';
+import { gate } from './support/gate.js';
+import { forkScript, killedAfterTest, sent } from './support/processes.js';
+
+const t = useTestDatabase();
+
+/** Messages of a waiter process, by job id. */
+function collect(child: ChildProcess): Map<string, unknown> {
+  const received = new Map<string, unknown>();
+  child.on('message', (m) => {
+    if (typeof m === 'object' && m !== null && 'id' in m) {
+      const { id, ...rest } = m as { id: string };
+      received.set(id, rest);
+    }
+  });
+  return received;
+}
+
+/** Resolves once every job of `ids` is marked as awaited. */
+async function awaited(ids: string[]): Promise<void> {
+  await waitFor(
+    async () => (await t.jobCount('id = ANY($1::bigint[]) AND awaited', [ids])) === ids.length,
+    30_000,
+    'the waiters to mark their jobs',
+  );
+}
+
+/** The LISTEN connections on this test's completion channel. */
+async function listeners(): Promise<number> {
+  const rows = await t.query<{ n: number }>(
+    'SELECT count(*)::int AS n FROM pg_stat_activity WHERE query = $1',
+    [`LISTEN "skiplock:${t.schema}:done"`],
+  );
+  return rows[0]!.n;
+}
+
+describe('waitFor', () => {
+  it('resolves in another process for succeeded, dead, failed, cancelled and deleted-on-success jobs', async () => {
+    const release = gate();
+    const kept = await t.skiplock.enqueue('ok', { n: 2 }, { onSuccess: 'keep' });
+    const deleted = await t.skiplock.enqueue('ok', { n: 3 });
+    const dead = await t.skiplock.enqueue('boom', {}, { maxAttempts: 1 });
+    const failed = await t.skiplock.enqueue('never', {});
+    const cancelled = await t.skiplock.enqueue('idle', {}, { queue: 'elsewhere' });
+    const ids = [kept.id, deleted.id, dead.id, failed.id, cancelled.id];
+    const child = killedAfterTest(
+      t,
+      forkScript('./../processes/waiter-process.ts', {
+        SKIPLOCK_URL: t.url,
+        SKIPLOCK_SCHEMA: t.schema,
+        JOB_IDS: ids.join(','),
+      }),
+    );
+    const received = collect(child);
+    await sent(child, 'ready');
+    await awaited(ids);
+    const worker = t.worker({
+      pollIntervalMs: 100,
+      handlers: {
+        ok: async (job) => {
+          await release.opened;
+          return (job.payload as { n: number }).n * 10;
+        },
+        boom: () => {
+          throw new Error('boom');
+        },
+        never: () => {
+          throw new PermanentError('not this one');
+        },
+      },
+    });
+    await worker.start();
+    await t.skiplock.cancel({ ids: [cancelled.id] });
+    release.open();
+    await waitFor(
+      () => received.size === ids.length,
+      30_000,
+      'every outcome',
+      () => received,
+    );
+    const lastError = async (id: string) => (await t.row(id))?.last_error;
+    expect(Object.fromEntries(received)).toEqual({
+      [kept.id]: { outcome: { status: 'succeeded', result: 20, lastError: null } },
+      [deleted.id]: { outcome: { status: 'succeeded', result: null, lastError: null } },
+      [dead.id]: { outcome: { status: 'dead', result: null, lastError: await lastError(dead.id) } },
+      [failed.id]: { outcome: { status: 'failed', result: null, lastError: await lastError(failed.id) } },
+      [cancelled.id]: { outcome: { status: 'cancelled', result: null, lastError: null } },
+    });
+    expect(await lastError(dead.id)).toMatch(/^Error: boom/);
+  });
+
+  it('resolves at once for a job already final, and rejects for a job that does not exist', async () => {
+    await t.query(`INSERT INTO ${t.jobs} (kind, status, last_error) VALUES ('x', 'dead', 'gone wrong')`);
+    const id = (await t.query<{ id: string }>(`SELECT id FROM ${t.jobs}`))[0]?.id;
+    expect(await t.skiplock.waitFor(id!)).toEqual({ status: 'dead', result: null, lastError: 'gone wrong' });
+    const missing = t.skiplock.waitFor('987654321');
+    await expect(missing).rejects.toBeInstanceOf(JobNotFoundError);
+    await expect(missing).rejects.toMatchObject({ code: 'JOB_NOT_FOUND', jobId: '987654321' });
+    await expect(t.skiplock.waitFor('abc')).rejects.toMatchObject({ field: 'id' });
+    await expect(t.skiplock.waitFor(id!, { timeoutMs: -1 })).rejects.toBeInstanceOf(ValidationError);
+  });
+
+  it('rejects with a timeout error naming the job, and with the reason of an aborted signal', async () => {
+    const job = await t.skiplock.enqueue('nobody', {});
+    const timedOut = t.skiplock.waitFor(job.id, { timeoutMs: 300 });
+    await expect(timedOut).rejects.toBeInstanceOf(WaitTimeoutError);
+    await expect(timedOut).rejects.toMatchObject({
+      code: 'WAIT_TIMEOUT',
+      jobId: job.id,
+      message: `job ${job.id} did not reach a final status within 300 ms`,
+    });
+    const controller = new AbortController();
+    const aborted = t.skiplock.waitFor(job.id, { signal: controller.signal });
+    const reason = new Error('no longer needed');
+    controller.abort(reason);
+    await expect(aborted).rejects.toBe(reason);
+    await expect(t.skiplock.waitFor(job.id, { signal: controller.signal })).rejects.toBe(reason);
+    await waitFor(async () => (await listeners()) === 0, 10_000, 'the listener to close');
+  });
+
+  it('resolves by the poll when no message comes (the row deleted with the triggers off)', async () => {
+    const job = await t.skiplock.enqueue('silent', {});
+    const outcome = t.skiplock.waitFor(job.id, { timeoutMs: 60_000 });
+    await awaited([job.id]);
+    await t.query(`ALTER TABLE ${t.jobs} DISABLE TRIGGER jobs_done_delete`);
+    await t.query(`DELETE FROM ${t.jobs} WHERE id = $1`, [job.id]);
+    expect(await outcome).toEqual({ status: 'succeeded', result: null, lastError: null });
+  });
+
+  it('serves 2,000 concurrent waiters with one LISTEN connection, closed after the last', async () => {
+    const jobs = await t.skiplock.enqueueMany(
+      Array.from({ length: 2000 }, (_, i) => ({ kind: 'many', payload: { i } })),
+    );
+    const outcomes = Promise.all(jobs.map((j) => t.skiplock.waitFor(j.id, { timeoutMs: 120_000 })));
+    await awaited(jobs.map((j) => j.id));
+    expect(await listeners()).toBe(1);
+    const worker = t.worker({ pollIntervalMs: 100, concurrency: 50, handlers: { many: () => {} } });
+    await worker.start();
+    const done = await outcomes;
+    expect(new Set(done.map((o) => JSON.stringify(o)))).toEqual(
+      new Set([JSON.stringify({ status: 'succeeded', result: null, lastError: null })]),
+    );
+    await waitFor(async () => (await listeners()) === 0, 10_000, 'the listener to close');
+  });
+});
