@@ -302,6 +302,7 @@ export class DeliveryRunner {
         attempts: attempt,
         lastError: outcome.error,
         errors,
+        tags: relayed.tags ?? null,
       });
     } catch (error) {
       // Not written: the delivery comes back and the attempt runs again.

@@ -172,26 +172,26 @@ export class Worker extends EventEmitter<WorkerEvents> {
     });
     this.#cancellation = new Cancellation(
       {
-      executions: this.#executions,
-      queues: options.queues,
-      giveBack: (taken) => {
-        void this.#release(taken, 10_000);
-      },
-      cancelRequested: (held) => queries.cancel.requested(pool, held, this.id),
-      paused: (queues) => queries.queues.paused(pool, queues),
-      onChecked: () => this.#pump(),
-      onError: (error) => this.#events.error(error, 'claim'),
+        executions: this.#executions,
+        queues: options.queues,
+        giveBack: (taken) => {
+          void this.#release(taken, 10_000);
+        },
+        cancelRequested: (held) => queries.cancel.requested(pool, held, this.id),
+        paused: (queues) => queries.queues.paused(pool, queues),
+        onChecked: () => this.#pump(),
+        onError: (error) => this.#events.error(error, 'claim'),
       },
       this.#clock,
     );
     this.#heartbeat = new Heartbeat<Execution>(
       {
-      intervalMs: options.heartbeatIntervalMs,
-      leased: () => this.#executions.leased(),
-      beat: (jobs) => queries.results.beat(pool, jobs, this.id),
-      onLost: (e) => this.#leaseLost(e),
-      onCancelRequested: (held) => this.#cancellation.onCancelRequested(held),
-      onError: (error) => this.#events.error(error, 'heartbeat'),
+        intervalMs: options.heartbeatIntervalMs,
+        leased: () => this.#executions.leased(),
+        beat: (jobs) => queries.results.beat(pool, jobs, this.id),
+        onLost: (e) => this.#leaseLost(e),
+        onCancelRequested: (held) => this.#cancellation.onCancelRequested(held),
+        onError: (error) => this.#events.error(error, 'heartbeat'),
       },
       this.#clock,
     );
@@ -373,8 +373,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const { prefetchTimeoutMs } = this.#options;
     if (this.#executions.bufferedCount > 0) {
       const expired = this.#executions.takeBuffered(this.#clock.monotonic() - prefetchTimeoutMs);
-    if (expired.length > 0) void this.#release(expired);
-  }
+      if (expired.length > 0) void this.#release(expired);
+    }
     this.#bufferTimer = this.#clock.setTimeout(
       () => this.#expireBuffered(),
       Math.max(10, prefetchTimeoutMs / 2),

@@ -172,6 +172,30 @@ describe('natsWorker', () => {
     expect(record.lastError).toMatch(/no such customer/);
   });
 
+  it('writes a job back with its tags, so requeue by tag finds it', async () => {
+    const stream = relayed('q');
+    const job = await t.skiplock.enqueue('refused', {}, { queue: 'q', tags: ['tenant:7', 'import'] });
+    // Relayed and removed before any worker runs it: the write-back inserts the row anew.
+    await until(async () => (await t.jobCount()) === 0, 'the job relayed and removed');
+    await started(
+      natsWorker(t.skiplock, {
+        servers: NATS_URL,
+        stream,
+        queues: ['q'],
+        handleSignals: false,
+        handlers: {
+          refused: () => {
+            throw new PermanentError('no such customer');
+          },
+        },
+      }),
+    );
+    await until(async () => (await t.row(job.id))?.status === 'failed', 'the job written back failed');
+    expect((await t.skiplock.getJob(job.id))?.tags).toEqual(['tenant:7', 'import']);
+    expect((await t.skiplock.listJobs({ tags: ['tenant:7'] })).map((j) => j.id)).toEqual([job.id]);
+    expect(await t.skiplock.requeue({ tags: 'import', status: 'failed' })).toBe(1);
+  });
+
   it('refuses a transactional handler, naming it', () => {
     expect(() =>
       natsWorker(t.skiplock, {

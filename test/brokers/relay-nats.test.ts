@@ -99,6 +99,28 @@ describe('the relay to NATS JetStream', () => {
     expect(relay.metrics.published).toBe(3);
   });
 
+  it('never relays a job past its start deadline, which the sweeper then expires', async () => {
+    const stream = newStream();
+    const late = await t.skiplock.enqueue(
+      'a',
+      {},
+      { queue: 'relayed', startBy: new Date(Date.now() - 60_000) },
+    );
+    const relay = relayTo(stream, ['relayed']);
+    relay.start();
+    // A job enqueued after: once it is relayed, the relay has looked at the queue.
+    const due = await t.skiplock.enqueue('a', {}, { queue: 'relayed', startWithinMs: 3_600_000 });
+    await until(async () => (await t.jobCount('id = $1', [due.id])) === 0, 'the due job relayed');
+    expect(relay.metrics.published).toBe(1);
+    expect((await t.row(late.id))?.status).toBe('queued');
+    await t.skiplock.sweep();
+    expect((await t.skiplock.getJob(late.id))?.status).toBe('cancelled');
+    const connection = await natsConnection();
+    const messages = await streamMessages(connection, stream);
+    await connection.close();
+    expect(messages.map((m) => m.job.id)).toEqual([due.id]);
+  });
+
   it('shares the work between two relays: no job is published by both', async () => {
     const stream = newStream();
     const jobs = await t.skiplock.enqueueMany(

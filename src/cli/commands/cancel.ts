@@ -44,33 +44,31 @@ export function cancelCommand(): Command {
       'also the job ids in FILE (- for standard input), separated by whitespace or commas',
     );
   return addDatabaseCommandFlags(command, [
-        'skiplock cancel 42 43',
-        'skiplock cancel --kind send_invoice_email --status queued --json',
-        'skiplock cancel --tag tenant:7 --tag import',
-        "psql -At -c \"SELECT id FROM skiplock.jobs WHERE payload->>'tenant' = '7'\" | skiplock cancel --ids-from -",
+    'skiplock cancel 42 43',
+    'skiplock cancel --kind send_invoice_email --status queued --json',
+    'skiplock cancel --tag tenant:7 --tag import',
+    "psql -At -c \"SELECT id FROM skiplock.jobs WHERE payload->>'tenant' = '7'\" | skiplock cancel --ids-from -",
   ]).action(async (args: string[], flags: CancelFlags) => {
-      const ids = flags.idsFrom === undefined ? args : [...args, ...(await readIdsFrom(flags.idsFrom))];
-      const bad = ids.find((id) => !/^[1-9][0-9]{0,18}$/.test(id));
-      if (bad !== undefined) throw new UsageError(`ID must be a job id (a positive integer), got ${bad}`);
-      const filter: CancelFilter = {};
-      if (ids.length > 0) filter.ids = ids;
-      if (flags.status) filter.status = flags.status;
-      if (flags.kind) filter.kind = flags.kind;
-      if (flags.queue) filter.queue = flags.queue;
-      if (flags.tag) filter.tags = flags.tag;
-      if (Object.keys(filter).length === 0) {
-        throw new UsageError(
-          'give job ids, --status, --kind, --queue or --tag (cancel never means every job)',
+    const ids = flags.idsFrom === undefined ? args : [...args, ...(await readIdsFrom(flags.idsFrom))];
+    const bad = ids.find((id) => !/^[1-9][0-9]{0,18}$/.test(id));
+    if (bad !== undefined) throw new UsageError(`ID must be a job id (a positive integer), got ${bad}`);
+    const filter: CancelFilter = {};
+    if (ids.length > 0) filter.ids = ids;
+    if (flags.status) filter.status = flags.status;
+    if (flags.kind) filter.kind = flags.kind;
+    if (flags.queue) filter.queue = flags.queue;
+    if (flags.tag) filter.tags = flags.tag;
+    if (Object.keys(filter).length === 0) {
+      throw new UsageError('give job ids, --status, --kind, --queue or --tag (cancel never means every job)');
+    }
+    await withDatabase(flags, async ({ skiplock }) => {
+      const counts = await skiplock.cancel(filter);
+      if (flags.json) printJson(counts);
+      else if (counts.cancelled + counts.running === 0) printText('no queued or running job matched');
+      else
+        printText(
+          `cancelled ${counts.cancelled} queued job${counts.cancelled === 1 ? '' : 's'}; asked the workers of ${counts.running} running job${counts.running === 1 ? '' : 's'} to stop them`,
         );
-      }
-      await withDatabase(flags, async ({ skiplock }) => {
-        const counts = await skiplock.cancel(filter);
-        if (flags.json) printJson(counts);
-        else if (counts.cancelled + counts.running === 0) printText('no queued or running job matched');
-        else
-          printText(
-            `cancelled ${counts.cancelled} queued job${counts.cancelled === 1 ? '' : 's'}; asked the workers of ${counts.running} running job${counts.running === 1 ? '' : 's'} to stop them`,
-          );
-      });
     });
+  });
 }

@@ -48,33 +48,33 @@ export function requeueCommand(): Command {
     )
     .option('--all', 'every dead and failed job, when no id or filter is given');
   return addDatabaseCommandFlags(command, [
-        'skiplock requeue 42 43',
-        'skiplock requeue --status dead --kind send_invoice_email',
-        'skiplock requeue --tag tenant:7',
-        'skiplock requeue --all --json',
-        'skiplock requeue --ids-from dead-ids.txt',
+    'skiplock requeue 42 43',
+    'skiplock requeue --status dead --kind send_invoice_email',
+    'skiplock requeue --tag tenant:7',
+    'skiplock requeue --all --json',
+    'skiplock requeue --ids-from dead-ids.txt',
   ]).action(async (args: string[], flags: RequeueFlags) => {
-      const ids = flags.idsFrom === undefined ? args : [...args, ...(await readIdsFrom(flags.idsFrom))];
-      const filter: RequeueFilter = {};
-      const bad = ids.find((id) => !/^[1-9][0-9]{0,18}$/.test(id));
-      if (bad !== undefined) throw new UsageError(`ID must be a job id (a positive integer), got ${bad}`);
-      if (ids.length > 0) filter.ids = ids;
-      if (flags.status) filter.status = flags.status;
-      if (flags.kind) filter.kind = flags.kind;
-      if (flags.queue) filter.queue = flags.queue;
-      if (flags.tag) filter.tags = flags.tag;
-      if (Object.keys(filter).length === 0 && !flags.all) {
-        throw new UsageError(
-          'give job ids, --status, --kind, --queue or --tag, or --all to requeue every dead and failed job',
-        );
-      }
-      await withDatabase(flags, async ({ skiplock }) => {
-        const requeued = await skiplock.requeue(Object.keys(filter).length === 0 ? { all: true } : filter);
-        const reasons = requeued === 0 ? await whyNothingMatched(skiplock, filter) : [];
-        if (flags.json) printJson(reasons.length > 0 ? { requeued, reasons } : { requeued });
-        else printText([`requeued ${requeued} job${requeued === 1 ? '' : 's'}`, ...reasons].join('\n'));
-      });
+    const ids = flags.idsFrom === undefined ? args : [...args, ...(await readIdsFrom(flags.idsFrom))];
+    const filter: RequeueFilter = {};
+    const bad = ids.find((id) => !/^[1-9][0-9]{0,18}$/.test(id));
+    if (bad !== undefined) throw new UsageError(`ID must be a job id (a positive integer), got ${bad}`);
+    if (ids.length > 0) filter.ids = ids;
+    if (flags.status) filter.status = flags.status;
+    if (flags.kind) filter.kind = flags.kind;
+    if (flags.queue) filter.queue = flags.queue;
+    if (flags.tag) filter.tags = flags.tag;
+    if (Object.keys(filter).length === 0 && !flags.all) {
+      throw new UsageError(
+        'give job ids, --status, --kind, --queue or --tag, or --all to requeue every dead and failed job',
+      );
+    }
+    await withDatabase(flags, async ({ skiplock }) => {
+      const requeued = await skiplock.requeue(Object.keys(filter).length === 0 ? { all: true } : filter);
+      const reasons = requeued === 0 ? await whyNothingMatched(skiplock, filter) : [];
+      if (flags.json) printJson(reasons.length > 0 ? { requeued, reasons } : { requeued });
+      else printText([`requeued ${requeued} job${requeued === 1 ? '' : 's'}`, ...reasons].join('\n'));
     });
+  });
 }
 
 /** Most job ids looked up to explain an empty requeue. */

@@ -35,11 +35,11 @@ export function statsCommand(): Command {
         const oldest = of.find((s) => s.status === 'queued')?.oldestQueuedAgeMs ?? null;
         return [
           queue,
-            // A count estimated from a sample (a large group of finished jobs) reads ≈n.
-            ...JOB_STATUSES.map((status) => {
-              const row = of.find((s) => s.status === status);
-              return row?.estimated ? `≈${row.count}` : (row?.count ?? 0);
-            }),
+          // A count estimated from a sample (a large group of finished jobs) reads ≈n.
+          ...JOB_STATUSES.map((status) => {
+            const row = of.find((s) => s.status === status);
+            return row?.estimated ? `≈${row.count}` : (row?.count ?? 0);
+          }),
           oldest === null ? null : formatDuration(oldest),
         ];
       });
