@@ -24,7 +24,11 @@ afterEach(async () => {
   await connection.close();
 });
 
-function relayTo(stream: string, queues: string[], extra: { batchSize?: number } = {}): Relay {
+function relayTo(
+  stream: string,
+  queues: string[],
+  extra: { batchSize?: number; sweepIntervalMs?: number } = {},
+): Relay {
   const relay = createRelay(t.skiplock, {
     target: natsTarget({ servers: NATS_URL, stream }),
     queues,
@@ -101,24 +105,49 @@ describe('the relay to NATS JetStream', () => {
 
   it('never relays a job past its start deadline, which the sweeper then expires', async () => {
     const stream = newStream();
+    // No sweep but the first, so only the claim keeps the late job back.
+    const relay = relayTo(stream, ['relayed'], { sweepIntervalMs: 3_600_000 });
+    relay.start();
+    const first = await t.skiplock.enqueue('a', {}, { queue: 'relayed' });
+    await until(async () => (await t.jobCount('id = $1', [first.id])) === 0, 'the first job relayed');
     const late = await t.skiplock.enqueue(
       'a',
       {},
       { queue: 'relayed', startBy: new Date(Date.now() - 60_000) },
     );
-    const relay = relayTo(stream, ['relayed']);
-    relay.start();
     // A job enqueued after: once it is relayed, the relay has looked at the queue.
     const due = await t.skiplock.enqueue('a', {}, { queue: 'relayed', startWithinMs: 3_600_000 });
     await until(async () => (await t.jobCount('id = $1', [due.id])) === 0, 'the due job relayed');
-    expect(relay.metrics.published).toBe(1);
+    expect(relay.metrics.published).toBe(2);
     expect((await t.row(late.id))?.status).toBe('queued');
     await t.skiplock.sweep();
     expect((await t.skiplock.getJob(late.id))?.status).toBe('cancelled');
     const connection = await natsConnection();
     const messages = await streamMessages(connection, stream);
     await connection.close();
-    expect(messages.map((m) => m.job.id)).toEqual([due.id]);
+    expect(messages.map((m) => m.job.id)).toEqual([first.id, due.id]);
+  });
+
+  it('sweeps by itself: the batch of a dead relay is relayed again and a job past its deadline expires, with no worker running', async () => {
+    const stream = newStream();
+    const [orphan, late] = await t.skiplock.enqueueMany([
+      { kind: 'a', payload: { n: 1 }, queue: 'relayed' },
+      { kind: 'a', payload: { n: 2 }, queue: 'relayed', startBy: new Date(Date.now() - 60_000) },
+    ]);
+    // As a relay killed mid-batch leaves it: running under its lease, long expired.
+    await t.query(
+      `UPDATE ${t.jobs} SET status = 'running', locked_by = 'relay:gone', locked_at = now() - interval '1 hour',
+              visibility_timeout_ms = 1000 WHERE id = $1`,
+      [orphan!.id],
+    );
+    const relay = relayTo(stream, ['relayed'], { sweepIntervalMs: 100 });
+    relay.start();
+    await until(async () => (await t.jobCount('id = $1', [orphan!.id])) === 0, 'the orphaned job relayed');
+    await until(async () => (await t.row(late!.id))?.status === 'cancelled', 'the late job expired');
+    const connection = await natsConnection();
+    const messages = await streamMessages(connection, stream);
+    await connection.close();
+    expect(messages.map((m) => m.job.id)).toEqual([orphan!.id]);
   });
 
   it('shares the work between two relays: no job is published by both', async () => {
