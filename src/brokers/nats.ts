@@ -22,6 +22,7 @@ import {
   type BrokerWorkerOptions,
   DeliveryRunner,
   resolveBrokerWorkerOptions,
+  withinMs,
 } from './broker-worker.js';
 
 export type { RelayedJob } from '../relay/message.js';
@@ -160,11 +161,17 @@ export function natsTarget(options: NatsStreamOptions): RelayTarget {
       });
       return acked;
     },
-    async close() {
+    async close(timeoutMs) {
       const open = connection;
       connection = undefined;
       client = undefined;
-      await open?.drain().catch(() => {});
+      if (!open) return;
+      // drain() waits for the server's answer, which a deaf connection never sends.
+      await withinMs(
+        open.drain().catch(() => {}),
+        timeoutMs,
+      );
+      await open.close().catch(() => {});
     },
   };
 }

@@ -21,6 +21,7 @@ import {
   type BrokerWorkerOptions,
   DeliveryRunner,
   resolveBrokerWorkerOptions,
+  withinMs,
 } from './broker-worker.js';
 
 export type { RelayedJob } from '../relay/message.js';
@@ -148,10 +149,22 @@ export function rabbitmqTarget(options: RabbitmqQueueOptions): RelayTarget {
       clearTimeout(timer);
       return new Set(jobs.filter((_, i) => confirmed[i]).map((job) => job.id));
     },
-    async close() {
+    async close(timeoutMs) {
       const closing = connection;
       connection = undefined;
-      await closing?.model.close().catch(() => {});
+      if (!closing) return;
+      // close() waits for the server's close-ok, which a deaf connection never sends: then the socket is dropped.
+      const closed = await withinMs(
+        closing.model.close().then(
+          () => true,
+          () => true,
+        ),
+        timeoutMs,
+      );
+      if (closed === 'late')
+        (
+          closing.model as unknown as { connection?: { stream?: { destroy(): void } } }
+        ).connection?.stream?.destroy();
     },
   };
 }

@@ -37,8 +37,12 @@ export interface RelayTarget {
    * Rejects only when the connection is unusable.
    */
   publish(jobs: readonly RelayedJob[], timeoutMs: number): Promise<Set<string>>;
-  /** Closes the connection. */
-  close(): Promise<void>;
+  /**
+   * Closes the connection, waiting at most `timeoutMs` milliseconds for the
+   * broker to see what was sent, then dropping it (a broker that stopped
+   * answering never holds a stop up).
+   */
+  close(timeoutMs: number): Promise<void>;
 }
 
 /** Options of {@link createRelay}. */
@@ -193,7 +197,7 @@ export class Relay extends EventEmitter<RelayEvents> {
   async stop(): Promise<void> {
     await this.#loop.stop();
     forgetOnSignals(this);
-    await this.#loop.deps.target.close().catch(() => {});
+    await this.#loop.deps.target.close(this.#loop.deps.publishTimeoutMs).catch(() => {});
     this.emit('relay:stop');
   }
 
@@ -319,7 +323,7 @@ class RelayLoop extends Service {
       acked = await target.publish(jobs, this.deps.publishTimeoutMs);
     } catch (error) {
       this.#connected = false;
-      await target.close().catch(() => {});
+      await target.close(this.deps.publishTimeoutMs).catch(() => {});
       acked = new Set();
       publishFailed = true;
       relay.report(error, 'publish');

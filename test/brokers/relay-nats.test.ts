@@ -11,6 +11,7 @@ import {
   uniqueStream,
   until,
 } from '../support/nats.js';
+import { startNetProxy } from '../support/net-proxy.js';
 import { exited, forkScript, sent } from '../support/processes.js';
 
 const t = useTestDatabase();
@@ -148,6 +149,41 @@ describe('the relay to NATS JetStream', () => {
     const messages = await streamMessages(connection, stream);
     await connection.close();
     expect(messages.map((m) => m.job.id)).toEqual([orphan!.id]);
+  });
+
+  it('stops within its bounds when the broker stops answering mid-batch; the batch is given back', async () => {
+    const stream = newStream();
+    const natsAddress = new URL(NATS_URL);
+    const proxy = await startNetProxy({ host: natsAddress.hostname, port: Number(natsAddress.port) });
+    try {
+      const relay = createRelay(t.skiplock, {
+        target: natsTarget({ servers: proxy.url(NATS_URL), stream }),
+        queues: ['relayed'],
+        handleSignals: false,
+        lingerMs: 20,
+        publishTimeoutMs: 1000,
+        visibilityTimeoutMs: 60_000,
+      });
+      relay.on('error', () => {});
+      relays.push(relay);
+      relay.start();
+      const first = await t.skiplock.enqueue('a', {}, { queue: 'relayed' });
+      await until(async () => (await t.jobCount('id = $1', [first.id])) === 0, 'the first job relayed');
+      proxy.freeze();
+      await t.skiplock.enqueueMany(
+        Array.from({ length: 3 }, () => ({ kind: 'a', payload: {}, queue: 'relayed' })),
+      );
+      await until(async () => (await t.jobCount("status = 'running'")) === 3, 'a batch in flight');
+      // Bounded by publishTimeoutMs for the batch and again for the connection's close.
+      const stopped = await Promise.race([
+        relay.stop().then(() => 'stopped'),
+        new Promise((resolve) => setTimeout(resolve, 20_000, 'still stopping')),
+      ]);
+      expect(stopped).toBe('stopped');
+      expect(await t.jobCount("status = 'queued'")).toBe(3);
+    } finally {
+      await proxy.close();
+    }
   });
 
   it('shares the work between two relays: no job is published by both', async () => {
