@@ -105,6 +105,36 @@ describe('the relay to RabbitMQ', () => {
 });
 
 describe('rabbitmqWorker', () => {
+  it('stops within its bounds when the broker stops answering', async () => {
+    const prefix = relayed('q');
+    const address = new URL(RABBITMQ_URL);
+    const proxy = await startNetProxy({ host: address.hostname, port: Number(address.port || 5672) });
+    try {
+      const done: string[] = [];
+      const worker = await started(
+        rabbitmqWorker(t.skiplock, {
+          url: proxy.url(RABBITMQ_URL),
+          queue: prefix,
+          queues: ['q'],
+          handleSignals: false,
+          shutdownTimeoutMs: 1000,
+          handlers: { greet: (job: Job) => void done.push(job.id) },
+        }),
+      );
+      const job = await t.skiplock.enqueue('greet', {}, { queue: 'q' });
+      await until(() => done.length === 1, 'the job run');
+      expect(done).toEqual([job.id]);
+      proxy.freeze();
+      const stopped = await Promise.race([
+        worker.stop().then(() => 'stopped'),
+        new Promise((resolve) => setTimeout(resolve, 20_000, 'still stopping')),
+      ]);
+      expect(stopped).toBe('stopped');
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it('runs handlers, retries after the backoff, writes a dead job back, and requeue relays it again', async () => {
     const prefix = relayed('q');
     let fixed = false;
