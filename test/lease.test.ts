@@ -142,7 +142,7 @@ describe('lease', () => {
       lease,
     );
     expect(fresh).toMatchObject({ status: 'running', attempts: 1 });
-    expect(await sweepNow(t.skiplock)).toEqual({ locked: true, requeued: 0, dead: 0 });
+    expect(await sweepNow(t.skiplock)).toEqual({ locked: true, requeued: 0, dead: 0, expired: 0 });
     const succeeded = nextEvent(worker, 'job:success');
     release.open();
     await succeeded;

@@ -11,7 +11,7 @@ describe('sweeper', () => {
       `INSERT INTO ${t.jobs} (kind, queue, status, attempts, max_attempts, locked_at)
        VALUES ('poison', 'sweep', 'running', 3, 3, now() - interval '10 minutes') RETURNING id`,
     );
-    expect(await sweepNow(t.skiplock)).toEqual({ locked: true, requeued: 0, dead: 1 });
+    expect(await sweepNow(t.skiplock)).toEqual({ locked: true, requeued: 0, dead: 1, expired: 0 });
     expect(await t.row(inserted!.id)).toEqual({
       status: 'dead',
       attempts: 3,
@@ -29,7 +29,7 @@ describe('sweeper', () => {
       `INSERT INTO ${t.jobs} (kind, status, attempts, locked_at, visibility_timeout_ms)
        VALUES ('expired', 'running', 1, now() - interval '2 seconds', 1000) RETURNING id`,
     );
-    expect(await sweepNow(t.skiplock)).toEqual({ locked: true, requeued: 1, dead: 0 });
+    expect(await sweepNow(t.skiplock)).toEqual({ locked: true, requeued: 1, dead: 0, expired: 0 });
     expect(await t.row(fresh!.id)).toMatchObject({ status: 'running', attempts: 1 });
     expect(await t.row(expired!.id)).toMatchObject({ status: 'queued', attempts: 1 });
   });
@@ -41,11 +41,11 @@ describe('sweeper', () => {
       await client.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [
         `skiplock:sweep:${t.skiplock.schema}`,
       ]);
-      expect(await t.skiplock.sweep()).toEqual({ locked: false, requeued: 0, dead: 0 });
+      expect(await t.skiplock.sweep()).toEqual({ locked: false, requeued: 0, dead: 0, expired: 0 });
       await client.query('COMMIT');
     } finally {
       client.release();
     }
-    expect(await sweepNow(t.skiplock)).toEqual({ locked: true, requeued: 0, dead: 0 });
+    expect(await sweepNow(t.skiplock)).toEqual({ locked: true, requeued: 0, dead: 0, expired: 0 });
   });
 });

@@ -171,6 +171,8 @@ describe('start deadlines', () => {
       sweepIntervalMs: 200,
       onSuccess: 'keep',
     });
+    const sweeps: unknown[] = [];
+    worker.on('worker:sweep', (result) => sweeps.push(result));
     await worker.start();
     await waitFor(
       async () =>
@@ -180,6 +182,14 @@ describe('start deadlines', () => {
       () => t.query(`SELECT id, status, last_error FROM ${t.jobs} ORDER BY id`),
     );
     expect(ran).toEqual([{ n: 3 }]);
+    // Expiries are reported by worker:sweep, as reclaims are (both jobs in one sweep, or one each).
+    await waitFor(
+      () => sweeps.reduce<number>((n, r) => n + (r as { expired: number }).expired, 0) === 2,
+      30_000,
+      'worker:sweep reporting both expiries',
+      () => Promise.resolve(sweeps),
+    );
+    for (const result of sweeps) expect(result).toMatchObject({ requeued: 0, dead: 0 });
     const job = (await t.skiplock.getJob(expired.id)) as JobRecord;
     expect(job).toMatchObject({
       status: 'cancelled',
@@ -208,7 +218,8 @@ describe('start deadlines', () => {
       `INSERT INTO ${t.jobs} (kind, attempts, last_error, run_at, start_by)
        VALUES ('k', 0, NULL, now() + interval '1 hour', now() - interval '1 second') RETURNING id`,
     );
-    await t.skiplock.sweep();
+    // The result counts the expired jobs, so a caller sees what the sweep did.
+    expect(await t.skiplock.sweep()).toEqual({ locked: true, requeued: 0, dead: 0, expired: 3 });
     expect(await t.row(job.id)).toEqual({
       status: 'cancelled',
       attempts: 0,

@@ -87,6 +87,25 @@ export interface BrokerWorkerSettings {
 }
 
 /**
+ * What `promise` resolves to within `timeoutMs` milliseconds, or `'late'`
+ * after that (the promise is left to settle unheard). For a broker's close,
+ * which waits for an answer a deaf connection never sends.
+ */
+export async function withinMs<T>(promise: Promise<T>, timeoutMs: number): Promise<T | 'late'> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      promise,
+      new Promise<'late'>((resolve) => {
+        timer = setTimeout(() => resolve('late'), timeoutMs);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
  * Validates the options every broker-side worker shares.
  *
  * @throws {ValidationError} naming the field (`natsWorker.handlers.send_email.maxAttempts`…).
@@ -307,6 +326,7 @@ export class DeliveryRunner {
         attempts: attempt,
         lastError: outcome.error,
         errors,
+        tags: relayed.tags ?? null,
       });
     } catch (error) {
       // Not written: the delivery comes back and the attempt runs again.

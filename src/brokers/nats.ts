@@ -22,6 +22,7 @@ import {
   type BrokerWorkerOptions,
   DeliveryRunner,
   resolveBrokerWorkerOptions,
+  withinMs,
 } from './broker-worker.js';
 
 export type { RelayedJob } from '../relay/message.js';
@@ -160,11 +161,17 @@ export function natsTarget(options: NatsStreamOptions): RelayTarget {
       });
       return acked;
     },
-    async close() {
+    async close(timeoutMs) {
       const open = connection;
       connection = undefined;
       client = undefined;
-      await open?.drain().catch(() => {});
+      if (!open) return;
+      // drain() waits for the server's answer, which a deaf connection never sends.
+      await withinMs(
+        open.drain().catch(() => {}),
+        timeoutMs,
+      );
+      await open.close().catch(() => {});
     },
   };
 }
@@ -325,8 +332,17 @@ export class NatsWorker extends EventEmitter<BrokerWorkerEvents> {
       for (const subscription of this.#subscriptions) subscription.stop();
       for (const release of this.#slots.splice(0)) release();
       await this.#runner.drain(this.#settings.shutdownTimeoutMs);
-      await Promise.allSettled(this.#consuming);
-      await this.#connection?.drain().catch(() => {});
+      // A broker that stopped answering never ends the consumers or the drain:
+      // each is waited for up to shutdownTimeoutMs, then the connection is dropped.
+      await withinMs(Promise.allSettled(this.#consuming), this.#settings.shutdownTimeoutMs);
+      const connection = this.#connection;
+      if (connection) {
+        await withinMs(
+          connection.drain().catch(() => {}),
+          this.#settings.shutdownTimeoutMs,
+        );
+        await connection.close().catch(() => {});
+      }
       forgetOnSignals(this);
       this.emit('worker:stop');
     })();

@@ -21,6 +21,7 @@ import {
   type BrokerWorkerOptions,
   DeliveryRunner,
   resolveBrokerWorkerOptions,
+  withinMs,
 } from './broker-worker.js';
 
 export type { RelayedJob } from '../relay/message.js';
@@ -148,12 +149,27 @@ export function rabbitmqTarget(options: RabbitmqQueueOptions): RelayTarget {
       clearTimeout(timer);
       return new Set(jobs.filter((_, i) => confirmed[i]).map((job) => job.id));
     },
-    async close() {
+    async close(timeoutMs) {
       const closing = connection;
       connection = undefined;
-      await closing?.model.close().catch(() => {});
+      if (closing) await closeWithin(closing.model, timeoutMs);
     },
   };
+}
+
+/**
+ * Closes an AMQP connection, waiting at most `timeoutMs` for the broker's
+ * close-ok (which a broker that stopped answering never sends), then destroys
+ * its socket.
+ */
+async function closeWithin(model: { close(): Promise<void> }, timeoutMs: number): Promise<void> {
+  const closed = await withinMs(
+    model.close().catch(() => {}),
+    timeoutMs,
+  );
+  if (closed === 'late') {
+    (model as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
+  }
 }
 
 /** Options of {@link rabbitmqWorker}. */
@@ -294,11 +310,17 @@ export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
   stop(): Promise<void> {
     this.#stopping ??= (async () => {
       const connection = this.#connection;
-      for (const tag of this.#consumerTags) await connection?.channel.cancel(tag).catch(() => {});
+      // Each broker round trip is bounded: a broker that stopped answering never holds the stop up.
+      for (const tag of this.#consumerTags) {
+        await withinMs(
+          connection?.channel.cancel(tag).catch(() => {}) ?? Promise.resolve(),
+          this.#settings.shutdownTimeoutMs,
+        );
+      }
       // Deliveries still waiting for a slot go back to the broker.
       for (const start of this.#waiting.splice(0)) start();
       await this.#runner.drain(this.#settings.shutdownTimeoutMs);
-      await connection?.model.close().catch(() => {});
+      if (connection) await closeWithin(connection.model, this.#settings.shutdownTimeoutMs);
       forgetOnSignals(this);
       this.emit('worker:stop');
     })();

@@ -15,9 +15,16 @@ export const SWEEP_BATCH_LIMIT = 1000;
 /** What one sweep did; `locked` is false when another process was sweeping. */
 export interface SweepResult {
   locked: boolean;
+  /** Running jobs whose lease expired, back to `queued`. */
   requeued: number;
+  /** Running jobs whose lease expired on their last attempt, to `dead`. */
   dead: number;
+  /** Queued jobs past their start deadline, ended `cancelled` (expired). */
+  expired: number;
 }
+
+/** What a sweep did to jobs: the counts of {@link SweepResult}. */
+export type SweptJobs = Omit<SweepResult, 'locked'>;
 
 /**
  * Runs one sweep now, under the sweeper's lock.
@@ -31,26 +38,37 @@ export async function sweep(
   queries: JobQueries,
   defaultVisibilityTimeoutMs: number,
 ): Promise<SweepResult> {
-  const outcome = await withMaintenanceLock(pool, queries.names.schema, 'sweep', async (client) => {
-    await queries.sweep.expire(client, SWEEP_BATCH_LIMIT);
-    return queries.sweep.sweep(client, defaultVisibilityTimeoutMs, SWEEP_BATCH_LIMIT);
-  });
-  return outcome.locked ? { locked: true, ...outcome.result } : { locked: false, requeued: 0, dead: 0 };
+  const outcome = await withMaintenanceLock(pool, queries.names.schema, 'sweep', (client) =>
+    sweepJobs(client, queries, defaultVisibilityTimeoutMs),
+  );
+  return outcome.locked
+    ? { locked: true, ...outcome.result }
+    : { locked: false, requeued: 0, dead: 0, expired: 0 };
 }
 
-/** The sweeper as a maintenance service; `onSwept` hears of every sweep that reclaimed jobs. */
+/** Expires, then reclaims, one batch each, on the sweeper's locked connection. */
+async function sweepJobs(
+  client: pg.PoolClient,
+  queries: JobQueries,
+  defaultVisibilityTimeoutMs: number,
+): Promise<SweptJobs> {
+  const expired = await queries.sweep.expire(client, SWEEP_BATCH_LIMIT);
+  const reclaimed = await queries.sweep.sweep(client, defaultVisibilityTimeoutMs, SWEEP_BATCH_LIMIT);
+  return { ...reclaimed, expired };
+}
+
+/** The sweeper as a maintenance service; `onSwept` hears of every sweep that reclaimed or expired jobs. */
 export function sweeperService(
   queries: JobQueries,
   options: { intervalMs: number; defaultVisibilityTimeoutMs: number },
-  onSwept: (result: { requeued: number; dead: number }) => void,
+  onSwept: (result: SweptJobs) => void,
 ): MaintenanceService {
   return {
     name: 'sweep',
     intervalMs: options.intervalMs,
     async run(client) {
-      await queries.sweep.expire(client, SWEEP_BATCH_LIMIT);
-      const result = await queries.sweep.sweep(client, options.defaultVisibilityTimeoutMs, SWEEP_BATCH_LIMIT);
-      if (result.requeued + result.dead > 0) onSwept(result);
+      const result = await sweepJobs(client, queries, options.defaultVisibilityTimeoutMs);
+      if (result.requeued + result.dead + result.expired > 0) onSwept(result);
     },
   };
 }

@@ -13,7 +13,7 @@ import { schedulerService } from '../schedule/scheduler.js';
 import { archivePartitionsService } from './archive-partitions.js';
 import { Maintainer, maintenanceLock } from './maintainer.js';
 import { type PruneResult, prunerServices, type Retention } from './pruner.js';
-import { sweeperService } from './sweeper.js';
+import { type SweptJobs, sweeperService } from './sweeper.js';
 
 /** What the worker's maintenance needs to know and tell. */
 export interface WorkerMaintenanceOptions {
@@ -25,7 +25,7 @@ export interface WorkerMaintenanceOptions {
   schedules: boolean;
   /** Retention of finished jobs and of the archive, by status (nothing is pruned when empty). */
   retention: { pruneIntervalMs: number; retention: Retention };
-  onSwept(result: { requeued: number; dead: number }): void;
+  onSwept(result: SweptJobs): void;
   onPruned(result: PruneResult): void;
   onArchivePartitions(result: ArchivePartitionsResult): void;
   onError(error: SkiplockError, service: MaintenanceTask): void;

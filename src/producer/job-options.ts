@@ -121,7 +121,7 @@ const maxAttempts = z
   .max(2_147_483_647, { error: 'must fit a 32-bit integer' });
 
 /** Longest delay accepted, in milliseconds: 10,000 years. */
-const MAX_DELAY_MS = 315_360_000_000_000;
+export const MAX_DELAY_MS = 315_360_000_000_000;
 
 const delayMs = z
   .number({ error: 'must be a number of milliseconds' })

@@ -25,6 +25,8 @@ export interface RelayedJob {
   leaseSeq: string;
   /** The job's attempt history so far, as stored. */
   errors: unknown[];
+  /** The job's tags, written back with it if it ends dead or failed; absent when it has none. */
+  tags?: string[];
   /** The database and schema it came from (see {@link relayNamespace}). */
   namespace: string;
   /** The job's message id: `<namespace>.<id>.<leaseSeq>`; consumers deduplicate by it. */
@@ -79,6 +81,7 @@ export function toRelayedJob(row: RelayRow, namespace: string): RelayedJob {
     maxAttemptsDefault: row.max_attempts_default,
     leaseSeq: row.lease_seq,
     errors: Array.isArray(row.errors) ? row.errors : [],
+    ...(row.tags && row.tags.length > 0 ? { tags: row.tags } : {}),
     namespace,
     messageId: relayMessageId(namespace, row.id, row.lease_seq),
   };

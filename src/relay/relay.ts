@@ -37,8 +37,12 @@ export interface RelayTarget {
    * Rejects only when the connection is unusable.
    */
   publish(jobs: readonly RelayedJob[], timeoutMs: number): Promise<Set<string>>;
-  /** Closes the connection. */
-  close(): Promise<void>;
+  /**
+   * Closes the connection, waiting at most `timeoutMs` milliseconds for the
+   * broker to see what was sent, then dropping it (a broker that stopped
+   * answering never holds a stop up).
+   */
+  close(timeoutMs: number): Promise<void>;
 }
 
 /** Options of {@link createRelay}. */
@@ -68,6 +72,15 @@ export interface RelayOptions {
   publishTimeoutMs?: number;
   /** Pause after a database or broker error before trying again, in milliseconds. @default 1000 */
   retryDelayMs?: number;
+  /**
+   * How often the relay sweeps, in milliseconds (1…2147483647), as workers
+   * do: the batches of a relay that died go back to `queued` once their lease
+   * ran out, and queued jobs past their start deadline end `cancelled`. At
+   * most one sweep runs at a time across relays and workers, so a deployment
+   * of relays and broker-side workers alone needs no skiplock worker for it.
+   * @default 60000
+   */
+  sweepIntervalMs?: number;
   /** Stop gracefully on SIGTERM/SIGINT. @default true */
   handleSignals?: boolean;
   /** Id recorded in `locked_by`. @default `relay:<hostname>:<pid>:<random>` */
@@ -83,7 +96,7 @@ export interface RelayEvents {
   /** Jobs the broker did not acknowledge in time were given back, to be published again. */
   'relay:release': [count: number];
   /** A database or broker error; the relay retries by itself. */
-  error: [error: SkiplockError, source: 'claim' | 'publish' | 'remove' | 'connect' | 'listener'];
+  error: [error: SkiplockError, source: 'claim' | 'publish' | 'remove' | 'connect' | 'sweep' | 'listener'];
   /** The relay stopped. */
   'relay:stop': [];
 }
@@ -115,6 +128,7 @@ const optionsSchema = z.strictObject({
   visibilityTimeoutMs: durationMs(1000).optional(),
   publishTimeoutMs: durationMs(1).optional(),
   retryDelayMs: durationMs(1).optional(),
+  sweepIntervalMs: durationMs(1).optional(),
   handleSignals: z.boolean({ error: 'must be a boolean' }).optional(),
   relayId: z.string().min(1, { error: 'must not be empty' }).max(200).optional(),
   clock: z.custom<Clock>((v) => typeof v === 'object' && v !== null).optional(),
@@ -157,6 +171,7 @@ export class Relay extends EventEmitter<RelayEvents> {
         visibilityTimeoutMs,
         publishTimeoutMs,
         retryDelayMs: parsed.retryDelayMs ?? 1000,
+        sweepIntervalMs: parsed.sweepIntervalMs ?? 60_000,
         relay: this,
       },
       parsed.clock,
@@ -182,7 +197,7 @@ export class Relay extends EventEmitter<RelayEvents> {
   async stop(): Promise<void> {
     await this.#loop.stop();
     forgetOnSignals(this);
-    await this.#loop.deps.target.close().catch(() => {});
+    await this.#loop.deps.target.close(this.#loop.deps.publishTimeoutMs).catch(() => {});
     this.emit('relay:stop');
   }
 
@@ -204,7 +219,7 @@ export class Relay extends EventEmitter<RelayEvents> {
   report(error: unknown, source: RelayEvents['error'][1]): void {
     this.metrics.errors++;
     const translated =
-      source === 'claim' || source === 'remove' || error instanceof SkiplockError
+      source === 'claim' || source === 'remove' || source === 'sweep' || error instanceof SkiplockError
         ? translateError(error)
         : new SkiplockError('BROKER', `${this.#targetName}: ${describeFailure(error)}`, { cause: error });
     if (this.listenerCount('error') > 0) {
@@ -228,6 +243,7 @@ interface RelayDeps {
   visibilityTimeoutMs: number;
   publishTimeoutMs: number;
   retryDelayMs: number;
+  sweepIntervalMs: number;
   relay: Relay;
 }
 
@@ -237,6 +253,8 @@ class RelayLoop extends Service {
   readonly #queries: RelayQueries;
   #namespace: string | undefined;
   #connected = false;
+  /** Monotonic time of the last sweep; the first pass sweeps. */
+  #sweptAt = Number.NEGATIVE_INFINITY;
 
   constructor(deps: RelayDeps, clock?: Clock) {
     super(clock);
@@ -246,6 +264,7 @@ class RelayLoop extends Service {
 
   protected async run(): Promise<void> {
     while (!this.stopped) {
+      await this.#sweepWhenDue();
       let full: boolean;
       try {
         full = await this.#pass();
@@ -256,6 +275,14 @@ class RelayLoop extends Service {
       }
       if (!full) await this.wait(this.deps.lingerMs);
     }
+  }
+
+  /** Sweeps (under the maintenance lock that workers share) once `sweepIntervalMs` has passed; errors are reported. */
+  async #sweepWhenDue(): Promise<void> {
+    const now = this.clock.monotonic();
+    if (now - this.#sweptAt < this.deps.sweepIntervalMs) return;
+    this.#sweptAt = now;
+    await this.deps.skiplock.sweep().catch((error: unknown) => this.deps.relay.report(error, 'sweep'));
   }
 
   /** One batch; true when it was full (more may be waiting). Errors are reported, then rethrown. */
@@ -296,7 +323,7 @@ class RelayLoop extends Service {
       acked = await target.publish(jobs, this.deps.publishTimeoutMs);
     } catch (error) {
       this.#connected = false;
-      await target.close().catch(() => {});
+      await target.close(this.deps.publishTimeoutMs).catch(() => {});
       acked = new Set();
       publishFailed = true;
       relay.report(error, 'publish');

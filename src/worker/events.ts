@@ -71,8 +71,11 @@ export interface WorkerEvents {
   'lease:lost': [job: Job];
   /** A claim returned this many jobs (emitted only when > 0). */
   'worker:claim': [count: number];
-  /** A sweep ran under the lock and reclaimed jobs (requeued, or dead when out of attempts). */
-  'worker:sweep': [result: { requeued: number; dead: number }];
+  /**
+   * A sweep ran under the lock and reclaimed jobs (requeued, or dead when out
+   * of attempts) or expired queued jobs past their start deadline.
+   */
+  'worker:sweep': [result: { requeued: number; dead: number; expired: number }];
   /** A prune (worker option `retentionMs`) ran under the lock and deleted finished rows. */
   'worker:prune': [result: { jobs: number; archive: number; archivePartitions: number }];
   /** The archive's partition upkeep created or dropped day partitions (or left expired ones for a later turn). */

@@ -3,6 +3,7 @@ import { type NatsWorker, natsTarget, natsWorker } from '../../src/brokers/nats.
 import { createRelay, type Job, PermanentError, type Relay, SnoozeError } from '../../src/index.js';
 import { useTestDatabase } from '../support/fixture.js';
 import { deleteStream, NATS_URL, natsConnection, uniqueStream, until } from '../support/nats.js';
+import { startNetProxy } from '../support/net-proxy.js';
 
 const t = useTestDatabase();
 const running: (Relay | NatsWorker)[] = [];
@@ -172,6 +173,30 @@ describe('natsWorker', () => {
     expect(record.lastError).toMatch(/no such customer/);
   });
 
+  it('writes a job back with its tags, so requeue by tag finds it', async () => {
+    const stream = relayed('q');
+    const job = await t.skiplock.enqueue('refused', {}, { queue: 'q', tags: ['tenant:7', 'import'] });
+    // Relayed and removed before any worker runs it: the write-back inserts the row anew.
+    await until(async () => (await t.jobCount()) === 0, 'the job relayed and removed');
+    await started(
+      natsWorker(t.skiplock, {
+        servers: NATS_URL,
+        stream,
+        queues: ['q'],
+        handleSignals: false,
+        handlers: {
+          refused: () => {
+            throw new PermanentError('no such customer');
+          },
+        },
+      }),
+    );
+    await until(async () => (await t.row(job.id))?.status === 'failed', 'the job written back failed');
+    expect((await t.skiplock.getJob(job.id))?.tags).toEqual(['tenant:7', 'import']);
+    expect((await t.skiplock.listJobs({ tags: ['tenant:7'] })).map((j) => j.id)).toEqual([job.id]);
+    expect(await t.skiplock.requeue({ tags: 'import', status: 'failed' })).toBe(1);
+  });
+
   it('refuses a transactional handler, naming it', () => {
     expect(() =>
       natsWorker(t.skiplock, {
@@ -184,6 +209,36 @@ describe('natsWorker', () => {
 });
 
 describe('natsWorker stop', () => {
+  it('is bounded when the broker stops answering', async () => {
+    const stream = relayed('q');
+    const address = new URL(NATS_URL);
+    const proxy = await startNetProxy({ host: address.hostname, port: Number(address.port) });
+    try {
+      const done: string[] = [];
+      const worker = await started(
+        natsWorker(t.skiplock, {
+          servers: proxy.url(NATS_URL),
+          stream,
+          queues: ['q'],
+          handleSignals: false,
+          shutdownTimeoutMs: 1000,
+          handlers: { greet: (job: Job) => void done.push(job.id) },
+        }),
+      );
+      const job = await t.skiplock.enqueue('greet', {}, { queue: 'q' });
+      await until(() => done.length === 1, 'the job run');
+      expect(done).toEqual([job.id]);
+      proxy.freeze();
+      const stopped = await Promise.race([
+        worker.stop().then(() => 'stopped'),
+        new Promise((resolve) => setTimeout(resolve, 20_000, 'still stopping')),
+      ]);
+      expect(stopped).toBe('stopped');
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it('is bounded: a handler that ignores its signal is abandoned and its job comes back uncharged', async () => {
     const stream = relayed('q');
     const first = await started(

@@ -9,6 +9,7 @@ import { createRelay, type Job, type Relay } from '../../src/index.js';
 import { useTestDatabase } from '../support/fixture.js';
 import { gate } from '../support/gate.js';
 import { until } from '../support/nats.js';
+import { startNetProxy } from '../support/net-proxy.js';
 import { deleteQueues, drainQueue, RABBITMQ_URL, uniquePrefix } from '../support/rabbitmq.js';
 
 const t = useTestDatabase();
@@ -66,9 +67,74 @@ describe('the relay to RabbitMQ', () => {
     ]);
     expect(messages.map((m) => m.messageId)).toEqual(messages.map((m) => m.job.messageId));
   });
+
+  it('stops within its bounds when the broker stops answering mid-batch; the batch is given back', async () => {
+    const address = new URL(RABBITMQ_URL);
+    const proxy = await startNetProxy({ host: address.hostname, port: Number(address.port || 5672) });
+    try {
+      const prefix = uniquePrefix('skiplock_test');
+      queues.push(rabbitmqQueueName(prefix, 'relayed'));
+      const relay = createRelay(t.skiplock, {
+        target: rabbitmqTarget({ url: proxy.url(RABBITMQ_URL), queue: prefix }),
+        queues: ['relayed'],
+        handleSignals: false,
+        lingerMs: 20,
+        publishTimeoutMs: 1000,
+      });
+      relay.on('error', () => {});
+      running.push(relay);
+      relay.start();
+      const first = await t.skiplock.enqueue('a', {}, { queue: 'relayed' });
+      await until(async () => (await t.jobCount('id = $1', [first.id])) === 0, 'the first job relayed');
+      proxy.freeze();
+      await t.skiplock.enqueueMany(
+        Array.from({ length: 3 }, () => ({ kind: 'a', payload: {}, queue: 'relayed' })),
+      );
+      await until(async () => (await t.jobCount("status = 'running'")) === 3, 'a batch in flight');
+      // Bounded by publishTimeoutMs for the batch and again for the connection's close.
+      const stopped = await Promise.race([
+        relay.stop().then(() => 'stopped'),
+        new Promise((resolve) => setTimeout(resolve, 20_000, 'still stopping')),
+      ]);
+      expect(stopped).toBe('stopped');
+      expect(await t.jobCount("status = 'queued'")).toBe(3);
+    } finally {
+      await proxy.close();
+    }
+  });
 });
 
 describe('rabbitmqWorker', () => {
+  it('stops within its bounds when the broker stops answering', async () => {
+    const prefix = relayed('q');
+    const address = new URL(RABBITMQ_URL);
+    const proxy = await startNetProxy({ host: address.hostname, port: Number(address.port || 5672) });
+    try {
+      const done: string[] = [];
+      const worker = await started(
+        rabbitmqWorker(t.skiplock, {
+          url: proxy.url(RABBITMQ_URL),
+          queue: prefix,
+          queues: ['q'],
+          handleSignals: false,
+          shutdownTimeoutMs: 1000,
+          handlers: { greet: (job: Job) => void done.push(job.id) },
+        }),
+      );
+      const job = await t.skiplock.enqueue('greet', {}, { queue: 'q' });
+      await until(() => done.length === 1, 'the job run');
+      expect(done).toEqual([job.id]);
+      proxy.freeze();
+      const stopped = await Promise.race([
+        worker.stop().then(() => 'stopped'),
+        new Promise((resolve) => setTimeout(resolve, 20_000, 'still stopping')),
+      ]);
+      expect(stopped).toBe('stopped');
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it('runs handlers, retries after the backoff, writes a dead job back, and requeue relays it again', async () => {
     const prefix = relayed('q');
     let fixed = false;

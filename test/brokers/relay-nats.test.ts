@@ -11,6 +11,7 @@ import {
   uniqueStream,
   until,
 } from '../support/nats.js';
+import { startNetProxy } from '../support/net-proxy.js';
 import { exited, forkScript, sent } from '../support/processes.js';
 
 const t = useTestDatabase();
@@ -24,7 +25,11 @@ afterEach(async () => {
   await connection.close();
 });
 
-function relayTo(stream: string, queues: string[], extra: { batchSize?: number } = {}): Relay {
+function relayTo(
+  stream: string,
+  queues: string[],
+  extra: { batchSize?: number; sweepIntervalMs?: number } = {},
+): Relay {
   const relay = createRelay(t.skiplock, {
     target: natsTarget({ servers: NATS_URL, stream }),
     queues,
@@ -97,6 +102,88 @@ describe('the relay to NATS JetStream', () => {
     await t.query(`UPDATE ${t.jobs} SET run_at = now() WHERE id = $1`, [later.id]);
     await until(async () => (await t.jobCount('id = $1', [later.id])) === 0, 'relayed once due');
     expect(relay.metrics.published).toBe(3);
+  });
+
+  it('never relays a job past its start deadline, which the sweeper then expires', async () => {
+    const stream = newStream();
+    // No sweep but the first, so only the claim keeps the late job back.
+    const relay = relayTo(stream, ['relayed'], { sweepIntervalMs: 3_600_000 });
+    relay.start();
+    const first = await t.skiplock.enqueue('a', {}, { queue: 'relayed' });
+    await until(async () => (await t.jobCount('id = $1', [first.id])) === 0, 'the first job relayed');
+    const late = await t.skiplock.enqueue(
+      'a',
+      {},
+      { queue: 'relayed', startBy: new Date(Date.now() - 60_000) },
+    );
+    // A job enqueued after: once it is relayed, the relay has looked at the queue.
+    const due = await t.skiplock.enqueue('a', {}, { queue: 'relayed', startWithinMs: 3_600_000 });
+    await until(async () => (await t.jobCount('id = $1', [due.id])) === 0, 'the due job relayed');
+    expect(relay.metrics.published).toBe(2);
+    expect((await t.row(late.id))?.status).toBe('queued');
+    await t.skiplock.sweep();
+    expect((await t.skiplock.getJob(late.id))?.status).toBe('cancelled');
+    const connection = await natsConnection();
+    const messages = await streamMessages(connection, stream);
+    await connection.close();
+    expect(messages.map((m) => m.job.id)).toEqual([first.id, due.id]);
+  });
+
+  it('sweeps by itself: the batch of a dead relay is relayed again and a job past its deadline expires, with no worker running', async () => {
+    const stream = newStream();
+    const [orphan, late] = await t.skiplock.enqueueMany([
+      { kind: 'a', payload: { n: 1 }, queue: 'relayed' },
+      { kind: 'a', payload: { n: 2 }, queue: 'relayed', startBy: new Date(Date.now() - 60_000) },
+    ]);
+    // As a relay killed mid-batch leaves it: running under its lease, long expired.
+    await t.query(
+      `UPDATE ${t.jobs} SET status = 'running', locked_by = 'relay:gone', locked_at = now() - interval '1 hour',
+              visibility_timeout_ms = 1000 WHERE id = $1`,
+      [orphan!.id],
+    );
+    const relay = relayTo(stream, ['relayed'], { sweepIntervalMs: 100 });
+    relay.start();
+    await until(async () => (await t.jobCount('id = $1', [orphan!.id])) === 0, 'the orphaned job relayed');
+    await until(async () => (await t.row(late!.id))?.status === 'cancelled', 'the late job expired');
+    const connection = await natsConnection();
+    const messages = await streamMessages(connection, stream);
+    await connection.close();
+    expect(messages.map((m) => m.job.id)).toEqual([orphan!.id]);
+  });
+
+  it('stops within its bounds when the broker stops answering mid-batch; the batch is given back', async () => {
+    const stream = newStream();
+    const natsAddress = new URL(NATS_URL);
+    const proxy = await startNetProxy({ host: natsAddress.hostname, port: Number(natsAddress.port) });
+    try {
+      const relay = createRelay(t.skiplock, {
+        target: natsTarget({ servers: proxy.url(NATS_URL), stream }),
+        queues: ['relayed'],
+        handleSignals: false,
+        lingerMs: 20,
+        publishTimeoutMs: 1000,
+        visibilityTimeoutMs: 60_000,
+      });
+      relay.on('error', () => {});
+      relays.push(relay);
+      relay.start();
+      const first = await t.skiplock.enqueue('a', {}, { queue: 'relayed' });
+      await until(async () => (await t.jobCount('id = $1', [first.id])) === 0, 'the first job relayed');
+      proxy.freeze();
+      await t.skiplock.enqueueMany(
+        Array.from({ length: 3 }, () => ({ kind: 'a', payload: {}, queue: 'relayed' })),
+      );
+      await until(async () => (await t.jobCount("status = 'running'")) === 3, 'a batch in flight');
+      // Bounded by publishTimeoutMs for the batch and again for the connection's close.
+      const stopped = await Promise.race([
+        relay.stop().then(() => 'stopped'),
+        new Promise((resolve) => setTimeout(resolve, 20_000, 'still stopping')),
+      ]);
+      expect(stopped).toBe('stopped');
+      expect(await t.jobCount("status = 'queued'")).toBe(3);
+    } finally {
+      await proxy.close();
+    }
   });
 
   it('shares the work between two relays: no job is published by both', async () => {

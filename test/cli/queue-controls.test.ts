@@ -57,4 +57,17 @@ describe('skiplock CLI queue controls', () => {
     const missing = await runCli(['prune', ...conn]);
     expect(missing.code).toBe(2);
   });
+
+  it('prune says how many archive days it dropped whole', async () => {
+    await db.query(`SELECT "${TEST_SCHEMA}".archive_partition(current_date - 3)`);
+    await db.query(
+      `INSERT INTO ${db.archive} (id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
+                                  created_at, lease_seq, finished_at)
+       SELECT 900000 + n, 'cli-q', 'k', '{}', 'succeeded', 0, now(), 1, 1, now(), 1, now() - interval '3 days'
+       FROM generate_series(1, 2) n`,
+    );
+    const pruned = await runCli(['prune', '--older-than-ms', '3600000', ...conn]);
+    expect(pruned.code, pruned.stderr).toBe(0);
+    expect(pruned.stdout.trim()).toBe('deleted 0 jobs and 0 archived, and dropped 1 archive day partition');
+  });
 });

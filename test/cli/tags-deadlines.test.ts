@@ -63,6 +63,29 @@ describe('skiplock CLI: tags and start deadlines', () => {
     expect(await skiplock.listJobs({ limit: 1000 })).toHaveLength(before.length);
   });
 
+  it('takes deadlines and delays longer than 24.8 days, as the library does', async () => {
+    const thirtyDaysMs = 30 * 86_400_000;
+    const result = await runCli([
+      'enqueue',
+      'k',
+      '--start-within-ms',
+      String(thirtyDaysMs),
+      '--delay-ms',
+      String(thirtyDaysMs - 1000),
+      '--json',
+      ...conn,
+    ]);
+    expect(result.code, result.stderr).toBe(0);
+    const { id } = JSON.parse(result.stdout) as { id: string };
+    const [row] = await db.query<{ within_ms: number; delay_ms: number }>(
+      `SELECT (EXTRACT(EPOCH FROM start_by - created_at) * 1000)::float8 AS within_ms,
+              (EXTRACT(EPOCH FROM run_at - created_at) * 1000)::float8 AS delay_ms
+       FROM "${schema}".jobs WHERE id = $1`,
+      [id],
+    );
+    expect(row).toEqual({ within_ms: thirtyDaysMs, delay_ms: thirtyDaysMs - 1000 });
+  });
+
   it('jobs, cancel and requeue filter by --tag (jobs having every tag given)', async () => {
     const [ab, a, b] = await skiplock.enqueueMany([
       { kind: 'k', payload: {}, queue: 'cli-tags', tags: ['x', 'y'] },

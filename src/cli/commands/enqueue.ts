@@ -2,6 +2,7 @@
  * `skiplock enqueue KIND [PAYLOAD_JSON]`: inserts one job.
  */
 import { Command } from 'commander';
+import { MAX_DELAY_MS } from '../../producer/job-options.js';
 import type { JobOptions } from '../../skiplock.js';
 import { withDatabase } from '../database.js';
 import {
@@ -9,7 +10,6 @@ import {
   type ConnectionFlags,
   collect,
   integer,
-  milliseconds,
   parsePayloadArgument,
 } from '../flags.js';
 import { printJson, printText } from '../output.js';
@@ -33,13 +33,18 @@ export function enqueueCommand(): Command {
     .argument('[PAYLOAD_JSON]', 'the payload as JSON', '{}')
     .option('--queue <name>', 'queue name', 'default')
     .option('--priority <n>', 'larger runs first (32-bit integer)', integer(-2_147_483_648, 2_147_483_647))
-    .option('--delay-ms <ms>', 'run no earlier than this many milliseconds from now', milliseconds(0))
+    // The library's bounds (10,000 years), not the 32-bit ones of loop intervals.
+    .option(
+      '--delay-ms <ms>',
+      'run no earlier than this many milliseconds from now',
+      integer(0, MAX_DELAY_MS),
+    )
     .option('--max-attempts <n>', 'attempts before the dead letter (default 20)', integer(1, 2_147_483_647))
     .option('--tag <tag>', 'a tag for the job (repeatable; at most 20, each 1-100 characters)', collect)
     .option(
       '--start-within-ms <ms>',
       'never run the job unless it starts within this many milliseconds from now (it ends cancelled, expired)',
-      milliseconds(0),
+      integer(0, MAX_DELAY_MS),
     );
   return addDatabaseCommandFlags(command, [
     `skiplock enqueue send_invoice_email '{"orderId": 42}'`,

@@ -19,7 +19,7 @@ export function pruneCommand(): Command {
   const command = new Command('prune')
     .summary('delete old finished jobs')
     .description(
-      'Deletes finished jobs (succeeded, failed, dead, cancelled) and archived jobs whose finished_at is older than --older-than-ms, 1000 rows per statement.',
+      'Deletes finished jobs (succeeded, failed, dead, cancelled) and archived jobs whose finished_at is older than --older-than-ms, 1000 rows per statement; whole archive days older than that are dropped as partitions.',
     )
     .requiredOption(
       '--older-than-ms <ms>',
@@ -42,9 +42,16 @@ export function pruneCommand(): Command {
         olderThanMs: flags.olderThanMs,
         ...(flags.status && { status: flags.status }),
       });
-      if (flags.json) printJson(result);
-      else
-        printText(`deleted ${result.jobs} job${result.jobs === 1 ? '' : 's'} and ${result.archive} archived`);
+      if (flags.json) {
+        printJson(result);
+        return;
+      }
+      const days = result.archivePartitions;
+      // Rows of a dropped day are not counted in `archive`: say how many days went.
+      const dropped = days > 0 ? `, and dropped ${days} archive day partition${days === 1 ? '' : 's'}` : '';
+      printText(
+        `deleted ${result.jobs} job${result.jobs === 1 ? '' : 's'} and ${result.archive} archived${dropped}`,
+      );
     });
   });
 }

@@ -32,6 +32,7 @@ interface RelayFlags extends ConnectionFlags {
   lingerMs?: number;
   visibilityTimeoutMs?: number;
   publishTimeoutMs?: number;
+  sweepIntervalMs?: number;
   logLevel: LogLevel;
   metricsPort?: number;
   metricsHost: string;
@@ -68,6 +69,11 @@ export function relayCommand(): Command {
       milliseconds(1),
     )
     .option(
+      '--sweep-interval-ms <ms>',
+      "how often to give back a dead relay's jobs and expire jobs past their start deadline (default 60000)",
+      milliseconds(1),
+    )
+    .option(
       '--metrics-port <n>',
       'serve Prometheus metrics at /metrics on this port (needs prom-client)',
       integer(0, 65_535),
@@ -100,6 +106,7 @@ export function relayCommand(): Command {
           ...(flags.lingerMs !== undefined && { lingerMs: flags.lingerMs }),
           ...(flags.visibilityTimeoutMs !== undefined && { visibilityTimeoutMs: flags.visibilityTimeoutMs }),
           ...(flags.publishTimeoutMs !== undefined && { publishTimeoutMs: flags.publishTimeoutMs }),
+          ...(flags.sweepIntervalMs !== undefined && { sweepIntervalMs: flags.sweepIntervalMs }),
         });
         if (flags.metricsPort !== undefined) {
           const registry = await createMetrics(db.skiplock);

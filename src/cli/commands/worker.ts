@@ -262,7 +262,9 @@ function logEvents(worker: Worker, logger: Logger): void {
   worker.on('lease:lost', (job) =>
     logger.info(jobLogFields(job), 'lease lost: the job was reclaimed; handler aborted'),
   );
-  worker.on('worker:sweep', (result) => logger.info(result, 'sweep reclaimed jobs with dead leases'));
+  worker.on('worker:sweep', (result) =>
+    logger.info(result, 'sweep reclaimed jobs with dead leases or expired jobs past their start deadline'),
+  );
   worker.on('worker:listen', () => logger.debug('listening for new jobs'));
   worker.on('worker:warning', (message) => logger.warn(message));
   worker.on('error', (error, source) => logger.error({ source, err: error }, `${source} error (retrying)`));

@@ -30,6 +30,17 @@ function isName(text: string): boolean {
 }
 
 /** Registers the page routes on `app`. */
+/**
+ * The instant of `iso` (`YYYY-MM-DDTHH:MM:SS.mmmZ`) when it names one that
+ * PostgreSQL stores (years 1 to 9999), else undefined: Date would roll
+ * `2026-02-30` over into March, and PostgreSQL refuses year 0.
+ */
+function utcInstant(iso: string): Date | undefined {
+  const date = new Date(iso);
+  if (Number.isNaN(date.getTime()) || date.getUTCFullYear() < 1) return undefined;
+  return date.toISOString() === iso ? date : undefined;
+}
+
 export function registerPages(app: Hono<DashboardEnv>, d: Dashboard): void {
   app.get('/', async (c) => {
     const [stats, queues, buckets] = await Promise.all([
@@ -57,9 +68,8 @@ export function registerPages(app: Hono<DashboardEnv>, d: Dashboard): void {
     for (const key of ['since', 'until'] as const) {
       const value = c.req.query(key) || undefined;
       if (value === undefined) continue;
-      const day = /^\d{4}-\d{2}-\d{2}$/.test(value) ? new Date(`${value}T00:00:00Z`) : undefined;
-      if (!day || Number.isNaN(day.getTime()))
-        return errorPage(c, d, 400, `A day to filter by is YYYY-MM-DD (${key}).`);
+      const day = /^\d{4}-\d{2}-\d{2}$/.test(value) ? utcInstant(`${value}T00:00:00.000Z`) : undefined;
+      if (!day) return errorPage(c, d, 400, `A day to filter by is YYYY-MM-DD (${key}).`);
       query[key] = value;
       // The range takes whole UTC days: `until` is the last day shown.
       days[key] = key === 'until' ? new Date(day.getTime() + 86_400_000) : day;
@@ -71,6 +81,7 @@ export function registerPages(app: Hono<DashboardEnv>, d: Dashboard): void {
       if (
         finishedAt === undefined ||
         !/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/.test(finishedAt) ||
+        !utcInstant(`${finishedAt.slice(0, 23)}Z`) ||
         !isJobId(id)
       ) {
         return errorPage(c, d, 400, 'Bad page cursor.');

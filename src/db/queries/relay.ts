@@ -22,6 +22,7 @@ export interface RelayRow {
   lease_seq: string;
   created_at: Date;
   errors: unknown;
+  tags: string[] | null;
 }
 
 /** What the relay claims, and under whose lease. */
@@ -54,6 +55,8 @@ export interface WriteBackRow {
   lastError: string;
   /** The whole attempt history, as stored in the `errors` column. */
   errors: unknown[];
+  /** The job's tags; null or empty when it has none. */
+  tags: readonly string[] | null;
 }
 
 /** The relay's statements on one schema. */
@@ -65,7 +68,8 @@ export class RelayQueries {
   readonly #database: Statement;
 
   constructor(names: SchemaNames) {
-    // Paused queues are skipped; cancelled jobs are not queued, so never relayed.
+    // Paused queues are skipped; cancelled jobs are not queued, so never relayed;
+    // a job past its start deadline is left for the sweeper to expire.
     // The lease number is left as it is: a job given back by the sweeper is
     // published again under the same message id, which the broker drops.
     this.#claim = names.statement(
@@ -73,6 +77,7 @@ export class RelayQueries {
       `WITH picked AS (
          SELECT id FROM ${names.jobs}
          WHERE status = 'queued' AND run_at <= now()
+           AND (start_by IS NULL OR start_by >= now())
            AND queue = ANY(ARRAY(SELECT n FROM unnest($1::text[]) n
                                  WHERE NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = n AND q.paused)))
          ORDER BY priority DESC, run_at
@@ -83,7 +88,7 @@ export class RelayQueries {
        SET status = 'running', locked_at = now(), locked_by = $3, visibility_timeout_ms = $4
        WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
        RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
-                 j.max_attempts_default, j.lease_seq, j.created_at, j.errors`,
+                 j.max_attempts_default, j.lease_seq, j.created_at, j.errors, j.tags`,
     );
     this.#remove = names.statement(
       'relay_remove',
@@ -103,9 +108,9 @@ export class RelayQueries {
       'relay_write_back',
       `INSERT INTO ${names.jobs} AS j
          (id, queue, kind, payload, priority, run_at, created_at, max_attempts, max_attempts_default,
-          lease_seq, status, attempts, last_error, errors, finished_at)
+          lease_seq, status, attempts, last_error, errors, tags, finished_at)
        OVERRIDING SYSTEM VALUE
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::bigint + 1, $11, $12, $13, $14, now())
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::bigint + 1, $11, $12, $13, $14, $15::text[], now())
        ON CONFLICT (id) DO UPDATE
        SET status = EXCLUDED.status, attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
            errors = EXCLUDED.errors, finished_at = now(), lease_seq = EXCLUDED.lease_seq,
@@ -160,6 +165,7 @@ export class RelayQueries {
       row.attempts,
       row.lastError,
       JSON.stringify(row.errors),
+      row.tags && row.tags.length > 0 ? row.tags : null,
     ]);
     return (result.rowCount ?? 0) > 0;
   }
