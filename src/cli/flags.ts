@@ -142,8 +142,8 @@ async function readStream(stream: NodeJS.ReadableStream): Promise<string> {
   return Buffer.concat(chunks).toString('utf8');
 }
 
-/** The flags that select jobs by id and filter (`cancel`, `requeue`), as parsed; `S` is the statuses `--status` takes. */
-export interface JobSelectionFlags<S extends string> {
+/** The flags of a command that selects jobs by id and filter (`cancel`, `requeue`), as parsed; `S` is the statuses `--status` takes. */
+export interface JobSelectionFlags<S extends string> extends ConnectionFlags {
   status?: S[];
   kind?: string[];
   queue?: string[];
@@ -151,9 +151,19 @@ export interface JobSelectionFlags<S extends string> {
   idsFrom?: string;
 }
 
-/** Adds `--kind`, `--queue`, `--tag` (each repeatable) and `--ids-from FILE`. */
-export function addJobSelectionFlags(command: Command): Command {
+/**
+ * Adds the `[ID...]` argument, `--status` (one of `statuses`, described as
+ * `statusDescription`), `--kind`, `--queue`, `--tag` (each repeatable) and
+ * `--ids-from FILE`.
+ */
+export function addJobSelectionFlags(
+  command: Command,
+  statusDescription: string,
+  statuses: readonly string[],
+): Command {
   return command
+    .argument('[ID...]', 'job ids')
+    .addOption(repeatableChoice('--status <status>', statusDescription, statuses))
     .option('--kind <kind>', 'only this kind (repeatable)', collect)
     .option('--queue <name>', 'only this queue (repeatable)', collect)
     .option('--tag <tag>', 'only jobs having this tag (repeatable: jobs having every tag given)', collect)

@@ -9,15 +9,13 @@ import { withDatabase } from '../database.js';
 import {
   addDatabaseCommandFlags,
   addJobSelectionFlags,
-  type ConnectionFlags,
   type JobSelectionFlags,
   jobSelection,
-  repeatableChoice,
 } from '../flags.js';
 import { printJson, printText } from '../output.js';
 import { UsageError } from '../usage-error.js';
 
-interface CancelFlags extends ConnectionFlags, JobSelectionFlags<CancellableStatus> {
+interface CancelFlags extends JobSelectionFlags<CancellableStatus> {
   json?: boolean;
 }
 
@@ -28,11 +26,9 @@ export function cancelCommand(): Command {
       .summary('cancel queued and running jobs')
       .description(
         'Ends queued jobs as cancelled at once; for running jobs, the worker holding each aborts its handler within about a second and the job ends cancelled, never retried. Finished jobs are left alone. Give job ids and/or filters.',
-      )
-      .argument('[ID...]', 'job ids')
-      .addOption(
-        repeatableChoice('--status <status>', 'only queued or only running jobs', CANCELLABLE_STATUSES),
       ),
+    'only queued or only running jobs',
+    CANCELLABLE_STATUSES,
   );
   return addDatabaseCommandFlags(command, [
     'skiplock cancel 42 43',

@@ -7,15 +7,13 @@ import { withDatabase } from '../database.js';
 import {
   addDatabaseCommandFlags,
   addJobSelectionFlags,
-  type ConnectionFlags,
   type JobSelectionFlags,
   jobSelection,
-  repeatableChoice,
 } from '../flags.js';
 import { printJson, printText } from '../output.js';
 import { UsageError } from '../usage-error.js';
 
-interface RequeueFlags extends ConnectionFlags, JobSelectionFlags<'dead' | 'failed' | 'cancelled'> {
+interface RequeueFlags extends JobSelectionFlags<'dead' | 'failed' | 'cancelled'> {
   all?: boolean;
   json?: boolean;
 }
@@ -27,15 +25,9 @@ export function requeueCommand(): Command {
       .summary('put dead/failed jobs back to queued')
       .description(
         'Puts dead and failed jobs back to queued with attempts 0, run_at now and last_error cleared; cancelled jobs too when named by id or --status cancelled. Give job ids and/or filters; --all requeues every dead and failed job.',
-      )
-      .argument('[ID...]', 'job ids')
-      .addOption(
-        repeatableChoice('--status <status>', 'only dead, failed or cancelled jobs', [
-          'dead',
-          'failed',
-          'cancelled',
-        ]),
       ),
+    'only dead, failed or cancelled jobs',
+    ['dead', 'failed', 'cancelled'],
   ).option('--all', 'every dead and failed job, when no id or filter is given');
   return addDatabaseCommandFlags(command, [
     'skiplock requeue 42 43',
