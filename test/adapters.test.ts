@@ -6,7 +6,7 @@
  */
 import { drizzle as drizzleNodePg } from 'drizzle-orm/node-postgres';
 import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
-import { CamelCasePlugin, Kysely, PostgresDialect } from 'kysely';
+import { CamelCasePlugin, Kysely, type KyselyPlugin, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -38,44 +38,32 @@ beforeAll(async () => {
   listener = await listenForWakeUps(db.url);
   await db.query('CREATE TABLE orders (id int PRIMARY KEY)');
 
-  const sql = postgres(db.url, { onnotice: () => {} });
-  closers.push(() => sql.end());
-  stacks.push({
-    name: 'postgres.js',
-    transaction: (fn) => sql.begin((tx) => fn(fromPostgresJs(tx))) as Promise<never>,
-    direct: fromPostgresJs(sql),
-  });
+  const addPostgresJs = (name: string, options: { prepare?: boolean }) => {
+    const sql = postgres(db.url, { onnotice: () => {}, ...options });
+    closers.push(() => sql.end());
+    stacks.push({
+      name,
+      transaction: (fn) => sql.begin((tx) => fn(fromPostgresJs(tx))) as Promise<never>,
+      direct: fromPostgresJs(sql),
+    });
+  };
+  addPostgresJs('postgres.js', {});
+  addPostgresJs('postgres.js (prepare: false)', { prepare: false });
 
-  const unprepared = postgres(db.url, { onnotice: () => {}, prepare: false });
-  closers.push(() => unprepared.end());
-  stacks.push({
-    name: 'postgres.js (prepare: false)',
-    transaction: (fn) => unprepared.begin((tx) => fn(fromPostgresJs(tx))) as Promise<never>,
-    direct: fromPostgresJs(unprepared),
-  });
-
-  const kyselyPool = new pg.Pool({ connectionString: db.url });
-  const kysely = new Kysely<{ orders: { id: number } }>({
-    dialect: new PostgresDialect({ pool: kyselyPool }),
-  });
-  closers.push(() => kysely.destroy());
-  stacks.push({
-    name: 'Kysely',
-    transaction: (fn) => kysely.transaction().execute((trx) => fn(fromKysely(trx))),
-    direct: fromKysely(kysely),
-  });
-
-  const camelPool = new pg.Pool({ connectionString: db.url });
-  const camel = new Kysely<{ orders: { id: number } }>({
-    dialect: new PostgresDialect({ pool: camelPool }),
-    plugins: [new CamelCasePlugin()],
-  });
-  closers.push(() => camel.destroy());
-  stacks.push({
-    name: 'Kysely (CamelCasePlugin)',
-    transaction: (fn) => camel.transaction().execute((trx) => fn(fromKysely(trx))),
-    direct: fromKysely(camel),
-  });
+  const addKysely = (name: string, plugins: KyselyPlugin[]) => {
+    const kysely = new Kysely<{ orders: { id: number } }>({
+      dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: db.url }) }),
+      plugins,
+    });
+    closers.push(() => kysely.destroy());
+    stacks.push({
+      name,
+      transaction: (fn) => kysely.transaction().execute((trx) => fn(fromKysely(trx))),
+      direct: fromKysely(kysely),
+    });
+  };
+  addKysely('Kysely', []);
+  addKysely('Kysely (CamelCasePlugin)', [new CamelCasePlugin()]);
 
   const drizzlePool = new pg.Pool({ connectionString: db.url });
   const drizzlePg = drizzleNodePg(drizzlePool);

@@ -158,22 +158,17 @@ describe('finish', () => {
       ]);
 
       const ended = { locked_by: null, unlocked: true, lease_seq: '7' };
-      expect(row(0)).toMatchObject({
+      const endedAs = (status: string, attempts: number, last_error: string | null, finished: boolean) => ({
         ...ended,
-        status: 'succeeded',
-        attempts: 1,
-        last_error: null,
-        finished: true,
+        status,
+        attempts,
+        last_error,
+        finished,
       });
+      expect(row(0)).toMatchObject(endedAs('succeeded', 1, null, true));
       expect(row(0).run_in_ms).toBe(-3_600_000);
       // Default backoff after attempt 1: 2 s × [0.5, 1).
-      expect(row(1)).toMatchObject({
-        ...ended,
-        status: 'queued',
-        attempts: 1,
-        last_error: 'e1',
-        finished: false,
-      });
+      expect(row(1)).toMatchObject(endedAs('queued', 1, 'e1', false));
       expect(row(1).run_in_ms).toBeGreaterThanOrEqual(1_000);
       expect(row(1).run_in_ms).toBeLessThan(2_000);
       expect(byIndex[1]!.retryDelayMs).toBeCloseTo(row(1).run_in_ms as number, 6);
@@ -185,21 +180,9 @@ describe('finish', () => {
       expect(row(3)).toMatchObject({ ...ended, status: 'queued', attempts: 1, last_error: null, history: 0 });
       expect(row(3).run_in_ms).toBeCloseTo(60_000, 6);
       expect(byIndex[3]!.retryDelayMs).toBe(60_000);
-      expect(row(4)).toMatchObject({
-        ...ended,
-        status: 'failed',
-        attempts: 1,
-        last_error: 'e4',
-        finished: true,
-      });
+      expect(row(4)).toMatchObject(endedAs('failed', 1, 'e4', true));
       expect(row(4).run_in_ms).toBe(-3_600_000);
-      expect(row(5)).toMatchObject({
-        ...ended,
-        status: 'dead',
-        attempts: 3,
-        last_error: 'e5',
-        finished: true,
-      });
+      expect(row(5)).toMatchObject(endedAs('dead', 3, 'e5', true));
       expect(row(5).run_in_ms).toBe(-3_600_000);
       expect(row(5)).toMatchObject({ history: 1, history_error: 'e5' });
       // Cancelled whatever the attempt returned: attempt charged, no error recorded.

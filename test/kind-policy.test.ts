@@ -28,6 +28,16 @@ interface PolicyRow {
   max_attempts_default: boolean;
 }
 
+/** A policy row, as a test expects it. */
+function policy(
+  status: string,
+  attempts: number,
+  max_attempts: number,
+  max_attempts_default: boolean,
+): PolicyRow {
+  return { status, attempts, max_attempts, max_attempts_default };
+}
+
 async function policyRow(id: string): Promise<PolicyRow | undefined> {
   const [row] = await t.query<PolicyRow>(
     `SELECT status, attempts, max_attempts, max_attempts_default FROM ${t.jobs} WHERE id = $1`,
@@ -80,23 +90,13 @@ describe('a kind’s maxAttempts', () => {
     // Left out: the producer's row holds 20, marked as a default.
     expect(one.maxAttempts).toBe(20);
     for (const job of [one, many!, unique]) {
-      expect(await untilStatus(job.id, 'dead')).toEqual({
-        status: 'dead',
-        attempts: 2,
-        max_attempts: 2,
-        max_attempts_default: true,
-      });
+      expect(await untilStatus(job.id, 'dead')).toEqual(policy('dead', 2, 2, true));
       expect(runs.get(job.id)).toEqual([1, 2]);
     }
     const [failed, , info] = await waitFor(() => failures.find(([job]) => job.id === plain.id), 10_000);
     expect(failed.maxAttempts).toBe(20);
     expect(info.status).toBe('queued');
-    expect(await policyRow(plain.id)).toEqual({
-      status: 'queued',
-      attempts: 1,
-      max_attempts: 20,
-      max_attempts_default: true,
-    });
+    expect(await policyRow(plain.id)).toEqual(policy('queued', 1, 20, true));
   });
 
   it('yields to an explicit enqueue option, 5 and 20 alike', async () => {
@@ -110,19 +110,9 @@ describe('a kind’s maxAttempts', () => {
     expect(await policyRow(five.id)).toMatchObject({ max_attempts: 5, max_attempts_default: false });
     expect(await policyRow(twenty!.id)).toMatchObject({ max_attempts: 20, max_attempts_default: false });
     await worker.start();
-    expect(await untilStatus(five.id, 'dead')).toEqual({
-      status: 'dead',
-      attempts: 5,
-      max_attempts: 5,
-      max_attempts_default: false,
-    });
+    expect(await untilStatus(five.id, 'dead')).toEqual(policy('dead', 5, 5, false));
     expect(await untilStatus(uniqueFive.id, 'dead')).toMatchObject({ attempts: 5, max_attempts: 5 });
-    expect(await untilStatus(twenty!.id, 'dead', 60_000)).toEqual({
-      status: 'dead',
-      attempts: 20,
-      max_attempts: 20,
-      max_attempts_default: false,
-    });
+    expect(await untilStatus(twenty!.id, 'dead', 60_000)).toEqual(policy('dead', 20, 20, false));
   });
 
   it('applies to a plain SQL insert without max_attempts; one that names it (5, or 20) keeps it', async () => {
@@ -135,12 +125,7 @@ describe('a kind’s maxAttempts', () => {
     const five = await insert('kind, max_attempts', `'limited', 5`);
     const twenty = await insert('kind, max_attempts', `'limited', 20`);
     // What a reader sees before any claim: the default, 20, marked as one.
-    expect(await policyRow(left)).toEqual({
-      status: 'queued',
-      attempts: 0,
-      max_attempts: 20,
-      max_attempts_default: true,
-    });
+    expect(await policyRow(left)).toEqual(policy('queued', 0, 20, true));
     expect(await policyRow(twenty)).toMatchObject({ max_attempts: 20, max_attempts_default: false });
     const worker = t.worker({
       ...base,
@@ -148,25 +133,10 @@ describe('a kind’s maxAttempts', () => {
     });
     await worker.start();
     for (const id of [left, keyed]) {
-      expect(await untilStatus(id, 'dead')).toEqual({
-        status: 'dead',
-        attempts: 2,
-        max_attempts: 2,
-        max_attempts_default: true,
-      });
+      expect(await untilStatus(id, 'dead')).toEqual(policy('dead', 2, 2, true));
     }
-    expect(await untilStatus(five, 'dead')).toEqual({
-      status: 'dead',
-      attempts: 5,
-      max_attempts: 5,
-      max_attempts_default: false,
-    });
-    expect(await untilStatus(twenty, 'dead', 60_000)).toEqual({
-      status: 'dead',
-      attempts: 20,
-      max_attempts: 20,
-      max_attempts_default: false,
-    });
+    expect(await untilStatus(five, 'dead')).toEqual(policy('dead', 5, 5, false));
+    expect(await untilStatus(twenty, 'dead', 60_000)).toEqual(policy('dead', 20, 20, false));
   });
 
   it("a 'replace' without maxAttempts gives the holder back to the kind; with it, pins it", async () => {
@@ -207,12 +177,7 @@ describe('a kind’s maxAttempts', () => {
     const second = t.worker({ ...base, handlers: { limited: { maxAttempts: 2, backoff: 0, handle: fail } } });
     await second.start();
     expect(await t.skiplock.requeue({ ids: [job.id] })).toBe(1);
-    expect(await untilStatus(job.id, 'dead')).toEqual({
-      status: 'dead',
-      attempts: 2,
-      max_attempts: 2,
-      max_attempts_default: true,
-    });
+    expect(await untilStatus(job.id, 'dead')).toEqual(policy('dead', 2, 2, true));
   });
 
   it('applies on a queue with global limits too (the limited claim)', async () => {
@@ -224,12 +189,7 @@ describe('a kind’s maxAttempts', () => {
     });
     await worker.start();
     const job = await t.skiplock.enqueue('limited', {}, { queue: 'capped' });
-    expect(await untilStatus(job.id, 'dead')).toEqual({
-      status: 'dead',
-      attempts: 2,
-      max_attempts: 2,
-      max_attempts_default: true,
-    });
+    expect(await untilStatus(job.id, 'dead')).toEqual(policy('dead', 2, 2, true));
   });
 
   it('is honoured by drain, with the kind’s backoff', async () => {

@@ -1,11 +1,29 @@
 import { describe, expect, it } from 'vitest';
-import { ValidationError } from '../src/index.js';
+import { type JobMap, ValidationError, type Worker, type WorkerOptions } from '../src/index.js';
 import { waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
 import { useFileDatabase } from './support/file-database.js';
 
 const { db, skiplock } = useFileDatabase();
 const archive = db.archive;
+
+/** A worker on `queue` that prunes every 100 ms, after `retention`. */
+const pruningWorker = (queue: string, retention: Pick<WorkerOptions<JobMap>, 'retentionMs' | 'retention'>) =>
+  skiplock.worker({
+    handleSignals: false,
+    queues: [queue],
+    ...retention,
+    pruneIntervalMs: 100,
+    handlers: { k: async () => {} },
+  });
+
+/** Starts `worker` and resolves with what its first prune deleted. */
+async function firstPrune(worker: Worker) {
+  const pruned = nextEvent(worker, 'worker:prune');
+  await worker.start();
+  const [result] = await pruned;
+  return result;
+}
 
 /** Inserts `count` jobs of `status` in `queue`, finished `ageMinutes` ago (null: not finished). */
 async function seed(queue: string, status: string, count: number, ageMinutes: number | null) {
@@ -113,17 +131,8 @@ describe('prune', () => {
     await seed('w', 'dead', 2, 10);
     await seed('w', 'cancelled', 1, 10);
     await seed('w', 'succeeded', 4, 0);
-    const worker = skiplock.worker({
-      handleSignals: false,
-      queues: ['w'],
-      retentionMs: 60_000,
-      pruneIntervalMs: 100,
-      handlers: { k: async () => {} },
-    });
-    const pruned = nextEvent(worker, 'worker:prune');
-    await worker.start();
-    const [result] = await pruned;
-    expect(result).toEqual({ jobs: 4, archive: 0, archivePartitions: 0 });
+    const worker = pruningWorker('w', { retentionMs: 60_000 });
+    expect(await firstPrune(worker)).toEqual({ jobs: 4, archive: 0, archivePartitions: 0 });
     await waitFor(async () => (await counts())['w:succeeded'] === 4, 5000, 'the prune to commit');
     expect(await counts()).toMatchObject({ 'w:dead': 2, 'w:succeeded': 4 });
     expect((await counts())['w:cancelled']).toBeUndefined();
@@ -138,13 +147,9 @@ describe('prune', () => {
     await seed('r', 'dead', 4, 10);
     await seed('r', 'dead', 1, 0);
     await seed('r', 'cancelled', 5, 10);
-    const worker = skiplock.worker({
-      handleSignals: false,
-      queues: ['r'],
+    const worker = pruningWorker('r', {
       retentionMs: 60_000,
       retention: { dead: 60_000, cancelled: 3_600_000 },
-      pruneIntervalMs: 100,
-      handlers: { k: async () => {} },
     });
     expect(worker.options.retention).toEqual({
       succeeded: 60_000,
@@ -153,10 +158,7 @@ describe('prune', () => {
       cancelled: 3_600_000,
       archive: 60_000,
     });
-    const pruned = nextEvent(worker, 'worker:prune');
-    await worker.start();
-    const [result] = await pruned;
-    expect(result).toEqual({ jobs: 9, archive: 0, archivePartitions: 0 });
+    expect(await firstPrune(worker)).toEqual({ jobs: 9, archive: 0, archivePartitions: 0 });
     await waitFor(async () => (await counts())['r:dead'] === 1, 5000, 'the prune to commit');
     const left = await counts();
     expect([left['r:succeeded'], left['r:failed'], left['r:dead'], left['r:cancelled']]).toEqual([

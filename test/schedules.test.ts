@@ -1,7 +1,7 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import { withTransaction } from '../src/db/executor.js';
 import { JobQueries } from '../src/db/queries/jobs.js';
-import { ValidationError } from '../src/index.js';
+import { type ScheduleOptions, ValidationError } from '../src/index.js';
 import { loadMigrations, migrate } from '../src/migrations/migrator.js';
 import {
   MAX_JOBS_PER_TURN,
@@ -24,6 +24,11 @@ beforeEach(async () => {
 /** One scheduler turn, in a transaction of its own, as a worker runs it. */
 function turn() {
   return withTransaction(db.pool, (client) => runDueSchedules(client, queries));
+}
+
+/** Schedules `name` daily at midnight UTC: jobs of kind `name`, an empty payload. */
+function daily(name: string, options: ScheduleOptions = {}) {
+  return skiplock.schedule(name, '0 0 * * *', name, {}, options);
 }
 
 async function jobsOf(kind: string) {
@@ -129,17 +134,7 @@ describe('the scheduler', () => {
     const last = await midnight(0);
     const next = new Date(last.getTime() + 86_400_000);
     for (const catchUp of ['latest', 'all', 'none'] as const) {
-      await skiplock.schedule(
-        `daily-${catchUp}`,
-        '0 0 * * *',
-        `daily-${catchUp}`,
-        {},
-        {
-          catchUp,
-          overlap: 'allow',
-          catchUpMs: 10 * 86_400_000,
-        },
-      );
+      await daily(`daily-${catchUp}`, { catchUp, overlap: 'allow', catchUpMs: 10 * 86_400_000 });
     }
     await db.query(`UPDATE ${schedules} SET next_run_at = $1`, [await midnight(4)]);
     expect((await turn()).enqueued).toBe(6);
@@ -154,17 +149,7 @@ describe('the scheduler', () => {
   });
 
   it("'all' goes back only catchUpMs", async () => {
-    await skiplock.schedule(
-      'window',
-      '0 0 * * *',
-      'window',
-      {},
-      {
-        catchUp: 'all',
-        overlap: 'allow',
-        catchUpMs: 2 * 86_400_000 + 1000,
-      },
-    );
+    await daily('window', { catchUp: 'all', overlap: 'allow', catchUpMs: 2 * 86_400_000 + 1000 });
     await db.query(`UPDATE ${schedules} SET next_run_at = $1`, [await midnight(4)]);
     await turn();
     expect((await jobsOf('window')).map((j) => j.run_at)).toEqual([await midnight(1), await midnight(0)]);
@@ -172,8 +157,8 @@ describe('the scheduler', () => {
 
   it("overlap 'skip' enqueues no slot while the previous job is queued; 'allow' enqueues each", async () => {
     const options = { catchUp: 'all', catchUpMs: 10 * 86_400_000 } as const;
-    await skiplock.schedule('skip', '0 0 * * *', 'skip', {}, options);
-    await skiplock.schedule('allow', '0 0 * * *', 'allow', {}, { ...options, overlap: 'allow' });
+    await daily('skip', options);
+    await daily('allow', { ...options, overlap: 'allow' });
     await db.query(`UPDATE ${schedules} SET next_run_at = $1`, [await midnight(3)]);
     await turn();
     const days = await Promise.all([3, 2, 1, 0].map((d) => midnight(d)));
@@ -191,17 +176,7 @@ describe('the scheduler', () => {
   });
 
   it('eight schedulers at once enqueue each slot exactly once', async () => {
-    await skiplock.schedule(
-      'race',
-      '0 0 * * *',
-      'race',
-      {},
-      {
-        catchUp: 'all',
-        overlap: 'allow',
-        catchUpMs: 10 * 86_400_000,
-      },
-    );
+    await daily('race', { catchUp: 'all', overlap: 'allow', catchUpMs: 10 * 86_400_000 });
     await db.query(`UPDATE ${schedules} SET next_run_at = $1`, [await midnight(4)]);
     const turns = await Promise.all(Array.from({ length: 8 }, () => turn()));
     expect(turns.reduce((n, t) => n + t.enqueued, 0)).toBe(5);

@@ -5,7 +5,7 @@
  * beside an outside stop.
  */
 import { describe, expect, it } from 'vitest';
-import { ShutdownError, type Worker } from '../src/index.js';
+import { type Handlers, type JobMap, ShutdownError, type Worker } from '../src/index.js';
 import { nextEvent, record } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
 import { gate } from './support/gate.js';
@@ -15,45 +15,42 @@ const t = useTestDatabase();
 /** Longer than the test's own timeout: a stop that waited it out fails the test. */
 const NEVER_MS = 120_000;
 
+/** A job's row once its one attempt succeeded and the worker let go of it. */
+const SUCCEEDED_ONCE = { status: 'succeeded', attempts: 1, locked_by: null, last_error: null };
+
 const base = { pollIntervalMs: 100, sweepIntervalMs: 600_000, onSuccess: 'keep' } as const;
+
+/** A worker on `queue` whose stop waits out no deadline within the test, unless `options` gives one. */
+function patientWorker(
+  queue: string,
+  handlers: Handlers<JobMap>,
+  options: { concurrency?: number; shutdownTimeoutMs?: number } = {},
+): Worker {
+  return t.worker({ ...base, queues: [queue], shutdownTimeoutMs: NEVER_MS, ...options, handlers });
+}
 
 describe('stop() from a handler', () => {
   it('awaited: the job ends by its own result and the worker stops without waiting out the deadline', async () => {
-    const worker: Worker = t.worker({
-      ...base,
-      queues: ['awaited'],
-      shutdownTimeoutMs: NEVER_MS,
-      handlers: {
-        quit: async () => {
-          await worker.stop();
-        },
+    const worker: Worker = patientWorker('awaited', {
+      quit: async () => {
+        await worker.stop();
       },
     });
     await worker.start();
     const stopped = nextEvent(worker, 'worker:stop');
     const job = await t.skiplock.enqueue('quit', {}, { queue: 'awaited' });
     await stopped;
-    expect(await t.row(job.id)).toEqual({
-      status: 'succeeded',
-      attempts: 1,
-      locked_by: null,
-      last_error: null,
-    });
+    expect(await t.row(job.id)).toEqual(SUCCEEDED_ONCE);
     expect([worker.activeCount, worker.bufferedCount]).toEqual([0, 0]);
   });
 
   it('not awaited: stop waits for the calling job, which ends by its own result', async () => {
     const proceed = gate();
     const othersDone = gate<{ stopping: Promise<void> }>();
-    const worker: Worker = t.worker({
-      ...base,
-      queues: ['unawaited'],
-      shutdownTimeoutMs: NEVER_MS,
-      handlers: {
-        quitLater: async () => {
-          othersDone.open({ stopping: worker.stop() });
-          await proceed.opened;
-        },
+    const worker: Worker = patientWorker('unawaited', {
+      quitLater: async () => {
+        othersDone.open({ stopping: worker.stop() });
+        await proceed.opened;
       },
     });
     await worker.start();
@@ -64,22 +61,15 @@ describe('stop() from a handler', () => {
     expect(worker.activeCount).toBe(1);
     proceed.open();
     await stopped;
-    expect(await t.row(job.id)).toEqual({
-      status: 'succeeded',
-      attempts: 1,
-      locked_by: null,
-      last_error: null,
-    });
+    expect(await t.row(job.id)).toEqual(SUCCEEDED_ONCE);
     expect(worker.activeCount).toBe(0);
   });
 
   it('not awaited, by a handler that outlives the deadline: its job is aborted and given back, nothing left running', async () => {
     const aborted = gate<unknown>();
-    const worker: Worker = t.worker({
-      ...base,
-      queues: ['outlives'],
-      shutdownTimeoutMs: 300,
-      handlers: {
+    const worker: Worker = patientWorker(
+      'outlives',
+      {
         quitAndHang: (_job, { signal }) => {
           void worker.stop();
           return new Promise<void>((resolve) => {
@@ -90,7 +80,8 @@ describe('stop() from a handler', () => {
           });
         },
       },
-    });
+      { shutdownTimeoutMs: 300 },
+    );
     const released = record(worker, 'job:released');
     await worker.start();
     const stopped = nextEvent(worker, 'worker:stop');
@@ -108,12 +99,9 @@ describe('stop() from a handler', () => {
     const otherMayFinish = gate();
     const handlerStopped = gate<{ stopping: Promise<void> }>();
     let otherDone = false;
-    const worker: Worker = t.worker({
-      ...base,
-      queues: ['beside'],
-      concurrency: 2,
-      shutdownTimeoutMs: NEVER_MS,
-      handlers: {
+    const worker: Worker = patientWorker(
+      'beside',
+      {
         other: async () => {
           otherStarted.open();
           await otherMayFinish.opened;
@@ -125,7 +113,8 @@ describe('stop() from a handler', () => {
           await stopping;
         },
       },
-    });
+      { concurrency: 2 },
+    );
     await worker.start();
     const other = await t.skiplock.enqueue('other', {}, { queue: 'beside' });
     await otherStarted.opened;
@@ -139,32 +128,17 @@ describe('stop() from a handler', () => {
     await outside;
     // The handler's stop waited for the other handler (not aborted: the deadline is far), not for its own.
     expect(resolved).toEqual(["the handler's stop, the other job done: true"]);
-    expect(await t.row(other.id)).toEqual({
-      status: 'succeeded',
-      attempts: 1,
-      locked_by: null,
-      last_error: null,
-    });
-    expect(await t.row(quit.id)).toEqual({
-      status: 'succeeded',
-      attempts: 1,
-      locked_by: null,
-      last_error: null,
-    });
+    expect(await t.row(other.id)).toEqual(SUCCEEDED_ONCE);
+    expect(await t.row(quit.id)).toEqual(SUCCEEDED_ONCE);
     expect([worker.activeCount, worker.bufferedCount]).toEqual([0, 0]);
   });
 
   it('a stop() from a handler of another worker is an ordinary stop of that worker', async () => {
     const stopped: Worker = t.worker({ ...base, queues: ['other-worker'], handlers: { never: () => {} } });
     await stopped.start();
-    const worker: Worker = t.worker({
-      ...base,
-      queues: ['stopper'],
-      shutdownTimeoutMs: NEVER_MS,
-      handlers: {
-        stopTheOther: async () => {
-          await stopped.stop();
-        },
+    const worker: Worker = patientWorker('stopper', {
+      stopTheOther: async () => {
+        await stopped.stop();
       },
     });
     await worker.start();
@@ -172,11 +146,6 @@ describe('stop() from a handler', () => {
     const job = await t.skiplock.enqueue('stopTheOther', {}, { queue: 'stopper' });
     await otherStopped;
     await worker.stop();
-    expect(await t.row(job.id)).toEqual({
-      status: 'succeeded',
-      attempts: 1,
-      locked_by: null,
-      last_error: null,
-    });
+    expect(await t.row(job.id)).toEqual(SUCCEEDED_ONCE);
   });
 });

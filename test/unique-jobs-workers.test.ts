@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { PermanentError } from '../src/index.js';
+import { type JobMap, PermanentError, type WorkerOptions } from '../src/index.js';
 import { waitFor } from './support/database.js';
 import { useFileDatabase } from './support/file-database.js';
 import { gate } from './support/gate.js';
@@ -11,6 +11,33 @@ async function jobsWithKey(key: string) {
     `SELECT id::text, status, payload, unique_lock FROM ${db.jobs} WHERE unique_key = $1 ORDER BY id::bigint`,
     [key],
   );
+}
+
+/**
+ * Runs `body` while a worker (`options`) holds the job of `key`, of kind
+ * `kind`, running; then lets it finish and stops the worker.
+ */
+async function whileRunning(
+  key: string,
+  kind: string,
+  options: Omit<WorkerOptions<JobMap>, 'handlers'>,
+  body: () => Promise<void>,
+): Promise<void> {
+  const held = gate();
+  const worker = skiplock.worker({
+    handleSignals: false,
+    ...options,
+    handlers: { [kind]: () => held.opened },
+  });
+  worker.on('error', () => {});
+  await worker.start();
+  try {
+    await waitFor(async () => (await jobsWithKey(key))[0]?.status === 'running', 10_000, 'the job to run');
+    await body();
+  } finally {
+    held.open();
+    await worker.stop();
+  }
 }
 
 describe('unique keys as workers move jobs', () => {
@@ -94,21 +121,7 @@ describe('unique keys as workers move jobs', () => {
 
     // Make it due, and let a worker hold it running.
     await db.query(`UPDATE ${db.jobs} SET run_at = now() WHERE id = $1`, [first.id]);
-    const held = gate();
-    const worker = skiplock.worker({
-      queues: ['rep'],
-      handleSignals: false,
-      onSuccess: 'keep',
-      handlers: { debounce: () => held.opened },
-    });
-    worker.on('error', () => {});
-    await worker.start();
-    try {
-      await waitFor(
-        async () => (await jobsWithKey('rep-1'))[0]?.status === 'running',
-        10_000,
-        'the job to run',
-      );
+    await whileRunning('rep-1', 'debounce', { queues: ['rep'], onSuccess: 'keep' }, async () => {
       const onRunning = await skiplock.enqueue(
         'debounce',
         { v: 3 },
@@ -119,10 +132,7 @@ describe('unique keys as workers move jobs', () => {
         first.id,
       ]);
       expect(row).toEqual({ payload: { v: 2 }, priority: 7, max_attempts: 3 });
-    } finally {
-      held.open();
-      await worker.stop();
-    }
+    });
   });
 
   it("uniqueStates ['queued'] frees the key when the job starts (one waiting, one running)", async () => {
@@ -131,20 +141,7 @@ describe('unique keys as workers move jobs', () => {
       {},
       { uniqueKey: 'q-1', queue: 'qonly', uniqueStates: ['queued'] },
     );
-    const held = gate();
-    const worker = skiplock.worker({
-      queues: ['qonly'],
-      handleSignals: false,
-      handlers: { slow: () => held.opened },
-    });
-    worker.on('error', () => {});
-    await worker.start();
-    try {
-      await waitFor(
-        async () => (await jobsWithKey('q-1'))[0]?.status === 'running',
-        10_000,
-        'the job to run',
-      );
+    await whileRunning('q-1', 'slow', { queues: ['qonly'] }, async () => {
       const second = await skiplock.enqueue(
         'slow',
         {},
@@ -157,9 +154,6 @@ describe('unique keys as workers move jobs', () => {
       );
       expect([second.duplicate, third.duplicate, third.id]).toEqual([false, true, second.id]);
       expect(second.id).not.toBe(first.id);
-    } finally {
-      held.open();
-      await worker.stop();
-    }
+    });
   });
 });

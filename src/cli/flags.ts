@@ -141,3 +141,56 @@ async function readStream(stream: NodeJS.ReadableStream): Promise<string> {
   for await (const chunk of stream) chunks.push(typeof chunk === 'string' ? Buffer.from(chunk) : chunk);
   return Buffer.concat(chunks).toString('utf8');
 }
+
+/** The flags of a command that selects jobs by id and filter (`cancel`, `requeue`), as parsed; `S` is the statuses `--status` takes. */
+export interface JobSelectionFlags<S extends string> extends ConnectionFlags {
+  status?: S[];
+  kind?: string[];
+  queue?: string[];
+  tag?: string[];
+  idsFrom?: string;
+}
+
+/**
+ * Adds the `[ID...]` argument, `--status` (one of `statuses`, described as
+ * `statusDescription`), `--kind`, `--queue`, `--tag` (each repeatable) and
+ * `--ids-from FILE`.
+ */
+export function addJobSelectionFlags(
+  command: Command,
+  statusDescription: string,
+  statuses: readonly string[],
+): Command {
+  return command
+    .argument('[ID...]', 'job ids')
+    .addOption(repeatableChoice('--status <status>', statusDescription, statuses))
+    .option('--kind <kind>', 'only this kind (repeatable)', collect)
+    .option('--queue <name>', 'only this queue (repeatable)', collect)
+    .option('--tag <tag>', 'only jobs having this tag (repeatable: jobs having every tag given)', collect)
+    .option(
+      '--ids-from <file>',
+      'also the job ids in FILE (- for standard input), separated by whitespace or commas',
+    );
+}
+
+/**
+ * The filter the ID arguments and the selection flags name: only the fields
+ * given are set (an empty object when none is).
+ *
+ * @throws {UsageError} (exit 2) when an ID argument is not a job id, or as {@link readIdsFrom}.
+ */
+export async function jobSelection<S extends string>(
+  args: string[],
+  flags: JobSelectionFlags<S>,
+): Promise<{ ids?: string[]; status?: S[]; kind?: string[]; queue?: string[]; tags?: string[] }> {
+  const ids = flags.idsFrom === undefined ? args : [...args, ...(await readIdsFrom(flags.idsFrom))];
+  const bad = ids.find((id) => !/^[1-9][0-9]{0,18}$/.test(id));
+  if (bad !== undefined) throw new UsageError(`ID must be a job id (a positive integer), got ${bad}`);
+  const filter: { ids?: string[]; status?: S[]; kind?: string[]; queue?: string[]; tags?: string[] } = {};
+  if (ids.length > 0) filter.ids = ids;
+  if (flags.status) filter.status = flags.status;
+  if (flags.kind) filter.kind = flags.kind;
+  if (flags.queue) filter.queue = flags.queue;
+  if (flags.tag) filter.tags = flags.tag;
+  return filter;
+}

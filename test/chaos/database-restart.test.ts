@@ -13,10 +13,10 @@ import {
   createEffectTables,
   effectTables,
   expectEveryJobDone,
-  figure,
   startWorker,
   type Target,
   tally,
+  tallyFigure,
   useChaosDatabase,
   waitUntilSettled,
   workerConfig,
@@ -115,13 +115,9 @@ describe('chaos: database restart', () => {
     for (const w of workers) expect(await listeningBackends(pool, w.config.appName)).toBe(1);
     const counted = await tally(pool, target.schema, ids);
     const errors = workers.reduce((n, w) => n + w.errors.length, 0);
-    figure('database-restart', {
-      jobs: counted.jobs,
+    tallyFigure('database-restart', counted, {
       kills: 0,
       restarts: 1,
-      effects: counted.effects,
-      duplicates: counted.duplicates,
-      lost: counted.lost,
       workerErrors: errors,
       settleMs,
       probeMs,
@@ -165,13 +161,9 @@ describe('chaos: connection loss', () => {
     const probeMs = await probeWakeUps(t.skiplock, t.db.pool);
     for (const w of workers) expect(await listeningBackends(t.db.pool, w.config.appName)).toBe(1);
     const counted = await tally(t.db.pool, t.schema, ids);
-    figure('connection-loss', {
-      jobs: counted.jobs,
+    tallyFigure('connection-loss', counted, {
       kills: 0,
       restarts: 0,
-      effects: counted.effects,
-      duplicates: counted.duplicates,
-      lost: counted.lost,
       terminated,
       settleMs,
       probeBeforeMs,

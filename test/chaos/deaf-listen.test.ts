@@ -11,9 +11,9 @@ import { waitFor } from '../support/database.js';
 import { startNetProxy } from '../support/net-proxy.js';
 import {
   expectEveryJobDone,
-  figure,
   startWorker,
   tally,
+  tallyFigure,
   useChaosDatabase,
   waitUntilSettled,
   workerConfig,
@@ -72,13 +72,9 @@ describe('chaos: deaf LISTEN socket', () => {
       slowestMs = Math.max(slowestMs, Date.now() - enqueued);
     }
     const counted = await tally(t.db.pool, t.schema, ids);
-    figure('deaf-listen', {
-      jobs: counted.jobs,
+    tallyFigure('deaf-listen', counted, {
       kills: 0,
       restarts: 0,
-      effects: counted.effects,
-      duplicates: counted.duplicates,
-      lost: counted.lost,
       droppedNotifications: proxy.droppedNotifications,
       listens: worker.reported('listen').length,
       slowestProbeMs: slowestMs,

@@ -17,10 +17,10 @@ import { startNetProxy } from '../support/net-proxy.js';
 import {
   createEffectTables,
   effectTables,
-  figure,
   type Owner,
   startWorker,
   tally,
+  tallyFigure,
   waitUntilSettled,
   workerConfig,
 } from './support/cluster.js';
@@ -114,13 +114,9 @@ describe('chaos: failover to a synchronous standby', () => {
       )
     ).rows;
     const errors = workers.reduce((n, w) => n + w.errors.length, 0);
-    figure('failover', {
-      jobs: counted.jobs,
+    tallyFigure('failover', counted, {
       kills: 1,
       restarts: 0,
-      effects: counted.effects,
-      duplicates: counted.duplicates,
-      lost: counted.lost,
       sameAttemptTwice: counted.sameAttemptTwice,
       reclaimed: attempts!.reclaimed,
       maxAttempts: attempts!.max,

@@ -6,7 +6,7 @@
  * is their second attempt's.
  */
 import { describe, expect, it } from 'vitest';
-import { figure, startWorker, tally, useChaosDatabase, workerConfig } from './support/cluster.js';
+import { startWorker, tally, tallyFigure, useChaosDatabase, workerConfig } from './support/cluster.js';
 
 const t = useChaosDatabase();
 
@@ -61,13 +61,9 @@ describe('chaos: frozen worker', () => {
         { status: 'succeeded', attempts: 2, locked_by: null },
       ]);
       const tl = await tally(t.db.pool, t.schema, ids);
-      figure(`frozen-worker-${finish}`, {
-        jobs: tl.jobs,
+      tallyFigure(`frozen-worker-${finish}`, tl, {
         kills: 0,
         restarts: 0,
-        effects: tl.effects,
-        duplicates: tl.duplicates,
-        lost: tl.lost,
         stops: 1,
         stale: frozen.reported('job:stale').length,
         leaseLostByHeartbeat: frozen.reported('lease:lost').length,

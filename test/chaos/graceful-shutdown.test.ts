@@ -10,9 +10,9 @@ import { describe, expect, it } from 'vitest';
 import { waitFor } from '../support/database.js';
 import {
   effectTables,
-  figure,
   startWorker,
   tally,
+  tallyFigure,
   useChaosDatabase,
   type WorkerProcess,
   waitUntilSettled,
@@ -122,13 +122,9 @@ describe('chaos: graceful shutdown', () => {
       expect(worker.reported('job:start')).toHaveLength(CONCURRENCY);
       await finishElsewhere(queue, ids);
       const counted = await tally(t.db.pool, t.schema, ids);
-      figure(`graceful-shutdown-${kind}`, {
-        jobs: ids.length,
+      tallyFigure(`graceful-shutdown-${kind}`, counted, {
         kills: 0,
         restarts: 1,
-        effects: counted.effects,
-        duplicates: counted.duplicates,
-        lost: counted.lost,
         released: worker.reported('job:released').length,
         claimedAfterSigterm: worker.reported('job:start').length - CONCURRENCY,
         stranded: 0,
@@ -183,13 +179,9 @@ describe('chaos: graceful shutdown', () => {
     expect(state.filter((j) => started.includes(j.id)).map((j) => j.attempts)).toEqual(started.map(() => 2));
     expect((await deliveriesBy(worker.pid, ids)).map((d) => d.job_id)).toEqual(started);
     const counted = await tally(t.db.pool, t.schema, ids);
-    figure('graceful-shutdown-killed', {
-      jobs: ids.length,
+    tallyFigure('graceful-shutdown-killed', counted, {
       kills: 1,
       restarts: 0,
-      effects: counted.effects,
-      duplicates: counted.duplicates,
-      lost: counted.lost,
       stranded: started.length,
       reclaimedMs,
       claimedAfterSigterm: (await deliveriesBy(worker.pid, ids)).length - CONCURRENCY,

@@ -12,9 +12,9 @@ import { countRows, waitFor } from '../support/database.js';
 import {
   effectTables,
   expectEveryJobDone,
-  figure,
   spawnWorker,
   tally,
+  tallyFigure,
   useChaosDatabase,
   type WorkerProcess,
   waitUntilSettled,
@@ -63,13 +63,9 @@ describe('chaos: worker crash', () => {
        FROM ${t.jobs} WHERE id = ANY($1::bigint[])`,
       [ids],
     );
-    figure('worker-crash', {
-      jobs: counted.jobs,
+    tallyFigure('worker-crash', counted, {
       kills,
       restarts,
-      effects: counted.effects,
-      duplicates: counted.duplicates,
-      lost: counted.lost,
       reclaimed: attempts!.reclaimed,
       maxAttempts: attempts!.max,
     });
@@ -121,13 +117,10 @@ describe('chaos: poison job', () => {
     stopping = true;
     const job = await t.skiplock.getJob(poison.id);
     const counted = await tally(t.db.pool, t.schema, ids);
-    figure('poison-job', {
+    tallyFigure('poison-job', counted, {
       jobs: counted.jobs + 1,
       kills: deaths,
       restarts,
-      effects: counted.effects,
-      duplicates: counted.duplicates,
-      lost: counted.lost,
       poisonAttempts: job!.attempts,
     });
     expect(job).toMatchObject({

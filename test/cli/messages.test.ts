@@ -66,15 +66,13 @@ describe('CLI: database URLs', () => {
 });
 
 describe('CLI: skiplock worker fails fast at start', () => {
+  /** Runs `skiplock worker` with the test's handlers against `databaseUrl`. */
+  const runWorker = (databaseUrl: string, ...flags: string[]) =>
+    runCli(['worker', '--handlers', HANDLERS, '--database-url', databaseUrl, ...flags]);
+
   it('exits 1 with one error line on a refused port, and never says it started', async () => {
     const port = await freePort();
-    const result = await runCli([
-      'worker',
-      '--handlers',
-      HANDLERS,
-      '--database-url',
-      `postgres://postgres@127.0.0.1:${port}/postgres`,
-    ]);
+    const result = await runWorker(`postgres://postgres@127.0.0.1:${port}/postgres`);
     expect(result.code, result.stderr).toBe(1);
     expect(errorLines(result.stderr)).toEqual([
       expect.stringMatching(/^skiplock: error: cannot connect to .*: connect ECONNREFUSED 127\.0\.0\.1:\d+$/),
@@ -85,13 +83,7 @@ describe('CLI: skiplock worker fails fast at start', () => {
   });
 
   it('exits 1 with one error line when the database does not exist', async () => {
-    const result = await runCli([
-      'worker',
-      '--handlers',
-      HANDLERS,
-      '--database-url',
-      urlFor('skiplock_no_such_database'),
-    ]);
+    const result = await runWorker(urlFor('skiplock_no_such_database'));
     expect(result.code, result.stderr).toBe(1);
     expect(errorLines(result.stderr)).toEqual([
       expect.stringMatching(
@@ -102,15 +94,7 @@ describe('CLI: skiplock worker fails fast at start', () => {
   });
 
   it('exits 1 with one error line when the schema is not migrated', async () => {
-    const result = await runCli([
-      'worker',
-      '--handlers',
-      HANDLERS,
-      '--database-url',
-      db.url,
-      '--schema',
-      'skiplock_never_migrated',
-    ]);
+    const result = await runWorker(db.url, '--schema', 'skiplock_never_migrated');
     expect(result.code, result.stderr).toBe(1);
     expect(errorLines(result.stderr)).toEqual([
       expect.stringMatching(/^skiplock: error: .*skiplock migrate/),

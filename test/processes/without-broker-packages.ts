@@ -3,12 +3,7 @@
  * (SKIPLOCK_TEST_HIDE, test/support/hide-packages.mjs): reports how each
  * fails, and exits.
  */
-const failure = (error: unknown) => ({
-  name: (error as Error).name,
-  code: (error as { code?: unknown }).code,
-  packageName: (error as { packageName?: unknown }).packageName,
-  message: (error as Error).message,
-});
+import { failureReport as failure } from '../support/missing-packages.js';
 
 const { Skiplock } = await import('../../src/index.js');
 const { natsTarget, natsWorker } = await import('../../src/brokers/nats.js');

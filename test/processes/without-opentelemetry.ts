@@ -6,6 +6,7 @@
  * SKIPLOCK_SCHEMA (migrated).
  */
 import { register } from 'node:module';
+import { failureReport } from '../support/missing-packages.js';
 
 // Registered after tsx's hooks, so it answers first.
 register(
@@ -24,12 +25,7 @@ const { Skiplock } = await import('../../src/index.js');
 const connectionString = process.env.SKIPLOCK_URL!;
 const schema = process.env.SKIPLOCK_SCHEMA!;
 const report: Record<string, unknown> = {};
-const failure = (error: unknown) => ({
-  name: (error as Error).name,
-  code: (error as { code?: unknown }).code,
-  packageName: (error as { packageName?: unknown }).packageName,
-  message: (error as Error).message,
-});
+const failure = failureReport;
 
 const hidden = await import('@opentelemetry/api').then(
   () => false,

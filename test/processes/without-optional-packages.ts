@@ -3,12 +3,7 @@
  * cannot be found (test/support/hide-packages.mjs, given with `--import`):
  * reports how each feature that needs one fails, and exits.
  */
-const failure = (error: unknown) => ({
-  name: (error as Error).name,
-  code: (error as { code?: unknown }).code,
-  packageName: (error as { packageName?: unknown }).packageName,
-  message: (error as Error).message,
-});
+import { failureReport as failure } from '../support/missing-packages.js';
 
 const { Skiplock } = await import('../../src/index.js');
 const { createMetrics } = await import('../../src/telemetry/metrics.js');

@@ -8,56 +8,35 @@ import type { CancelFilter } from '../../operations/cancel.js';
 import { withDatabase } from '../database.js';
 import {
   addDatabaseCommandFlags,
-  type ConnectionFlags,
-  collect,
-  readIdsFrom,
-  repeatableChoice,
+  addJobSelectionFlags,
+  type JobSelectionFlags,
+  jobSelection,
 } from '../flags.js';
 import { printJson, printText } from '../output.js';
 import { UsageError } from '../usage-error.js';
 
-interface CancelFlags extends ConnectionFlags {
-  status?: CancellableStatus[];
-  kind?: string[];
-  queue?: string[];
-  tag?: string[];
-  idsFrom?: string;
+interface CancelFlags extends JobSelectionFlags<CancellableStatus> {
   json?: boolean;
 }
 
 /** The `cancel` command. */
 export function cancelCommand(): Command {
-  const command = new Command('cancel')
-    .summary('cancel queued and running jobs')
-    .description(
-      'Ends queued jobs as cancelled at once; for running jobs, the worker holding each aborts its handler within about a second and the job ends cancelled, never retried. Finished jobs are left alone. Give job ids and/or filters.',
-    )
-    .argument('[ID...]', 'job ids')
-    .addOption(
-      repeatableChoice('--status <status>', 'only queued or only running jobs', CANCELLABLE_STATUSES),
-    )
-    .option('--kind <kind>', 'only this kind (repeatable)', collect)
-    .option('--queue <name>', 'only this queue (repeatable)', collect)
-    .option('--tag <tag>', 'only jobs having this tag (repeatable: jobs having every tag given)', collect)
-    .option(
-      '--ids-from <file>',
-      'also the job ids in FILE (- for standard input), separated by whitespace or commas',
-    );
+  const command = addJobSelectionFlags(
+    new Command('cancel')
+      .summary('cancel queued and running jobs')
+      .description(
+        'Ends queued jobs as cancelled at once; for running jobs, the worker holding each aborts its handler within about a second and the job ends cancelled, never retried. Finished jobs are left alone. Give job ids and/or filters.',
+      ),
+    'only queued or only running jobs',
+    CANCELLABLE_STATUSES,
+  );
   return addDatabaseCommandFlags(command, [
     'skiplock cancel 42 43',
     'skiplock cancel --kind send_invoice_email --status queued --json',
     'skiplock cancel --tag tenant:7 --tag import',
     "psql -At -c \"SELECT id FROM skiplock.jobs WHERE payload->>'tenant' = '7'\" | skiplock cancel --ids-from -",
   ]).action(async (args: string[], flags: CancelFlags) => {
-    const ids = flags.idsFrom === undefined ? args : [...args, ...(await readIdsFrom(flags.idsFrom))];
-    const bad = ids.find((id) => !/^[1-9][0-9]{0,18}$/.test(id));
-    if (bad !== undefined) throw new UsageError(`ID must be a job id (a positive integer), got ${bad}`);
-    const filter: CancelFilter = {};
-    if (ids.length > 0) filter.ids = ids;
-    if (flags.status) filter.status = flags.status;
-    if (flags.kind) filter.kind = flags.kind;
-    if (flags.queue) filter.queue = flags.queue;
-    if (flags.tag) filter.tags = flags.tag;
+    const filter: CancelFilter = await jobSelection(args, flags);
     if (Object.keys(filter).length === 0) {
       throw new UsageError('give job ids, --status, --kind, --queue or --tag (cancel never means every job)');
     }

@@ -6,47 +6,29 @@ import type { RequeueFilter, Skiplock } from '../../skiplock.js';
 import { withDatabase } from '../database.js';
 import {
   addDatabaseCommandFlags,
-  type ConnectionFlags,
-  collect,
-  readIdsFrom,
-  repeatableChoice,
+  addJobSelectionFlags,
+  type JobSelectionFlags,
+  jobSelection,
 } from '../flags.js';
 import { printJson, printText } from '../output.js';
 import { UsageError } from '../usage-error.js';
 
-interface RequeueFlags extends ConnectionFlags {
-  status?: ('dead' | 'failed' | 'cancelled')[];
-  kind?: string[];
-  queue?: string[];
-  tag?: string[];
-  idsFrom?: string;
+interface RequeueFlags extends JobSelectionFlags<'dead' | 'failed' | 'cancelled'> {
   all?: boolean;
   json?: boolean;
 }
 
 /** The `requeue` command. */
 export function requeueCommand(): Command {
-  const command = new Command('requeue')
-    .summary('put dead/failed jobs back to queued')
-    .description(
-      'Puts dead and failed jobs back to queued with attempts 0, run_at now and last_error cleared; cancelled jobs too when named by id or --status cancelled. Give job ids and/or filters; --all requeues every dead and failed job.',
-    )
-    .argument('[ID...]', 'job ids')
-    .addOption(
-      repeatableChoice('--status <status>', 'only dead, failed or cancelled jobs', [
-        'dead',
-        'failed',
-        'cancelled',
-      ]),
-    )
-    .option('--kind <kind>', 'only this kind (repeatable)', collect)
-    .option('--queue <name>', 'only this queue (repeatable)', collect)
-    .option('--tag <tag>', 'only jobs having this tag (repeatable: jobs having every tag given)', collect)
-    .option(
-      '--ids-from <file>',
-      'also the job ids in FILE (- for standard input), separated by whitespace or commas',
-    )
-    .option('--all', 'every dead and failed job, when no id or filter is given');
+  const command = addJobSelectionFlags(
+    new Command('requeue')
+      .summary('put dead/failed jobs back to queued')
+      .description(
+        'Puts dead and failed jobs back to queued with attempts 0, run_at now and last_error cleared; cancelled jobs too when named by id or --status cancelled. Give job ids and/or filters; --all requeues every dead and failed job.',
+      ),
+    'only dead, failed or cancelled jobs',
+    ['dead', 'failed', 'cancelled'],
+  ).option('--all', 'every dead and failed job, when no id or filter is given');
   return addDatabaseCommandFlags(command, [
     'skiplock requeue 42 43',
     'skiplock requeue --status dead --kind send_invoice_email',
@@ -54,15 +36,7 @@ export function requeueCommand(): Command {
     'skiplock requeue --all --json',
     'skiplock requeue --ids-from dead-ids.txt',
   ]).action(async (args: string[], flags: RequeueFlags) => {
-    const ids = flags.idsFrom === undefined ? args : [...args, ...(await readIdsFrom(flags.idsFrom))];
-    const filter: RequeueFilter = {};
-    const bad = ids.find((id) => !/^[1-9][0-9]{0,18}$/.test(id));
-    if (bad !== undefined) throw new UsageError(`ID must be a job id (a positive integer), got ${bad}`);
-    if (ids.length > 0) filter.ids = ids;
-    if (flags.status) filter.status = flags.status;
-    if (flags.kind) filter.kind = flags.kind;
-    if (flags.queue) filter.queue = flags.queue;
-    if (flags.tag) filter.tags = flags.tag;
+    const filter: RequeueFilter = await jobSelection(args, flags);
     if (Object.keys(filter).length === 0 && !flags.all) {
       throw new UsageError(
         'give job ids, --status, --kind, --queue or --tag, or --all to requeue every dead and failed job',

@@ -7,7 +7,7 @@ import type { Dashboard } from '../context.js';
 import type { ArchivedSummary } from '../queries.js';
 import { formatAge, formatTime } from './format.js';
 import { html } from './html.js';
-import { type Page, statusPill } from './layout.js';
+import { jobIdForm, type Page, statusPill } from './layout.js';
 
 /** The archive's filters as read from the query string (days as `YYYY-MM-DD`, UTC). */
 export interface ArchiveQuery {
@@ -32,9 +32,7 @@ export function archivePage(d: Dashboard, query: ArchiveQuery, jobs: ArchivedSum
 <button type="submit">Filter</button>
 <a href="${d.link('/archive')}">clear</a>
 </form>
-<form class="filters" method="get" action="${d.link('/jobs')}">
-<label>job id<input name="id" inputmode="numeric" placeholder="e.g. 42"></label><button type="submit">Open</button>
-</form>
+${jobIdForm(d)}
 </div>
 <p class="muted">Jobs moved here on success (<code>onSuccess: 'archive'</code>), one partition per UTC day of their finish; days are UTC.</p>`;
   const rows = jobs.map(

@@ -6,7 +6,7 @@ import { JOB_STATUSES, type JobRecord, type JobSummary } from '../../job/job.js'
 import type { Dashboard } from '../context.js';
 import { formatAge, formatTime } from './format.js';
 import { type Html, html } from './html.js';
-import { actionButton, type Page, statusPill } from './layout.js';
+import { actionButton, jobIdForm, type Page, statusPill } from './layout.js';
 
 /** The filters as read from the query string. */
 export interface JobsQuery {
@@ -102,9 +102,7 @@ ${(query.tags ?? []).slice(1).map((t) => html`<input type="hidden" name="tag" va
 <button type="submit">Filter</button>
 <a href="${d.link('/jobs')}">clear</a>
 </form>
-<form class="filters" method="get" action="${d.link('/jobs')}">
-<label>job id<input name="id" inputmode="numeric" placeholder="e.g. 42"></label><button type="submit">Open</button>
-</form>
+${jobIdForm(d)}
 </div>`;
   const rows = jobs.map(
     (job) => html`<tr data-job-id="${job.id}" data-status="${job.status}">

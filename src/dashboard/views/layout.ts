@@ -97,3 +97,10 @@ export function actionButton(
 export function statusPill(status: string): Html {
   return html`<span class="status status-${status}">${status}</span>`;
 }
+
+/** The form that opens a job by its id (the jobs page, and the archive's). */
+export function jobIdForm(d: Dashboard): Html {
+  return html`<form class="filters" method="get" action="${d.link('/jobs')}">
+<label>job id<input name="id" inputmode="numeric" placeholder="e.g. 42"></label><button type="submit">Open</button>
+</form>`;
+}

@@ -352,3 +352,18 @@ export function figure(scenario: string, values: Figure & Record<string, number 
     .join(' ');
   console.log(`[chaos] ${scenario}: ${text}`);
 }
+
+/**
+ * Prints the figure of a scenario whose effects were counted by {@link tally}:
+ * its jobs, effects, duplicates and lost, with `values` (kills, restarts, then
+ * the scenario's own; a `jobs` there replaces the tally's).
+ */
+export function tallyFigure(
+  scenario: string,
+  counted: Tally,
+  values: Pick<Figure, 'kills' | 'restarts'> & Partial<Figure> & Record<string, number | string>,
+): void {
+  const { jobs, effects, duplicates, lost } = counted;
+  const { kills, restarts, ...own } = values;
+  figure(scenario, { jobs, kills, restarts, effects, duplicates, lost, ...own });
+}
