@@ -223,6 +223,10 @@ describe.each(names)('%s', (name) => {
       errors: [],
       tags: ['a "b"', 'c,d'],
       startBy: runAt,
+      groupKey: null,
+      result: null,
+      progress: null,
+      logs: [],
     });
     expect(listed.map((j) => j.id)).toEqual(jobs.map((j) => j.id));
     expect(requeued).toBe(1);
