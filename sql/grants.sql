@@ -88,7 +88,7 @@ GRANT SELECT, UPDATE ON TABLE :"schema".schedules TO :"worker_role";
 -- statements and of these functions. PostgreSQL lets every role execute a new
 -- function unless that default was revoked; these grants work either way.
 GRANT EXECUTE ON FUNCTION
-  :"schema".enqueue(text, jsonb, text, int, timestamptz, int, text, text[], text[], timestamptz, bigint[]),
+  :"schema".enqueue(text, jsonb, text, int, timestamptz, int, text, text[], text[], timestamptz, bigint[], text),
   :"schema".wake_up(text, text, text, bigint)
   TO :"producer_role", :"worker_role";
 GRANT EXECUTE ON FUNCTION

@@ -223,6 +223,7 @@ describe.each(names)('%s', (name) => {
       errors: [],
       tags: ['a "b"', 'c,d'],
       startBy: runAt,
+      groupKey: null,
       result: null,
       progress: null,
       logs: [],

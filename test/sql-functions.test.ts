@@ -102,6 +102,30 @@ describe('enqueue()', () => {
     ]);
   });
 
+  it('takes group_key (last, NULL by default): the row carries it; older calls leave it NULL; bad keys raise 22023', async () => {
+    const [keyed] = await db.query<{ id: string }>(
+      `SELECT ${s}.enqueue('grouped', group_key => 'tenant-7') AS id`,
+    );
+    const [positional] = await db.query<{ id: string }>(
+      `SELECT ${s}.enqueue('grouped', '{}', 'default', 0, now(), NULL, NULL, NULL, NULL, NULL, NULL, 'tenant-8') AS id`,
+    );
+    const [plain] = await db.query<{ id: string }>(
+      `SELECT ${s}.enqueue('grouped', depends_on => NULL) AS id`,
+    );
+    const rows = await db.query(`SELECT group_key FROM ${db.jobs} WHERE id = ANY($1::bigint[]) ORDER BY id`, [
+      [keyed!.id, positional!.id, plain!.id],
+    ]);
+    expect(rows).toEqual([{ group_key: 'tenant-7' }, { group_key: 'tenant-8' }, { group_key: null }]);
+    for (const bad of ['', 'g'.repeat(201)]) {
+      await expect(db.query(`SELECT ${s}.enqueue('grouped', group_key => $1)`, [bad])).rejects.toMatchObject({
+        code: '22023',
+        message: 'group_key: must be 1 to 200 characters',
+      });
+    }
+    await db.query(`DELETE FROM ${db.jobs} WHERE kind = 'grouped'`);
+    await listener.settle();
+  });
+
   it('makes the same row as the library', async () => {
     const library = await skiplock.enqueue(
       'same',

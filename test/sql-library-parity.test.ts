@@ -158,6 +158,12 @@ const cases: Case[] = [
     { queue: 'q'.repeat(1025) },
     { uniqueKey: 'é'.repeat(1024) },
     { uniqueKey: 'k'.repeat(2049) },
+    // Group keys: 1 to 200 characters.
+    { groupKey: 'tenant-1' },
+    { groupKey: 'g', uniqueKey: 'k-group', queue: 'q9' },
+    { groupKey: 'é'.repeat(200) },
+    { groupKey: '' },
+    { groupKey: 'g'.repeat(201) },
   ]),
   ...enqueues([{}], ''),
   ...enqueues([{}], 'é'.repeat(512)),
@@ -294,7 +300,7 @@ async function snapshot(db: TestDatabase): Promise<Record<string, unknown>[]> {
             COALESCE(jsonb_array_length(errors), 0) AS history, (errors->-1->>'attempt')::int AS history_attempt,
             errors->-1->>'error' AS history_error, errors->-1->>'worker' AS history_worker,
             locked_by, locked_at IS NULL AS unlocked, lease_seq::int, visibility_timeout_ms,
-            finished_at IS NULL AS unfinished, unique_key, unique_states, unique_lock,
+            finished_at IS NULL AS unfinished, unique_key, unique_states, unique_lock, group_key,
             CASE WHEN cancel_requested_at IS NULL THEN 'never'
                  WHEN cancel_requested_at > now() - interval '1 minute' THEN 'now' ELSE 'earlier' END
               AS cancel_requested
@@ -325,6 +331,7 @@ async function runSql(db: TestDatabase, run: Op, seeded: number): Promise<unknow
       ['max_attempts', o.maxAttempts, '$::int'],
       ['unique_key', o.uniqueKey, '$::text'],
       ['unique_states', o.uniqueStates, '$::text[]'],
+      ['group_key', o.groupKey, '$::text'],
     ]);
     const [row] = await db.query<{ id: string }>(`SELECT ${fn('enqueue')}(${text}) AS id`, values);
     return { id: row!.id, duplicate: Number(row!.id) <= seeded };

@@ -1,6 +1,7 @@
 /**
  * The dashboard's own statements, for what the Skiplock API does not offer:
- * one job from the archive, a page of the archive, delete by id, finished jobs per minute, which jobs
+ * one job from the archive, a page of the archive, delete by id, finished jobs per minute, the running
+ * jobs of grouped queues by key, which jobs
  * still wait for their kind's `maxAttempts`, and which job ids are still
  * stored. Every value is a bind parameter; the schema is the only identifier
  * that varies, and it is quoted once here.
@@ -20,6 +21,17 @@ export interface ThroughputBucket {
   /** Jobs that ended `failed` or `dead`. */
   failed: number;
 }
+
+/** The running jobs of a grouped queue, by group key. */
+export interface GroupLoad {
+  /** Keys with at least one running job. */
+  keysRunning: number;
+  /** The keys with the most running jobs, most first (ties by key), at most {@link BUSIEST_KEYS}. */
+  busiest: { key: string; running: number }[];
+}
+
+/** Keys the queues page lists per grouped queue. */
+export const BUSIEST_KEYS = 5;
 
 /** Filters of the archive browser; every field optional. */
 export interface ArchiveFilter {
@@ -59,6 +71,7 @@ export class DashboardQueries {
   readonly #kindDecides: string;
   readonly #stored: string;
   readonly #archive: string;
+  readonly #groupLoad: string;
 
   constructor(schema: string) {
     const s = quoteIdent(schema);
@@ -93,6 +106,17 @@ export class DashboardQueries {
         AND ($5::timestamptz IS NULL OR (finished_at, id) < ($5, $6::bigint))
       ORDER BY finished_at DESC, id DESC
       LIMIT $7`;
+    // Reads only running rows with a key, through the partial index of the
+    // grouped claim's running counts: as many rows as jobs running.
+    this.#groupLoad = `SELECT queue, group_key, running, keys FROM (
+        SELECT queue, group_key, running,
+               count(*) OVER (PARTITION BY queue)::int AS keys,
+               row_number() OVER (PARTITION BY queue ORDER BY running DESC, group_key) AS rank
+        FROM (SELECT queue, group_key, count(*)::int AS running FROM ${s}.jobs
+              WHERE queue = ANY($1::text[]) AND status = 'running' AND group_key IS NOT NULL
+              GROUP BY queue, group_key) per_key) ranked
+      WHERE rank <= $2
+      ORDER BY queue, rank`;
   }
 
   /** Of `ids`, the jobs whose attempt limit their kind's handler sets at the first claim. */
@@ -159,6 +183,22 @@ export class DashboardQueries {
   async deleteJob(pool: pg.Pool, id: string): Promise<boolean> {
     const { rowCount } = await pool.query(this.#delete, [id]);
     return rowCount === 1;
+  }
+
+  /** For each of `queues`, its keys with running jobs and the busiest of them; a queue with none is absent. */
+  async groupLoad(pool: pg.Pool, queues: readonly string[]): Promise<Map<string, GroupLoad>> {
+    const load = new Map<string, GroupLoad>();
+    if (queues.length === 0) return load;
+    const { rows } = await pool.query<{ queue: string; group_key: string; running: number; keys: number }>(
+      this.#groupLoad,
+      [queues, BUSIEST_KEYS],
+    );
+    for (const row of rows) {
+      const entry = load.get(row.queue) ?? { keysRunning: row.keys, busiest: [] };
+      entry.busiest.push({ key: row.group_key, running: row.running });
+      load.set(row.queue, entry);
+    }
+    return load;
   }
 
   /** Finished jobs per minute over the last hour, 60 buckets oldest first, from `finished_at`. */

@@ -78,6 +78,11 @@ export interface JobRecord<Kind extends string = string, Payload = unknown> exte
    */
   startBy: Date | null;
   /**
+   * The job's group key, as given at enqueue (see `JobOptions.groupKey`): the
+   * key a queue's group limits count it under; null when it has none.
+   */
+  groupKey: string | null;
+  /**
    * The handler's return value, stored when the job's row outlived its success
    * (`onSuccess` `'keep'` or `'archive'`); null when none. Read by `getJob` only
    * (absent from lists).

@@ -209,7 +209,13 @@ describe('chaos: pause storm', () => {
         pausedAt: null,
         queued: 0,
         running: 0,
-        limits: { concurrency: null, rate: null },
+        limits: {
+          concurrency: null,
+          rate: null,
+          groupConcurrency: null,
+          groupRate: null,
+          strictOrder: false,
+        },
       })),
     );
     await Promise.all(workers.map((p) => p.shutdown()));

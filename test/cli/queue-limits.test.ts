@@ -104,4 +104,32 @@ describe('skiplock queues limits', () => {
       limits: { concurrency: null, rate: null, groupConcurrency: null, groupRate: null, strictOrder: false },
     });
   });
+
+  it('enqueue --group-key stores the key; jobs show prints it; a bad key exits 2 naming the flag, inserting nothing', async () => {
+    const result = await runCli([
+      'enqueue',
+      'k',
+      '{}',
+      '--queue',
+      'cli-g',
+      '--group-key',
+      'acct-42',
+      '--json',
+      ...conn,
+    ]);
+    expect(result.code, result.stderr).toBe(0);
+    const { id } = JSON.parse(result.stdout) as { id: string };
+    expect((await skiplock.getJob(id))?.groupKey).toBe('acct-42');
+    const shown = await runCli(['jobs', 'show', id, ...conn]);
+    expect(shown.code, shown.stderr).toBe(0);
+    expect(shown.stdout).toContain('\ngroup_key     acct-42\n');
+    const plain = await skiplock.enqueue('k', {}, { queue: 'cli-g' });
+    expect((await runCli(['jobs', 'show', plain.id, ...conn])).stdout).toContain('\ngroup_key     -\n');
+
+    const before = (await skiplock.listJobs({ limit: 1000 })).length;
+    const bad = await runCli(['enqueue', 'k', '--group-key', 'g'.repeat(201), ...conn]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('invalid --group-key: must be at most 200 characters');
+    expect(await skiplock.listJobs({ limit: 1000 })).toHaveLength(before);
+  });
 });

@@ -21,6 +21,7 @@ interface EnqueueFlags extends ConnectionFlags {
   maxAttempts?: number;
   tag?: string[];
   startWithinMs?: number;
+  groupKey?: string;
   json?: boolean;
 }
 
@@ -45,11 +46,13 @@ export function enqueueCommand(): Command {
       '--start-within-ms <ms>',
       'never run the job unless it starts within this many milliseconds from now (it ends cancelled, expired)',
       integer(0, MAX_DELAY_MS),
-    );
+    )
+    .option('--group-key <key>', "the key a queue's group limits count the job under (1-200 characters)");
   return addDatabaseCommandFlags(command, [
     `skiplock enqueue send_invoice_email '{"orderId": 42}'`,
     `skiplock enqueue resize_image '{"url": "s3://img/1.png"}' --queue media --priority 5 --delay-ms 60000`,
     'skiplock enqueue nightly_report --max-attempts 3 --json',
+    `skiplock enqueue sync_ledger '{"account": 42}' --queue ledger --group-key account-42`,
     `skiplock enqueue sync_account '{"accountId": 7}' --tag tenant:7 --tag import --start-within-ms 300000`,
   ]).action(async (kind: string, payloadJson: string, flags: EnqueueFlags) => {
     const payload = parsePayloadArgument(payloadJson);
@@ -60,6 +63,7 @@ export function enqueueCommand(): Command {
     if (flags.maxAttempts !== undefined) options.maxAttempts = flags.maxAttempts;
     if (flags.tag !== undefined) options.tags = flags.tag;
     if (flags.startWithinMs !== undefined) options.startWithinMs = flags.startWithinMs;
+    if (flags.groupKey !== undefined) options.groupKey = flags.groupKey;
     await withDatabase(flags, async ({ skiplock }) => {
       const job = await skiplock.enqueue(kind, payload, options);
       if (flags.json) printJson(job);

@@ -143,6 +143,7 @@ function describeJob(job: JobRecord): string {
     `finished_at   ${time(job.finishedAt)}`,
     `start_by      ${time(job.startBy)}`,
     `tags          ${job.tags.length === 0 ? '-' : job.tags.join(', ')}`,
+    `group_key     ${job.groupKey ?? '-'}`,
     `payload       ${JSON.stringify(job.payload)}`,
     `last_error    ${job.lastError ?? '-'}`,
     `errors        ${job.errors.length === 0 ? '-' : `${job.errors.length} failed attempts, oldest first`}`,

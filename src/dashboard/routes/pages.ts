@@ -10,7 +10,7 @@ import type { Dashboard, DashboardEnv } from '../context.js';
 import { type ArchiveQuery, archivePage } from '../views/archive.js';
 import { jobPage } from '../views/job.js';
 import { type JobsQuery, jobsPage } from '../views/jobs.js';
-import { queuesPage } from '../views/queues.js';
+import { isGrouped, queuesPage } from '../views/queues.js';
 import { schedulesPage } from '../views/schedules.js';
 import { errorPage, render } from './render.js';
 
@@ -48,7 +48,9 @@ export function registerPages(app: Hono<DashboardEnv>, d: Dashboard): void {
       d.skiplock.queues(),
       d.queries.throughput(d.pool),
     ]);
-    return render(c, d, queuesPage(d, c.get('csrfToken'), stats, queues, buckets));
+    const grouped = queues.filter((q) => isGrouped(q.limits)).map((q) => q.name);
+    const groupLoad = await d.queries.groupLoad(d.pool, grouped);
+    return render(c, d, queuesPage(d, c.get('csrfToken'), stats, queues, buckets, groupLoad));
   });
 
   app.get('/schedules', async (c) => {

@@ -53,6 +53,7 @@ export function jobPage(
 <dt>run at</dt><dd data-field="run-at">${job.status === 'cancelled' ? html`${formatTime(job.runAt)} <span class="muted">(cancelled: it will not run)</span>` : time(job.runAt)}</dd>
 <dt>created at</dt><dd>${time(job.createdAt)}</dd>
 ${job.startBy ? html`<dt>start by</dt><dd data-field="start-by">${time(job.startBy)} <span class="muted">(not started by then, it never runs)</span></dd>` : ''}
+<dt>group key</dt><dd class="mono" data-field="group-key">${job.groupKey ?? html`<span class="muted">none</span>`}</dd>
 <dt>tags</dt><dd data-field="tags">${job.tags.length === 0 ? html`<span class="muted">none</span>` : tagLinks(d, job.tags)}</dd>
 <dt>finished at</dt><dd>${time(job.finishedAt)}</dd>
 ${job.cancelRequestedAt ? html`<dt>cancel requested</dt><dd data-field="cancel-requested-at">${time(job.cancelRequestedAt)}</dd>` : ''}

@@ -1,31 +1,33 @@
 /**
  * The queues page: jobs per queue and status, which queues are paused (with
- * Pause and Resume buttons), the oldest due job's age, and finished jobs per
- * minute over the last hour.
+ * Pause and Resume buttons), the oldest due job's age, its limits (and, for a
+ * queue with group limits, its keys with running jobs and the busiest of
+ * them), and finished jobs per minute over the last hour.
  */
 
 import { JOB_STATUSES } from '../../job/job.js';
 import type { QueueInfo } from '../../operations/queues.js';
 import type { QueueStats } from '../../skiplock.js';
 import type { Dashboard } from '../context.js';
-import type { ThroughputBucket } from '../queries.js';
+import type { GroupLoad, ThroughputBucket } from '../queries.js';
 import { throughputChart } from './chart.js';
 import { formatDuration, formatTime } from './format.js';
 import { type Html, html } from './html.js';
 import { actionButton, type Page, statusPill } from './layout.js';
 
-/** The queues page from `stats()`, `queues()` (paused or not) and the chart's buckets. */
+/** The queues page from `stats()`, `queues()` (paused or not), the chart's buckets and the grouped queues' running keys. */
 export function queuesPage(
   d: Dashboard,
   csrfToken: string,
   stats: QueueStats[],
   infos: QueueInfo[],
   buckets: ThroughputBucket[],
+  groupLoad: ReadonlyMap<string, GroupLoad> = new Map(),
 ): Page {
   // A paused queue without jobs has no stats row but is still listed, so it can be resumed.
   const queues = [...new Set([...stats.map((s) => s.queue), ...infos.map((q) => q.name)])].sort();
   const paused = new Map(infos.filter((q) => q.paused).map((q) => [q.name, q.pausedAt]));
-  const limits = new Map(infos.map((q) => [q.name, limitsText(q.limits)]));
+  const limits = new Map(infos.map((q) => [q.name, q.limits]));
   const count = (queue: string, status: string) =>
     stats.find((s) => s.queue === queue && s.status === status)?.count ?? 0;
   // Large groups of finished jobs are counted from a sample: shown as ≈n.
@@ -78,7 +80,7 @@ export function queuesPage(
     }</td>
 ${JOB_STATUSES.map((status) => cell(queue, status, count(queue, status)))}
 <td class="num" data-queue="${queue}" data-oldest-due>${oldest === null ? '—' : formatDuration(oldest)}</td>
-<td class="nowrap" data-queue="${queue}" data-limits>${limits.get(queue) || html`<span class="muted">—</span>`}</td>
+<td class="nowrap" data-queue="${queue}" data-limits>${limitsCell(limits.get(queue), groupLoad.get(queue))}</td>
 ${d.options.readOnly ? '' : html`<td class="nowrap">${toggle}${requeue}</td>`}</tr>`;
   });
   const totals = JOB_STATUSES.map((status) =>
@@ -112,6 +114,11 @@ ${note}
   };
 }
 
+/** Whether a queue has group limits (its jobs are claimed per group key). */
+export function isGrouped(limits: QueueInfo['limits']): boolean {
+  return limits.groupConcurrency !== null || limits.groupRate !== null || limits.strictOrder;
+}
+
 /** A queue's global limits in words ('' for none): `≤ 3 running · 50 starts / 1 s`. */
 function limitsText(limits: QueueInfo['limits']): string {
   const parts: string[] = [];
@@ -119,4 +126,27 @@ function limitsText(limits: QueueInfo['limits']): string {
   if (limits.rate !== null)
     parts.push(`${limits.rate.count} starts / ${formatDuration(limits.rate.periodMs)}`);
   return parts.join(' · ');
+}
+
+/** A queue's group limits in words ('' for none): `per key ≤ 1 running · 5 starts / 1 s · in order`. */
+function groupLimitsText(limits: QueueInfo['limits']): string {
+  const parts: string[] = [];
+  if (limits.groupConcurrency !== null) parts.push(`≤ ${limits.groupConcurrency} running`);
+  if (limits.groupRate !== null)
+    parts.push(`${limits.groupRate.count} starts / ${formatDuration(limits.groupRate.periodMs)}`);
+  if (limits.strictOrder) parts.push('in order');
+  return parts.length === 0 ? '' : `per key ${parts.join(' · ')}`;
+}
+
+/** The limits cell: global limits, group limits, and a grouped queue's running keys. */
+function limitsCell(limits: QueueInfo['limits'] | undefined, load: GroupLoad | undefined): Html | string {
+  if (limits === undefined) return html`<span class="muted">—</span>`;
+  const global = limitsText(limits);
+  if (!isGrouped(limits)) return global || html`<span class="muted">—</span>`;
+  const keys = load
+    ? html`${load.keysRunning} ${load.keysRunning === 1 ? 'key' : 'keys'} running; busiest: ${load.busiest.map(
+        (b, i) => html`${i > 0 ? ', ' : ''}<span class="mono">${b.key}</span> (${b.running})`,
+      )}`
+    : 'no key running';
+  return html`${global ? html`<div>${global}</div>` : ''}<div data-group-limits>${groupLimitsText(limits)}</div><div class="muted" data-group-keys>${keys}</div>`;
 }

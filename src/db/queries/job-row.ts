@@ -28,11 +28,12 @@ export interface JobRow {
   errors: unknown;
   tags: string[] | null;
   start_by: Date | null;
+  group_key: string | null;
 }
 
 /** Every column of {@link JobRow} but the payload, in one select list (list views read a preview of it). */
 export const JOB_COLUMNS_BUT_PAYLOAD =
-  'id, queue, kind, status, priority, run_at, attempts, max_attempts, locked_at, locked_by, lease_seq, last_error, created_at, finished_at, cancel_requested_at, errors, tags, start_by';
+  'id, queue, kind, status, priority, run_at, attempts, max_attempts, locked_at, locked_by, lease_seq, last_error, created_at, finished_at, cancel_requested_at, errors, tags, start_by, group_key';
 
 /** Every column of {@link JobRow}, in one select list. */
 export const JOB_COLUMNS = `${JOB_COLUMNS_BUT_PAYLOAD}, payload`;
@@ -65,6 +66,7 @@ export function toJobRecord(row: JobRow): JobRecord {
     errors: toAttemptErrors(row.errors),
     tags: row.tags ?? [],
     startBy: row.start_by,
+    groupKey: row.group_key,
   };
 }
 
