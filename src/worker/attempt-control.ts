@@ -67,22 +67,29 @@ export function attemptContext(
   sink?: ProgressSink,
   attempt?: unknown,
 ): HandlerContext {
-  // The writer is made on the first report: an attempt that reports nothing pays two closures.
+  // The writer is made on the first report. Methods rather than arrow functions: they close over
+  // this call all the same, and a transpiler that keeps function names (tsx, esbuild) renames each
+  // named arrow with Object.defineProperty on every call, which cost more than the rest of a no-op attempt.
   let writer: ProgressWriter | undefined;
-  const output = (): ProgressWriter | undefined => {
-    if (sink) writer ??= new ProgressWriter(sink, attempt);
-    return writer;
-  };
   return {
     get signal() {
       return control.signal;
     },
-    parents: () =>
-      control.parentsOf
+    parents() {
+      return control.parentsOf
         ? control.parentsOf(jobId)
-        : Promise.reject(new Error('parents() reads the jobs table; this worker has no connection to it')),
-    progress: (value) => output()?.progress(value) ?? NOT_WRITTEN,
-    log: (line) => output()?.log(line) ?? NOT_WRITTEN,
+        : Promise.reject(new Error('parents() reads the jobs table; this worker has no connection to it'));
+    },
+    progress(value) {
+      if (!sink) return NOT_WRITTEN;
+      writer ??= new ProgressWriter(sink, attempt);
+      return writer.progress(value);
+    },
+    log(line) {
+      if (!sink) return NOT_WRITTEN;
+      writer ??= new ProgressWriter(sink, attempt);
+      return writer.log(line);
+    },
   };
 }
 

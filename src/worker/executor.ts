@@ -73,42 +73,62 @@ export function runJob(
   if (!isThenable(result)) return Promise.resolve(success(result));
   const pending = result;
   return new Promise<RunOutcome>((resolve) => {
-    let timer: NodeJS.Timeout | undefined;
-    let settled = false;
-    // The first call decides; a handler that settles after a timeout or cancel is not heard.
-    const settle = (outcome: RunOutcome) => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      control.onAbort = undefined;
-      resolve(outcome);
-    };
+    const attempt = new SettlingAttempt(control, resolve);
     try {
       pending.then(
-        (value) => settle(success(value)),
-        (error: unknown) => settle(failure(error)),
+        (value) => attempt.settle(success(value)),
+        (error: unknown) => attempt.settle(failure(error)),
       );
     } catch (error) {
       // A thenable whose then() throws: the attempt failed, it did not break the worker.
-      settle(failure(error));
+      attempt.settle(failure(error));
     }
-    if (settled) return;
+    if (attempt.settled) return;
     if (control.aborted) {
-      if (control.reason instanceof CancelledError) settle(failure(control.reason));
+      if (control.reason instanceof CancelledError) attempt.settle(failure(control.reason));
       return;
     }
     control.onAbort = (reason) => {
-      if (reason instanceof CancelledError) settle(failure(reason));
+      if (reason instanceof CancelledError) attempt.settle(failure(reason));
     };
-    if (timeoutMs !== undefined) {
-      timer = setTimeout(() => {
-        if (settled) return;
-        const error = new JobTimeoutError(timeoutMs);
-        control.abort(error);
-        settle(failure(error));
-      }, timeoutMs);
-    }
+    if (timeoutMs !== undefined) attempt.timeOutAfter(timeoutMs);
   });
+}
+
+/**
+ * An attempt whose handler returned a promise: the first of its settling, its
+ * timeout and its cancel decides; a handler that settles later is not heard.
+ * A class rather than closures: a transpiler that keeps function names (tsx,
+ * esbuild) renames each named closure on every attempt, at a cost.
+ */
+class SettlingAttempt {
+  settled = false;
+  #timer: NodeJS.Timeout | undefined;
+  readonly #control: AttemptControl;
+  readonly #resolve: (outcome: RunOutcome) => void;
+
+  constructor(control: AttemptControl, resolve: (outcome: RunOutcome) => void) {
+    this.#control = control;
+    this.#resolve = resolve;
+  }
+
+  settle(outcome: RunOutcome): void {
+    if (this.settled) return;
+    this.settled = true;
+    clearTimeout(this.#timer);
+    this.#control.onAbort = undefined;
+    this.#resolve(outcome);
+  }
+
+  /** Fails the attempt with {@link JobTimeoutError} (and aborts it) after `timeoutMs`, unless settled. */
+  timeOutAfter(timeoutMs: number): void {
+    this.#timer = setTimeout(() => {
+      if (this.settled) return;
+      const error = new JobTimeoutError(timeoutMs);
+      this.#control.abort(error);
+      this.settle(failure(error));
+    }, timeoutMs);
+  }
 }
 
 /** The success outcome of a handler that returned `value` (shared when it returned nothing). */
