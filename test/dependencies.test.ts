@@ -471,3 +471,67 @@ it('a transactional handler reads its parents too (worker-less, through drain)',
   });
   expect(seen).toEqual([{ id: parent!.id, kind: 'step', status: 'succeeded', result: null }]);
 });
+
+describe('a parent deleted on success (the default policy) passes its result to its children', () => {
+  it("through a worker: the child's parents() sees { charged: 42 }; the lone job's row is gone as usual", async () => {
+    const [order, lone] = await t.skiplock.enqueueMany([
+      { kind: 'charge', payload: {}, ref: 'order' },
+      { kind: 'charge', payload: {} },
+      { kind: 'ship', payload: {}, dependsOn: ['order'] },
+    ]);
+    let seen: unknown;
+    const worker = t.worker({
+      handlers: {
+        charge: () => ({ charged: 42 }),
+        ship: async (_job, context) => {
+          seen = await context.parents();
+        },
+      },
+      pollIntervalMs: 50,
+    });
+    await worker.start();
+    await waitFor(() => seen !== undefined, 30_000, 'the child to run');
+    expect(seen).toEqual([{ id: order!.id, kind: 'charge', status: 'succeeded', result: { charged: 42 } }]);
+    expect(await t.row(order!.id)).toBeUndefined();
+    expect(await t.row(lone!.id)).toBeUndefined();
+  });
+
+  it('through drain, from a plain and from a transactional parent', async () => {
+    const [plain, txn] = await t.skiplock.enqueueMany([
+      { kind: 'plain', payload: {}, ref: 'plain' },
+      { kind: 'txnParent', payload: {}, ref: 'txn' },
+      { kind: 'child', payload: {}, dependsOn: ['plain', 'txn'] },
+    ]);
+    let seen: unknown;
+    await drain(t.skiplock, {
+      plain: () => ({ charged: 42 }),
+      txnParent: {
+        transactional: true,
+        handle: async () => ({ reserved: [1, 2] }),
+      },
+      child: async (_job: Job, context) => {
+        seen = await context.parents();
+      },
+    });
+    expect(seen).toEqual([
+      { id: plain!.id, kind: 'plain', status: 'succeeded', result: { charged: 42 } },
+      { id: txn!.id, kind: 'txnParent', status: 'succeeded', result: { reserved: [1, 2] } },
+    ]);
+  });
+
+  it('a value that cannot be stored is left out: the parent still succeeds, its child sees null', async () => {
+    const [parent] = await t.skiplock.enqueueMany([
+      { kind: 'big', payload: {}, ref: 'p' },
+      { kind: 'child', payload: {}, dependsOn: ['p'] },
+    ]);
+    let seen: unknown;
+    const result = await drain(t.skiplock, {
+      big: () => 10n,
+      child: async (_job: Job, context) => {
+        seen = await context.parents();
+      },
+    });
+    expect(result.failed).toBe(0);
+    expect(seen).toEqual([{ id: parent!.id, kind: 'big', status: 'succeeded', result: null }]);
+  });
+});
