@@ -535,3 +535,37 @@ describe('a parent deleted on success (the default policy) passes its result to 
     expect(seen).toEqual([{ id: parent!.id, kind: 'big', status: 'succeeded', result: null }]);
   });
 });
+
+it('requeueing a dead parent leaves its cancelled child cancelled; the child requeued too runs at once and reads the recorded end', async () => {
+  const [parent, child] = await t.skiplock.enqueueMany([
+    { kind: 'flaky', payload: {}, ref: 'p', maxAttempts: 1 },
+    { kind: 'child', payload: {}, dependsOn: ['p'] },
+  ]);
+  let fail = true;
+  let seen: unknown;
+  const handlers = {
+    flaky: () => {
+      if (fail) throw new Error('down');
+      return { ok: true };
+    },
+    child: async (_job: Job, context: { parents(): Promise<unknown> }) => {
+      seen = await context.parents();
+    },
+  };
+  await drain(t.skiplock, handlers);
+  expect(await states(parent!.id, child!.id)).toEqual({
+    [parent!.id]: 'dead: Error: down',
+    [child!.id]: `cancelled: parent job ${parent!.id} ended dead`,
+  });
+  fail = false;
+  expect(await t.skiplock.requeue({ ids: [parent!.id] })).toBe(1);
+  await drain(t.skiplock, handlers, { onSuccess: 'keep' });
+  expect(await states(parent!.id, child!.id)).toEqual({
+    [parent!.id]: 'succeeded',
+    [child!.id]: `cancelled: parent job ${parent!.id} ended dead`,
+  });
+  expect(seen).toBeUndefined();
+  expect(await t.skiplock.requeue({ ids: [child!.id], status: 'cancelled' })).toBe(1);
+  await drain(t.skiplock, handlers);
+  expect(seen).toEqual([{ id: parent!.id, kind: 'flaky', status: 'dead', result: null }]);
+});
