@@ -569,3 +569,34 @@ it('requeueing a dead parent leaves its cancelled child cancelled; the child req
   await drain(t.skiplock, handlers);
   expect(seen).toEqual([{ id: parent!.id, kind: 'flaky', status: 'dead', result: null }]);
 });
+
+it('a parent cancelled while its child is being enqueued: the cancel waits for the enqueue and cancels the child', async () => {
+  const parent = await t.skiplock.enqueue('step', {});
+  const client = await t.skiplock.pool.connect();
+  try {
+    await client.query('BEGIN');
+    const { rows } = await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    const child = await t.skiplock.enqueue('step', {}, { dependsOn: [parent.id], client });
+    const cancelled = t.skiplock.cancel({ ids: [parent.id] });
+    // The cancel waits on the parent's row, locked by the child's enqueue until it commits.
+    await waitFor(
+      async () =>
+        (
+          await t.query<{ n: number }>(
+            'SELECT count(*)::int AS n FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))',
+            [rows[0]!.pid],
+          )
+        )[0]!.n > 0,
+      30_000,
+      'the cancel to wait for the lock',
+    );
+    await client.query('COMMIT');
+    expect(await cancelled).toMatchObject({ cancelled: 1 });
+    expect(await states(parent.id, child.id)).toEqual({
+      [parent.id]: 'cancelled',
+      [child.id]: `cancelled: parent job ${parent.id} ended cancelled`,
+    });
+  } finally {
+    client.release();
+  }
+});
