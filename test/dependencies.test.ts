@@ -519,6 +519,25 @@ describe('a parent deleted on success (the default policy) passes its result to 
     ]);
   });
 
+  it("an archived parent's and a kept parent's results reach their child too", async () => {
+    const [archived, kept] = await t.skiplock.enqueueMany([
+      { kind: 'charge', payload: { n: 1 }, ref: 'a', onSuccess: 'archive' },
+      { kind: 'charge', payload: { n: 2 }, ref: 'k', onSuccess: 'keep' },
+      { kind: 'child', payload: {}, dependsOn: ['a', 'k'] },
+    ]);
+    let seen: unknown;
+    await drain(t.skiplock, {
+      charge: (job: Job) => ({ charged: (job.payload as { n: number }).n }),
+      child: async (_job: Job, context) => {
+        seen = await context.parents();
+      },
+    });
+    expect(seen).toEqual([
+      { id: archived!.id, kind: 'charge', status: 'succeeded', result: { charged: 1 } },
+      { id: kept!.id, kind: 'charge', status: 'succeeded', result: { charged: 2 } },
+    ]);
+  });
+
   it('a value that cannot be stored is left out: the parent still succeeds, its child sees null', async () => {
     const [parent] = await t.skiplock.enqueueMany([
       { kind: 'big', payload: {}, ref: 'p' },

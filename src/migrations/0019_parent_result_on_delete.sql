@@ -2,9 +2,10 @@
 -- children. Runs with search_path set to the target schema (the migrator does
 -- this; with psql: SET search_path TO skiplock; \i 0019_parent_result_on_delete.sql).
 --
--- A job under the 'delete' success policy has no row to hold its result: the
--- finish statement writes the result onto the job's edges in
--- job_dependencies itself, in the statement that deletes the row. The release
+-- A job under the 'delete' success policy has no row to hold its result, and
+-- one under 'archive' leaves the jobs table before its result is anywhere
+-- the trigger reads: the finish statement writes the result onto the job's
+-- edges in job_dependencies itself, in the statement that deletes the row. The release
 -- trigger runs after that statement and records the parent's status; here it
 -- keeps a result already on the edge instead of overwriting it with the
 -- deleted row's (empty) result column. Same function, same signature: only

@@ -209,8 +209,9 @@ SELECT * FROM ${selects.join(' UNION ALL SELECT * FROM ')}`;
  * The part that ends succeeded jobs by `policy`, named `name`; with `result`
  * (the expression of a job's result, by its id: the row `j`'s by default), it
  * stores each job's result: on the row for `keep` and `archive`; for
- * `delete`, whose row is gone, on the job's edges to its children not yet
- * released, where the release trigger (run after this statement) keeps it.
+ * `delete` and `archive`, whose rows leave the jobs table, also on the job's
+ * edges to its children not yet released, where the release trigger (run
+ * after this statement) keeps it.
  */
 function successParts(
   names: SchemaNames,
@@ -225,13 +226,7 @@ function successParts(
   switch (policy) {
     case 'delete': {
       const deleted = `${name} AS (DELETE FROM ${jobs} j ${fence} ${returned})`;
-      if (!resultOf) return [deleted];
-      return [
-        deleted,
-        `${name}_edges AS (
-           UPDATE ${names.quoted}.job_dependencies d SET parent_result = ${resultOf('d.parent_id')}
-           FROM ${name} s WHERE d.parent_id = s.id AND d.parent_status IS NULL)`,
-      ];
+      return resultOf ? [deleted, edges(names, `${name}_edges`, name, resultOf)] : [deleted];
     }
     case 'keep': {
       const setResult = result ? `, result = ${result}` : '';
@@ -253,9 +248,22 @@ function successParts(
                   max_attempts_default, errors, trace_context, tags, start_by, group_key${result ? `, ${result}, on_success, progress, logs` : ''}
            FROM ${archived}${result ? ' j' : ''}
            ${returned})`,
+        ...(resultOf ? [edges(names, `${archived}_edges`, archived, resultOf)] : []),
       ];
     }
   }
+}
+
+/**
+ * The part named `name` that writes the results of the jobs `deleted` (a part
+ * returning their ids) onto their edges to children not yet released: the
+ * release trigger, run after the statement, reads the deleted row, which
+ * holds no result, and keeps the edge's.
+ */
+function edges(names: SchemaNames, name: string, deleted: string, resultOf: (id: string) => string): string {
+  return `${name} AS (
+     UPDATE ${names.quoted}.job_dependencies d SET parent_result = ${resultOf('d.parent_id')}
+     FROM ${deleted} s WHERE d.parent_id = s.id AND d.parent_status IS NULL)`;
 }
 
 /** A returned row. */
