@@ -395,6 +395,48 @@ describe('a batch handler', () => {
     expect(sizes).toEqual([1, 1]);
     expect(result.jobs.map((j) => j.status)).toEqual(['succeeded', 'failed']);
   });
+
+  it("stores each job's value as its result, as a single handler's: on a kept row, and for the job's children", async () => {
+    const [kept, parent] = await t.skiplock.enqueueMany([
+      { kind: 'valued', payload: { n: 1 }, onSuccess: 'keep' },
+      { kind: 'valued', payload: { n: 2 }, ref: 'p' },
+      { kind: 'child', payload: {}, dependsOn: ['p'] },
+    ]);
+    let seen: unknown;
+    const worker = t.worker({
+      pollIntervalMs: 100,
+      handlers: {
+        valued: {
+          maxBatchSize: 2,
+          maxWaitMs: 10_000,
+          handleBatch: (jobs: Job<'valued', { n: number }>[]) =>
+            jobs.map((job) => ({ doubled: job.payload.n * 2 })),
+        },
+        child: async (_job: Job, context) => {
+          seen = await context.parents();
+        },
+      },
+    });
+    await worker.start();
+    await waitFor(() => seen !== undefined, 30_000, 'the child to run');
+    expect(seen).toEqual([{ id: parent!.id, kind: 'valued', status: 'succeeded', result: { doubled: 4 } }]);
+    expect(await t.skiplock.getJob(kept!.id)).toMatchObject({ status: 'succeeded', result: { doubled: 2 } });
+  });
+
+  it("stores each job's value as its result under drain too", async () => {
+    const job = await t.skiplock.enqueue('valued', { n: 3 });
+    await drain(
+      t.skiplock,
+      {
+        valued: {
+          handleBatch: (jobs: Job<'valued', { n: number }>[]) =>
+            jobs.map((j) => ({ doubled: j.payload.n * 2 })),
+        },
+      },
+      { onSuccess: 'keep' },
+    );
+    expect(await t.skiplock.getJob(job.id)).toMatchObject({ status: 'succeeded', result: { doubled: 6 } });
+  });
 });
 
 describe('batch handler options', () => {

@@ -471,3 +471,151 @@ it('a transactional handler reads its parents too (worker-less, through drain)',
   });
   expect(seen).toEqual([{ id: parent!.id, kind: 'step', status: 'succeeded', result: null }]);
 });
+
+describe('a parent deleted on success (the default policy) passes its result to its children', () => {
+  it("through a worker: the child's parents() sees { charged: 42 }; the lone job's row is gone as usual", async () => {
+    const [order, lone] = await t.skiplock.enqueueMany([
+      { kind: 'charge', payload: {}, ref: 'order' },
+      { kind: 'charge', payload: {} },
+      { kind: 'ship', payload: {}, dependsOn: ['order'] },
+    ]);
+    let seen: unknown;
+    const worker = t.worker({
+      handlers: {
+        charge: () => ({ charged: 42 }),
+        ship: async (_job, context) => {
+          seen = await context.parents();
+        },
+      },
+      pollIntervalMs: 50,
+    });
+    await worker.start();
+    await waitFor(() => seen !== undefined, 30_000, 'the child to run');
+    expect(seen).toEqual([{ id: order!.id, kind: 'charge', status: 'succeeded', result: { charged: 42 } }]);
+    expect(await t.row(order!.id)).toBeUndefined();
+    expect(await t.row(lone!.id)).toBeUndefined();
+  });
+
+  it('through drain, from a plain and from a transactional parent', async () => {
+    const [plain, txn] = await t.skiplock.enqueueMany([
+      { kind: 'plain', payload: {}, ref: 'plain' },
+      { kind: 'txnParent', payload: {}, ref: 'txn' },
+      { kind: 'child', payload: {}, dependsOn: ['plain', 'txn'] },
+    ]);
+    let seen: unknown;
+    await drain(t.skiplock, {
+      plain: () => ({ charged: 42 }),
+      txnParent: {
+        transactional: true,
+        handle: async () => ({ reserved: [1, 2] }),
+      },
+      child: async (_job: Job, context) => {
+        seen = await context.parents();
+      },
+    });
+    expect(seen).toEqual([
+      { id: plain!.id, kind: 'plain', status: 'succeeded', result: { charged: 42 } },
+      { id: txn!.id, kind: 'txnParent', status: 'succeeded', result: { reserved: [1, 2] } },
+    ]);
+  });
+
+  it("an archived parent's and a kept parent's results reach their child too", async () => {
+    const [archived, kept] = await t.skiplock.enqueueMany([
+      { kind: 'charge', payload: { n: 1 }, ref: 'a', onSuccess: 'archive' },
+      { kind: 'charge', payload: { n: 2 }, ref: 'k', onSuccess: 'keep' },
+      { kind: 'child', payload: {}, dependsOn: ['a', 'k'] },
+    ]);
+    let seen: unknown;
+    await drain(t.skiplock, {
+      charge: (job: Job) => ({ charged: (job.payload as { n: number }).n }),
+      child: async (_job: Job, context) => {
+        seen = await context.parents();
+      },
+    });
+    expect(seen).toEqual([
+      { id: archived!.id, kind: 'charge', status: 'succeeded', result: { charged: 1 } },
+      { id: kept!.id, kind: 'charge', status: 'succeeded', result: { charged: 2 } },
+    ]);
+  });
+
+  it('a value that cannot be stored is left out: the parent still succeeds, its child sees null', async () => {
+    const [parent] = await t.skiplock.enqueueMany([
+      { kind: 'big', payload: {}, ref: 'p' },
+      { kind: 'child', payload: {}, dependsOn: ['p'] },
+    ]);
+    let seen: unknown;
+    const result = await drain(t.skiplock, {
+      big: () => 10n,
+      child: async (_job: Job, context) => {
+        seen = await context.parents();
+      },
+    });
+    expect(result.failed).toBe(0);
+    expect(seen).toEqual([{ id: parent!.id, kind: 'big', status: 'succeeded', result: null }]);
+  });
+});
+
+it('requeueing a dead parent leaves its cancelled child cancelled; the child requeued too runs at once and reads the recorded end', async () => {
+  const [parent, child] = await t.skiplock.enqueueMany([
+    { kind: 'flaky', payload: {}, ref: 'p', maxAttempts: 1 },
+    { kind: 'child', payload: {}, dependsOn: ['p'] },
+  ]);
+  let fail = true;
+  let seen: unknown;
+  const handlers = {
+    flaky: () => {
+      if (fail) throw new Error('down');
+      return { ok: true };
+    },
+    child: async (_job: Job, context: { parents(): Promise<unknown> }) => {
+      seen = await context.parents();
+    },
+  };
+  await drain(t.skiplock, handlers);
+  expect(await states(parent!.id, child!.id)).toEqual({
+    [parent!.id]: 'dead: Error: down',
+    [child!.id]: `cancelled: parent job ${parent!.id} ended dead`,
+  });
+  fail = false;
+  expect(await t.skiplock.requeue({ ids: [parent!.id] })).toBe(1);
+  await drain(t.skiplock, handlers, { onSuccess: 'keep' });
+  expect(await states(parent!.id, child!.id)).toEqual({
+    [parent!.id]: 'succeeded',
+    [child!.id]: `cancelled: parent job ${parent!.id} ended dead`,
+  });
+  expect(seen).toBeUndefined();
+  expect(await t.skiplock.requeue({ ids: [child!.id], status: 'cancelled' })).toBe(1);
+  await drain(t.skiplock, handlers);
+  expect(seen).toEqual([{ id: parent!.id, kind: 'flaky', status: 'dead', result: null }]);
+});
+
+it('a parent cancelled while its child is being enqueued: the cancel waits for the enqueue and cancels the child', async () => {
+  const parent = await t.skiplock.enqueue('step', {});
+  const client = await t.skiplock.pool.connect();
+  try {
+    await client.query('BEGIN');
+    const { rows } = await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    const child = await t.skiplock.enqueue('step', {}, { dependsOn: [parent.id], client });
+    const cancelled = t.skiplock.cancel({ ids: [parent.id] });
+    // The cancel waits on the parent's row, locked by the child's enqueue until it commits.
+    await waitFor(
+      async () =>
+        (
+          await t.query<{ n: number }>(
+            'SELECT count(*)::int AS n FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))',
+            [rows[0]!.pid],
+          )
+        )[0]!.n > 0,
+      30_000,
+      'the cancel to wait for the lock',
+    );
+    await client.query('COMMIT');
+    expect(await cancelled).toMatchObject({ cancelled: 1 });
+    expect(await states(parent.id, child.id)).toEqual({
+      [parent.id]: 'cancelled',
+      [child.id]: `cancelled: parent job ${parent.id} ended cancelled`,
+    });
+  } finally {
+    client.release();
+  }
+});

@@ -159,6 +159,44 @@ describe('drain()', () => {
     await drain(skiplock, { charge: () => {} }, { onSuccess: 'keep' });
     expect(await skiplock.getJob(job.id)).toMatchObject({ status: 'succeeded', attempts: 1 });
   });
+
+  it('progress() and log() write nothing under drain: they resolve false', async () => {
+    const job = await skiplock.enqueue('charge', { cents: 9 });
+    const answers: boolean[] = [];
+    await drain(
+      skiplock,
+      {
+        charge: async (_job, { progress, log }) => {
+          answers.push(await progress({ pct: 50 }), await log('half way'));
+        },
+      },
+      { onSuccess: 'keep' },
+    );
+    expect(answers).toEqual([false, false]);
+    expect(await skiplock.getJob(job.id)).toMatchObject({ status: 'succeeded', progress: null, logs: [] });
+  });
+
+  it('stores a transactional handler’s result and honours its job’s own success policy, as a worker does', async () => {
+    const kept = await skiplock.enqueue('charge', { cents: 7 });
+    const archived = await skiplock.enqueue('charge', { cents: 8 }, { onSuccess: 'archive' });
+    await drain(
+      skiplock,
+      {
+        charge: {
+          transactional: true,
+          handle: async (job) => ({ charged: job.payload.cents }),
+        },
+      },
+      { onSuccess: 'keep' },
+    );
+    expect(await skiplock.getJob(kept.id)).toMatchObject({ status: 'succeeded', result: { charged: 7 } });
+    expect(await skiplock.getJob(archived.id)).toBeUndefined();
+    expect(await skiplock.waitFor(archived.id)).toEqual({
+      status: 'succeeded',
+      result: { charged: 8 },
+      lastError: null,
+    });
+  });
 });
 
 describe('drain({ client })', () => {

@@ -8,15 +8,16 @@ import type pg from 'pg';
 import { type Queryable, translateError } from '../db/executor.js';
 import { HeldTransaction } from '../db/held-transaction.js';
 import type { ClaimedJob } from '../db/queries/claim.js';
-import type { SuccessPolicy } from '../db/queries/finish.js';
+import type { FinishingJob, SuccessPolicy } from '../db/queries/finish.js';
 import { leaseKey } from '../db/queries/job-row.js';
 import type { JobQueries } from '../db/queries/jobs.js';
 import { SkiplockError } from '../errors.js';
 import type { Job } from '../job/job.js';
 import { AttemptControl } from '../worker/attempt-control.js';
-import type { RunOutcome } from '../worker/executor.js';
+import { failure, type RunOutcome } from '../worker/executor.js';
 import type { TransactionalHandler } from '../worker/handler-definition.js';
 import { finishing, runInTransaction } from '../worker/transactional.js';
+import { DEFAULT_MAX_RESULT_BYTES, successToWrite } from '../workflow/job-output.js';
 
 /** Deadline of BEGIN, COMMIT and ROLLBACK in `drain`, in milliseconds. */
 const STATEMENT_DEADLINE_MS = 30_000;
@@ -59,13 +60,14 @@ export async function drainTransactional(
   try {
     await tx.begin();
     const outcome = await runInTransaction(tx.client, handle, job, control, timeoutMs);
-    if (!outcome.ok) {
+    const success = outcome.ok ? succeeded(ctx, claim, outcome) : outcome;
+    if (!success.ok) {
       await tx.rollback();
-      return outcome;
+      return success;
     }
     const written = await ctx.queries.finish.finish(
       tx.client,
-      [finishing(claim, 'succeeded')],
+      [success.finishing],
       ctx.workerId,
       ctx.onSuccess,
     );
@@ -95,22 +97,36 @@ async function inSavepoint(
   await query(client, `SAVEPOINT ${SAVEPOINT}`);
   // The handler gets the caller's connection: its statements are refused once the attempt is over.
   const outcome = await runInTransaction(client as pg.PoolClient, handle, job, control, timeoutMs);
-  if (!outcome.ok) {
+  const success = outcome.ok ? succeeded(ctx, claim, outcome) : outcome;
+  if (!success.ok) {
     await query(client, `ROLLBACK TO SAVEPOINT ${SAVEPOINT}`);
-    return outcome;
+    return success;
   }
-  const written = await ctx.queries.finish.finish(
-    client,
-    [finishing(claim, 'succeeded')],
-    ctx.workerId,
-    ctx.onSuccess,
-  );
+  const written = await ctx.queries.finish.finish(client, [success.finishing], ctx.workerId, ctx.onSuccess);
   if (written.get(leaseKey(claim))?.outcome === 'succeeded') {
     await query(client, `RELEASE SAVEPOINT ${SAVEPOINT}`);
     return outcome;
   }
   await query(client, `ROLLBACK TO SAVEPOINT ${SAVEPOINT}`);
   return cancelOrLost(ctx, client, claim);
+}
+
+/**
+ * What the success of `claim` writes, as the worker's transactional path
+ * writes it (the handler's result, the job's own success policy); a result
+ * that cannot be stored is the attempt's failure.
+ */
+function succeeded(
+  ctx: DrainTransactionalContext,
+  claim: ClaimedJob,
+  outcome: RunOutcome & { ok: true },
+): { ok: true; finishing: FinishingJob } | (RunOutcome & { ok: false }) {
+  try {
+    const success = successToWrite(outcome.value, claim.onSuccess, ctx.onSuccess, DEFAULT_MAX_RESULT_BYTES);
+    return { ok: true, finishing: { ...finishing(claim, 'succeeded'), ...success } };
+  } catch (error) {
+    return failure(error) as RunOutcome & { ok: false };
+  }
 }
 
 /** A completion that wrote no success: the job ends `cancelled` when its cancel was requested, else the lease was lost. */

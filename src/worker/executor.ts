@@ -258,7 +258,10 @@ export async function runBatch(
   const outcome = await runJob(call, jobs[0]!, control, timeoutMs);
   if (outcome.ok) {
     try {
-      return batchOutcomes(returned, jobs.length).map((o) => (o instanceof Error ? failure(o) : SUCCESS));
+      // A value is the job's result, as a single handler's return value is.
+      return batchOutcomes(returned, jobs.length).map((o) =>
+        o instanceof Error ? failure(o) : o === undefined ? SUCCESS : { ok: true, value: o },
+      );
     } catch (error) {
       return jobs.map(() => failure(error));
     }

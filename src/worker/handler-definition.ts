@@ -319,10 +319,12 @@ function resolveBatch(entry: object, field: string): ResolvedHandler {
     maxBatchSize: maxBatchSize ?? 100,
     maxWaitMs: maxWaitMs ?? 0,
   };
-  const handle = async (job: Job, context: HandlerContext): Promise<void> => {
+  // One job at a time (drain): its outcome thrown, or its value returned as its result.
+  const handle = async (job: Job, context: HandlerContext): Promise<unknown> => {
     const outcomes = await handleBatch([job], context);
     const outcome = batchOutcomes(outcomes, 1)[0];
     if (outcome instanceof Error) throw outcome;
+    return outcome;
   };
   return { ...policy, transactional: false, handle, batch };
 }

@@ -38,11 +38,17 @@ export function serializeResult(value: unknown, maxBytes: number): string {
 
 /**
  * What a success writes beside its status: the handler's return value as the
- * result when the job's policy (its own, else the worker's) keeps the row, and
- * the job's own policy. Undefined when there is nothing but the worker's
- * policy to write, so such a success costs what it always did.
+ * result, and the job's own policy. Undefined when there is nothing but the
+ * worker's policy to write (the handler returned nothing), so such a success
+ * costs what it always did.
  *
- * @throws {ValidationError} naming `result` (see {@link serializeResult}).
+ * When the job's policy (its own, else the worker's) keeps the row, the result
+ * is stored on it. Under `delete` the result is kept only for the job's
+ * children (their `parents()`); a value that cannot be stored (not JSON, or
+ * larger than `maxResultBytes`) is then left out instead of failing a job that
+ * stores nothing of its own.
+ *
+ * @throws {ValidationError} naming `result` (see {@link serializeResult}) when the row keeps it.
  */
 export function successToWrite(
   value: unknown,
@@ -50,9 +56,16 @@ export function successToWrite(
   workerPolicy: SuccessPolicy,
   maxResultBytes: number,
 ): { result?: string | undefined; onSuccess?: SuccessPolicy | undefined } | undefined {
-  if (value === undefined || (jobPolicy ?? workerPolicy) === 'delete')
+  if (value === undefined) return jobPolicy ? { onSuccess: jobPolicy } : undefined;
+  if ((jobPolicy ?? workerPolicy) !== 'delete')
+    return { result: serializeResult(value, maxResultBytes), onSuccess: jobPolicy };
+  let result: string;
+  try {
+    result = serializeResult(value, maxResultBytes);
+  } catch {
     return jobPolicy ? { onSuccess: jobPolicy } : undefined;
-  return { result: serializeResult(value, maxResultBytes), onSuccess: jobPolicy };
+  }
+  return { result, onSuccess: jobPolicy };
 }
 
 /**

@@ -89,7 +89,8 @@ describe('runBatch', () => {
       new AttemptControl(),
       undefined,
     );
-    expect(outcomes[0]).toEqual({ ok: true });
+    // A value is the job's result, as a single handler's return value.
+    expect(outcomes[0]).toEqual({ ok: true, value: 'value' });
     expect(outcomes[1]).toMatchObject({ ok: false, permanent: true, snoozeDelayMs: undefined });
     expect(outcomes[2]).toMatchObject({ ok: false, permanent: false, snoozeDelayMs: 5_000 });
   });

@@ -34,7 +34,10 @@ export type SuccessPolicy = 'delete' | 'keep' | 'archive';
 export type AttemptResult =
   | {
       outcome: 'succeeded';
-      /** The handler's return value as JSON text, stored as `result` when the row outlives the success. */
+      /**
+       * The handler's return value as JSON text: stored as `result` when the row
+       * outlives the success, and for the job's children (`parents()`) in any case.
+       */
       result?: string | undefined;
       /** The job's own success policy; undefined: the batch's. */
       onSuccess?: SuccessPolicy | undefined;
@@ -132,7 +135,7 @@ function finishSql(names: SchemaNames, variant: Variant): string {
     const keys = variant.ownArrays ? param('text[]') : '$2::text[]';
     return {
       fence: `${leaseFence(ids, keys, '$3')} AND j.cancel_requested_at IS NULL`,
-      at: (array: string) => `(${array})[array_position(${ids}, j.id)]`,
+      at: (array: string, id = 'j.id') => `(${array})[array_position(${ids}, ${id})]`,
     };
   };
   const ctes: string[] = [];
@@ -141,7 +144,8 @@ function finishSql(names: SchemaNames, variant: Variant): string {
   for (const { policy, results } of variant.success) {
     const { fence, at } = part();
     const name = oneSuccessPart ? 'succeeded' : `succeeded_${policy}`;
-    const result = results ? `(${at(param('text[]'))})::jsonb` : undefined;
+    const resultArray = results ? param('text[]') : undefined;
+    const result = resultArray ? (id?: string) => `(${at(resultArray, id)})::jsonb` : undefined;
     ctes.push(...successParts(names, policy, fence, name, result));
     selects.push(name);
   }
@@ -203,21 +207,27 @@ SELECT * FROM ${selects.join(' UNION ALL SELECT * FROM ')}`;
 
 /**
  * The part that ends succeeded jobs by `policy`, named `name`; with `result`
- * (an expression of the row `j`), it stores each job's result (never for
- * `delete`, whose row is gone).
+ * (the expression of a job's result, by its id: the row `j`'s by default), it
+ * stores each job's result: on the row for `keep` and `archive`; for
+ * `delete` and `archive`, whose rows leave the jobs table, also on the job's
+ * edges to its children not yet released, where the release trigger (run
+ * after this statement) keeps it.
  */
 function successParts(
   names: SchemaNames,
   policy: SuccessPolicy,
   fence: string,
   name: string,
-  result: string | undefined,
+  resultOf: ((id?: string) => string) | undefined,
 ): string[] {
   const { jobs } = names;
   const returned = RETURNED("'succeeded'", '0');
+  const result = resultOf?.();
   switch (policy) {
-    case 'delete':
-      return [`${name} AS (DELETE FROM ${jobs} j ${fence} ${returned})`];
+    case 'delete': {
+      const deleted = `${name} AS (DELETE FROM ${jobs} j ${fence} ${returned})`;
+      return resultOf ? [deleted, edges(names, `${name}_edges`, name, resultOf)] : [deleted];
+    }
     case 'keep': {
       const setResult = result ? `, result = ${result}` : '';
       return [
@@ -238,9 +248,22 @@ function successParts(
                   max_attempts_default, errors, trace_context, tags, start_by, group_key${result ? `, ${result}, on_success, progress, logs` : ''}
            FROM ${archived}${result ? ' j' : ''}
            ${returned})`,
+        ...(resultOf ? [edges(names, `${archived}_edges`, archived, resultOf)] : []),
       ];
     }
   }
+}
+
+/**
+ * The part named `name` that writes the results of the jobs `deleted` (a part
+ * returning their ids) onto their edges to children not yet released: the
+ * release trigger, run after the statement, reads the deleted row, which
+ * holds no result, and keeps the edge's.
+ */
+function edges(names: SchemaNames, name: string, deleted: string, resultOf: (id: string) => string): string {
+  return `${name} AS (
+     UPDATE ${names.quoted}.job_dependencies d SET parent_result = ${resultOf('d.parent_id')}
+     FROM ${deleted} s WHERE d.parent_id = s.id AND d.parent_status IS NULL)`;
 }
 
 /** A returned row. */
@@ -304,9 +327,8 @@ export class FinishQueries {
       const group = groups[p];
       if (group.length === 0) continue;
       own(group);
-      // Only a row that outlives its success stores a result, and only when some job has one.
-      const results =
-        p !== 'delete' && group.some((j) => j.outcome === 'succeeded' && j.result !== undefined);
+      // Only when some job has a result (for 'delete', kept for the job's children, if any).
+      const results = group.some((j) => j.outcome === 'succeeded' && j.result !== undefined);
       if (results) values.push(group.map((j) => (j.outcome === 'succeeded' ? (j.result ?? null) : null)));
       success.push({ policy: p, results });
     }
