@@ -1,6 +1,6 @@
--- skiplock migration 19: a parent deleted on success keeps its result for its
+-- skiplock migration 18: a parent deleted on success keeps its result for its
 -- children. Runs with search_path set to the target schema (the migrator does
--- this; with psql: SET search_path TO skiplock; \i 0019_parent_result_on_delete.sql).
+-- this; with psql: SET search_path TO skiplock; \i 0018_parent_result_on_delete.sql).
 --
 -- A job under the 'delete' success policy has no row to hold its result, and
 -- one under 'archive' leaves the jobs table before its result is anywhere
