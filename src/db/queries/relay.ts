@@ -59,8 +59,30 @@ export interface WriteBackRow {
   tags: readonly string[] | null;
 }
 
+/** A relayed queue's backlog, from {@link RelayQueries.stats}. */
+export interface RelayQueueStatsRow {
+  /** The queue. */
+  queue: string;
+  /** Live relays that relay it (registered, heartbeat not expired). */
+  relays: number;
+  /** Jobs of it waiting to be relayed: queued and due (run_at passed), not yet claimed. */
+  waiting: number;
+  /**
+   * The relay's lag: milliseconds since the `run_at` of the oldest waiting job,
+   * by the database's clock; null when none waits.
+   */
+  lagMs: number | null;
+  /** Jobs of it a relay claimed and is publishing (`running`, `locked_by` a registered relay). */
+  inFlight: number;
+  /** Jobs of it the live relays published, acknowledged and removed since they started (as of their last heartbeat). */
+  published: number;
+}
+
 /** The relay's statements on one schema. */
 export class RelayQueries {
+  readonly #register: Statement;
+  readonly #unregister: Statement;
+  readonly #stats: Statement;
   readonly #claim: Statement;
   readonly #remove: Statement;
   readonly #release: Statement;
@@ -68,6 +90,42 @@ export class RelayQueries {
   readonly #database: Statement;
 
   constructor(names: SchemaNames) {
+    const { relays } = names;
+    // A relay's row, written again on every heartbeat; rows of relays that
+    // expired an hour ago (killed ones) are cleared on the way.
+    this.#register = names.statement(
+      'relay_register',
+      `WITH gone AS (DELETE FROM ${relays} WHERE expires_at < now() - interval '1 hour' AND id <> $1)
+       INSERT INTO ${relays} AS r (id, queues, target, published, expires_at)
+       VALUES ($1, $2::text[], $3, $4, now() + make_interval(secs => $5::float8 / 1000))
+       ON CONFLICT (id) DO UPDATE
+       SET queues = EXCLUDED.queues, target = EXCLUDED.target, published = EXCLUDED.published,
+           heartbeat_at = now(), expires_at = EXCLUDED.expires_at`,
+    );
+    this.#unregister = names.statement('relay_unregister', `DELETE FROM ${relays} WHERE id = $1`);
+    // A queue is relayed while a live relay names it. Waiting and lag read the
+    // queued partial index like stats(); in flight are running jobs held by any
+    // registered relay (a killed relay's jobs count until the sweeper gives them back).
+    this.#stats = names.statement(
+      'relay_stats',
+      `WITH live AS (
+         SELECT id, queues, published FROM ${relays} WHERE expires_at > now()
+       ), relayed AS (
+         SELECT q AS queue, count(*)::int AS relays FROM live, unnest(live.queues) q GROUP BY q
+       )
+       SELECT r.queue, r.relays,
+              w.waiting, (EXTRACT(EPOCH FROM now() - w.oldest) * 1000)::float8 AS lag_ms,
+              (SELECT count(*)::int FROM ${names.jobs} j
+               WHERE j.status = 'running' AND j.queue = r.queue
+                 AND j.locked_by IN (SELECT id FROM ${relays})) AS in_flight,
+              (SELECT COALESCE(sum(l.published), 0)::float8 FROM live l WHERE r.queue = ANY(l.queues)) AS published
+       FROM relayed r
+       CROSS JOIN LATERAL (
+         SELECT count(*)::int AS waiting, min(j.run_at) AS oldest FROM ${names.jobs} j
+         WHERE j.status = 'queued' AND j.queue = r.queue AND j.run_at <= now()
+       ) w
+       ORDER BY r.queue`,
+    );
     // Paused queues are skipped; cancelled jobs are not queued, so never relayed;
     // a job past its start deadline is left for the sweeper to expire.
     // The lease number is left as it is: a job given back by the sweeper is
@@ -123,6 +181,42 @@ export class RelayQueries {
       `SELECT (SELECT system_identifier FROM pg_control_system())::text AS system_identifier,
               current_database() AS database`,
     );
+  }
+
+  /**
+   * Registers a relay (or renews its registration): it counts as live for
+   * `ttlMs` milliseconds from now, by the database's clock.
+   */
+  async register(
+    db: Queryable,
+    relay: { id: string; queues: readonly string[]; target: string; published: number; ttlMs: number },
+  ): Promise<void> {
+    await run(db, this.#register, [relay.id, relay.queues, relay.target, relay.published, relay.ttlMs]);
+  }
+
+  /** Deletes a relay's registration. */
+  async unregister(db: Queryable, relayId: string): Promise<void> {
+    await run(db, this.#unregister, [relayId]);
+  }
+
+  /** Per queue that a live relay relays: waiting jobs, lag, jobs in flight, published count. */
+  async stats(db: Queryable): Promise<RelayQueueStatsRow[]> {
+    const { rows } = await run<{
+      queue: string;
+      relays: number;
+      waiting: number;
+      lag_ms: number | null;
+      in_flight: number;
+      published: number;
+    }>(db, this.#stats, []);
+    return rows.map((r) => ({
+      queue: r.queue,
+      relays: r.relays,
+      waiting: r.waiting,
+      lagMs: r.lag_ms,
+      inFlight: r.in_flight,
+      published: r.published,
+    }));
   }
 
   /** Claims up to `request.limit` due jobs of the relayed queues, highest priority and oldest first (rows in no order). */
