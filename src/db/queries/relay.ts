@@ -23,6 +23,7 @@ export interface RelayRow {
   created_at: Date;
   errors: unknown;
   tags: string[] | null;
+  group_key: string | null;
 }
 
 /** What the relay claims, and under whose lease. */
@@ -130,23 +131,44 @@ export class RelayQueries {
     // a job past its start deadline is left for the sweeper to expire.
     // The lease number is left as it is: a job given back by the sweeper is
     // published again under the same message id, which the broker drops.
+    // A job with a group key is claimed only when every job of its key and
+    // queue ahead of it (running, or queued, due and earlier in the order
+    // priority DESC, run_at, id) is claimed with it: a key's later job is never
+    // published before an earlier one was acknowledged and removed. A job
+    // another relay holds still reads as queued or running here, so two relays
+    // never hold one key's jobs at once.
     this.#claim = names.statement(
       'relay_claim',
       `WITH picked AS (
-         SELECT id FROM ${names.jobs}
+         SELECT id, queue, group_key, priority, run_at FROM ${names.jobs}
          WHERE status = 'queued' AND run_at <= now()
            AND (start_by IS NULL OR start_by >= now())
            AND queue = ANY(ARRAY(SELECT n FROM unnest($1::text[]) n
                                  WHERE NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = n AND q.paused)))
-         ORDER BY priority DESC, run_at
+         ORDER BY priority DESC, run_at, id
          LIMIT $2
          FOR UPDATE SKIP LOCKED
+       ), free AS (
+         SELECT p.id FROM picked p
+         WHERE p.group_key IS NULL
+            OR (NOT EXISTS (
+                  SELECT FROM ${names.jobs} e
+                  WHERE e.status = 'running' AND e.group_key IS NOT NULL
+                    AND e.queue = p.queue AND e.group_key = p.group_key)
+                AND NOT EXISTS (
+                  SELECT FROM ${names.jobs} e
+                  WHERE e.status = 'queued' AND e.group_key IS NOT NULL
+                    AND e.queue = p.queue AND e.group_key = p.group_key AND e.run_at <= now()
+                    AND (e.priority > p.priority
+                      OR (e.priority = p.priority
+                          AND (e.run_at < p.run_at OR (e.run_at = p.run_at AND e.id < p.id))))
+                    AND e.id NOT IN (SELECT id FROM picked)))
        )
        UPDATE ${names.jobs} j
        SET status = 'running', locked_at = now(), locked_by = $3, visibility_timeout_ms = $4
-       WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+       WHERE j.id = ANY(ARRAY(SELECT id FROM free))
        RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
-                 j.max_attempts_default, j.lease_seq, j.created_at, j.errors, j.tags`,
+                 j.max_attempts_default, j.lease_seq, j.created_at, j.errors, j.tags, j.group_key`,
     );
     this.#remove = names.statement(
       'relay_remove',
