@@ -58,6 +58,8 @@ export interface WriteBackRow {
   errors: unknown[];
   /** The job's tags; null or empty when it has none. */
   tags: readonly string[] | null;
+  /** The job's group key; null when it has none. */
+  groupKey: string | null;
 }
 
 /** A relayed queue's backlog, from {@link RelayQueries.stats}. */
@@ -188,9 +190,9 @@ export class RelayQueries {
       'relay_write_back',
       `INSERT INTO ${names.jobs} AS j
          (id, queue, kind, payload, priority, run_at, created_at, max_attempts, max_attempts_default,
-          lease_seq, status, attempts, last_error, errors, tags, finished_at)
+          lease_seq, status, attempts, last_error, errors, tags, group_key, finished_at)
        OVERRIDING SYSTEM VALUE
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::bigint + 1, $11, $12, $13, $14, $15::text[], now())
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::bigint + 1, $11, $12, $13, $14, $15::text[], $16, now())
        ON CONFLICT (id) DO UPDATE
        SET status = EXCLUDED.status, attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
            errors = EXCLUDED.errors, finished_at = now(), lease_seq = EXCLUDED.lease_seq,
@@ -282,6 +284,7 @@ export class RelayQueries {
       row.lastError,
       JSON.stringify(row.errors),
       row.tags && row.tags.length > 0 ? row.tags : null,
+      row.groupKey,
     ]);
     return (result.rowCount ?? 0) > 0;
   }
