@@ -8,6 +8,7 @@ import { natsTarget } from '../../src/brokers/nats.js';
 import { createDashboard } from '../../src/dashboard/index.js';
 import { createRelay, type Relay } from '../../src/index.js';
 import { createMetrics } from '../../src/telemetry/metrics.js';
+import { runCli } from '../cli/cli-process.js';
 import { useTestDatabase } from '../support/fixture.js';
 import { deleteStream, NATS_URL, natsConnection, uniqueStream, until } from '../support/nats.js';
 
@@ -129,7 +130,7 @@ describe('relayStats()', () => {
   });
 });
 
-describe('the relay gauges and the dashboard', () => {
+describe('the relay gauges, the dashboard and skiplock stats', () => {
   it('report the lag, the waiting and the in-flight jobs per relayed queue', async () => {
     await dueJobs('relayed', 2);
     const relay = stuckRelay(['relayed']);
@@ -151,5 +152,10 @@ describe('the relay gauges and the dashboard', () => {
     expect(row).toMatch(/data-field="waiting">2</);
     expect(row).toMatch(/data-field="in-flight">0</);
     expect(row).toMatch(/data-field="lag">1 h /);
+
+    const cli = await runCli(['stats', '--database-url', t.db.url, '--schema', t.schema]);
+    expect(cli.code, cli.stderr).toBe(0);
+    expect(cli.stdout).toMatch(/^relayed queue\s+relays\s+waiting\s+lag\s+in flight\s+published$/m);
+    expect(cli.stdout).toMatch(/^relayed\s+1\s+2\s+1\.0 h\s+0\s+0$/m);
   });
 });
