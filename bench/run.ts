@@ -16,6 +16,7 @@ import { groupedDrainScenario } from './scenarios/grouped-drain.js';
 import { heldSnapshotScenario } from './scenarios/held-snapshot.js';
 import { latencyScenario } from './scenarios/latency.js';
 import { memoryScenario } from './scenarios/memory.js';
+import { relayScenario } from './scenarios/relay.js';
 import type { BenchContext, Scenario } from './scenarios/scenario.js';
 import { steadyStateScenario } from './scenarios/steady-state.js';
 import { tableSizeScenario } from './scenarios/table-size.js';
@@ -33,6 +34,7 @@ const SCENARIOS: readonly Scenario[] = [
   memoryScenario,
   volumeScenario,
   groupedDrainScenario,
+  relayScenario,
 ];
 const DEFAULT_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
 const RESULTS = new URL('./results/', import.meta.url);

@@ -59,6 +59,8 @@ GRANT SELECT ON TABLE :"schema".queues TO :"producer_role";
 GRANT SELECT, INSERT, UPDATE ON TABLE :"schema".queues TO :"worker_role";
 -- The grouped claim keeps each key's recent starts (a per-key rate).
 GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE :"schema".group_rate_slots TO :"worker_role";
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE :"schema".relays TO :"worker_role";
+GRANT SELECT ON TABLE :"schema".relays TO :"producer_role";
 
 -- A producer that enqueues with onConflict 'replace' (debounce) rewrites the
 -- payload, priority, run_at and max_attempts (and whether it was given) of a
@@ -111,6 +113,6 @@ GRANT EXECUTE ON FUNCTION :"schema".jobs_prepare_child(bigint[], text) TO :"work
 GRANT USAGE ON SCHEMA :"schema" TO :"reader_role";
 GRANT SELECT ON TABLE
   :"schema".jobs, :"schema".jobs_archive, :"schema".queues, :"schema".schedules, :"schema".migrations,
-  :"schema".job_dependencies
+  :"schema".job_dependencies, :"schema".relays
   TO :"reader_role";
 \endif

@@ -66,6 +66,7 @@ export {
   type QueueLimitsOptions,
   type QueueStats,
   type RateLimit,
+  type RelayQueueStats,
   type RequeueFilter,
   Skiplock,
   type SkiplockConfig,

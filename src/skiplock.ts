@@ -16,6 +16,7 @@ import {
 } from './config.js';
 import { translateError } from './db/executor.js';
 import { JobQueries } from './db/queries/jobs.js';
+import { RelayQueries, type RelayQueueStatsRow } from './db/queries/relay.js';
 import { assertSchemaName, DEFAULT_SCHEMA } from './db/sql.js';
 import { SkiplockError, ValidationError } from './errors.js';
 import { DEFAULT_VISIBILITY_TIMEOUT_MS } from './job/defaults.js';
@@ -44,6 +45,7 @@ import { listQueues, pauseQueue, type QueueInfo, resumeQueue } from './operation
 import { parseOptions } from './options.js';
 import { enqueueMany, enqueueOne } from './producer/enqueue.js';
 import type { ClientOption, EnqueueOptions, JobOptions } from './producer/job-options.js';
+import { clientOrPool } from './producer/job-options.js';
 import type { ScheduleInfo, ScheduleOptions } from './schedule/schedule-options.js';
 import { listSchedules, schedule, unschedule } from './schedule/schedules.js';
 import { type JobTracing, loadTracing } from './telemetry/tracing.js';
@@ -66,9 +68,13 @@ export type {
   QueueLimitsOptions,
   QueueStats,
   RateLimit,
+  RelayQueueStats,
   RequeueFilter,
   SkiplockConfig,
 };
+
+/** A relayed queue's backlog and the relay's lag, from {@link Skiplock.relayStats}. */
+type RelayQueueStats = RelayQueueStatsRow;
 
 /**
  * A job queue in one PostgreSQL schema.
@@ -91,6 +97,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   /** The waits of `waitFor`, made on first use. */
   #waiter: JobWaiter | undefined;
   readonly #queries: JobQueries;
+  readonly #relayQueries: RelayQueries;
   readonly #workers = new Set<Worker>();
   readonly #tracingOn: boolean;
   readonly #maxPayloadBytes: number;
@@ -149,6 +156,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
     }
     listenForPoolErrors(this.#pool);
     this.#queries = new JobQueries(schema);
+    this.#relayQueries = new RelayQueries(this.#queries.names);
     this.#tracingOn = parsed.tracing === true;
     this.#maxPayloadBytes = parsed.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
   }
@@ -417,6 +425,20 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   async stats(options: ClientOption = {}): Promise<QueueStats[]> {
     this.#assertOpen();
     return stats(this.#queries, this.#pool, options);
+  }
+
+  /**
+   * Per queue that a running relay relays (`createRelay`, `skiplock relay`):
+   * how many jobs wait to be relayed (queued and due), the relay's lag (ms
+   * since the oldest waiting job's `run_at`, by the database's clock; null when
+   * none waits), how many a relay holds while it publishes them, and how many
+   * the live relays published since they started. A queue counts as relayed
+   * while a relay that names it has renewed its registration in the last 30
+   * seconds; queues no relay relays are left out.
+   */
+  async relayStats(options: ClientOption = {}): Promise<RelayQueueStats[]> {
+    this.#assertOpen();
+    return this.#relayQueries.stats(clientOrPool(this.#pool, options));
   }
 
   /**

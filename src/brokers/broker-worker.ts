@@ -327,6 +327,7 @@ export class DeliveryRunner {
         lastError: outcome.error,
         errors,
         tags: relayed.tags ?? null,
+        groupKey: relayed.groupKey ?? null,
       });
     } catch (error) {
       // Not written: the delivery comes back and the attempt runs again.

@@ -188,6 +188,8 @@ export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
   readonly #settings: ReturnType<typeof resolveBrokerWorkerOptions>;
   readonly #runner: DeliveryRunner;
   readonly #done = new Set<string>();
+  /** Message ids of the deliveries running or waiting for a slot here. */
+  readonly #current = new Set<string>();
   /** Deliveries waiting for a free slot. */
   readonly #waiting: (() => void)[] = [];
   #connection: { model: ChannelModel; channel: ConfirmChannel } | undefined;
@@ -253,10 +255,14 @@ export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
       return;
     }
     const messageId = brokerMessageId(job);
-    if (this.#done.has(messageId)) {
+    // A copy of a message finished or still running here (a relay killed before
+    // it removed its batch publishes it again): dropped. The copy running here
+    // keeps its own delivery, which goes back to the queue if it does not finish.
+    if (this.#done.has(messageId) || this.#current.has(messageId)) {
       channel.ack(message);
       return;
     }
+    this.#current.add(messageId);
     const name = rabbitmqQueueName(this.#queues.queue, job.queue);
     const republish = async (next: RelayedJob) => {
       const waitMs = next.notBefore === undefined ? 0 : Date.parse(next.notBefore) - Date.now();
@@ -287,11 +293,16 @@ export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
           },
           republish,
         )
-        .finally(() => this.#waiting.shift()?.());
+        .finally(() => {
+          this.#current.delete(messageId);
+          this.#waiting.shift()?.();
+        });
     // The prefetch is per queue's consumer (quorum queues have no channel-wide one): the slots are shared here.
     const start = () => {
-      if (this.#stopping) channel.nack(message, false, true);
-      else void run();
+      if (this.#stopping) {
+        this.#current.delete(messageId);
+        channel.nack(message, false, true);
+      } else void run();
     };
     if (this.#runner.activeCount < this.#settings.concurrency) start();
     else this.#waiting.push(start);

@@ -27,6 +27,8 @@ export interface RelayedJob {
   errors: unknown[];
   /** The job's tags, written back with it if it ends dead or failed; absent when it has none. */
   tags?: string[];
+  /** The job's group key; absent when it has none. A key's jobs are published in order. */
+  groupKey?: string;
   /** The database and schema it came from (see {@link relayNamespace}). */
   namespace: string;
   /** The job's message id: `<namespace>.<id>.<leaseSeq>`; consumers deduplicate by it. */
@@ -82,6 +84,7 @@ export function toRelayedJob(row: RelayRow, namespace: string): RelayedJob {
     leaseSeq: row.lease_seq,
     errors: Array.isArray(row.errors) ? row.errors : [],
     ...(row.tags && row.tags.length > 0 ? { tags: row.tags } : {}),
+    ...(row.group_key !== null ? { groupKey: row.group_key } : {}),
     namespace,
     messageId: relayMessageId(namespace, row.id, row.lease_seq),
   };

@@ -196,6 +196,7 @@ export class Relay extends EventEmitter<RelayEvents> {
    */
   async stop(): Promise<void> {
     await this.#loop.stop();
+    await this.#loop.unregister();
     forgetOnSignals(this);
     await this.#loop.deps.target.close(this.#loop.deps.publishTimeoutMs).catch(() => {});
     this.emit('relay:stop');
@@ -234,6 +235,11 @@ export class Relay extends EventEmitter<RelayEvents> {
   }
 }
 
+/** How often a relay renews its registration (the `relays` table), in milliseconds. */
+const HEARTBEAT_INTERVAL_MS = 10_000;
+/** A registration not renewed for this long no longer counts: the relay is gone. */
+const REGISTRATION_TTL_MS = 3 * HEARTBEAT_INTERVAL_MS;
+
 interface RelayDeps {
   skiplock: Skiplock;
   target: RelayTarget;
@@ -255,11 +261,21 @@ class RelayLoop extends Service {
   #connected = false;
   /** Monotonic time of the last sweep; the first pass sweeps. */
   #sweptAt = Number.NEGATIVE_INFINITY;
+  /** Monotonic time of the last registration; the first pass registers. */
+  #registeredAt = Number.NEGATIVE_INFINITY;
 
   constructor(deps: RelayDeps, clock?: Clock) {
     super(clock);
     this.deps = deps;
     this.#queries = new RelayQueries(schemaNames(deps.skiplock.schema));
+  }
+
+  /** Deletes the relay's registration (it stopped); errors are reported. */
+  async unregister(): Promise<void> {
+    if (this.#registeredAt === Number.NEGATIVE_INFINITY) return;
+    await this.#queries
+      .unregister(this.deps.skiplock.pool, this.deps.relay.id)
+      .catch((error: unknown) => this.deps.relay.report(error, 'remove'));
   }
 
   protected async run(): Promise<void> {
@@ -292,6 +308,19 @@ class RelayLoop extends Service {
       relay.report(error, source);
       throw error;
     };
+    // Registered before the broker is reached: a relay that cannot publish still shows its lag.
+    if (this.clock.monotonic() - this.#registeredAt >= HEARTBEAT_INTERVAL_MS) {
+      await this.#queries
+        .register(skiplock.pool, {
+          id: relay.id,
+          queues: this.deps.queues,
+          target: target.name,
+          published: relay.metrics.published,
+          ttlMs: REGISTRATION_TTL_MS,
+        })
+        .catch(fail('claim'));
+      this.#registeredAt = this.clock.monotonic();
+    }
     if (!this.#connected) {
       await target.connect().catch(fail('connect'));
       this.#connected = true;

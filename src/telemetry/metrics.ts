@@ -14,7 +14,7 @@ import { JOB_STATUSES, type JobMap } from '../job/job.js';
 import { importOptional } from '../optional-dependency.js';
 import { parseOptions } from '../options.js';
 import type { Relay } from '../relay/relay.js';
-import type { QueueStats, Skiplock } from '../skiplock.js';
+import type { QueueStats, RelayQueueStats, Skiplock } from '../skiplock.js';
 import type { Worker } from '../worker/worker.js';
 
 type PromClient = typeof import('prom-client');
@@ -42,7 +42,10 @@ export interface SkiplockMetrics {
   observeWorker(worker: Worker): () => void;
   /**
    * Counts a relay's published jobs (`relay_published_total` by queue) and its
-   * errors (`relay_errors_total` by source) from its events.
+   * errors (`relay_errors_total` by source) from its events. The first call also
+   * registers the gauges read from `relayStats()` at scrape time, per relayed
+   * queue of every running relay: `relay_lag_seconds`, `relay_waiting_jobs`
+   * and `relay_in_flight_jobs`.
    * @returns a function that stops observing.
    */
   observeRelay(relay: Relay): () => void;
@@ -177,10 +180,47 @@ export async function createMetrics<Jobs extends JobMap>(
     registers: [registry],
   });
 
+  // The relay gauges read relayStats() on each scrape; registered by the first
+  // observeRelay, so a process without a relay makes no such query.
+  let relayGauges = false;
+  const registerRelayGauges = () => {
+    if (relayGauges) return;
+    relayGauges = true;
+    const readRelayStats = sharedRead(() => skiplock.relayStats());
+    const gauge = (name: string, help: string, value: (row: RelayQueueStats) => number) =>
+      new prom.Gauge({
+        name: `${prefix}${name}`,
+        help,
+        labelNames: ['queue'] as const,
+        registers: [registry],
+        async collect() {
+          const rows = await readRelayStats();
+          this.reset();
+          for (const row of rows) this.set({ queue: row.queue }, value(row));
+        },
+      });
+    gauge(
+      'relay_lag_seconds',
+      "Seconds since the oldest job of a relayed queue that waits to be relayed became due (0 when none waits), by the database's clock.",
+      (row) => (row.lagMs ?? 0) / 1000,
+    );
+    gauge(
+      'relay_waiting_jobs',
+      'Jobs of a relayed queue that are due and not yet claimed by a relay.',
+      (row) => row.waiting,
+    );
+    gauge(
+      'relay_in_flight_jobs',
+      'Jobs of a relayed queue that a relay claimed and is publishing.',
+      (row) => row.inFlight,
+    );
+  };
+
   return {
     registry,
     contentType: registry.contentType,
     observeRelay(relay) {
+      registerRelayGauges();
       const onPublish = (jobs: readonly { queue: string }[]) => {
         for (const job of jobs) relayed.inc({ queue: job.queue });
       };
@@ -218,10 +258,15 @@ export async function createMetrics<Jobs extends JobMap>(
  * so the result is shared until the next turn of the event loop, never longer.
  */
 function sharedStats<Jobs extends JobMap>(skiplock: Skiplock<Jobs>): () => Promise<QueueStats[]> {
-  let current: Promise<QueueStats[]> | undefined;
+  return sharedRead(() => skiplock.stats());
+}
+
+/** `read()`'s result, shared by the gauges collected in one scrape (as {@link sharedStats}). */
+function sharedRead<T>(read: () => Promise<T>): () => Promise<T> {
+  let current: Promise<T> | undefined;
   return () => {
     if (!current) {
-      const stats = skiplock.stats();
+      const stats = read();
       current = stats;
       const forget = () =>
         setImmediate(() => {

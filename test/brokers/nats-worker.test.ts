@@ -126,8 +126,12 @@ describe('natsWorker', () => {
     );
     const successes: string[] = [];
     worker.on('job:success', (job) => successes.push(job.id));
-    const job = await t.skiplock.enqueue('doomed', { n: 7 }, { queue: 'q' });
+    const job = await t.skiplock.enqueue('doomed', { n: 7 }, { queue: 'q', groupKey: 'tenant-7' });
     await until(async () => (await t.row(job.id))?.status === 'dead', 'the job written back dead');
+    // Its group key comes back with it, so a requeue keeps the key's order.
+    expect(await t.query(`SELECT group_key FROM ${t.jobs} WHERE id = $1`, [job.id])).toEqual([
+      { group_key: 'tenant-7' },
+    ]);
     const record = (await t.skiplock.getJob(job.id))!;
     expect([
       record.status,

@@ -3,6 +3,7 @@
  */
 import { Command } from 'commander';
 import { JOB_STATUSES } from '../../job/job.js';
+import type { RelayQueueStats } from '../../skiplock.js';
 import { withDatabase } from '../database.js';
 import { addDatabaseCommandFlags, type ConnectionFlags } from '../flags.js';
 import { printJson, printText } from '../output.js';
@@ -13,7 +14,7 @@ export function statsCommand(): Command {
   const command = new Command('stats')
     .summary('jobs per queue and status')
     .description(
-      'Counts jobs per queue and status (≈n: estimated from a sample, for 10,000 or more finished jobs); "oldest due" is how long the oldest queued job has been due (a growing value means workers are behind).',
+      'Counts jobs per queue and status (≈n: estimated from a sample, for 10,000 or more finished jobs); "oldest due" is how long the oldest queued job has been due (a growing value means workers are behind). While relays run, a second table lists the relayed queues: jobs waiting to be relayed, the lag (how long the oldest of them has been due) and jobs in flight (--json prints only the first table).',
     );
   return addDatabaseCommandFlags(command, [
     'skiplock stats',
@@ -25,8 +26,10 @@ export function statsCommand(): Command {
         printJson(stats);
         return;
       }
+      const relayed = await skiplock.relayStats();
       if (stats.length === 0) {
         printText('no jobs');
+        printRelayed(relayed);
         return;
       }
       const queues = [...new Set(stats.map((s) => s.queue))];
@@ -44,6 +47,26 @@ export function statsCommand(): Command {
         ];
       });
       printText(renderTable(['queue', ...JOB_STATUSES, 'oldest due'], rows));
+      printRelayed(relayed);
     });
   });
+}
+
+/** The relayed queues' table, after a blank line; nothing when no relay runs. */
+function printRelayed(relayed: RelayQueueStats[]): void {
+  if (relayed.length === 0) return;
+  printText('');
+  printText(
+    renderTable(
+      ['relayed queue', 'relays', 'waiting', 'lag', 'in flight', 'published'],
+      relayed.map((r) => [
+        r.queue,
+        r.relays,
+        r.waiting,
+        r.lagMs === null ? null : formatDuration(r.lagMs),
+        r.inFlight,
+        r.published,
+      ]),
+    ),
+  );
 }

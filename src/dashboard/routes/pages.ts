@@ -11,6 +11,7 @@ import { type ArchiveQuery, archivePage } from '../views/archive.js';
 import { jobPage } from '../views/job.js';
 import { type JobsQuery, jobsPage } from '../views/jobs.js';
 import { isGrouped, queuesPage } from '../views/queues.js';
+import { withRelayedQueues } from '../views/relay.js';
 import { schedulesPage } from '../views/schedules.js';
 import { errorPage, render } from './render.js';
 
@@ -43,14 +44,19 @@ function utcInstant(iso: string): Date | undefined {
 
 export function registerPages(app: Hono<DashboardEnv>, d: Dashboard): void {
   app.get('/', async (c) => {
-    const [stats, queues, buckets] = await Promise.all([
+    const [stats, queues, buckets, relayed] = await Promise.all([
       d.skiplock.stats(),
       d.skiplock.queues(),
       d.queries.throughput(d.pool),
+      d.skiplock.relayStats(),
     ]);
     const grouped = queues.filter((q) => isGrouped(q.limits)).map((q) => q.name);
     const groupLoad = await d.queries.groupLoad(d.pool, grouped);
-    return render(c, d, queuesPage(d, c.get('csrfToken'), stats, queues, buckets, groupLoad));
+    return render(
+      c,
+      d,
+      withRelayedQueues(queuesPage(d, c.get('csrfToken'), stats, queues, buckets, groupLoad), relayed),
+    );
   });
 
   app.get('/schedules', async (c) => {

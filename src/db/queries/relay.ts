@@ -23,6 +23,7 @@ export interface RelayRow {
   created_at: Date;
   errors: unknown;
   tags: string[] | null;
+  group_key: string | null;
 }
 
 /** What the relay claims, and under whose lease. */
@@ -57,10 +58,34 @@ export interface WriteBackRow {
   errors: unknown[];
   /** The job's tags; null or empty when it has none. */
   tags: readonly string[] | null;
+  /** The job's group key; null when it has none. */
+  groupKey: string | null;
+}
+
+/** A relayed queue's backlog, from {@link RelayQueries.stats}. */
+export interface RelayQueueStatsRow {
+  /** The queue. */
+  queue: string;
+  /** Live relays that relay it (registered, heartbeat not expired). */
+  relays: number;
+  /** Jobs of it waiting to be relayed: queued and due (run_at passed), not yet claimed. */
+  waiting: number;
+  /**
+   * The relay's lag: milliseconds since the `run_at` of the oldest waiting job,
+   * by the database's clock; null when none waits.
+   */
+  lagMs: number | null;
+  /** Jobs of it a relay claimed and is publishing (`running`, `locked_by` a registered relay). */
+  inFlight: number;
+  /** Jobs of it the live relays published, acknowledged and removed since they started (as of their last heartbeat). */
+  published: number;
 }
 
 /** The relay's statements on one schema. */
 export class RelayQueries {
+  readonly #register: Statement;
+  readonly #unregister: Statement;
+  readonly #stats: Statement;
   readonly #claim: Statement;
   readonly #remove: Statement;
   readonly #release: Statement;
@@ -68,27 +93,84 @@ export class RelayQueries {
   readonly #database: Statement;
 
   constructor(names: SchemaNames) {
+    const { relays } = names;
+    // A relay's row, written again on every heartbeat; rows of relays that
+    // expired an hour ago (killed ones) are cleared on the way.
+    this.#register = names.statement(
+      'relay_register',
+      `WITH gone AS (DELETE FROM ${relays} WHERE expires_at < now() - interval '1 hour' AND id <> $1)
+       INSERT INTO ${relays} AS r (id, queues, target, published, expires_at)
+       VALUES ($1, $2::text[], $3, $4, now() + make_interval(secs => $5::float8 / 1000))
+       ON CONFLICT (id) DO UPDATE
+       SET queues = EXCLUDED.queues, target = EXCLUDED.target, published = EXCLUDED.published,
+           heartbeat_at = now(), expires_at = EXCLUDED.expires_at`,
+    );
+    this.#unregister = names.statement('relay_unregister', `DELETE FROM ${relays} WHERE id = $1`);
+    // A queue is relayed while a live relay names it. Waiting and lag read the
+    // queued partial index like stats(); in flight are running jobs held by any
+    // registered relay (a killed relay's jobs count until the sweeper gives them back).
+    this.#stats = names.statement(
+      'relay_stats',
+      `WITH live AS (
+         SELECT id, queues, published FROM ${relays} WHERE expires_at > now()
+       ), relayed AS (
+         SELECT q AS queue, count(*)::int AS relays FROM live, unnest(live.queues) q GROUP BY q
+       )
+       SELECT r.queue, r.relays,
+              w.waiting, (EXTRACT(EPOCH FROM now() - w.oldest) * 1000)::float8 AS lag_ms,
+              (SELECT count(*)::int FROM ${names.jobs} j
+               WHERE j.status = 'running' AND j.queue = r.queue
+                 AND j.locked_by IN (SELECT id FROM ${relays})) AS in_flight,
+              (SELECT COALESCE(sum(l.published), 0)::float8 FROM live l WHERE r.queue = ANY(l.queues)) AS published
+       FROM relayed r
+       CROSS JOIN LATERAL (
+         SELECT count(*)::int AS waiting, min(j.run_at) AS oldest FROM ${names.jobs} j
+         WHERE j.status = 'queued' AND j.queue = r.queue AND j.run_at <= now()
+       ) w
+       ORDER BY r.queue`,
+    );
     // Paused queues are skipped; cancelled jobs are not queued, so never relayed;
     // a job past its start deadline is left for the sweeper to expire.
     // The lease number is left as it is: a job given back by the sweeper is
     // published again under the same message id, which the broker drops.
+    // A job with a group key is claimed only when every job of its key and
+    // queue ahead of it (running, or queued, due and earlier in the order
+    // priority DESC, run_at, id) is claimed with it: a key's later job is never
+    // published before an earlier one was acknowledged and removed. A job
+    // another relay holds still reads as queued or running here, so two relays
+    // never hold one key's jobs at once.
     this.#claim = names.statement(
       'relay_claim',
       `WITH picked AS (
-         SELECT id FROM ${names.jobs}
+         SELECT id, queue, group_key, priority, run_at FROM ${names.jobs}
          WHERE status = 'queued' AND run_at <= now()
            AND (start_by IS NULL OR start_by >= now())
            AND queue = ANY(ARRAY(SELECT n FROM unnest($1::text[]) n
                                  WHERE NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = n AND q.paused)))
-         ORDER BY priority DESC, run_at
+         ORDER BY priority DESC, run_at, id
          LIMIT $2
          FOR UPDATE SKIP LOCKED
+       ), free AS (
+         SELECT p.id FROM picked p
+         WHERE p.group_key IS NULL
+            OR (NOT EXISTS (
+                  SELECT FROM ${names.jobs} e
+                  WHERE e.status = 'running' AND e.group_key IS NOT NULL
+                    AND e.queue = p.queue AND e.group_key = p.group_key)
+                AND NOT EXISTS (
+                  SELECT FROM ${names.jobs} e
+                  WHERE e.status = 'queued' AND e.group_key IS NOT NULL
+                    AND e.queue = p.queue AND e.group_key = p.group_key AND e.run_at <= now()
+                    AND (e.priority > p.priority
+                      OR (e.priority = p.priority
+                          AND (e.run_at < p.run_at OR (e.run_at = p.run_at AND e.id < p.id))))
+                    AND e.id NOT IN (SELECT id FROM picked)))
        )
        UPDATE ${names.jobs} j
        SET status = 'running', locked_at = now(), locked_by = $3, visibility_timeout_ms = $4
-       WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+       WHERE j.id = ANY(ARRAY(SELECT id FROM free))
        RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
-                 j.max_attempts_default, j.lease_seq, j.created_at, j.errors, j.tags`,
+                 j.max_attempts_default, j.lease_seq, j.created_at, j.errors, j.tags, j.group_key`,
     );
     this.#remove = names.statement(
       'relay_remove',
@@ -108,9 +190,9 @@ export class RelayQueries {
       'relay_write_back',
       `INSERT INTO ${names.jobs} AS j
          (id, queue, kind, payload, priority, run_at, created_at, max_attempts, max_attempts_default,
-          lease_seq, status, attempts, last_error, errors, tags, finished_at)
+          lease_seq, status, attempts, last_error, errors, tags, group_key, finished_at)
        OVERRIDING SYSTEM VALUE
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::bigint + 1, $11, $12, $13, $14, $15::text[], now())
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::bigint + 1, $11, $12, $13, $14, $15::text[], $16, now())
        ON CONFLICT (id) DO UPDATE
        SET status = EXCLUDED.status, attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error,
            errors = EXCLUDED.errors, finished_at = now(), lease_seq = EXCLUDED.lease_seq,
@@ -123,6 +205,42 @@ export class RelayQueries {
       `SELECT (SELECT system_identifier FROM pg_control_system())::text AS system_identifier,
               current_database() AS database`,
     );
+  }
+
+  /**
+   * Registers a relay (or renews its registration): it counts as live for
+   * `ttlMs` milliseconds from now, by the database's clock.
+   */
+  async register(
+    db: Queryable,
+    relay: { id: string; queues: readonly string[]; target: string; published: number; ttlMs: number },
+  ): Promise<void> {
+    await run(db, this.#register, [relay.id, relay.queues, relay.target, relay.published, relay.ttlMs]);
+  }
+
+  /** Deletes a relay's registration. */
+  async unregister(db: Queryable, relayId: string): Promise<void> {
+    await run(db, this.#unregister, [relayId]);
+  }
+
+  /** Per queue that a live relay relays: waiting jobs, lag, jobs in flight, published count. */
+  async stats(db: Queryable): Promise<RelayQueueStatsRow[]> {
+    const { rows } = await run<{
+      queue: string;
+      relays: number;
+      waiting: number;
+      lag_ms: number | null;
+      in_flight: number;
+      published: number;
+    }>(db, this.#stats, []);
+    return rows.map((r) => ({
+      queue: r.queue,
+      relays: r.relays,
+      waiting: r.waiting,
+      lagMs: r.lag_ms,
+      inFlight: r.in_flight,
+      published: r.published,
+    }));
   }
 
   /** Claims up to `request.limit` due jobs of the relayed queues, highest priority and oldest first (rows in no order). */
@@ -166,6 +284,7 @@ export class RelayQueries {
       row.lastError,
       JSON.stringify(row.errors),
       row.tags && row.tags.length > 0 ? row.tags : null,
+      row.groupKey,
     ]);
     return (result.rowCount ?? 0) > 0;
   }

@@ -19,6 +19,8 @@ export interface SchemaNames {
   archive: string;
   /** `"schema".queues`: per-queue settings (paused). */
   queues: string;
+  /** `"schema".relays`: the registered relays and the queues they relay. */
+  relays: string;
   /** `"schema".group_rate_slots`: recent starts per group key, for a queue's per-key rate. */
   groupRateSlots: string;
   /** `"schema".wake_up`: the one function that sends a wake-up message. */
@@ -43,6 +45,7 @@ export function schemaNames(schema: string): SchemaNames {
     jobs: `${quoted}.jobs`,
     archive: `${quoted}.jobs_archive`,
     queues: `${quoted}.queues`,
+    relays: `${quoted}.relays`,
     groupRateSlots: `${quoted}.group_rate_slots`,
     wakeUp: `${quoted}.wake_up`,
     control: `${quoted}.control`,

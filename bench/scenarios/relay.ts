@@ -1,0 +1,95 @@
+/**
+ * Scenario 11, relay throughput (skiplock, NATS JetStream): 20,000 jobs
+ * (quick: 5,000; smoke: 200) enqueued with one enqueueMany, then moved from
+ * the jobs table to a JetStream stream by 1 and by 2 relays in this process
+ * (batchSize 100, lingerMs 20). Jobs per second from the relays' start until
+ * the table is empty (every job published, acknowledged and removed). Skipped,
+ * with a note, when no NATS server answers at `NATS_URL` (default
+ * nats://127.0.0.1:4222) or the NATS packages are missing.
+ */
+import { natsTarget } from '../../src/brokers/nats.js';
+import { loadEngine, skiplockSystem } from '../systems/skiplock.js';
+import { type BenchContext, namespaceFor, type Scenario, waitFor } from './scenario.js';
+
+const NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
+const RELAYS = [1, 2] as const;
+
+async function relayOnce(ctx: BenchContext, relays: number, jobs: number): Promise<number> {
+  const namespace = namespaceFor('skiplock', 'relay');
+  const target = await skiplockSystem.create(ctx.serverUrl, namespace);
+  const { Skiplock, createRelay } = await loadEngine();
+  const skiplock = new Skiplock({ connectionString: target.databaseUrl });
+  const stream = namespace.replace(/[^a-zA-Z0-9_-]/g, '_');
+  const running: { stop(): Promise<void> }[] = [];
+  try {
+    await skiplock.enqueueMany(Array.from({ length: jobs }, (_, i) => ({ kind: 'noop', payload: { i } })));
+    const startedAt = performance.now();
+    for (let i = 0; i < relays; i++) {
+      const relay = createRelay(skiplock, {
+        target: natsTarget({ servers: NATS_URL, stream }),
+        handleSignals: false,
+        lingerMs: 20,
+      });
+      relay.on('error', (error, source) => ctx.log(`  relay ${source} error: ${error.message}`));
+      running.push(relay);
+      relay.start();
+    }
+    const count = async () => (await skiplock.stats()).reduce((n, s) => n + s.count, 0);
+    if (!(await waitFor(async () => (await count()) === 0, 600_000, 20)))
+      throw new Error('the relays did not empty the table within 10 minutes');
+    return jobs / ((performance.now() - startedAt) / 1000);
+  } finally {
+    await Promise.all(running.map((relay) => relay.stop()));
+    await deleteStream(stream).catch(() => {});
+    await skiplock.close();
+    await skiplockSystem.destroy(target);
+  }
+}
+
+async function deleteStream(stream: string): Promise<void> {
+  const { connect } = await import('@nats-io/transport-node');
+  const { jetstreamManager } = await import('@nats-io/jetstream');
+  const connection = await connect({ servers: NATS_URL });
+  try {
+    await (await jetstreamManager(connection)).streams.delete(stream);
+  } finally {
+    await connection.close();
+  }
+}
+
+async function natsAnswers(): Promise<boolean> {
+  try {
+    const { connect } = await import('@nats-io/transport-node');
+    const connection = await connect({ servers: NATS_URL, timeout: 2000 });
+    await connection.close();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export const relayScenario: Scenario = {
+  id: 11,
+  title: 'Relay throughput to NATS JetStream',
+  async run(ctx: BenchContext) {
+    if (!(await natsAnswers())) {
+      ctx.note(`scenario 11 skipped: no NATS server answers at ${NATS_URL}`);
+      return;
+    }
+    const jobs = ctx.smoke ? 200 : ctx.quick ? 5000 : 20_000;
+    for (let run = 0; run < ctx.runs; run++) {
+      for (const relays of RELAYS) {
+        ctx.log(`  run ${run + 1}: ${relays} relay(s)`);
+        ctx.record(
+          {
+            scenario: '11. Relay throughput to NATS JetStream',
+            case: `${jobs.toLocaleString('en-US')} queued jobs moved to a stream by ${relays} relay${relays > 1 ? 's' : ''} (batchSize 100), 1 process`,
+            unit: 'jobs/s',
+            system: 'skiplock',
+          },
+          await relayOnce(ctx, relays, jobs),
+        );
+      }
+    }
+  },
+};
