@@ -1,6 +1,7 @@
 /** waitFor: from another process, for every final status, deleted on success, timeouts, aborts, one LISTEN connection. */
 import type { ChildProcess } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
+import { quoteIdent } from '../src/db/sql.js';
 import { JobNotFoundError, PermanentError, ValidationError, WaitTimeoutError } from '../src/index.js';
 import { waitFor } from './support/database.js';
 import { useTestDatabase } from './support/fixture.js';
@@ -34,7 +35,8 @@ async function awaited(ids: string[]): Promise<void> {
 async function listeners(): Promise<number> {
   const rows = await t.query<{ n: number }>(
     'SELECT count(*)::int AS n FROM pg_stat_activity WHERE query = $1',
-    [`LISTEN "skiplock:${t.schema}:done"`],
+    // Quoted as the library quotes it: a schema name may hold a double quote.
+    [`LISTEN ${quoteIdent(`skiplock:${t.schema}:done`)}`],
   );
   return rows[0]!.n;
 }
