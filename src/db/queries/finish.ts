@@ -24,7 +24,7 @@
 import { BACKOFF_MAX_EXPONENT } from '../../job/backoff.js';
 import { type Queryable, run, type Statement } from '../executor.js';
 import { appendAttemptError } from './attempt-errors.js';
-import { type LeasedJob, leaseFence, leaseFenceKey, newestLeasePerJob } from './job-row.js';
+import { type LeasedJob, leaseFence, leaseFenceArrays, newestLeasePerJob } from './job-row.js';
 import type { SchemaNames } from './schema-names.js';
 
 /** What happens to a succeeded job's row. */
@@ -318,9 +318,9 @@ export class FinishQueries {
       else groups[job.outcome].push(job);
     }
     const ownArrays = Object.values(groups).filter((g) => g.length > 0).length > 1;
-    const values: unknown[] = [...fenceArrays(batch), workerId];
+    const values: unknown[] = [...leaseFenceArrays(batch), workerId];
     const own = (group: FinishingJob[]) => {
-      if (ownArrays) values.push(...fenceArrays(group));
+      if (ownArrays) values.push(...leaseFenceArrays(group));
     };
     const success: SuccessPart[] = [];
     for (const p of ['delete', 'keep', 'archive'] as const) {
@@ -376,16 +376,4 @@ export class FinishQueries {
     }
     return statement;
   }
-}
-
-/** The ids and lease keys of `jobs`, as the fence reads them. */
-function fenceArrays(jobs: readonly LeasedJob[]): [string[], string[]] {
-  const ids = new Array<string>(jobs.length);
-  const keys = new Array<string>(jobs.length);
-  for (let i = 0; i < jobs.length; i++) {
-    const job = jobs[i]!;
-    ids[i] = job.id;
-    keys[i] = leaseFenceKey(job);
-  }
-  return [ids, keys];
 }

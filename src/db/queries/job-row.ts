@@ -140,8 +140,8 @@ export function newestLeasePerJob<T extends LeasedJob>(jobs: readonly T[]): read
   return byId.size === jobs.length ? jobs : [...byId.values()];
 }
 
-/** The first three parameters of every fenced statement: ids, lease keys, worker id. */
-export function leaseParams(jobs: readonly LeasedJob[], workerId: string): unknown[] {
+/** The ids and lease keys of `jobs` (see {@link leaseFenceKey}), as the fence reads them. */
+export function leaseFenceArrays(jobs: readonly LeasedJob[]): [string[], string[]] {
   const ids = new Array<string>(jobs.length);
   const keys = new Array<string>(jobs.length);
   for (let i = 0; i < jobs.length; i++) {
@@ -149,7 +149,12 @@ export function leaseParams(jobs: readonly LeasedJob[], workerId: string): unkno
     ids[i] = job.id;
     keys[i] = leaseFenceKey(job);
   }
-  return [ids, keys, workerId];
+  return [ids, keys];
+}
+
+/** The first three parameters of every fenced statement: ids, lease keys, worker id. */
+export function leaseParams(jobs: readonly LeasedJob[], workerId: string): unknown[] {
+  return [...leaseFenceArrays(jobs), workerId];
 }
 
 /** Identifies one lease of a job: `id#leaseSeq` (never repeats). */
