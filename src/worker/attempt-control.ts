@@ -71,27 +71,40 @@ export function attemptContext(
   // this call all the same, and a transpiler that keeps function names (tsx, esbuild) renames each
   // named arrow with Object.defineProperty on every call, which cost more than the rest of a no-op attempt.
   let writer: ProgressWriter | undefined;
-  return {
-    get signal() {
-      return control.signal;
-    },
+  const context = {
+    [CONTROL]: control,
     parents() {
       return control.parentsOf
         ? control.parentsOf(jobId)
         : Promise.reject(new Error('parents() reads the jobs table; this worker has no connection to it'));
     },
-    progress(value) {
+    progress(value: unknown) {
       if (!sink) return NOT_WRITTEN;
       writer ??= new ProgressWriter(sink, attempt);
       return writer.progress(value);
     },
-    log(line) {
+    log(line: string) {
       if (!sink) return NOT_WRITTEN;
       writer ??= new ProgressWriter(sink, attempt);
       return writer.log(line);
     },
   };
+  // One getter shared by every context: a getter of the object literal's own would be a new
+  // function per attempt, and so a new hidden class per attempt, which cost more than the rest.
+  return Object.defineProperty(context, 'signal', SIGNAL) as unknown as HandlerContext;
 }
+
+/** Where a context keeps its attempt's control, for the shared `signal` getter. */
+const CONTROL = Symbol('skiplock.attemptControl');
+
+/** The context's `signal`: own and enumerable, so a copy of the context keeps it; made on first read. */
+const SIGNAL: PropertyDescriptor = {
+  enumerable: true,
+  configurable: true,
+  get(this: { [CONTROL]: AttemptControl }): AbortSignal {
+    return this[CONTROL].signal;
+  },
+};
 
 /** What `progress` and `log` resolve with where there is no job row to write to. */
 const NOT_WRITTEN = Promise.resolve(false);

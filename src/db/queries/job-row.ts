@@ -140,16 +140,24 @@ export function newestLeasePerJob<T extends LeasedJob>(jobs: readonly T[]): read
   return byId.size === jobs.length ? jobs : [...byId.values()];
 }
 
-/** The ids and lease keys of `jobs` (see {@link leaseFenceKey}), as the fence reads them. */
-export function leaseFenceArrays(jobs: readonly LeasedJob[]): [string[], string[]] {
-  const ids = new Array<string>(jobs.length);
-  const keys = new Array<string>(jobs.length);
+/**
+ * The ids and lease keys of `jobs` (see {@link leaseFenceKey}), as the fence
+ * reads them: each as the text of a PostgreSQL array (`{1,2}`, `{1/1/1,2/1/1}`).
+ * Written here rather than by the driver, which quotes and escapes every
+ * element of an array parameter: these hold only digits and slashes (ids and
+ * lease numbers come from the database), which an array literal takes as
+ * they are, and a finish of hundreds of jobs is sent many times a second.
+ */
+export function leaseFenceArrays(jobs: readonly LeasedJob[]): [string, string] {
+  let ids = '{';
+  let keys = '{';
   for (let i = 0; i < jobs.length; i++) {
     const job = jobs[i]!;
-    ids[i] = job.id;
-    keys[i] = leaseFenceKey(job);
+    const separator = i === 0 ? '' : ',';
+    ids += separator + job.id;
+    keys += separator + leaseFenceKey(job);
   }
-  return [ids, keys];
+  return [`${ids}}`, `${keys}}`];
 }
 
 /** The first three parameters of every fenced statement: ids, lease keys, worker id. */
