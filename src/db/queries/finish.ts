@@ -5,7 +5,9 @@
  * What each row becomes:
  *
  * - `succeeded`: by the success policy, the row is deleted, kept as
- *   `succeeded`, or moved to the archive;
+ *   `succeeded`, or moved to the archive; a job with children is kept as
+ *   `succeeded` under any policy, and the maintenance loop applies the policy
+ *   once its children have started (see successParts);
  * - `retry`: a failure with attempts left goes back to `queued` after the
  *   kind's delay, or the default backoff on the database clock;
  * - `failed`: a permanent failure, never retried;
@@ -24,7 +26,14 @@
 import { BACKOFF_MAX_EXPONENT } from '../../job/backoff.js';
 import { type Queryable, run, type Statement } from '../executor.js';
 import { appendAttemptError } from './attempt-errors.js';
-import { type LeasedJob, leaseFence, leaseFenceArrays, newestLeasePerJob } from './job-row.js';
+import {
+  ARCHIVE_COLUMNS,
+  ARCHIVE_RESULT_COLUMNS,
+  type LeasedJob,
+  leaseFence,
+  leaseFenceArrays,
+  newestLeasePerJob,
+} from './job-row.js';
 import type { SchemaNames } from './schema-names.js';
 
 /** What happens to a succeeded job's row. */
@@ -111,13 +120,14 @@ const ENDED = 'locked_at = NULL, locked_by = NULL, finished_at = now()';
  * null; failures: error, permanent, retry delay or null; snoozes: delay), read
  * by the job's position in its ids. Successes come as one part per policy
  * present; a batch whose successes all follow the caller's policy and store no
- * result is the plain statement of that policy, unchanged.
+ * result is the plain statement of that policy, with no per-job arrays.
  *
  * Writable CTEs on one table must not touch the same row (PostgreSQL applies
  * one of two such changes, unpredictably). Here a row is in at most one part:
  * the outcome parts take disjoint sets of job ids (the batch holds one lease
- * per job, and each job goes to the part of its one result), and the
- * cancelled part takes only the ids no outcome part returned. The outcome
+ * per job, and each job goes to the part of its one result), a success
+ * part's kept jobs are those its delete did not return, and the cancelled
+ * part takes only the ids no outcome part returned. The outcome
  * parts also require `cancel_requested_at IS NULL` and the cancelled part the
  * opposite, all on one snapshot, so a job whose cancel was requested before
  * the statement ends `cancelled`. A cancel committed after the snapshot fails
@@ -130,27 +140,29 @@ function finishSql(names: SchemaNames, variant: Variant): string {
   let last = 3;
   const param = (type: string) => `$${++last}::${type}`;
   /** The fence of one outcome's jobs (their cancel not requested), and their position lookup. */
-  const part = () => {
+  const part = (): Part => {
     const ids = variant.ownArrays ? param('bigint[]') : '$1::bigint[]';
     const keys = variant.ownArrays ? param('text[]') : '$2::text[]';
     return {
-      fence: `${leaseFence(ids, keys, '$3')} AND j.cancel_requested_at IS NULL`,
-      at: (array: string, id = 'j.id') => `(${array})[array_position(${ids}, ${id})]`,
+      ids,
+      fence: (among = ids) => `${leaseFence(among, keys, '$3')} AND j.cancel_requested_at IS NULL`,
+      at: (array: string) => `(${array})[array_position(${ids}, j.id)]`,
     };
   };
   const ctes: string[] = [];
   const selects: string[] = [];
   const oneSuccessPart = variant.success.length === 1;
   for (const { policy, results } of variant.success) {
-    const { fence, at } = part();
+    const p = part();
     const name = oneSuccessPart ? 'succeeded' : `succeeded_${policy}`;
     const resultArray = results ? param('text[]') : undefined;
-    const result = resultArray ? (id?: string) => `(${at(resultArray, id)})::jsonb` : undefined;
-    ctes.push(...successParts(names, policy, fence, name, result));
-    selects.push(name);
+    const written = successParts(names, policy, p, name, resultArray && `(${p.at(resultArray)})::jsonb`);
+    ctes.push(...written.ctes);
+    selects.push(...written.selects);
   }
   if (variant.failure) {
-    const { fence, at } = part();
+    const { fence: among, at } = part();
+    const fence = among();
     const error = at(param('text[]'));
     const permanent = at(param('bool[]'));
     const delay = at(param('float8[]'));
@@ -177,7 +189,8 @@ function finishSql(names: SchemaNames, variant: Variant): string {
     selects.push('failed');
   }
   if (variant.snooze) {
-    const { fence, at } = part();
+    const { fence: among, at } = part();
+    const fence = among();
     const delay = at(param('float8[]'));
     ctes.push(`snoozed AS (
        UPDATE ${jobs} j
@@ -187,15 +200,7 @@ function finishSql(names: SchemaNames, variant: Variant): string {
        ${RETURNED("'snoozed'", delay)})`);
     selects.push('snoozed');
   }
-  // Only the jobs no outcome part wrote; when they wrote every job (the common batch), none, read
-  // without a scan: a CASE evaluates its ELSE (the set difference) only when reached.
-  const written = selects.map((p) => `(SELECT count(*) FROM ${p})`).join(' + ');
-  const unwritten = selects.map((p) => `SELECT id FROM ${p}`).join(' UNION ALL ');
-  const rest =
-    selects.length === 0
-      ? '$1::bigint[]'
-      : `CASE WHEN ${written} = cardinality($1::bigint[]) THEN '{}'::bigint[]
-              ELSE ARRAY(SELECT unnest($1::bigint[]) EXCEPT ALL (${unwritten})) END`;
+  const rest = selects.length === 0 ? '$1::bigint[]' : unwrittenIds('$1::bigint[]', selects);
   ctes.push(`cancelled AS (
        UPDATE ${jobs} j SET status = 'cancelled', ${ENDED}
        ${leaseFence(rest, '$2::text[]', '$3')} AND j.cancel_requested_at IS NOT NULL
@@ -205,65 +210,97 @@ function finishSql(names: SchemaNames, variant: Variant): string {
 SELECT * FROM ${selects.join(' UNION ALL SELECT * FROM ')}`;
 }
 
+/** One outcome's jobs in the statement: their ids, their fence, and a per-job value by position. */
+interface Part {
+  /** The expression of the part's job ids. */
+  ids: string;
+  /** The WHERE clause taking the part's jobs (or those of `among`, a subset) whose lease holds and cancel was not requested. */
+  fence(among?: string): string;
+  /** The element of `array` (a per-job parameter) for the row `j`. */
+  at(array: string): string;
+}
+
 /**
- * The part that ends succeeded jobs by `policy`, named `name`; with `result`
- * (the expression of a job's result, by its id: the row `j`'s by default), it
- * stores each job's result: on the row for `keep` and `archive`; for
- * `delete` and `archive`, whose rows leave the jobs table, also on the job's
- * edges to its children not yet released, where the release trigger (run
- * after this statement) keeps it.
+ * Of `ids`, those that no part in `parts` returned (each part returns `id`).
+ * When the parts returned every id (the common batch) it is empty, read
+ * without a scan: a CASE evaluates its ELSE (the set difference) only when
+ * reached.
+ */
+function unwrittenIds(ids: string, parts: readonly string[]): string {
+  const written = parts.map((p) => `(SELECT count(*) FROM ${p})`).join(' + ');
+  const unwritten = parts.map((p) => `SELECT id FROM ${p}`).join(' UNION ALL ');
+  return `CASE WHEN ${written} = cardinality(${ids}) THEN '{}'::bigint[]
+              ELSE ARRAY(SELECT unnest(${ids}) EXCEPT ALL (${unwritten})) END`;
+}
+
+/**
+ * The parts that end succeeded jobs by `policy`, returning as `selects`
+ * say; with `result` (the expression of the row `j`'s result), they store
+ * each job's result where its row stays.
+ *
+ * Under 'delete' and 'archive' a job with children is kept instead, as
+ * `succeeded` with its result and with `on_success` naming the policy, which
+ * the maintenance loop applies once its children have started. The delete
+ * takes only rows without children; the `_kept` part updates the rest of the
+ * part's jobs, so only the jobs the delete left (none in the common batch)
+ * are read twice. Under READ COMMITTED the race with a child's enqueue goes
+ * one of these ways, and each ends with the result on the parent's row, where
+ * the release trigger (run after this statement, on a fresh snapshot that
+ * sees every committed edge) reads it:
+ *
+ * - the child committed before this statement's snapshot: `has_children` is
+ *   seen, the delete skips the row and the update takes it;
+ * - the child's enqueue holds the parent's row lock (it takes it before it
+ *   writes the edge) when the delete reaches the row: the delete waits, then
+ *   re-checks its WHERE on the committed row, whose `has_children` is now
+ *   true (a rollback leaves the old row, deleted as usual); the update,
+ *   whose snapshot still sees the old row, waits for nothing and re-checks
+ *   the fence on the newest row;
+ * - the enqueue reaches the row after this statement did: it waits for this
+ *   transaction, then reads the parent as it committed (a kept row, `succeeded`
+ *   with its result, or an archived one), or finds no parent (deleted, no
+ *   children then) and inserts nothing.
  */
 function successParts(
   names: SchemaNames,
   policy: SuccessPolicy,
-  fence: string,
+  part: Part,
   name: string,
-  resultOf: ((id?: string) => string) | undefined,
-): string[] {
+  result: string | undefined,
+): { ctes: string[]; selects: string[] } {
   const { jobs } = names;
   const returned = RETURNED("'succeeded'", '0');
-  const result = resultOf?.();
-  switch (policy) {
-    case 'delete': {
-      const deleted = `${name} AS (DELETE FROM ${jobs} j ${fence} ${returned})`;
-      return resultOf ? [deleted, edges(names, `${name}_edges`, name, resultOf)] : [deleted];
-    }
-    case 'keep': {
-      const setResult = result ? `, result = ${result}` : '';
-      return [
-        `${name} AS (UPDATE ${jobs} j SET status = 'succeeded', ${ENDED}${setResult} ${fence} ${returned})`,
-      ];
-    }
-    case 'archive': {
-      const archived = name === 'succeeded' ? 'archived' : `archived_${policy}`;
-      return [
-        `${archived} AS (DELETE FROM ${jobs} j ${fence} RETURNING j.*)`,
-        `${name} AS (
-           INSERT INTO ${names.archive} AS j
-             (id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
-              locked_at, last_error, created_at, locked_by, lease_seq, visibility_timeout_ms, finished_at,
-              max_attempts_default, errors, trace_context, tags, start_by, group_key${result ? ', result, on_success, progress, logs' : ''})
+  const setResult = result ? `, result = ${result}` : '';
+  if (policy === 'keep') {
+    return {
+      ctes: [
+        `${name} AS (UPDATE ${jobs} j SET status = 'succeeded', ${ENDED}${setResult} ${part.fence()} ${returned})`,
+      ],
+      selects: [name],
+    };
+  }
+  const deleted = policy === 'delete' ? name : name === 'succeeded' ? 'archived' : `archived_${policy}`;
+  const kept = `${name}_kept`;
+  const ctes = [
+    policy === 'delete'
+      ? `${deleted} AS (DELETE FROM ${jobs} j ${part.fence()} AND NOT j.has_children ${returned})`
+      : `${deleted} AS (DELETE FROM ${jobs} j ${part.fence()} AND NOT j.has_children RETURNING j.*)`,
+  ];
+  if (policy === 'archive') {
+    const extra = result ? `, ${ARCHIVE_RESULT_COLUMNS}` : '';
+    ctes.push(`${name} AS (
+           INSERT INTO ${names.archive} AS j (${ARCHIVE_COLUMNS}${extra})
            SELECT id, queue, kind, payload, 'succeeded', priority, run_at, attempts, max_attempts,
                   NULL, last_error, created_at, NULL, lease_seq, visibility_timeout_ms, now(),
                   max_attempts_default, errors, trace_context, tags, start_by, group_key${result ? `, ${result}, on_success, progress, logs` : ''}
-           FROM ${archived}${result ? ' j' : ''}
-           ${returned})`,
-        ...(resultOf ? [edges(names, `${archived}_edges`, archived, resultOf)] : []),
-      ];
-    }
+           FROM ${deleted}${result ? ' j' : ''}
+           ${returned})`);
   }
-}
-
-/**
- * The part named `name` that writes the results of the jobs `deleted` (a part
- * returning their ids) onto their edges to children not yet released: the
- * release trigger, run after the statement, reads the deleted row, which
- * holds no result, and keeps the edge's.
- */
-function edges(names: SchemaNames, name: string, deleted: string, resultOf: (id: string) => string): string {
-  return `${name} AS (
-     UPDATE ${names.quoted}.job_dependencies d SET parent_result = ${resultOf('d.parent_id')}
-     FROM ${deleted} s WHERE d.parent_id = s.id AND d.parent_status IS NULL)`;
+  ctes.push(`${kept} AS (
+       UPDATE ${jobs} j SET status = 'succeeded', ${ENDED}, on_success = '${policy}'${setResult}
+       ${part.fence(unwrittenIds(part.ids, [deleted]))}
+       ${returned})`);
+  return { ctes, selects: [name, kept] };
 }
 
 /** A returned row. */
