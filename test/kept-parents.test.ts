@@ -41,6 +41,27 @@ async function archived(id: string) {
   );
 }
 
+/**
+ * Starts a worker under `policy` that runs `charge` with `charge` and
+ * records each `ship` job's parents() in the array returned.
+ */
+async function startWorker(policy: 'delete' | 'archive' | 'keep', charge: (job: Job) => unknown) {
+  const seen: ParentJob[][] = [];
+  const worker = t.worker({
+    handlers: {
+      charge,
+      ship: async (_job: Job, context) => {
+        seen.push(await context.parents());
+      },
+    },
+    onSuccess: policy,
+    pollIntervalMs: 50,
+    sweepIntervalMs: 100,
+  });
+  await worker.start();
+  return seen;
+}
+
 describe('a parent is kept until its children have started', () => {
   it.each(['delete', 'archive'] as const)(
     "under '%s': getJob shows the parent, succeeded with its result, while its child waits; then the policy applies",
@@ -51,26 +72,15 @@ describe('a parent is kept until its children have started', () => {
         { kind: 'charge', payload: { n: 2 }, ref: 'o', delayMs: 3_600_000 },
         { kind: 'ship', payload: {}, dependsOn: ['p', 'o'] },
       ]);
-      const seen: ParentJob[][] = [];
-      const worker = t.worker({
-        handlers: {
-          charge: (job: Job) => ({ charged: (job.payload as { n: number }).n }),
-          ship: async (_job: Job, context) => {
-            seen.push(await context.parents());
-          },
-        },
-        onSuccess: policy,
-        pollIntervalMs: 50,
-        sweepIntervalMs: 100,
-      });
-      await worker.start();
+      const seen = await startWorker(policy, (job) => ({ charged: (job.payload as { n: number }).n }));
       await waitFor(
         async () => (await t.row(parent!.id))?.status === 'succeeded',
         30_000,
         'the parent to end',
       );
-      // A pass while the child still waits leaves the parent where it is.
+      // A pass while the child still waits leaves the parent where it is, and so does retention.
       expect(await settlePass()).toEqual({ locked: 1, settled: 0, archived: 0 });
+      expect(await t.skiplock.prune({ olderThanMs: 0, status: ['succeeded'] })).toMatchObject({ jobs: 0 });
       expect(await t.skiplock.getJob(parent!.id)).toMatchObject({
         id: parent!.id,
         status: 'succeeded',
@@ -145,23 +155,11 @@ describe("a child's enqueue racing its parent's finish", () => {
     async (policy) => {
       const running = gate();
       const finishing = gate();
-      const seen: ParentJob[][] = [];
-      const worker = t.worker({
-        handlers: {
-          charge: async () => {
-            running.open();
-            await finishing.opened;
-            return { charged: 42 };
-          },
-          ship: async (_job: Job, context) => {
-            seen.push(await context.parents());
-          },
-        },
-        onSuccess: policy,
-        pollIntervalMs: 50,
-        sweepIntervalMs: 100,
+      const seen = await startWorker(policy, async () => {
+        running.open();
+        await finishing.opened;
+        return { charged: 42 };
       });
-      await worker.start();
       const parent = await t.skiplock.enqueue('charge', {});
       await running.opened;
       const client = await t.skiplock.pool.connect();
