@@ -243,23 +243,25 @@ function unwrittenIds(ids: string, parts: readonly string[]): string {
  * the maintenance loop applies once its children have started. The delete
  * takes only rows without children; the `_kept` part updates the rest of the
  * part's jobs, so only the jobs the delete left (none in the common batch)
- * are read twice. Under READ COMMITTED the race with a child's enqueue goes
- * one of these ways, and each ends with the result on the parent's row, where
- * the release trigger (run after this statement, on a fresh snapshot that
- * sees every committed edge) reads it:
+ * are read twice. Under READ COMMITTED the race with a child's enqueue
+ * (which locks the parent's row, marks it and writes the edge, then commits)
+ * goes one of these ways; in each the child reads the parent's end:
  *
- * - the child committed before this statement's snapshot: `has_children` is
- *   seen, the delete skips the row and the update takes it;
- * - the child's enqueue holds the parent's row lock (it takes it before it
- *   writes the edge) when the delete reaches the row: the delete waits, then
- *   re-checks its WHERE on the committed row, whose `has_children` is now
- *   true (a rollback leaves the old row, deleted as usual); the update,
- *   whose snapshot still sees the old row, waits for nothing and re-checks
- *   the fence on the newest row;
+ * - the enqueue committed before this statement's snapshot: `has_children`
+ *   is seen, the delete skips the row and the update takes it;
+ * - the enqueue holds the row lock when the delete reaches the row: the
+ *   delete waits, then re-checks its WHERE on the committed row, whose
+ *   `has_children` is now true, and skips it (a rollback leaves the old row,
+ *   deleted as usual); the update's snapshot still sees the old row, whose
+ *   fence holds, and re-checks it on the newest row (a parent that already
+ *   had children: the delete skips it, the update waits for the lock). Either
+ *   way the result is on the kept row when the release trigger runs, after
+ *   this statement, on a fresh snapshot that sees the new edge: it records
+ *   status and result there and releases the child;
  * - the enqueue reaches the row after this statement did: it waits for this
- *   transaction, then reads the parent as it committed (a kept row, `succeeded`
- *   with its result, or an archived one), or finds no parent (deleted, no
- *   children then) and inserts nothing.
+ *   transaction, then reads the parent as it committed (kept, `succeeded`
+ *   with its result, or archived), or finds none (deleted: it had no
+ *   children) and inserts nothing.
  */
 function successParts(
   names: SchemaNames,
