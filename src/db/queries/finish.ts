@@ -7,7 +7,7 @@
  * - `succeeded`: by the success policy, the row is deleted, kept as
  *   `succeeded`, or moved to the archive; a job with children is kept as
  *   `succeeded` under any policy, and the maintenance loop applies the policy
- *   once its children have started (see successParts);
+ *   once its children have started (see keptSql);
  * - `retry`: a failure with attempts left goes back to `queued` after the
  *   kind's delay, or the default backoff on the database clock;
  * - `failed`: a permanent failure, never retried;
@@ -32,6 +32,7 @@ import {
   type LeasedJob,
   leaseFence,
   leaseFenceArrays,
+  leaseKey,
   newestLeasePerJob,
 } from './job-row.js';
 import type { SchemaNames } from './schema-names.js';
@@ -125,9 +126,8 @@ const ENDED = 'locked_at = NULL, locked_by = NULL, finished_at = now()';
  * Writable CTEs on one table must not touch the same row (PostgreSQL applies
  * one of two such changes, unpredictably). Here a row is in at most one part:
  * the outcome parts take disjoint sets of job ids (the batch holds one lease
- * per job, and each job goes to the part of its one result), a success
- * part's kept jobs are those its delete did not return, and the cancelled
- * part takes only the ids no outcome part returned. The outcome
+ * per job, and each job goes to the part of its one result), and the
+ * cancelled part takes only the ids no outcome part returned. The outcome
  * parts also require `cancel_requested_at IS NULL` and the cancelled part the
  * opposite, all on one snapshot, so a job whose cancel was requested before
  * the statement ends `cancelled`. A cancel committed after the snapshot fails
@@ -144,8 +144,7 @@ function finishSql(names: SchemaNames, variant: Variant): string {
     const ids = variant.ownArrays ? param('bigint[]') : '$1::bigint[]';
     const keys = variant.ownArrays ? param('text[]') : '$2::text[]';
     return {
-      ids,
-      fence: (among = ids) => `${leaseFence(among, keys, '$3')} AND j.cancel_requested_at IS NULL`,
+      fence: `${leaseFence(ids, keys, '$3')} AND j.cancel_requested_at IS NULL`,
       at: (array: string) => `(${array})[array_position(${ids}, j.id)]`,
     };
   };
@@ -161,8 +160,7 @@ function finishSql(names: SchemaNames, variant: Variant): string {
     selects.push(...written.selects);
   }
   if (variant.failure) {
-    const { fence: among, at } = part();
-    const fence = among();
+    const { fence, at } = part();
     const error = at(param('text[]'));
     const permanent = at(param('bool[]'));
     const delay = at(param('float8[]'));
@@ -189,8 +187,7 @@ function finishSql(names: SchemaNames, variant: Variant): string {
     selects.push('failed');
   }
   if (variant.snooze) {
-    const { fence: among, at } = part();
-    const fence = among();
+    const { fence, at } = part();
     const delay = at(param('float8[]'));
     ctes.push(`snoozed AS (
        UPDATE ${jobs} j
@@ -210,12 +207,10 @@ function finishSql(names: SchemaNames, variant: Variant): string {
 SELECT * FROM ${selects.join(' UNION ALL SELECT * FROM ')}`;
 }
 
-/** One outcome's jobs in the statement: their ids, their fence, and a per-job value by position. */
+/** One outcome's jobs in the statement: their fence, and a per-job value by position. */
 interface Part {
-  /** The expression of the part's job ids. */
-  ids: string;
-  /** The WHERE clause taking the part's jobs (or those of `among`, a subset) whose lease holds and cancel was not requested. */
-  fence(among?: string): string;
+  /** The WHERE clause taking the part's jobs whose lease holds and cancel was not requested. */
+  fence: string;
   /** The element of `array` (a per-job parameter) for the row `j`. */
   at(array: string): string;
 }
@@ -236,32 +231,8 @@ function unwrittenIds(ids: string, parts: readonly string[]): string {
 /**
  * The parts that end succeeded jobs by `policy`, returning as `selects`
  * say; with `result` (the expression of the row `j`'s result), they store
- * each job's result where its row stays.
- *
- * Under 'delete' and 'archive' a job with children is kept instead, as
- * `succeeded` with its result and with `on_success` naming the policy, which
- * the maintenance loop applies once its children have started. The delete
- * takes only rows without children; the `_kept` part updates the rest of the
- * part's jobs, so only the jobs the delete left (none in the common batch)
- * are read twice. Under READ COMMITTED the race with a child's enqueue
- * (which locks the parent's row, marks it and writes the edge, then commits)
- * goes one of these ways; in each the child reads the parent's end:
- *
- * - the enqueue committed before this statement's snapshot: `has_children`
- *   is seen, the delete skips the row and the update takes it;
- * - the enqueue holds the row lock when the delete reaches the row: the
- *   delete waits, then re-checks its WHERE on the committed row, whose
- *   `has_children` is now true, and skips it (a rollback leaves the old row,
- *   deleted as usual); the update's snapshot still sees the old row, whose
- *   fence holds, and re-checks it on the newest row (a parent that already
- *   had children: the delete skips it, the update waits for the lock). Either
- *   way the result is on the kept row when the release trigger runs, after
- *   this statement, on a fresh snapshot that sees the new edge: it records
- *   status and result there and releases the child;
- * - the enqueue reaches the row after this statement did: it waits for this
- *   transaction, then reads the parent as it committed (kept, `succeeded`
- *   with its result, or archived), or finds none (deleted: it had no
- *   children) and inserts nothing.
+ * each job's result where its row stays. Under 'delete' and 'archive' they
+ * take only rows without children: see {@link keptSql} for the others.
  */
 function successParts(
   names: SchemaNames,
@@ -272,37 +243,81 @@ function successParts(
 ): { ctes: string[]; selects: string[] } {
   const { jobs } = names;
   const returned = RETURNED("'succeeded'", '0');
-  const setResult = result ? `, result = ${result}` : '';
   if (policy === 'keep') {
+    const setResult = result ? `, result = ${result}` : '';
     return {
       ctes: [
-        `${name} AS (UPDATE ${jobs} j SET status = 'succeeded', ${ENDED}${setResult} ${part.fence()} ${returned})`,
+        `${name} AS (UPDATE ${jobs} j SET status = 'succeeded', ${ENDED}${setResult} ${part.fence} ${returned})`,
       ],
       selects: [name],
     };
   }
-  const deleted = policy === 'delete' ? name : name === 'succeeded' ? 'archived' : `archived_${policy}`;
-  const kept = `${name}_kept`;
-  const ctes = [
-    policy === 'delete'
-      ? `${deleted} AS (DELETE FROM ${jobs} j ${part.fence()} AND NOT j.has_children ${returned})`
-      : `${deleted} AS (DELETE FROM ${jobs} j ${part.fence()} AND NOT j.has_children RETURNING j.*)`,
-  ];
-  if (policy === 'archive') {
-    const extra = result ? `, ${ARCHIVE_RESULT_COLUMNS}` : '';
-    ctes.push(`${name} AS (
+  if (policy === 'delete') {
+    return {
+      ctes: [`${name} AS (DELETE FROM ${jobs} j ${part.fence} AND NOT j.has_children ${returned})`],
+      selects: [name],
+    };
+  }
+  const archived = name === 'succeeded' ? 'archived' : `archived_${policy}`;
+  const extra = result ? `, ${ARCHIVE_RESULT_COLUMNS}` : '';
+  return {
+    ctes: [
+      `${archived} AS (DELETE FROM ${jobs} j ${part.fence} AND NOT j.has_children RETURNING j.*)`,
+      `${name} AS (
            INSERT INTO ${names.archive} AS j (${ARCHIVE_COLUMNS}${extra})
            SELECT id, queue, kind, payload, 'succeeded', priority, run_at, attempts, max_attempts,
                   NULL, last_error, created_at, NULL, lease_seq, visibility_timeout_ms, now(),
                   max_attempts_default, errors, trace_context, tags, start_by, group_key${result ? `, ${result}, on_success, progress, logs` : ''}
-           FROM ${deleted}${result ? ' j' : ''}
-           ${returned})`);
-  }
-  ctes.push(`${kept} AS (
-       UPDATE ${jobs} j SET status = 'succeeded', ${ENDED}, on_success = '${policy}'${setResult}
-       ${part.fence(unwrittenIds(part.ids, [deleted]))}
-       ${returned})`);
-  return { ctes, selects: [name, kept] };
+           FROM ${archived}${result ? ' j' : ''}
+           ${returned})`,
+    ],
+    selects: [name],
+  };
+}
+
+/**
+ * The statement that ends succeeded jobs with children under 'delete' or
+ * 'archive' ($4, the policy): kept as `succeeded`, with their result ($5,
+ * JSON text by position in $1, with `results`) and with `on_success` naming
+ * the policy, which the maintenance loop applies once their children have
+ * started. Sent after the finish statement, for the successes it did not
+ * write (none in the usual batch), fenced by the lease like it.
+ *
+ * Under READ COMMITTED the race with a child's enqueue (which locks the
+ * parent's row, marks it `has_children` and writes the edge, then commits)
+ * goes one of these ways; in each the child reads the parent's end:
+ *
+ * - the enqueue committed before the finish statement's snapshot: its delete
+ *   sees `has_children` and skips the row; this statement keeps it;
+ * - the enqueue holds the row lock when the delete reaches the row: the
+ *   delete waits, then re-checks its WHERE on the committed row, whose
+ *   `has_children` is now true, and skips it (a rollback leaves the old row,
+ *   deleted as usual); this statement, on a later snapshot, keeps it;
+ * - the enqueue reaches the row after the finish did: it waits for that
+ *   transaction, then reads the parent as it committed (kept, or archived
+ *   with its result), or finds none (deleted: it had no children then) and
+ *   inserts nothing.
+ *
+ * Either way the result is on the kept row when the release trigger runs,
+ * after this statement, on a snapshot that sees every committed edge: it
+ * records status and result there and releases the children, once (the
+ * trigger fires on the one change to a final status).
+ */
+function keptSql(names: SchemaNames, results: boolean): string {
+  const result = results ? `, result = ($5::text[])[array_position($1::bigint[], j.id)]::jsonb` : '';
+  return `UPDATE ${names.jobs} j SET status = 'succeeded', ${ENDED}, on_success = $4::text${result}
+       ${leaseFence('$1::bigint[]', '$2::text[]', '$3')} AND j.cancel_requested_at IS NULL AND j.has_children
+       ${RETURNED("'succeeded'", '0')}`;
+}
+
+/** Whether some success among `jobs` has a result to store. */
+function hasResults(jobs: readonly FinishingJob[]): boolean {
+  return jobs.some((j) => j.outcome === 'succeeded' && j.result !== undefined);
+}
+
+/** The results of `jobs` as JSON text, by position (null for none). */
+function resultsOf(jobs: readonly FinishingJob[]): (string | null)[] {
+  return jobs.map((j) => (j.outcome === 'succeeded' ? (j.result ?? null) : null));
 }
 
 /** A returned row. */
@@ -327,7 +342,9 @@ export class FinishQueries {
   /**
    * Writes the results of held jobs in one statement, each fenced by its lease
    * (see the file's header for what each becomes); `policy` says what a success
-   * leaves. A job may appear once per lease; of two leases of one job only the
+   * leaves. Successes under 'delete' or 'archive' that it did not write (jobs
+   * with children, or whose lease is gone) are sent to {@link keptSql}, a
+   * second statement, so each job is still written by one statement. A job may appear once per lease; of two leases of one job only the
    * newer can be current, so the older is left out.
    *
    * @returns what was written, by lease key (see leaseKey); a job absent from it
@@ -366,9 +383,10 @@ export class FinishQueries {
       const group = groups[p];
       if (group.length === 0) continue;
       own(group);
-      // Only when some job has a result (for 'delete', kept for the job's children, if any).
-      const results = group.some((j) => j.outcome === 'succeeded' && j.result !== undefined);
-      if (results) values.push(group.map((j) => (j.outcome === 'succeeded' ? (j.result ?? null) : null)));
+      // Only when some job has a result and its row stays ('delete' keeps none: a job with
+      // children gets its result from the kept statement below).
+      const results = p !== 'delete' && hasResults(group);
+      if (results) values.push(resultsOf(group));
       success.push({ policy: p, results });
     }
     if (groups.failed.length > 0) {
@@ -390,17 +408,31 @@ export class FinishQueries {
       snooze: groups.snoozed.length > 0,
       ownArrays,
     };
-    const { rows } = await run<FinishedRow>(db, this.#statement(variant), values);
-    for (const r of rows) {
-      written.set(`${r.id}#${r.lease_seq}`, {
-        id: r.id,
-        leaseSeq: r.lease_seq,
-        outcome: r.outcome,
-        queue: r.queue,
-        retryDelayMs: r.retry_delay_ms,
-      });
+    const add = (rows: FinishedRow[]) => {
+      for (const r of rows) {
+        written.set(`${r.id}#${r.lease_seq}`, {
+          id: r.id,
+          leaseSeq: r.lease_seq,
+          outcome: r.outcome,
+          queue: r.queue,
+          retryDelayMs: r.retry_delay_ms,
+        });
+      }
+    };
+    add((await run<FinishedRow>(db, this.#statement(variant), values)).rows);
+    for (const p of ['delete', 'archive'] as const) {
+      const left = groups[p].filter((j) => !written.has(leaseKey(j)));
+      if (left.length === 0) continue;
+      const results = hasResults(left);
+      const keptValues: unknown[] = [...leaseFenceArrays(left), workerId, p];
+      if (results) keptValues.push(resultsOf(left));
+      add((await run<FinishedRow>(db, this.#kept(results), keptValues)).rows);
     }
     return written;
+  }
+
+  #kept(results: boolean): Statement {
+    return this.#cached(results ? 'finish_kept_results' : 'finish_kept', () => keptSql(this.#names, results));
   }
 
   #statement(variant: Variant): Statement {
@@ -408,9 +440,14 @@ export class FinishQueries {
     const success =
       variant.success.map((p) => `${p.policy}${p.results ? '_results' : ''}`).join('_') || 'none';
     const name = `finish_${success}${failure ? '_failed' : ''}${snooze ? '_snoozed' : ''}${ownArrays ? '_own' : ''}`;
+    return this.#cached(name, () => finishSql(this.#names, variant));
+  }
+
+  /** The statement `name`, made by `sql` when first used. */
+  #cached(name: string, sql: () => string): Statement {
     let statement = this.#statements.get(name);
     if (!statement) {
-      statement = this.#names.statement(name, finishSql(this.#names, variant));
+      statement = this.#names.statement(name, sql());
       this.#statements.set(name, statement);
     }
     return statement;
