@@ -269,6 +269,8 @@ describe('dependsOn', () => {
         pollIntervalMs: 100,
         concurrency: 25,
         batchSize: 10,
+        // The parents are kept until the child started; the maintenance loop then deletes them.
+        sweepIntervalMs: 500,
       }),
     };
     const workers: ChildProcess[] = await Promise.all(
@@ -473,7 +475,7 @@ it('a transactional handler reads its parents too (worker-less, through drain)',
 });
 
 describe('a parent deleted on success (the default policy) passes its result to its children', () => {
-  it("through a worker: the child's parents() sees { charged: 42 }; the lone job's row is gone as usual", async () => {
+  it("through a worker: the child's parents() sees { charged: 42 }; the lone job's row is gone as usual, the parent's once the child started", async () => {
     const [order, lone] = await t.skiplock.enqueueMany([
       { kind: 'charge', payload: {}, ref: 'order' },
       { kind: 'charge', payload: {} },
@@ -488,12 +490,13 @@ describe('a parent deleted on success (the default policy) passes its result to 
         },
       },
       pollIntervalMs: 50,
+      sweepIntervalMs: 100,
     });
     await worker.start();
     await waitFor(() => seen !== undefined, 30_000, 'the child to run');
     expect(seen).toEqual([{ id: order!.id, kind: 'charge', status: 'succeeded', result: { charged: 42 } }]);
-    expect(await t.row(order!.id)).toBeUndefined();
     expect(await t.row(lone!.id)).toBeUndefined();
+    await waitFor(async () => (await t.row(order!.id)) === undefined, 30_000, 'the parent to be deleted');
   });
 
   it('through drain, from a plain and from a transactional parent', async () => {

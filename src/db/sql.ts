@@ -66,4 +66,4 @@ export function advisoryLockKey(task: 'migrate' | MaintenanceTask, schema: strin
 }
 
 /** Maintenance tasks that run one at a time across all processes, each under its own advisory lock. */
-export type MaintenanceTask = 'sweep' | 'schedule' | 'prune' | 'archive';
+export type MaintenanceTask = 'sweep' | 'schedule' | 'prune' | 'archive' | 'parents';

@@ -1,7 +1,8 @@
 /**
  * The maintenance loop a worker runs: the sweeper always, the scheduler (cron
  * slots) unless turned off, the pruner when a retention is set, the archive's
- * partition upkeep always. Each service takes its turn under its own advisory
+ * partition upkeep and the success policy of parents kept for their children
+ * always. Each service takes its turn under its own advisory
  * lock (see maintainer.ts).
  */
 import type pg from 'pg';
@@ -11,6 +12,7 @@ import type { MaintenanceTask } from '../db/sql.js';
 import type { SkiplockError } from '../errors.js';
 import { schedulerService } from '../schedule/scheduler.js';
 import { archivePartitionsService } from './archive-partitions.js';
+import { keptParentsService } from './kept-parents.js';
 import { Maintainer, maintenanceLock } from './maintainer.js';
 import { type PruneResult, prunerServices, type Retention } from './pruner.js';
 import { type SweptJobs, sweeperService } from './sweeper.js';
@@ -60,6 +62,7 @@ export function workerMaintenance(options: WorkerMaintenanceOptions): Maintainer
         { retentionMs: options.retention.retention.archive },
         options.onArchivePartitions,
       ),
+      keptParentsService(queries, { intervalMs: options.sweepIntervalMs }),
     ],
     onError: options.onError,
   });

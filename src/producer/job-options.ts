@@ -91,6 +91,8 @@ export interface JobOptions extends UniqueOptions {
    * What this job's success leaves: `'delete'` removes the row, `'keep'` marks
    * it `succeeded`, `'archive'` moves it to the archive. With `'keep'` or
    * `'archive'` the handler's return value is stored as the job's `result`.
+   * A job with children keeps its row and result until they have all
+   * started, whatever its policy.
    * @default the worker's `onSuccess`
    */
   onSuccess?: 'delete' | 'keep' | 'archive' | undefined;

@@ -18,7 +18,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type pg from 'pg';
-import type { Queryable } from '../db/executor.js';
+import { type Queryable, withTransaction } from '../db/executor.js';
 import type { ClaimedJob, KindMaxAttempts } from '../db/queries/claim.js';
 import type { FinishOutcome, SuccessPolicy } from '../db/queries/finish.js';
 import { leaseKey } from '../db/queries/job-row.js';
@@ -26,6 +26,7 @@ import { JobQueries } from '../db/queries/jobs.js';
 import { SkiplockError, ValidationError } from '../errors.js';
 import { DEFAULT_VISIBILITY_TIMEOUT_MS } from '../job/defaults.js';
 import type { Job, JobMap, JobRecord } from '../job/job.js';
+import { KEPT_PARENTS_BATCH_LIMIT } from '../maintenance/kept-parents.js';
 import type { Skiplock } from '../skiplock.js';
 import { AttemptControl } from '../worker/attempt-control.js';
 import { attemptResult } from '../worker/completer.js';
@@ -103,7 +104,9 @@ const DRAIN_BATCH = 100;
  * (a snooze of 0 ms runs again at once). Queues with limits are claimed
  * within them, as a worker would: once a rate allows no more starts, their
  * jobs are left for a later call. Resolves when no due job of those kinds is
- * left (or none may start).
+ * left (or none may start), after applying the success policy of parents
+ * kept for their children that have all started, as a worker's maintenance
+ * loop does.
  * A batch handler (`handleBatch`) is called with one job at a time.
  *
  * @example
@@ -145,7 +148,10 @@ export async function drain<Jobs extends JobMap>(
       queues.length === 0
         ? []
         : await claimFor(queries, skiplock.pool, client, queues, kinds, workerId, kindMaxAttempts);
-    if (claimed.length === 0) return result;
+    if (claimed.length === 0) {
+      await settleKeptParents(queries, skiplock.pool, client);
+      return result;
+    }
     for (const claim of claimed) {
       if (result.jobs.length >= maxJobs) {
         await queries.results.release(db, claimed.slice(claimed.indexOf(claim)), workerId);
@@ -194,6 +200,19 @@ export async function drain<Jobs extends JobMap>(
       }
       record(result, job, outcome, written);
     }
+  }
+}
+
+/**
+ * Applies the success policy of the parents kept for their children, as the
+ * maintenance loop does: in `client`'s transaction when given, else in one
+ * of its own.
+ */
+async function settleKeptParents(queries: JobQueries, pool: pg.Pool, client: Queryable | undefined) {
+  const settle = (db: Queryable) => queries.dependencies.settleKeptParents(db, KEPT_PARENTS_BATCH_LIMIT);
+  for (;;) {
+    const { locked } = client ? await settle(client) : await withTransaction(pool, settle, 60_000, true);
+    if (locked < KEPT_PARENTS_BATCH_LIMIT) return;
   }
 }
 

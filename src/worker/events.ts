@@ -22,6 +22,7 @@ export type WorkerErrorSource =
   | 'release'
   | 'prune'
   | 'archive'
+  | 'parents'
   | 'progress'
   | 'listener';
 

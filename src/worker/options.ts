@@ -102,7 +102,11 @@ export interface WorkerOptions<Jobs extends JobMap> {
   visibilityTimeoutMs?: number;
   /** How often running jobs' `locked_at` is refreshed; must be below the visibility timeout. @default visibilityTimeoutMs / 5 */
   heartbeatIntervalMs?: number;
-  /** How often this worker tries to sweep dead leases (one sweep at a time across all workers). @default 60_000 */
+  /**
+   * How often this worker tries to sweep dead leases, and to apply the success
+   * policy of parents kept for their children (each one at a time across all
+   * workers), in milliseconds. @default 60_000
+   */
   sweepIntervalMs?: number;
   /**
    * Retention: succeeded, failed and cancelled jobs (and archived ones) whose
@@ -142,7 +146,11 @@ export interface WorkerOptions<Jobs extends JobMap> {
    * naming `result`. @default 1_048_576 (1 MiB)
    */
   maxResultBytes?: number;
-  /** What happens to a succeeded job: deleted, kept as `succeeded`, or moved to `jobs_archive`. @default 'delete' */
+  /**
+   * What happens to a succeeded job: deleted, kept as `succeeded`, or moved to
+   * `jobs_archive`. A job with children is kept as `succeeded`, with its
+   * result, until they have all started; then its policy applies. @default 'delete'
+   */
   onSuccess?: SuccessPolicy;
   /** Stop gracefully on SIGTERM/SIGINT, then re-raise the signal if nobody else handles it. @default true */
   handleSignals?: boolean;

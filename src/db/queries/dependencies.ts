@@ -1,6 +1,7 @@
 /**
  * Dependencies between jobs: inserting a job with parents (dependsOn), and
- * reading a job's parents and children. The release of children when their
+ * reading a job's parents and children, and applying the success policy of
+ * parents kept for their children. The release of children when their
  * parents end is not here: it is done by the jobs table's triggers
  * (migration 15), in the transaction of whatever statement ends a parent.
  */
@@ -9,7 +10,7 @@ import { DatabaseError } from '../../errors.js';
 import type { JobLink, JobRecord, JobStatus } from '../../job/job.js';
 import { type Queryable, run, type Statement } from '../executor.js';
 import type { NewJob } from './insert.js';
-import { JOB_COLUMNS, type JobRow, toJobRecord } from './job-row.js';
+import { ARCHIVE_COLUMNS, ARCHIVE_RESULT_COLUMNS, JOB_COLUMNS, type JobRow, toJobRecord } from './job-row.js';
 import type { SchemaNames } from './schema-names.js';
 
 /** What a parent ending failed, dead or cancelled does to a waiting child. */
@@ -39,6 +40,8 @@ export class DependencyQueries {
   readonly #insert: Statement;
   readonly #parents: Statement;
   readonly #edges: Statement;
+  readonly #lockKept: Statement;
+  readonly #settleKept: Statement;
 
   constructor(names: SchemaNames) {
     const { jobs, quoted } = names;
@@ -84,6 +87,59 @@ export class DependencyQueries {
        WHERE d.parent_id = $1::bigint
        ORDER BY 1, 2`,
     );
+    // A job that succeeded with children under 'delete' or 'archive' stays
+    // `succeeded`, on_success naming the policy (see the finish statement);
+    // jobs_kept_parents_idx holds exactly these rows.
+    this.#lockKept = names.statement(
+      'kept_parents_lock',
+      `SELECT id FROM ${jobs}
+       WHERE status = 'succeeded' AND has_children AND on_success IN ('delete', 'archive')
+       ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`,
+    );
+    // Run after the lock, so on a snapshot that sees every child whose enqueue
+    // committed before the lock was granted; an enqueue not yet committed then
+    // held the parent's row (it locks it before writing its edge) and was
+    // skipped, and one that comes now waits for this transaction and finds
+    // the parent archived or gone.
+    const columns = `${ARCHIVE_COLUMNS}, ${ARCHIVE_RESULT_COLUMNS}`;
+    this.#settleKept = names.statement(
+      'kept_parents_settle',
+      `WITH settled AS (
+         DELETE FROM ${jobs} p
+         WHERE p.id = ANY($1::bigint[]) AND p.status = 'succeeded' AND p.on_success IN ('delete', 'archive')
+           AND NOT EXISTS (SELECT 1 FROM ${quoted}.job_dependencies d JOIN ${jobs} c ON c.id = d.child_id
+                           WHERE d.parent_id = p.id AND c.status IN ('waiting', 'queued'))
+         RETURNING p.*
+       ), archived AS (
+         INSERT INTO ${names.archive} (${columns})
+         SELECT ${columns} FROM settled WHERE on_success = 'archive'
+         RETURNING 1
+       )
+       SELECT (SELECT count(*) FROM settled)::int AS settled, (SELECT count(*) FROM archived)::int AS archived`,
+    );
+  }
+
+  /**
+   * Applies the success policy of at most `limit` parents kept for their
+   * children (they succeeded under 'delete' or 'archive' while some child had
+   * not started): deletes, or moves to the archive, those none of whose
+   * children is `waiting` or `queued` any more. Parents locked elsewhere (a
+   * child's enqueue in progress) are left for the next call. Two statements:
+   * run it in a transaction (the maintenance loop's).
+   *
+   * @returns how many parents were locked (`locked`; fewer than `limit`: none
+   *   left), and of those how many were deleted or archived (`settled`), and
+   *   archived (`archived`).
+   * @throws {DatabaseError} from the database.
+   */
+  async settleKeptParents(
+    db: Queryable,
+    limit: number,
+  ): Promise<{ locked: number; settled: number; archived: number }> {
+    const locked = (await run<{ id: string }>(db, this.#lockKept, [limit])).rows.map((r) => r.id);
+    if (locked.length === 0) return { locked: 0, settled: 0, archived: 0 };
+    const { rows } = await run<{ settled: number; archived: number }>(db, this.#settleKept, [locked]);
+    return { locked: locked.length, settled: rows[0]?.settled ?? 0, archived: rows[0]?.archived ?? 0 };
   }
 
   /**

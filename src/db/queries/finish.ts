@@ -5,7 +5,9 @@
  * What each row becomes:
  *
  * - `succeeded`: by the success policy, the row is deleted, kept as
- *   `succeeded`, or moved to the archive;
+ *   `succeeded`, or moved to the archive; a job with children is kept as
+ *   `succeeded` under any policy, and the maintenance loop applies the policy
+ *   once its children have started (see keptSql);
  * - `retry`: a failure with attempts left goes back to `queued` after the
  *   kind's delay, or the default backoff on the database clock;
  * - `failed`: a permanent failure, never retried;
@@ -24,7 +26,15 @@
 import { BACKOFF_MAX_EXPONENT } from '../../job/backoff.js';
 import { type Queryable, run, type Statement } from '../executor.js';
 import { appendAttemptError } from './attempt-errors.js';
-import { type LeasedJob, leaseFence, leaseFenceArrays, newestLeasePerJob } from './job-row.js';
+import {
+  ARCHIVE_COLUMNS,
+  ARCHIVE_RESULT_COLUMNS,
+  type LeasedJob,
+  leaseFence,
+  leaseFenceArrays,
+  leaseKey,
+  newestLeasePerJob,
+} from './job-row.js';
 import type { SchemaNames } from './schema-names.js';
 
 /** What happens to a succeeded job's row. */
@@ -111,7 +121,7 @@ const ENDED = 'locked_at = NULL, locked_by = NULL, finished_at = now()';
  * null; failures: error, permanent, retry delay or null; snoozes: delay), read
  * by the job's position in its ids. Successes come as one part per policy
  * present; a batch whose successes all follow the caller's policy and store no
- * result is the plain statement of that policy, unchanged.
+ * result is the plain statement of that policy, with no per-job arrays.
  *
  * Writable CTEs on one table must not touch the same row (PostgreSQL applies
  * one of two such changes, unpredictably). Here a row is in at most one part:
@@ -130,24 +140,24 @@ function finishSql(names: SchemaNames, variant: Variant): string {
   let last = 3;
   const param = (type: string) => `$${++last}::${type}`;
   /** The fence of one outcome's jobs (their cancel not requested), and their position lookup. */
-  const part = () => {
+  const part = (): Part => {
     const ids = variant.ownArrays ? param('bigint[]') : '$1::bigint[]';
     const keys = variant.ownArrays ? param('text[]') : '$2::text[]';
     return {
       fence: `${leaseFence(ids, keys, '$3')} AND j.cancel_requested_at IS NULL`,
-      at: (array: string, id = 'j.id') => `(${array})[array_position(${ids}, ${id})]`,
+      at: (array: string) => `(${array})[array_position(${ids}, j.id)]`,
     };
   };
   const ctes: string[] = [];
   const selects: string[] = [];
   const oneSuccessPart = variant.success.length === 1;
   for (const { policy, results } of variant.success) {
-    const { fence, at } = part();
+    const p = part();
     const name = oneSuccessPart ? 'succeeded' : `succeeded_${policy}`;
     const resultArray = results ? param('text[]') : undefined;
-    const result = resultArray ? (id?: string) => `(${at(resultArray, id)})::jsonb` : undefined;
-    ctes.push(...successParts(names, policy, fence, name, result));
-    selects.push(name);
+    const written = successParts(names, policy, p, name, resultArray && `(${p.at(resultArray)})::jsonb`);
+    ctes.push(...written.ctes);
+    selects.push(...written.selects);
   }
   if (variant.failure) {
     const { fence, at } = part();
@@ -187,15 +197,7 @@ function finishSql(names: SchemaNames, variant: Variant): string {
        ${RETURNED("'snoozed'", delay)})`);
     selects.push('snoozed');
   }
-  // Only the jobs no outcome part wrote; when they wrote every job (the common batch), none, read
-  // without a scan: a CASE evaluates its ELSE (the set difference) only when reached.
-  const written = selects.map((p) => `(SELECT count(*) FROM ${p})`).join(' + ');
-  const unwritten = selects.map((p) => `SELECT id FROM ${p}`).join(' UNION ALL ');
-  const rest =
-    selects.length === 0
-      ? '$1::bigint[]'
-      : `CASE WHEN ${written} = cardinality($1::bigint[]) THEN '{}'::bigint[]
-              ELSE ARRAY(SELECT unnest($1::bigint[]) EXCEPT ALL (${unwritten})) END`;
+  const rest = selects.length === 0 ? '$1::bigint[]' : unwrittenIds('$1::bigint[]', selects);
   ctes.push(`cancelled AS (
        UPDATE ${jobs} j SET status = 'cancelled', ${ENDED}
        ${leaseFence(rest, '$2::text[]', '$3')} AND j.cancel_requested_at IS NOT NULL
@@ -205,65 +207,117 @@ function finishSql(names: SchemaNames, variant: Variant): string {
 SELECT * FROM ${selects.join(' UNION ALL SELECT * FROM ')}`;
 }
 
+/** One outcome's jobs in the statement: their fence, and a per-job value by position. */
+interface Part {
+  /** The WHERE clause taking the part's jobs whose lease holds and cancel was not requested. */
+  fence: string;
+  /** The element of `array` (a per-job parameter) for the row `j`. */
+  at(array: string): string;
+}
+
 /**
- * The part that ends succeeded jobs by `policy`, named `name`; with `result`
- * (the expression of a job's result, by its id: the row `j`'s by default), it
- * stores each job's result: on the row for `keep` and `archive`; for
- * `delete` and `archive`, whose rows leave the jobs table, also on the job's
- * edges to its children not yet released, where the release trigger (run
- * after this statement) keeps it.
+ * Of `ids`, those that no part in `parts` returned (each part returns `id`).
+ * When the parts returned every id (the common batch) it is empty, read
+ * without a scan: a CASE evaluates its ELSE (the set difference) only when
+ * reached.
+ */
+function unwrittenIds(ids: string, parts: readonly string[]): string {
+  const written = parts.map((p) => `(SELECT count(*) FROM ${p})`).join(' + ');
+  const unwritten = parts.map((p) => `SELECT id FROM ${p}`).join(' UNION ALL ');
+  return `CASE WHEN ${written} = cardinality(${ids}) THEN '{}'::bigint[]
+              ELSE ARRAY(SELECT unnest(${ids}) EXCEPT ALL (${unwritten})) END`;
+}
+
+/**
+ * The parts that end succeeded jobs by `policy`, returning as `selects`
+ * say; with `result` (the expression of the row `j`'s result), they store
+ * each job's result where its row stays. Under 'delete' and 'archive' they
+ * take only rows without children: see {@link keptSql} for the others.
  */
 function successParts(
   names: SchemaNames,
   policy: SuccessPolicy,
-  fence: string,
+  part: Part,
   name: string,
-  resultOf: ((id?: string) => string) | undefined,
-): string[] {
+  result: string | undefined,
+): { ctes: string[]; selects: string[] } {
   const { jobs } = names;
   const returned = RETURNED("'succeeded'", '0');
-  const result = resultOf?.();
-  switch (policy) {
-    case 'delete': {
-      const deleted = `${name} AS (DELETE FROM ${jobs} j ${fence} ${returned})`;
-      return resultOf ? [deleted, edges(names, `${name}_edges`, name, resultOf)] : [deleted];
-    }
-    case 'keep': {
-      const setResult = result ? `, result = ${result}` : '';
-      return [
-        `${name} AS (UPDATE ${jobs} j SET status = 'succeeded', ${ENDED}${setResult} ${fence} ${returned})`,
-      ];
-    }
-    case 'archive': {
-      const archived = name === 'succeeded' ? 'archived' : `archived_${policy}`;
-      return [
-        `${archived} AS (DELETE FROM ${jobs} j ${fence} RETURNING j.*)`,
-        `${name} AS (
-           INSERT INTO ${names.archive} AS j
-             (id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
-              locked_at, last_error, created_at, locked_by, lease_seq, visibility_timeout_ms, finished_at,
-              max_attempts_default, errors, trace_context, tags, start_by, group_key${result ? ', result, on_success, progress, logs' : ''})
+  if (policy === 'keep') {
+    const setResult = result ? `, result = ${result}` : '';
+    return {
+      ctes: [
+        `${name} AS (UPDATE ${jobs} j SET status = 'succeeded', ${ENDED}${setResult} ${part.fence} ${returned})`,
+      ],
+      selects: [name],
+    };
+  }
+  if (policy === 'delete') {
+    return {
+      ctes: [`${name} AS (DELETE FROM ${jobs} j ${part.fence} AND NOT j.has_children ${returned})`],
+      selects: [name],
+    };
+  }
+  const archived = name === 'succeeded' ? 'archived' : `archived_${policy}`;
+  const extra = result ? `, ${ARCHIVE_RESULT_COLUMNS}` : '';
+  return {
+    ctes: [
+      `${archived} AS (DELETE FROM ${jobs} j ${part.fence} AND NOT j.has_children RETURNING j.*)`,
+      `${name} AS (
+           INSERT INTO ${names.archive} AS j (${ARCHIVE_COLUMNS}${extra})
            SELECT id, queue, kind, payload, 'succeeded', priority, run_at, attempts, max_attempts,
                   NULL, last_error, created_at, NULL, lease_seq, visibility_timeout_ms, now(),
                   max_attempts_default, errors, trace_context, tags, start_by, group_key${result ? `, ${result}, on_success, progress, logs` : ''}
            FROM ${archived}${result ? ' j' : ''}
            ${returned})`,
-        ...(resultOf ? [edges(names, `${archived}_edges`, archived, resultOf)] : []),
-      ];
-    }
-  }
+    ],
+    selects: [name],
+  };
 }
 
 /**
- * The part named `name` that writes the results of the jobs `deleted` (a part
- * returning their ids) onto their edges to children not yet released: the
- * release trigger, run after the statement, reads the deleted row, which
- * holds no result, and keeps the edge's.
+ * The statement that ends succeeded jobs with children under 'delete' or
+ * 'archive' ($4, the policy): kept as `succeeded`, with their result ($5,
+ * JSON text by position in $1, with `results`) and with `on_success` naming
+ * the policy, which the maintenance loop applies once their children have
+ * started. Sent after the finish statement, for the successes it did not
+ * write (none in the usual batch), fenced by the lease like it.
+ *
+ * Under READ COMMITTED the race with a child's enqueue (which locks the
+ * parent's row, marks it `has_children` and writes the edge, then commits)
+ * goes one of these ways; in each the child reads the parent's end:
+ *
+ * - the enqueue committed before the finish statement's snapshot: its delete
+ *   sees `has_children` and skips the row; this statement keeps it;
+ * - the enqueue holds the row lock when the delete reaches the row: the
+ *   delete waits, then re-checks its WHERE on the committed row, whose
+ *   `has_children` is now true, and skips it (a rollback leaves the old row,
+ *   deleted as usual); this statement, on a later snapshot, keeps it;
+ * - the enqueue reaches the row after the finish did: it waits for that
+ *   transaction, then reads the parent as it committed (kept, or archived
+ *   with its result), or finds none (deleted: it had no children then) and
+ *   inserts nothing.
+ *
+ * Either way the result is on the kept row when the release trigger runs,
+ * after this statement, on a snapshot that sees every committed edge: it
+ * records status and result there and releases the children, once (the
+ * trigger fires on the one change to a final status).
  */
-function edges(names: SchemaNames, name: string, deleted: string, resultOf: (id: string) => string): string {
-  return `${name} AS (
-     UPDATE ${names.quoted}.job_dependencies d SET parent_result = ${resultOf('d.parent_id')}
-     FROM ${deleted} s WHERE d.parent_id = s.id AND d.parent_status IS NULL)`;
+function keptSql(names: SchemaNames, results: boolean): string {
+  const result = results ? `, result = ($5::text[])[array_position($1::bigint[], j.id)]::jsonb` : '';
+  return `UPDATE ${names.jobs} j SET status = 'succeeded', ${ENDED}, on_success = $4::text${result}
+       ${leaseFence('$1::bigint[]', '$2::text[]', '$3')} AND j.cancel_requested_at IS NULL AND j.has_children
+       ${RETURNED("'succeeded'", '0')}`;
+}
+
+/** Whether some success among `jobs` has a result to store. */
+function hasResults(jobs: readonly FinishingJob[]): boolean {
+  return jobs.some((j) => j.outcome === 'succeeded' && j.result !== undefined);
+}
+
+/** The results of `jobs` as JSON text, by position (null for none). */
+function resultsOf(jobs: readonly FinishingJob[]): (string | null)[] {
+  return jobs.map((j) => (j.outcome === 'succeeded' ? (j.result ?? null) : null));
 }
 
 /** A returned row. */
@@ -288,7 +342,9 @@ export class FinishQueries {
   /**
    * Writes the results of held jobs in one statement, each fenced by its lease
    * (see the file's header for what each becomes); `policy` says what a success
-   * leaves. A job may appear once per lease; of two leases of one job only the
+   * leaves. Successes under 'delete' or 'archive' that it did not write (jobs
+   * with children, or whose lease is gone) are sent to {@link keptSql}, a
+   * second statement, so each job is still written by one statement. A job may appear once per lease; of two leases of one job only the
    * newer can be current, so the older is left out.
    *
    * @returns what was written, by lease key (see leaseKey); a job absent from it
@@ -327,9 +383,10 @@ export class FinishQueries {
       const group = groups[p];
       if (group.length === 0) continue;
       own(group);
-      // Only when some job has a result (for 'delete', kept for the job's children, if any).
-      const results = group.some((j) => j.outcome === 'succeeded' && j.result !== undefined);
-      if (results) values.push(group.map((j) => (j.outcome === 'succeeded' ? (j.result ?? null) : null)));
+      // Only when some job has a result and its row stays ('delete' keeps none: a job with
+      // children gets its result from the kept statement below).
+      const results = p !== 'delete' && hasResults(group);
+      if (results) values.push(resultsOf(group));
       success.push({ policy: p, results });
     }
     if (groups.failed.length > 0) {
@@ -351,17 +408,31 @@ export class FinishQueries {
       snooze: groups.snoozed.length > 0,
       ownArrays,
     };
-    const { rows } = await run<FinishedRow>(db, this.#statement(variant), values);
-    for (const r of rows) {
-      written.set(`${r.id}#${r.lease_seq}`, {
-        id: r.id,
-        leaseSeq: r.lease_seq,
-        outcome: r.outcome,
-        queue: r.queue,
-        retryDelayMs: r.retry_delay_ms,
-      });
+    const add = (rows: FinishedRow[]) => {
+      for (const r of rows) {
+        written.set(`${r.id}#${r.lease_seq}`, {
+          id: r.id,
+          leaseSeq: r.lease_seq,
+          outcome: r.outcome,
+          queue: r.queue,
+          retryDelayMs: r.retry_delay_ms,
+        });
+      }
+    };
+    add((await run<FinishedRow>(db, this.#statement(variant), values)).rows);
+    for (const p of ['delete', 'archive'] as const) {
+      const left = groups[p].filter((j) => !written.has(leaseKey(j)));
+      if (left.length === 0) continue;
+      const results = hasResults(left);
+      const keptValues: unknown[] = [...leaseFenceArrays(left), workerId, p];
+      if (results) keptValues.push(resultsOf(left));
+      add((await run<FinishedRow>(db, this.#kept(results), keptValues)).rows);
     }
     return written;
+  }
+
+  #kept(results: boolean): Statement {
+    return this.#cached(results ? 'finish_kept_results' : 'finish_kept', () => keptSql(this.#names, results));
   }
 
   #statement(variant: Variant): Statement {
@@ -369,9 +440,14 @@ export class FinishQueries {
     const success =
       variant.success.map((p) => `${p.policy}${p.results ? '_results' : ''}`).join('_') || 'none';
     const name = `finish_${success}${failure ? '_failed' : ''}${snooze ? '_snoozed' : ''}${ownArrays ? '_own' : ''}`;
+    return this.#cached(name, () => finishSql(this.#names, variant));
+  }
+
+  /** The statement `name`, made by `sql` when first used. */
+  #cached(name: string, sql: () => string): Statement {
     let statement = this.#statements.get(name);
     if (!statement) {
-      statement = this.#names.statement(name, finishSql(this.#names, variant));
+      statement = this.#names.statement(name, sql());
       this.#statements.set(name, statement);
     }
     return statement;

@@ -38,6 +38,13 @@ export const JOB_COLUMNS_BUT_PAYLOAD =
 /** Every column of {@link JobRow}, in one select list. */
 export const JOB_COLUMNS = `${JOB_COLUMNS_BUT_PAYLOAD}, payload`;
 
+/** The archive's columns that every move to the archive writes. */
+export const ARCHIVE_COLUMNS =
+  'id, queue, kind, payload, status, priority, run_at, attempts, max_attempts, locked_at, last_error, created_at, locked_by, lease_seq, visibility_timeout_ms, finished_at, max_attempts_default, errors, trace_context, tags, start_by, group_key';
+
+/** The archive's columns a move writes when the job stored a result. */
+export const ARCHIVE_RESULT_COLUMNS = 'result, on_success, progress, logs';
+
 /** A row of a list view: the payload's preview instead of the payload. */
 export interface JobSummaryRow extends Omit<JobRow, 'payload'> {
   payload_preview: string;

@@ -54,7 +54,9 @@ export class PruneQueries {
       'prune_jobs',
       batch(
         names.jobs,
-        `AND status IN ('succeeded', 'failed', 'dead', 'cancelled')`,
+        // Parents kept for their children wait for the maintenance loop to apply their policy.
+        `AND status IN ('succeeded', 'failed', 'dead', 'cancelled')
+         AND NOT (has_children AND status = 'succeeded' AND on_success IN ('delete', 'archive'))`,
         'FOR UPDATE SKIP LOCKED',
         '',
       ),
