@@ -115,6 +115,7 @@ function setup(s: Setup = {}) {
           rateWaitMs: null,
           groupHeld: (s.groupHeld ?? false) && waiting.length > 0,
           groupRateWaitMs: null,
+          prefetchable: false,
         };
       },
     },

@@ -46,7 +46,9 @@ export function groupedClaimSql(names: SchemaNames, kindMaxAttempts: string): st
   // this claim may take at most, less what its limits leave (running jobs,
   // starts within the rate's period), and no more than its due jobs of the
   // worker's kinds (an upper bound under strictOrder); held (1) when it has
-  // more due jobs than that.
+  // more due jobs than that. The due jobs are counted in the group claim
+  // index's order, so that the planner reads that index (the key's entries),
+  // not the queue's claim index filtered by key.
   const keyState = (key: string) => `(
      SELECT ARRAY[least(c.cap, x.due), (x.due > c.cap)::int]
      FROM (SELECT least(
@@ -61,6 +63,7 @@ export function groupedClaimSql(names: SchemaNames, kindMaxAttempts: string): st
                 WHERE d.queue = $1 AND d.status = 'queued' AND d.group_key = ${key}
                   AND d.run_at <= now() AND d.kind = ANY($5::text[])
                   AND (d.start_by IS NULL OR d.start_by >= now())
+                ORDER BY d.priority DESC, d.run_at, d.id
                 LIMIT c.cap + 1) z) x)`;
   // The key with queued jobs after `after` in key order, wrapping around to the first.
   const nextKey = (after: string) => `(SELECT COALESCE(

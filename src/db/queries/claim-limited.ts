@@ -28,6 +28,11 @@ export interface LimitedClaim {
   groupHeld: boolean;
   /** Milliseconds until a start of a key held by its group rate leaves the rate's window (null: none). */
   groupRateWaitMs: number | null;
+  /**
+   * The queue's only limit is a group concurrency (with strictOrder, of one
+   * job per key): a worker may claim it ahead of its free slots.
+   */
+  prefetchable: boolean;
 }
 
 /** The room the limits left, on every row; a claimed job's columns, or NULLs when none was claimed. */
@@ -37,6 +42,7 @@ interface LimitedClaimRow extends Omit<ClaimRow, 'id'> {
   rate_wait_ms: string | null;
   grouped: boolean;
   read_committed: boolean;
+  prefetchable: boolean | null;
   group_held?: boolean;
   group_rate_wait_ms?: string | null;
   id: string | null;
@@ -146,6 +152,7 @@ export class LimitedClaimQueries {
       rateRoom: first?.rate_room ?? null,
       rateWaitMs: first?.rate_wait_ms == null ? null : Math.max(0, Number(first.rate_wait_ms)),
       groupHeld: first?.group_held === true,
+      prefetchable: first?.prefetchable === true,
       groupRateWaitMs:
         first?.group_rate_wait_ms == null ? null : Math.max(0, Number(first.group_rate_wait_ms)),
     };

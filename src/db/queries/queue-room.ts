@@ -20,6 +20,17 @@ import type { SchemaNames } from './schema-names.js';
 export const RATE_SLOTS_PER_PERIOD = 64;
 
 /**
+ * SQL true when the queue `q` may be claimed ahead of a worker's free slots: its
+ * only limit is a group concurrency (with strictOrder, of one job per key). A
+ * buffered job holds its key's slot as a running one does, and starts soon;
+ * a queue concurrency would let one worker's buffer take the queue's slots
+ * from the others, a rate would count starts that happen later, and under
+ * strictOrder two buffered jobs of a key could start after the first failed.
+ */
+const PREFETCHABLE = `(q.group_concurrency IS NOT NULL AND q.concurrency_limit IS NULL AND q.rate_count IS NULL
+     AND q.group_rate_count IS NULL AND (NOT q.strict_order OR q.group_concurrency = 1))`;
+
+/**
  * The CTEs `locked` (the queue's row, locked), `q` (its limits, the time and
  * its running jobs, read after the lock), `live` (the rate log's slots within
  * the period) and `room` (what the concurrency and rate limits leave; NULL:
@@ -54,6 +65,7 @@ export function queueRoomCtes(names: SchemaNames, forGroups: boolean): string {
    ), room AS (
      SELECT COALESCE(q.paused, false) AS paused, COALESCE(q.grouped, false) AS grouped,
             current_setting('transaction_isolation') = 'read committed' AS read_committed,
+            COALESCE(${PREFETCHABLE}, false) AS prefetchable,
             CASE WHEN q.concurrency_limit IS NOT NULL
               THEN greatest(q.concurrency_limit - q.running, 0)::int END AS concurrency_room,
             CASE WHEN q.rate_count IS NOT NULL
@@ -93,7 +105,7 @@ export function claimedCtes(names: SchemaNames, kindMaxAttempts: string): string
 }
 
 /** The columns every row of a limited claim returns: the room, the rate's wait, and a claimed job's (`c`). */
-export const LIMITED_CLAIM_COLUMNS = `r.concurrency_room, r.rate_room, r.grouped, r.read_committed,
+export const LIMITED_CLAIM_COLUMNS = `r.concurrency_room, r.rate_room, r.grouped, r.read_committed, r.prefetchable,
    (SELECT (SELECT min(slot_end) FROM log) + q.period_ms - q.at_ms FROM q) AS rate_wait_ms,
    c.id, c.queue, c.kind, c.payload, c.priority, c.run_at, c.attempts, c.max_attempts,
    c.lease_seq, c.created_at, c.on_success, c.trace_context`;
