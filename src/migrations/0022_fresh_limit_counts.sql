@@ -71,33 +71,34 @@ BEGIN
     AS $body$
     DECLARE
       o record;
+      jobs_ahead refcursor;
       retry boolean;
     BEGIN
       SELECT j.attempts > 0 INTO retry FROM %1$I.jobs j WHERE j.id = job_id;
-      FOR o IN
-        SELECT j.id, j.run_at, j.kind FROM %1$I.jobs j
-        WHERE j.queue = queue_name AND j.status = 'queued' AND j.group_key = key AND j.attempts > 0
-          AND (j.start_by IS NULL OR j.start_by >= now())
-        ORDER BY j.priority DESC, j.run_at, j.id
-      LOOP
-        EXIT WHEN o.id = job_id;
-        IF NOT (o.run_at <= now() AND o.kind = ANY(kinds)) THEN
-          RETURN true;
+      -- First the key's jobs waiting to retry, then (for a job not retried
+      -- yet) the others; two queries, each in the order of its own index.
+      FOR pass IN 1..2 LOOP
+        IF pass = 1 THEN
+          OPEN jobs_ahead FOR SELECT j.id, j.run_at, j.kind, j.start_by FROM %1$I.jobs j
+            WHERE j.queue = queue_name AND j.status = 'queued' AND j.group_key = key AND j.attempts > 0
+            ORDER BY j.priority DESC, j.run_at, j.id;
+        ELSIF retry THEN
+          EXIT;
+        ELSE
+          OPEN jobs_ahead FOR SELECT j.id, j.run_at, j.kind, j.start_by FROM %1$I.jobs j
+            WHERE j.queue = queue_name AND j.status = 'queued' AND j.group_key = key AND j.attempts = 0
+            ORDER BY j.priority DESC, j.run_at, j.id;
         END IF;
-      END LOOP;
-      IF retry THEN
-        RETURN false;
-      END IF;
-      FOR o IN
-        SELECT j.id, j.run_at, j.kind FROM %1$I.jobs j
-        WHERE j.queue = queue_name AND j.status = 'queued' AND j.group_key = key AND j.attempts = 0
-          AND (j.start_by IS NULL OR j.start_by >= now())
-        ORDER BY j.priority DESC, j.run_at, j.id
-      LOOP
-        EXIT WHEN o.id = job_id;
-        IF NOT (o.run_at <= now() AND o.kind = ANY(kinds)) THEN
-          RETURN true;
-        END IF;
+        LOOP
+          FETCH jobs_ahead INTO o;
+          EXIT WHEN NOT FOUND OR o.id = job_id;
+          -- A job past its start deadline is never claimed, and holds nothing.
+          IF (o.start_by IS NULL OR o.start_by >= now()) AND NOT (o.run_at <= now() AND o.kind = ANY(kinds)) THEN
+            CLOSE jobs_ahead;
+            RETURN true;
+          END IF;
+        END LOOP;
+        CLOSE jobs_ahead;
       END LOOP;
       RETURN false;
     END

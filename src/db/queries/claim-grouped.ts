@@ -173,5 +173,7 @@ export function groupedClaimSql(names: SchemaNames, kindMaxAttempts: string): st
            FROM ${groupRateSlots} s, q
            WHERE s.queue = $1 AND s.slot_end + q.group_period_ms > q.at_ms
              AND s.group_key IN (SELECT group_key FROM key_room WHERE held)) AS group_rate_wait_ms
-   FROM room r LEFT JOIN claimed c ON true`;
+   FROM room r LEFT JOIN claimed c ON true LEFT JOIN candidates k ON k.id = c.id
+   -- In the walk's order, so that a worker starts the jobs it buffers round-robin too.
+   ORDER BY k.rank, k.step, c.priority DESC, c.run_at, c.id`;
 }
