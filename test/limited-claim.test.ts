@@ -139,4 +139,12 @@ describe('the limited claim in one statement', () => {
     await t.skiplock.enqueue('step', {}, { queue: 'g' });
     expect(await claim('g')).toEqual({ jobs: 1, sent: ['claim_limited'] });
   });
+
+  it('a job claimed from a grouped queue keeps its own success policy', async () => {
+    await t.skiplock.setQueueLimits('g', { groupConcurrency: 1 });
+    await t.skiplock.enqueue('step', {}, { queue: 'g', groupKey: 'a', onSuccess: 'keep' });
+    const queries = new JobQueries(t.schema);
+    const claimed = await queries.limitedClaim.claim(t.db.pool, request('g'));
+    expect(claimed.jobs.map((j) => j.onSuccess)).toEqual(['keep']);
+  });
 });
