@@ -147,4 +147,20 @@ describe('the limited claim in one statement', () => {
     const claimed = await queries.limitedClaim.claim(t.db.pool, request('g'));
     expect(claimed.jobs.map((j) => j.onSuccess)).toEqual(['keep']);
   });
+
+  it('says a queue may be prefetched only when its one limit is a group concurrency', async () => {
+    const queries = new JobQueries(t.schema);
+    const prefetchable = async (queue: string, limits: Parameters<typeof t.skiplock.setQueueLimits>[1]) => {
+      await t.skiplock.setQueueLimits(queue, limits);
+      return (await queries.limitedClaim.claim(t.db.pool, request(queue))).prefetchable;
+    };
+    expect(await prefetchable('a', { groupConcurrency: 2 })).toBe(true);
+    expect(await prefetchable('b', { groupConcurrency: 1, strictOrder: true })).toBe(false);
+    expect(await prefetchable('c', { groupConcurrency: 1, concurrency: 5 })).toBe(false);
+    expect(await prefetchable('d', { groupConcurrency: 1, rate: { count: 5, periodMs: 1000 } })).toBe(false);
+    expect(await prefetchable('e', { groupConcurrency: 1, groupRate: { count: 5, periodMs: 1000 } })).toBe(
+      false,
+    );
+    expect(await prefetchable('f', { concurrency: 5 })).toBe(false);
+  });
 });

@@ -28,10 +28,7 @@ export interface LimitedClaim {
   groupHeld: boolean;
   /** Milliseconds until a start of a key held by its group rate leaves the rate's window (null: none). */
   groupRateWaitMs: number | null;
-  /**
-   * The queue's only limit is a group concurrency (with strictOrder, of one
-   * job per key): a worker may claim it ahead of its free slots.
-   */
+  /** The queue's only limit is a group concurrency: a worker may claim it ahead of its free slots. */
   prefetchable: boolean;
 }
 

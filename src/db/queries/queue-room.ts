@@ -21,14 +21,14 @@ export const RATE_SLOTS_PER_PERIOD = 64;
 
 /**
  * SQL true when the queue `q` may be claimed ahead of a worker's free slots: its
- * only limit is a group concurrency (with strictOrder, of one job per key). A
- * buffered job holds its key's slot as a running one does, and starts soon;
- * a queue concurrency would let one worker's buffer take the queue's slots
- * from the others, a rate would count starts that happen later, and under
- * strictOrder two buffered jobs of a key could start after the first failed.
+ * only limit is a group concurrency. A buffered job holds its key's slot as a
+ * running one does, and starts soon. A queue concurrency would let one
+ * worker's buffer take the queue's slots from the others, a rate would count
+ * starts that happen later, and under strictOrder a buffered job given back
+ * goes behind the key's later jobs (a give-back dates it now).
  */
 const PREFETCHABLE = `(q.group_concurrency IS NOT NULL AND q.concurrency_limit IS NULL AND q.rate_count IS NULL
-     AND q.group_rate_count IS NULL AND (NOT q.strict_order OR q.group_concurrency = 1))`;
+     AND q.group_rate_count IS NULL AND NOT q.strict_order)`;
 
 /**
  * The CTEs `locked` (the queue's row, locked), `q` (its limits, the time and
