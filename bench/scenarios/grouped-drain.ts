@@ -3,8 +3,9 @@
  * group keys (quick: 5,000; smoke: 200 over 20), enqueued with one
  * enqueueMany, drained by one worker of concurrency 10, in three queues: one
  * without limits (the ordinary claim, prefetched), one with a queue
- * concurrency limit of 10 (the limited claim, free slots only) and one with
- * groupConcurrency 1 (the grouped claim). Jobs per second of each.
+ * concurrency limit of 10 (the limited claim, one statement per claim of the
+ * free slots) and one with groupConcurrency 1 (the grouped claim, prefetched:
+ * the queue's only limit is per key). Jobs per second of each.
  */
 import { loadEngine, skiplockSystem } from '../systems/skiplock.js';
 import { type BenchContext, namespaceFor, type Scenario } from './scenario.js';

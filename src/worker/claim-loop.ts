@@ -44,7 +44,9 @@
  * are slow: the jobs are left to other workers), nor while results lag behind.
  * Queues without limits are claimed in one ordinary claim; each limited queue
  * through the limited claim, for free slots only (a held job counts against
- * its limit, so it is never prefetched), taking turns at the free slots. While
+ * its limit, so it is never prefetched), taking turns at the free slots;
+ * except a queue whose only limit is a group concurrency, which the claim
+ * says may be prefetched like a queue without limits. While
  * a limited queue waits for a slot here, the other queues are not prefetched,
  * so that slots free up for it.
  */
@@ -195,6 +197,8 @@ export class ClaimLoop extends Service {
    * them since.
    */
   readonly #short = new Set<string>();
+  /** Limited queues whose last claim said they may be claimed ahead of the free slots. */
+  readonly #prefetchable = new Set<string>();
   /** A read of limits is wanted; `#limitsHint`: a message asked for it (claim after it). */
   #limitsWanted = false;
   #limitsHint = false;
@@ -513,7 +517,11 @@ export class ClaimLoop extends Service {
       const first = this.#turn++ % limited.length;
       for (let i = 0; i < limited.length; i++) {
         const queue = limited[(first + i) % limited.length]!;
-        if (free <= 0) {
+        // A queue limited only per key is claimed like an unlimited one, ahead of the free slots.
+        const wanted = this.#prefetchable.has(queue)
+          ? limit - jobs.length
+          : Math.min(free, limit - jobs.length);
+        if (wanted <= 0) {
           this.#retryOnSlot = true;
           if (this.#short.has(queue)) starved = true;
           continue;
@@ -521,9 +529,11 @@ export class ClaimLoop extends Service {
         const claim = await this.#options.queries.limitedClaim.claim(this.#options.pool, {
           ...this.#options.request,
           queues: [queue],
-          limit: free,
+          limit: wanted,
         });
-        if (this.#afterLimitedClaim(queue, claim, free)) starved = true;
+        if (claim.prefetchable) this.#prefetchable.add(queue);
+        else this.#prefetchable.delete(queue);
+        if (this.#afterLimitedClaim(queue, claim, wanted)) starved = true;
         for (const job of claim.jobs) jobs.push(job);
         free -= claim.jobs.length;
       }

@@ -63,6 +63,8 @@ interface Setup {
    * whether a key's limit held jobs back.
    */
   groupHeld?: boolean;
+  /** Given: the limited queue's claims say it may be prefetched (its one limit is a group concurrency). */
+  prefetchable?: boolean;
   /** A clock whose monotonic time runs `skew()` ahead of its timers (a late timer). */
   skew?: () => number;
 }
@@ -115,6 +117,7 @@ function setup(s: Setup = {}) {
           rateWaitMs: null,
           groupHeld: (s.groupHeld ?? false) && waiting.length > 0,
           groupRateWaitMs: null,
+          prefetchable: s.prefetchable ?? false,
         };
       },
     },
@@ -478,6 +481,34 @@ describe('ClaimLoop', () => {
       [['lim'], 1],
     ]);
     expect(dispatched).toEqual([['1', '2'], ['3']]);
+    await loop.stop();
+  });
+
+  it('a limited queue whose claim says it may be prefetched is claimed ahead of the free slots while a backlog waits', async () => {
+    const limitedJobs = new Map([['grp', Array.from({ length: 30 }, (_, i) => i + 1)]]);
+    const { clock, loop, requests, dispatched } = setup({
+      concurrency: 2,
+      prefetch: 6,
+      limited: ['grp'],
+      limitedJobs,
+      limitedRoom: 100,
+      groupHeld: true,
+      prefetchable: true,
+    });
+    loop.jobFinished(1); // fast handlers: the buffer is sized to the prefetch
+    await loop.readLimits();
+    loop.start();
+    await settle(clock);
+    // The first claim is for the free slots (the loop does not know yet); it came back full, so the
+    // next one also fills the buffer.
+    expect(requests.map((r) => [r.queues, r.limit]).slice(0, 2)).toEqual([
+      [['grp'], 2],
+      [['grp'], 6],
+    ]);
+    expect(dispatched.slice(0, 2)).toEqual([
+      ['1', '2'],
+      ['3', '4', '5', '6', '7', '8'],
+    ]);
     await loop.stop();
   });
 
