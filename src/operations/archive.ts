@@ -44,13 +44,11 @@ export interface ListArchivedJobsFilter extends ClientOption {
   payloadPreviewChars?: number;
 }
 
-/** A Date PostgreSQL's timestamptz holds and compares as given: years 1 to 9999. */
+/** A Date PostgreSQL's timestamptz holds as given: valid, from the year 1 on. */
 const instant = z
   .date({ error: 'must be a Date' })
   .refine((d) => !Number.isNaN(d.getTime()), { error: 'must be a valid Date' })
-  .refine((d) => d.getUTCFullYear() >= 1 && d.getUTCFullYear() <= 9999, {
-    error: 'must be in the years 1 to 9999',
-  });
+  .refine((d) => d.getUTCFullYear() >= 1, { error: 'must be in the year 1 or later' });
 
 const listArchivedSchema = z.strictObject({
   client: queryable.optional(),
