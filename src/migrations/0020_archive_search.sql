@@ -3,15 +3,17 @@
 -- psql: SET search_path TO skiplock; \i 0020_archive_search.sql).
 --
 -- Both are partitioned indexes: every day partition has its own, created with
--- it (existing partitions are indexed here, under the archive's lock; plan for
--- about a minute per 10 million archived rows with small payloads).
+-- it (existing partitions are indexed here, under the archive's lock, in
+-- time that grows with the archived rows). IF NOT
+-- EXISTS: an operator may build them beforehand, partition by partition and
+-- CONCURRENTLY, under these names (docs/operations.md), and keep them.
 --
 -- Tag searches (`tags @> $1`: archived jobs having every given tag) go through
 -- this index; archived jobs without tags are not in it.
-CREATE INDEX jobs_archive_tags_idx ON jobs_archive USING gin (tags) WHERE tags IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_archive_tags_idx ON jobs_archive USING gin (tags) WHERE tags IS NOT NULL;
 
 -- Payload searches (`payload @> $1`, e.g. '{"customerId": 42}': archived jobs
 -- whose payload contains these fields with these values). jsonb_path_ops holds
 -- one hash per path to a value: smaller and faster to write than the default
 -- jsonb_ops, and it serves exactly @>, the only operator the search uses.
-CREATE INDEX jobs_archive_payload_idx ON jobs_archive USING gin (payload jsonb_path_ops);
+CREATE INDEX IF NOT EXISTS jobs_archive_payload_idx ON jobs_archive USING gin (payload jsonb_path_ops);
