@@ -52,12 +52,14 @@ export {
 export type { CatchUp } from './schedule/cron.js';
 export type { Overlap, ScheduleInfo, ScheduleOptions } from './schedule/schedule-options.js';
 export {
+  type ArchivedJobSummary,
   type CancelCounts,
   type CancelFilter,
   type ClientOption,
   type EnqueueManyItem,
   type EnqueueOptions,
   type JobOptions,
+  type ListArchivedJobsFilter,
   type ListJobsFilter,
   type PruneFilter,
   type PruneResult,

@@ -24,6 +24,11 @@ import { DEFAULT_MAX_PAYLOAD_BYTES, type JobMap, type JobRecord, type JobSummary
 import type { EnqueuedJob } from './job/unique.js';
 import { type SweepResult, sweep as sweepOnce } from './maintenance/sweeper.js';
 import { type MigrateResult, migrate } from './migrations/migrator.js';
+import {
+  type ArchivedJobSummary,
+  type ListArchivedJobsFilter,
+  listArchivedJobs,
+} from './operations/archive.js';
 import { type CancelCounts, type CancelFilter, cancel } from './operations/cancel.js';
 import {
   getJob,
@@ -54,12 +59,14 @@ import { Worker } from './worker/worker.js';
 import { type JobOutcome, JobWaiter, type WaitForOptions } from './workflow/job-waiter.js';
 
 export type {
+  ArchivedJobSummary,
   CancelCounts,
   CancelFilter,
   ClientOption,
   EnqueueManyItem,
   EnqueueOptions,
   JobOptions,
+  ListArchivedJobsFilter,
   ListJobsFilter,
   PruneFilter,
   PruneResult,
@@ -497,6 +504,27 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   async listJobs(filter: ListJobsFilter = {}): Promise<JobRecord[] | JobSummary[]> {
     this.#assertOpen();
     return listJobs(this.#queries, this.#pool, filter);
+  }
+
+  /**
+   * A page of the archive (jobs moved to `jobs_archive` on success), newest
+   * finish first; pass the last job's `cursor` as `before` for the next page.
+   * Each payload is read only as its first `payloadPreviewChars` characters.
+   * Searches by `tags` and by `payload` fields go through the archive's GIN
+   * indexes (see docs/operations.md): a search for a rare tag or value stays
+   * fast however large the archive.
+   *
+   * @throws {ValidationError} naming the field on a bad filter (an unknown
+   *   option, a bad tag, a payload filter that is not an object of at least
+   *   one field or is over 4096 bytes of JSON, a bad cursor, `limit` outside
+   *   1–1000).
+   * @example
+   * const page = await skiplock.listArchivedJobs({ tags: 'tenant:7', payload: { orderId: 42 } });
+   * const next = await skiplock.listArchivedJobs({ tags: 'tenant:7', before: page.at(-1)!.cursor });
+   */
+  async listArchivedJobs(filter: ListArchivedJobsFilter = {}): Promise<ArchivedJobSummary[]> {
+    this.#assertOpen();
+    return listArchivedJobs(this.#queries, this.#pool, filter);
   }
 
   /**

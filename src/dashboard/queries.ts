@@ -1,6 +1,6 @@
 /**
  * The dashboard's own statements, for what the Skiplock API does not offer:
- * one job from the archive, a page of the archive, delete by id, finished jobs per minute, the running
+ * one job from the archive, delete by id, finished jobs per minute, the running
  * jobs of grouped queues by key, which jobs
  * still wait for their kind's `maxAttempts`, and which job ids are still
  * stored. Every value is a bind parameter; the schema is the only identifier
@@ -33,36 +33,6 @@ export interface GroupLoad {
 /** Keys the queues page lists per grouped queue. */
 export const BUSIEST_KEYS = 5;
 
-/** Filters of the archive browser; every field optional. */
-export interface ArchiveFilter {
-  kind?: string | undefined;
-  queue?: string | undefined;
-  /** Finished at or after this instant. */
-  since?: Date | undefined;
-  /** Finished before this instant. */
-  until?: Date | undefined;
-  /** Continue after this row, newest first: its finished_at (as {@link ArchivedSummary.finishedAtText}) and id. */
-  before?: { finishedAt: string; id: string } | undefined;
-}
-
-/** One archived job as the archive browser lists it: no payload, a preview of it. */
-export interface ArchivedSummary {
-  id: string;
-  queue: string;
-  kind: string;
-  status: string;
-  attempts: number;
-  createdAt: Date;
-  finishedAt: Date;
-  /** finished_at to the microsecond (ISO 8601, UTC), for the page cursor: a Date keeps only milliseconds. */
-  finishedAtText: string;
-  /** The first characters of the payload's JSON text. */
-  payloadPreview: string;
-}
-
-/** Characters of each payload the archive browser reads. */
-const ARCHIVE_PREVIEW_CHARS = 120;
-
 /** The dashboard's statements on one schema. */
 export class DashboardQueries {
   readonly #archived: string;
@@ -70,7 +40,6 @@ export class DashboardQueries {
   readonly #throughput: string;
   readonly #kindDecides: string;
   readonly #stored: string;
-  readonly #archive: string;
   readonly #groupLoad: string;
 
   constructor(schema: string) {
@@ -92,20 +61,6 @@ export class DashboardQueries {
       WHERE id = ANY($1::bigint[]) AND max_attempts_default AND lease_seq = 0`;
     this.#stored = `SELECT id::text AS id FROM ${s}.jobs WHERE id = ANY($1::bigint[])
       UNION SELECT id::text FROM ${s}.jobs_archive WHERE id = ANY($1::bigint[])`;
-    // Newest first by (finished_at, id): the time range prunes the day
-    // partitions, and each partition's finished_at index (or its (kind,
-    // finished_at) or (queue, finished_at) index) is read backwards and stops
-    // at the page's end. Sent unnamed, so each call is planned for its values.
-    this.#archive = `SELECT id::text AS id, queue, kind, status, attempts, created_at, finished_at,
-             to_char(finished_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS finished_at_text,
-             left(payload::text, $8) AS payload_preview
-      FROM ${s}.jobs_archive
-      WHERE finished_at IS NOT NULL
-        AND ($1::text IS NULL OR kind = $1) AND ($2::text IS NULL OR queue = $2)
-        AND ($3::timestamptz IS NULL OR finished_at >= $3) AND ($4::timestamptz IS NULL OR finished_at < $4)
-        AND ($5::timestamptz IS NULL OR (finished_at, id) < ($5, $6::bigint))
-      ORDER BY finished_at DESC, id DESC
-      LIMIT $7`;
     // Reads only running rows with a key, through the partial index of the
     // grouped claim's running counts: as many rows as jobs running.
     this.#groupLoad = `SELECT queue, group_key, running, keys FROM (
@@ -142,41 +97,6 @@ export class DashboardQueries {
     const row = rows[0];
     if (!row) return undefined;
     return { ...toJobRecord(row), result: row.result, progress: row.progress, logs: toLogLines(row.logs) };
-  }
-
-  /** A page of the archive, newest first, at most `limit` rows, payloads cut to a preview. */
-  async listArchived(pool: pg.Pool, filter: ArchiveFilter, limit: number): Promise<ArchivedSummary[]> {
-    const { rows } = await pool.query<{
-      id: string;
-      queue: string;
-      kind: string;
-      status: string;
-      attempts: number;
-      created_at: Date;
-      finished_at: Date;
-      finished_at_text: string;
-      payload_preview: string;
-    }>(this.#archive, [
-      filter.kind ?? null,
-      filter.queue ?? null,
-      filter.since ?? null,
-      filter.until ?? null,
-      filter.before?.finishedAt ?? null,
-      filter.before?.id ?? null,
-      limit,
-      ARCHIVE_PREVIEW_CHARS,
-    ]);
-    return rows.map((r) => ({
-      id: r.id,
-      queue: r.queue,
-      kind: r.kind,
-      status: r.status,
-      attempts: r.attempts,
-      createdAt: r.created_at,
-      finishedAt: r.finished_at,
-      finishedAtText: r.finished_at_text,
-      payloadPreview: r.payload_preview,
-    }));
   }
 
   /** Deletes a job that is not running. @returns whether a row was deleted. */

@@ -79,7 +79,7 @@ export const WORKER_NUMBER_OPTIONS = {
     unit: 'milliseconds',
     min: 10,
     max: MAX_TIMER_MS,
-    help: 'how often to prune when --retention-ms is given (default 60000)',
+    help: 'how often to prune when --retention-ms or a --retention-<status> flag is given (default 60000)',
   },
   maxResultBytes: {
     unit: 'count',

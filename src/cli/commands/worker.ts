@@ -22,6 +22,7 @@ import { errorMessage } from '../error-report.js';
 import { addConnectionFlags, type ConnectionFlags, choice, collect, examples, integer } from '../flags.js';
 import { loadHandlersFile } from '../handlers-file.js';
 import { createLogger, LOG_LEVELS, type Logger, type LogLevel } from '../logger.js';
+import { addRetentionFlags, type RetentionFlags, retentionFromFlags } from '../retention-flags.js';
 import { UsageError } from '../usage-error.js';
 
 type WorkerOptionFlags = {
@@ -34,7 +35,7 @@ type WorkerOptionFlags = {
   [Name in keyof typeof WORKER_SWITCH_OPTIONS]?: boolean;
 };
 
-interface WorkerFlags extends ConnectionFlags, WorkerOptionFlags {
+interface WorkerFlags extends ConnectionFlags, WorkerOptionFlags, RetentionFlags {
   handlers?: string;
   maintenanceOnly?: boolean;
   queue?: string[];
@@ -60,6 +61,7 @@ export function workerCommand(): Command {
     )
     .option('--queue <name>', 'queue to claim from, repeatable (default: default)', collect);
   addWorkerOptionFlags(command);
+  addRetentionFlags(command);
   command
     .option(
       '--metrics-port <n>',
@@ -78,6 +80,7 @@ export function workerCommand(): Command {
         'skiplock worker --handlers ./handlers.js --visibility-timeout-ms 60000 --job-timeout-ms 30000 --on-success keep',
         'skiplock worker --handlers ./handlers.js --database-url $PGBOUNCER_URL --no-prepared-statements --no-session-settings --listen-connection-string $DIRECT_URL',
         'skiplock worker --maintenance-only --retention-ms 604800000',
+        'skiplock worker --maintenance-only --retention-ms 604800000 --retention-dead 2592000000 --retention-archive 7776000000',
       ) +
         `\nThe handlers file:\n  export default {\n    send_invoice_email: async (job, { signal }) => { /* job.payload */ },\n  };\n`,
     )
@@ -208,6 +211,8 @@ function addWorkerOptionFlags(command: Command): void {
 function workerOptions(flags: WorkerFlags): Omit<WorkerOptions<Record<string, unknown>>, 'handlers'> {
   const options: Record<string, unknown> = {};
   if (flags.queue) options.queues = flags.queue;
+  const retention = retentionFromFlags(flags);
+  if (retention) options.retention = retention;
   for (const name of [
     ...Object.keys(WORKER_NUMBER_OPTIONS),
     ...Object.keys(WORKER_CHOICE_OPTIONS),

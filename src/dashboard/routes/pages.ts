@@ -5,6 +5,7 @@
 import type { Hono } from 'hono';
 import { ValidationError } from '../../errors.js';
 import { JOB_STATUSES, type JobStatus } from '../../job/job.js';
+import type { ArchivedJobSummary } from '../../operations/archive.js';
 import { toTagFilter } from '../../operations/operations.js';
 import type { Dashboard, DashboardEnv } from '../context.js';
 import { type ArchiveQuery, archivePage } from '../views/archive.js';
@@ -17,6 +18,9 @@ import { errorPage, render } from './render.js';
 
 /** Characters of each payload a jobs list reads. */
 const LIST_PAYLOAD_PREVIEW_CHARS = 200;
+
+/** Characters of each payload the archive page reads. */
+const ARCHIVE_PAYLOAD_PREVIEW_CHARS = 120;
 
 const MAX_BIGINT = 9_223_372_036_854_775_807n;
 
@@ -82,26 +86,38 @@ export function registerPages(app: Hono<DashboardEnv>, d: Dashboard): void {
       // The range takes whole UTC days: `until` is the last day shown.
       days[key] = key === 'until' ? new Date(day.getTime() + 86_400_000) : day;
     }
-    const before = c.req.query('before') || undefined;
-    let cursor: { finishedAt: string; id: string } | undefined;
-    if (before !== undefined) {
-      const [finishedAt, id] = before.split('~');
-      if (
-        finishedAt === undefined ||
-        !/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/.test(finishedAt) ||
-        !utcInstant(`${finishedAt.slice(0, 23)}Z`) ||
-        !isJobId(id)
-      ) {
-        return errorPage(c, d, 400, 'Bad page cursor.');
+    // `tag` may repeat: archived jobs having every tag given. Empty fields are no filter.
+    const tags = (c.req.queries('tag') ?? []).filter((t) => t !== '');
+    if (tags.length > 0) query.tags = tags;
+    query.payload = c.req.query('payload')?.trim() || undefined;
+    query.before = c.req.query('before') || undefined;
+    let payload: unknown;
+    if (query.payload !== undefined) {
+      try {
+        payload = JSON.parse(query.payload);
+      } catch {
+        return errorPage(c, d, 400, 'Unusable payload filter: not JSON; e.g. {"orderId": 42}.');
       }
-      cursor = { finishedAt, id };
-      query.before = before;
     }
-    const jobs = await d.queries.listArchived(
-      d.pool,
-      { kind: query.kind, queue: query.queue, since: days.since, before: cursor, until: days.until },
-      d.options.pageSize,
-    );
+    let jobs: ArchivedJobSummary[];
+    try {
+      jobs = await d.skiplock.listArchivedJobs({
+        ...(query.kind !== undefined && { kind: query.kind }),
+        ...(query.queue !== undefined && { queue: query.queue }),
+        ...days,
+        ...(query.tags !== undefined && { tags: query.tags }),
+        ...(payload !== undefined && { payload: payload as Record<string, unknown> }),
+        ...(query.before !== undefined && { before: query.before }),
+        limit: d.options.pageSize,
+        payloadPreviewChars: ARCHIVE_PAYLOAD_PREVIEW_CHARS,
+      });
+    } catch (error) {
+      if (!(error instanceof ValidationError)) throw error;
+      if (error.field === 'filter.before') return errorPage(c, d, 400, 'Bad page cursor.');
+      // The library names filter.tags[0] or filter.payload.x; the form's fields are tag and payload.
+      const field = error.field.startsWith('filter.tags') ? 'tag' : 'payload';
+      return errorPage(c, d, 400, `Unusable ${field} filter: ${error.reason}.`);
+    }
     return render(c, d, archivePage(d, query, jobs));
   });
 

@@ -18,11 +18,11 @@ export interface JobsQuery {
   before?: string | undefined;
 }
 
-/** A job's tags, each a link to the jobs having it. */
-export function tagLinks(d: Dashboard, tags: readonly string[]): Html {
+/** A job's tags, each a link to the jobs (or, with `page` '/archive', the archived jobs) having it. */
+export function tagLinks(d: Dashboard, tags: readonly string[], page: '/jobs' | '/archive' = '/jobs'): Html {
   return html`${tags.map(
     (tag) =>
-      html`<a class="tag" href="${d.link(`/jobs?${new URLSearchParams({ tag }).toString()}`)}">${tag}</a> `,
+      html`<a class="tag" href="${d.link(`${page}?${new URLSearchParams({ tag }).toString()}`)}">${tag}</a> `,
   )}`;
 }
 

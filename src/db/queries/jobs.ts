@@ -1,10 +1,11 @@
 /**
  * Every statement of one schema, grouped by family (one file each): insert,
  * claim (and the limited claim), finish, results, sweep, requeue, inspect,
- * cancel, queues (and their limits), prune. Built once per Skiplock for its schema; holds no connection. The schema is quoted once; every value is a bind
+ * archive, cancel, queues (and their limits), prune. Built once per Skiplock for its schema; holds no connection. The schema is quoted once; every value is a bind
  * parameter; every state change of a running job is guarded by its lease.
  */
 
+import { ArchiveQueries } from './archive.js';
 import { CancelQueries } from './cancel.js';
 import { ClaimQueries } from './claim.js';
 import { LimitedClaimQueries } from './claim-limited.js';
@@ -37,6 +38,8 @@ export class JobQueries {
   readonly sweep: SweepQueries;
   readonly requeue: RequeueQueries;
   readonly inspect: InspectQueries;
+  /** Pages of the archive, by kind, queue, finish time, tags and payload fields. */
+  readonly archive: ArchiveQueries;
   /** Not on the jobs table: the LISTEN connection's probe. */
   readonly probe: ProbeQueries;
   /** Statements on the schedules table (cron). */
@@ -60,6 +63,7 @@ export class JobQueries {
     this.sweep = new SweepQueries(this.names);
     this.requeue = new RequeueQueries(this.names);
     this.inspect = new InspectQueries(this.names);
+    this.archive = new ArchiveQueries(this.names);
     this.probe = new ProbeQueries(this.names);
     this.schedules = new ScheduleQueries(this.names);
     this.cancel = new CancelQueries(this.names);
