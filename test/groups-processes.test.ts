@@ -1,8 +1,7 @@
 /** Group limits across real processes: one job of a key at a time, and a SIGKILLed worker's group slots. */
 import { beforeEach, describe, expect, it } from 'vitest';
-import { waitFor } from './support/database.js';
 import { useTestDatabase } from './support/fixture.js';
-import { drainAfterKill, limitWorkers, stopAll } from './support/limit-workers.js';
+import { drainAfterKill, limitWorkers, stopAll, waitUntilDrained } from './support/limit-workers.js';
 
 const t = useTestDatabase();
 
@@ -41,12 +40,7 @@ describe('group limits across processes', () => {
     );
     const sampler = workers.sample('keyed');
     const jobs = await t.skiplock.enqueueMany(keyedJobs('keyed', 6, 20));
-    await waitFor(
-      async () => (await t.jobCount()) === 0,
-      90_000,
-      'the queue to drain',
-      () => t.query(`SELECT status, count(*)::int AS n FROM ${t.jobs} GROUP BY 1`),
-    );
+    await waitUntilDrained(t, 90_000, 'the queue to drain');
     const { max, samples } = await sampler.stop();
     await stopAll(processes);
     expect(samples).toBeGreaterThan(20);

@@ -2,7 +2,7 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import { waitFor } from './support/database.js';
 import { useTestDatabase } from './support/fixture.js';
-import { drainAfterKill, limitWorkers, stopAll } from './support/limit-workers.js';
+import { drainAfterKill, limitWorkers, stopAll, waitUntilDrained } from './support/limit-workers.js';
 
 const t = useTestDatabase();
 
@@ -30,12 +30,7 @@ describe('queue limits across processes', () => {
     const jobs = await t.skiplock.enqueueMany(
       Array.from({ length: 200 }, (_, i) => ({ kind: 'work', payload: { i }, queue: 'capped' })),
     );
-    await waitFor(
-      async () => (await t.jobCount()) === 0,
-      60_000,
-      'the queue to drain',
-      () => t.query(`SELECT status, count(*)::int AS n FROM ${t.jobs} GROUP BY 1`),
-    );
+    await waitUntilDrained(t, 60_000, 'the queue to drain');
     const { max, samples } = await sampler.stop();
     await stopAll(processes);
     expect(samples).toBeGreaterThan(20);

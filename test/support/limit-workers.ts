@@ -123,6 +123,16 @@ export function limitWorkers(t: TestContext, kind: LimitKind): LimitWorkers {
   };
 }
 
+/** Waits at most `timeoutMs` until the test's schema holds no job (a succeeded job is deleted); a timeout shows the jobs left by status and attempt. */
+export async function waitUntilDrained(t: TestContext, timeoutMs: number, what: string): Promise<void> {
+  await waitFor(
+    async () => (await t.jobCount()) === 0,
+    timeoutMs,
+    what,
+    () => t.query(`SELECT status, attempts, count(*)::int AS n FROM ${t.jobs} GROUP BY 1, 2`),
+  );
+}
+
 /** SIGTERMs `children` and expects each to exit by that signal (a clean stop). */
 export async function stopAll(children: ChildProcess[]): Promise<void> {
   for (const child of children) child.kill('SIGTERM');
@@ -161,12 +171,7 @@ export async function drainAfterKill(
   const held = await t.query<{ id: string }>(`SELECT id FROM ${t.jobs} WHERE status = 'running'`);
   expect(held).toHaveLength(2);
   const survivor = await workers.start(queue, { concurrency: 5, sweepIntervalMs: 200 }, 20);
-  await waitFor(
-    async () => (await t.jobCount()) === 0,
-    30_000,
-    'the queue to drain after the crash',
-    () => t.query(`SELECT status, attempts, count(*)::int AS n FROM ${t.jobs} GROUP BY 1, 2`),
-  );
+  await waitUntilDrained(t, 30_000, 'the queue to drain after the crash');
   const { max } = await sampler.stop();
   await stopAll([survivor]);
   return { held: held.map((r) => r.id), max };
