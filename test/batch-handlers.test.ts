@@ -35,20 +35,37 @@ async function rows(ids: string[]): Promise<Map<string, BatchRow>> {
   return new Map(found.map((r) => [r.id, r]));
 }
 
-/** Waits until every job of `ids` was written: none running, none queued and due (as enqueued). */
-async function settled(ids: string[], timeoutMs = 30_000): Promise<Map<string, BatchRow>> {
+/** Waits until every job of `ids` is in the table and `done`; resolves with their rows. */
+async function rowsOnce(
+  ids: string[],
+  done: (row: BatchRow) => boolean,
+  what: string,
+  timeoutMs = 30_000,
+): Promise<Map<string, BatchRow>> {
   return waitFor(
     async () => {
       const now = await rows(ids);
-      const open = [...now.values()].some(
-        (r) => r.status === 'running' || (r.status === 'queued' && r.due_in_s <= 0),
-      );
-      return !open && now.size === ids.length ? now : undefined;
+      return now.size === ids.length && [...now.values()].every(done) ? now : undefined;
     },
     timeoutMs,
-    'every job of the batch to be written',
+    what,
     () => rows(ids),
   );
+}
+
+/** Waits until every job of `ids` was written: none running, none queued and due (as enqueued). */
+function settled(ids: string[], timeoutMs = 30_000): Promise<Map<string, BatchRow>> {
+  return rowsOnce(
+    ids,
+    (r) => r.status !== 'running' && !(r.status === 'queued' && r.due_in_s <= 0),
+    'every job of the batch to be written',
+    timeoutMs,
+  );
+}
+
+/** Waits until every job of `ids` is dead. */
+function dead(ids: string[]): Promise<Map<string, BatchRow>> {
+  return rowsOnce(ids, (r) => r.status === 'dead', 'the jobs to be dead');
 }
 
 describe('a batch handler', () => {
@@ -121,15 +138,7 @@ describe('a batch handler', () => {
       await t.skiplock.enqueueMany([1, 2, 3].map((n) => ({ kind: 'broken', payload: { n } })))
     ).map((j) => j.id);
     await worker.start();
-    const byId = await waitFor(
-      async () => {
-        const now = await rows(ids);
-        return [...now.values()].every((r) => r.status === 'dead') && now.size === 3 ? now : undefined;
-      },
-      30_000,
-      'the jobs to be dead',
-      () => rows(ids),
-    );
+    const byId = await dead(ids);
     for (const id of ids) {
       expect(byId.get(id)).toMatchObject({ status: 'dead', attempts: 1 });
       expect(byId.get(id)!.last_error).toContain('bulk api down');
@@ -147,15 +156,7 @@ describe('a batch handler', () => {
       (j) => j.id,
     );
     await worker.start();
-    const byId = await waitFor(
-      async () => {
-        const now = await rows(ids);
-        return [...now.values()].every((r) => r.status === 'dead') && now.size === 2 ? now : undefined;
-      },
-      30_000,
-      'the jobs to be dead',
-      () => rows(ids),
-    );
+    const byId = await dead(ids);
     for (const id of ids)
       expect(byId.get(id)!.last_error).toContain(
         'handleBatch must return one outcome per job: 2 jobs, 1 outcomes',

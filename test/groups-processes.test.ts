@@ -1,10 +1,7 @@
 /** Group limits across real processes: one job of a key at a time, and a SIGKILLed worker's group slots. */
-import type { ChildProcess } from 'node:child_process';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { beforeEach, describe, expect, it } from 'vitest';
-import { waitFor } from './support/database.js';
 import { useTestDatabase } from './support/fixture.js';
-import { exited, forkScript, sent } from './support/processes.js';
+import { drainAfterKill, limitWorkers, stopAll, waitUntilDrained } from './support/limit-workers.js';
 
 const t = useTestDatabase();
 
@@ -16,59 +13,7 @@ beforeEach(async () => {
   );
 });
 
-/** A worker process (processes/groups-worker-process.ts), killed after the test whatever happened. */
-async function workerProcess(queue: string, options: Record<string, unknown>, delayMs: number) {
-  const child = forkScript('../processes/groups-worker-process.ts', {
-    SKIPLOCK_URL: t.db.url,
-    SKIPLOCK_SCHEMA: t.schema,
-    HANDLER_DELAY_MS: String(delayMs),
-    WORKER_OPTIONS: JSON.stringify({ queues: [queue], pollIntervalMs: 200, ...options }),
-  });
-  t.defer(async () => {
-    if (child.exitCode === null && child.signalCode === null) {
-      child.kill('SIGKILL');
-      await exited(child);
-    }
-  });
-  await sent(child, 'ready');
-  return child;
-}
-
-/** Counts each key's running rows every 10 ms on a connection of its own; `stop()` returns the largest count of one key seen. */
-function sampleRunningPerKey(queue: string): { stop(): Promise<{ max: number; samples: number }> } {
-  let stopped = false;
-  const jobs = t.jobs;
-  const done = (async () => {
-    const client = await t.db.pool.connect();
-    let max = 0;
-    let samples = 0;
-    try {
-      while (!stopped) {
-        const { rows } = await client.query<{ n: number }>(
-          `SELECT COALESCE(max(n), 0)::int AS n FROM (
-             SELECT count(*) AS n FROM ${jobs} WHERE queue = $1 AND status = 'running' GROUP BY group_key) c`,
-          [queue],
-        );
-        max = Math.max(max, rows[0]!.n);
-        samples++;
-        await sleep(10);
-      }
-    } finally {
-      client.release();
-    }
-    return { max, samples };
-  })();
-  t.defer(async () => {
-    stopped = true;
-    await done;
-  });
-  return {
-    stop: async () => {
-      stopped = true;
-      return done;
-    },
-  };
-}
+const workers = limitWorkers(t, 'group');
 
 /** Pairs of finished runs of one key whose times overlap. */
 async function overlaps(): Promise<number> {
@@ -78,11 +23,6 @@ async function overlaps(): Promise<number> {
       AND a.started_at < b.ended_at AND b.started_at < a.ended_at`,
   );
   return row!.n;
-}
-
-async function stopAll(children: ChildProcess[]): Promise<void> {
-  for (const child of children) child.kill('SIGTERM');
-  expect(await Promise.all(children.map(exited))).toEqual(children.map(() => 'SIGTERM'));
 }
 
 function keyedJobs(queue: string, keys: number, perKey: number) {
@@ -95,19 +35,14 @@ function keyedJobs(queue: string, keys: number, perKey: number) {
 describe('group limits across processes', () => {
   it('four processes of concurrency 8 never run two jobs of one key at once with groupConcurrency 1', async () => {
     await t.skiplock.setQueueLimits('keyed', { groupConcurrency: 1 });
-    const workers = await Promise.all(
-      Array.from({ length: 4 }, () => workerProcess('keyed', { concurrency: 8 }, 15)),
+    const processes = await Promise.all(
+      Array.from({ length: 4 }, () => workers.start('keyed', { concurrency: 8 }, 15)),
     );
-    const sampler = sampleRunningPerKey('keyed');
+    const sampler = workers.sample('keyed');
     const jobs = await t.skiplock.enqueueMany(keyedJobs('keyed', 6, 20));
-    await waitFor(
-      async () => (await t.jobCount()) === 0,
-      90_000,
-      'the queue to drain',
-      () => t.query(`SELECT status, count(*)::int AS n FROM ${t.jobs} GROUP BY 1`),
-    );
+    await waitUntilDrained(t, 90_000, 'the queue to drain');
     const { max, samples } = await sampler.stop();
-    await stopAll(workers);
+    await stopAll(processes);
     expect(samples).toBeGreaterThan(20);
     expect(max).toBe(1);
     expect(await overlaps()).toBe(0);
@@ -127,45 +62,12 @@ describe('group limits across processes', () => {
   it("a SIGKILLed worker's group slots come back once the sweeper reclaims its jobs", async () => {
     await t.skiplock.setQueueLimits('crash', { groupConcurrency: 1 });
     const jobs = await t.skiplock.enqueueMany(keyedJobs('crash', 2, 5));
-    const sampler = sampleRunningPerKey('crash');
-    // Its handlers never finish: it holds both keys' slots when it dies. Its
-    // leases have a short visibility timeout, and it does not sweep them itself.
-    const victim = await workerProcess(
-      'crash',
-      { concurrency: 5, visibilityTimeoutMs: 1500, sweepIntervalMs: 600_000 },
-      600_000,
-    );
-    await waitFor(
-      async () =>
-        (await t.jobCount("status = 'running'")) === 2 && (await t.query('SELECT FROM runs')).length === 2,
-      20_000,
-      'the victim to start one job of each key',
-    );
-    victim.kill('SIGKILL');
-    expect(await exited(victim)).toBe('SIGKILL');
-    const held = await t.query<{ id: string }>(`SELECT id FROM ${t.jobs} WHERE status = 'running'`);
-    expect(held).toHaveLength(2);
-    const survivor = await workerProcess('crash', { concurrency: 5, sweepIntervalMs: 200 }, 20);
-    await waitFor(
-      async () => (await t.jobCount()) === 0,
-      30_000,
-      'the queue to drain after the crash',
-      () => t.query(`SELECT status, attempts, count(*)::int AS n FROM ${t.jobs} GROUP BY 1, 2`),
-    );
-    const { max } = await sampler.stop();
-    await stopAll([survivor]);
+    // The victim holds both keys' slots when it dies.
+    const { held, max } = await drainAfterKill(t, workers, 'crash');
     expect(max).toBe(1);
     expect(await overlaps()).toBe(0);
-    const [all] = await t.query(
-      'SELECT count(DISTINCT job_id)::int AS distinct_jobs FROM runs WHERE job_id = ANY($1::bigint[])',
-      [jobs.map((j) => j.id)],
-    );
-    expect(all).toEqual({ distinct_jobs: 10 });
-    const again = await t.query(
-      'SELECT attempts, count(*)::int AS n FROM runs WHERE job_id = ANY($1::bigint[]) GROUP BY 1 ORDER BY 1',
-      [held.map((r) => r.id)],
-    );
-    expect(again).toEqual([
+    expect(await workers.distinctJobsRun(jobs.map((j) => j.id))).toBe(10);
+    expect(await workers.runsByAttempt(held)).toEqual([
       { attempts: 1, n: 2 },
       { attempts: 2, n: 2 },
     ]);

@@ -7,10 +7,11 @@
 import { describe, expect, it } from 'vitest';
 import { withTransaction } from '../src/db/executor.js';
 import { JobQueries } from '../src/db/queries/jobs.js';
+import type { JobMap, WorkerOptions } from '../src/index.js';
 import { runDueSchedules } from '../src/schedule/scheduler.js';
 import { drain } from '../src/testing/index.js';
 import { tableIn, waitFor } from './support/database.js';
-import { nextEvent, record } from './support/events.js';
+import { eventOf, record } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
 
 const t = useTestDatabase();
@@ -206,16 +207,20 @@ describe('a kind’s maxAttempts', () => {
 });
 
 describe('a kind’s backoff', () => {
-  it('a number is the retry delay', async () => {
-    const worker = t.worker({ ...base, handlers: { k: { backoff: 5000, handle: fail } } });
+  /** Starts a worker with `handlers`, enqueues a `k` job, and expects its first attempt to fail into a retry; resolves with the job's id and the failure's outcome. */
+  async function firstRetry(handlers: WorkerOptions<JobMap>['handlers']) {
+    const worker = t.worker({ ...base, handlers });
     await worker.start();
-    const failed = nextEvent(worker, 'job:failure');
-    const job = await t.skiplock.enqueue('k', {});
-    const [, , info] = await failed;
+    const [job, [, , info]] = await eventOf(worker, 'job:failure', () => t.skiplock.enqueue('k', {}));
     expect(info.status).toBe('queued');
+    return { id: job.id, info };
+  }
+
+  it('a number is the retry delay', async () => {
+    const { id, info } = await firstRetry({ k: { backoff: 5000, handle: fail } });
     expect(info.retryDelayMs).toBeGreaterThanOrEqual(4999);
     expect(info.retryDelayMs).toBeLessThanOrEqual(5000);
-    const due = await dueInMs(job.id);
+    const due = await dueInMs(id);
     // Read after the failure was written: the delay less the time since.
     expect(due).toBeGreaterThan(0);
     expect(due).toBeLessThanOrEqual(5000);
@@ -256,24 +261,15 @@ describe('a kind’s backoff', () => {
     ['returns NaN', () => Number.NaN],
     ['returns a negative number', () => -5],
   ])('a function that %s falls back to the default rule', async (_, backoff) => {
-    const worker = t.worker({ ...base, handlers: { k: { backoff, handle: fail } } });
-    await worker.start();
-    const failed = nextEvent(worker, 'job:failure');
-    const job = await t.skiplock.enqueue('k', {});
-    const [, , info] = await failed;
+    const { id, info } = await firstRetry({ k: { backoff, handle: fail } });
     // The default rule after attempt 1: 2 s × a factor in [0.5, 1).
-    expect(info.status).toBe('queued');
     expect(info.retryDelayMs).toBeGreaterThanOrEqual(1000);
     expect(info.retryDelayMs).toBeLessThan(2000);
-    expect(await dueInMs(job.id)).toBeLessThan(2000);
+    expect(await dueInMs(id)).toBeLessThan(2000);
   });
 
   it('a kind without one keeps the default rule', async () => {
-    const worker = t.worker({ ...base, handlers: { k: fail, other: { backoff: 0, handle: fail } } });
-    await worker.start();
-    const failed = nextEvent(worker, 'job:failure');
-    await t.skiplock.enqueue('k', {});
-    const [, , info] = await failed;
+    const { info } = await firstRetry({ k: fail, other: { backoff: 0, handle: fail } });
     expect(info.retryDelayMs).toBeGreaterThanOrEqual(1000);
     expect(info.retryDelayMs).toBeLessThan(2000);
   });

@@ -25,14 +25,19 @@ async function firstPrune(worker: Worker) {
   return result;
 }
 
-/** Inserts `count` jobs of `status` in `queue`, finished `ageMinutes` ago (null: not finished). */
-async function seed(queue: string, status: string, count: number, ageMinutes: number | null) {
-  await db.query(
-    `INSERT INTO ${db.jobs} (kind, queue, status, finished_at)
-     SELECT 'k', $1, $2, CASE WHEN $3::int IS NULL THEN NULL ELSE now() - make_interval(mins => $3::int) END
-     FROM generate_series(1, $4)`,
-    [queue, status, ageMinutes, count],
-  );
+/** One seeded group: `count` jobs of `status` in `queue`, finished `ageMinutes` ago (null: not finished). */
+type Seed = [queue: string, status: string, count: number, ageMinutes: number | null];
+
+/** Inserts the jobs of each group, in order. */
+async function seed(...groups: Seed[]) {
+  for (const [queue, status, count, ageMinutes] of groups) {
+    await db.query(
+      `INSERT INTO ${db.jobs} (kind, queue, status, finished_at)
+       SELECT 'k', $1, $2, CASE WHEN $3::int IS NULL THEN NULL ELSE now() - make_interval(mins => $3::int) END
+       FROM generate_series(1, $4)`,
+      [queue, status, ageMinutes, count],
+    );
+  }
 }
 
 async function counts(): Promise<Record<string, number>> {
@@ -44,13 +49,15 @@ async function counts(): Promise<Record<string, number>> {
 
 describe('prune', () => {
   it('deletes only finished rows older than the age, of the given statuses, in batches', async () => {
-    await seed('old', 'succeeded', 2500, 120);
-    await seed('old', 'failed', 3, 120);
-    await seed('old', 'dead', 4, 120);
-    await seed('old', 'cancelled', 5, 120);
-    await seed('new', 'succeeded', 6, 1);
-    await seed('old', 'queued', 7, null);
-    await seed('old', 'running', 8, null);
+    await seed(
+      ['old', 'succeeded', 2500, 120],
+      ['old', 'failed', 3, 120],
+      ['old', 'dead', 4, 120],
+      ['old', 'cancelled', 5, 120],
+      ['new', 'succeeded', 6, 1],
+      ['old', 'queued', 7, null],
+      ['old', 'running', 8, null],
+    );
     await db.query(
       `INSERT INTO ${archive} (id, queue, kind, payload, status, priority, run_at, attempts, max_attempts, created_at, finished_at)
        SELECT g, 'arch', 'k', '{}', 'succeeded', 0, now(), 1, 20, now(), now() - make_interval(mins => CASE WHEN g <= 1200 THEN 120 ELSE 1 END)
@@ -85,12 +92,14 @@ describe('prune', () => {
   });
 
   it('prunes each status after its own age, in batches of 1000', async () => {
-    await seed('ps', 'succeeded', 2300, 120);
-    await seed('ps', 'succeeded', 5, 10);
-    await seed('ps', 'failed', 6, 120);
-    await seed('ps', 'dead', 7, 120);
-    await seed('ps', 'dead', 8, 10);
-    await seed('ps', 'cancelled', 9, 120);
+    await seed(
+      ['ps', 'succeeded', 2300, 120],
+      ['ps', 'succeeded', 5, 10],
+      ['ps', 'failed', 6, 120],
+      ['ps', 'dead', 7, 120],
+      ['ps', 'dead', 8, 10],
+      ['ps', 'cancelled', 9, 120],
+    );
     const before = await counts();
     expect(
       await skiplock.prune({ retention: { succeeded: 3_600_000, dead: 60_000, failed: 7_200_000 + 60_000 } }),
@@ -127,10 +136,12 @@ describe('prune', () => {
   });
 
   it('a worker with retentionMs prunes periodically, keeping dead letters', async () => {
-    await seed('w', 'succeeded', 3, 10);
-    await seed('w', 'dead', 2, 10);
-    await seed('w', 'cancelled', 1, 10);
-    await seed('w', 'succeeded', 4, 0);
+    await seed(
+      ['w', 'succeeded', 3, 10],
+      ['w', 'dead', 2, 10],
+      ['w', 'cancelled', 1, 10],
+      ['w', 'succeeded', 4, 0],
+    );
     const worker = pruningWorker('w', { retentionMs: 60_000 });
     expect(await firstPrune(worker)).toEqual({ jobs: 4, archive: 0, archivePartitions: 0 });
     await waitFor(async () => (await counts())['w:succeeded'] === 4, 5000, 'the prune to commit');
@@ -142,11 +153,13 @@ describe('prune', () => {
   it('a worker with retention prunes each status after its own age; retentionMs fills the rest', async () => {
     // The prune is not per queue: the previous test's dead letters would go too.
     await db.query(`DELETE FROM ${db.jobs} WHERE queue = 'w'`);
-    await seed('r', 'succeeded', 3, 10);
-    await seed('r', 'failed', 2, 10);
-    await seed('r', 'dead', 4, 10);
-    await seed('r', 'dead', 1, 0);
-    await seed('r', 'cancelled', 5, 10);
+    await seed(
+      ['r', 'succeeded', 3, 10],
+      ['r', 'failed', 2, 10],
+      ['r', 'dead', 4, 10],
+      ['r', 'dead', 1, 0],
+      ['r', 'cancelled', 5, 10],
+    );
     const worker = pruningWorker('r', {
       retentionMs: 60_000,
       retention: { dead: 60_000, cancelled: 3_600_000 },

@@ -5,6 +5,7 @@ import { waitFor } from './support/database.js';
 import { nextEvent, record } from './support/events.js';
 import { useFileDatabase } from './support/file-database.js';
 import { blockOnceBuffered } from './support/gate.js';
+import { NO_LIMITS } from './support/queue-limits.js';
 
 const { db, skiplock } = useFileDatabase();
 
@@ -68,7 +69,7 @@ describe('pause and resume', () => {
       pausedAt: null,
       queued: 0,
       running: 0,
-      limits: { concurrency: null, rate: null, groupConcurrency: null, groupRate: null, strictOrder: false },
+      limits: NO_LIMITS,
     });
 
     const t0 = performance.now();

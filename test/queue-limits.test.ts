@@ -7,6 +7,7 @@ import { drain } from '../src/testing/index.js';
 import { tableIn, waitFor } from './support/database.js';
 import { useTestDatabase } from './support/fixture.js';
 import { gate } from './support/gate.js';
+import { limitsWith, NO_LIMITS } from './support/queue-limits.js';
 
 const t = useTestDatabase();
 
@@ -18,6 +19,20 @@ async function statuses(queue: string): Promise<Record<string, number>> {
   return Object.fromEntries(rows.map((r) => [r.status, r.n]));
 }
 
+/** Waits until `queue` holds `n` jobs of `status`; a timeout shows its jobs by status. */
+async function untilStatus(queue: string, status: string, n: number, timeoutMs: number, what: string) {
+  await waitFor(
+    async () => (await statuses(queue))[status] === n,
+    timeoutMs,
+    what,
+    () => statuses(queue),
+  );
+}
+
+/** `count` jobs of `kind` on `queue`, with an empty payload, for enqueueMany. */
+const jobsOf = (count: number, kind: string, queue: string) =>
+  Array.from({ length: count }, () => ({ kind, payload: {}, queue }));
+
 const queueRow = async (name: string) =>
   (
     await t.query(
@@ -28,20 +43,12 @@ const queueRow = async (name: string) =>
 
 describe('setQueueLimits', () => {
   it('sets, changes and removes limits field by field; the listing shows them', async () => {
-    expect(await t.skiplock.setQueueLimits('api', { concurrency: 4 })).toEqual({
-      concurrency: 4,
-      rate: null,
-      groupConcurrency: null,
-      groupRate: null,
-      strictOrder: false,
-    });
-    expect(await t.skiplock.setQueueLimits('api', { rate: { count: 10, periodMs: 1000 } })).toEqual({
-      concurrency: 4,
-      rate: { count: 10, periodMs: 1000 },
-      groupConcurrency: null,
-      groupRate: null,
-      strictOrder: false,
-    });
+    expect(await t.skiplock.setQueueLimits('api', { concurrency: 4 })).toEqual(
+      limitsWith({ concurrency: 4 }),
+    );
+    expect(await t.skiplock.setQueueLimits('api', { rate: { count: 10, periodMs: 1000 } })).toEqual(
+      limitsWith({ concurrency: 4, rate: { count: 10, periodMs: 1000 } }),
+    );
     await t.skiplock.enqueue('call', {}, { queue: 'api' });
     expect((await t.skiplock.queues()).find((q) => q.name === 'api')).toEqual({
       name: 'api',
@@ -49,41 +56,19 @@ describe('setQueueLimits', () => {
       pausedAt: null,
       queued: 1,
       running: 0,
-      limits: {
-        concurrency: 4,
-        rate: { count: 10, periodMs: 1000 },
-        groupConcurrency: null,
-        groupRate: null,
-        strictOrder: false,
-      },
+      limits: limitsWith({ concurrency: 4, rate: { count: 10, periodMs: 1000 } }),
     });
-    expect(await t.skiplock.setQueueLimits('api', { concurrency: null })).toEqual({
-      concurrency: null,
-      rate: { count: 10, periodMs: 1000 },
-      groupConcurrency: null,
-      groupRate: null,
-      strictOrder: false,
-    });
-    expect(await t.skiplock.setQueueLimits('api', { rate: null })).toEqual({
-      concurrency: null,
-      rate: null,
-      groupConcurrency: null,
-      groupRate: null,
-      strictOrder: false,
-    });
-    expect((await t.skiplock.queues()).find((q) => q.name === 'api')?.limits).toEqual({
-      concurrency: null,
-      rate: null,
-      groupConcurrency: null,
-      groupRate: null,
-      strictOrder: false,
-    });
+    expect(await t.skiplock.setQueueLimits('api', { concurrency: null })).toEqual(
+      limitsWith({ rate: { count: 10, periodMs: 1000 } }),
+    );
+    expect(await t.skiplock.setQueueLimits('api', { rate: null })).toEqual(NO_LIMITS);
+    expect((await t.skiplock.queues()).find((q) => q.name === 'api')?.limits).toEqual(NO_LIMITS);
     // Limits and pause are independent settings of one row.
     await t.skiplock.pauseQueue('api');
     await t.skiplock.setQueueLimits('api', { concurrency: 2 });
     expect((await t.skiplock.queues()).find((q) => q.name === 'api')).toMatchObject({
       paused: true,
-      limits: { concurrency: 2, rate: null, groupConcurrency: null, groupRate: null, strictOrder: false },
+      limits: limitsWith({ concurrency: 2 }),
     });
   });
 
@@ -120,9 +105,7 @@ describe('setQueueLimits', () => {
 describe('the limited claim', () => {
   it('counts the claims committed while it waited for the lock, even in a REPEATABLE READ session', async () => {
     await t.skiplock.setQueueLimits('lw', { concurrency: 3 });
-    const jobs = await t.skiplock.enqueueMany(
-      Array.from({ length: 5 }, () => ({ kind: 'step', payload: {}, queue: 'lw' })),
-    );
+    const jobs = await t.skiplock.enqueueMany(jobsOf(5, 'step', 'lw'));
     const queries = new JobQueries(t.schema);
     const other = new pg.Pool({
       connectionString: `${t.url}?options=${encodeURIComponent('-c default_transaction_isolation=repeatable\\ read')}`,
@@ -168,8 +151,8 @@ describe('the limited claim', () => {
     await t.skiplock.setQueueLimits('dc', { concurrency: 2 });
     await t.skiplock.setQueueLimits('dr', { rate: { count: 2, periodMs: 600_000 } });
     await t.skiplock.enqueueMany([
-      ...Array.from({ length: 5 }, () => ({ kind: 'step', payload: {}, queue: 'dc' })),
-      ...Array.from({ length: 5 }, () => ({ kind: 'step', payload: {}, queue: 'dr' })),
+      ...jobsOf(5, 'step', 'dc'),
+      ...jobsOf(5, 'step', 'dr'),
       { kind: 'step', payload: {}, queue: 'open' },
     ]);
     const result = await drain(t.skiplock, { step: async () => {} }, { onSuccess: 'keep' });
@@ -201,35 +184,19 @@ describe('a worker with limited queues', () => {
       },
     });
     await worker.start();
-    await t.skiplock.enqueueMany(
-      Array.from({ length: 3 }, () => ({ kind: 'slow', payload: {}, queue: 'slow' })),
-    );
-    await waitFor(async () => (await statuses('slow')).running === 1, 5000, 'one slow job to run');
-    await t.skiplock.enqueueMany(
-      Array.from({ length: 50 }, () => ({ kind: 'fast', payload: {}, queue: 'fast' })),
-    );
-    await waitFor(
-      async () => (await statuses('fast')).succeeded === 50,
-      10_000,
-      'the fast queue to drain',
-      () => statuses('fast'),
-    );
+    await t.skiplock.enqueueMany(jobsOf(3, 'slow', 'slow'));
+    await untilStatus('slow', 'running', 1, 5000, 'one slow job to run');
+    await t.skiplock.enqueueMany(jobsOf(50, 'fast', 'fast'));
+    await untilStatus('fast', 'succeeded', 50, 10_000, 'the fast queue to drain');
     expect(await statuses('slow')).toEqual({ running: 1, queued: 2 });
     held.open();
-    await waitFor(
-      async () => (await statuses('slow')).succeeded === 3,
-      10_000,
-      'the slow queue to drain',
-      () => statuses('slow'),
-    );
+    await untilStatus('slow', 'succeeded', 3, 10_000, 'the slow queue to drain');
     expect(slowMax).toBe(1);
   });
 
   it("a limited queue gets the worker's slots while an unlimited backlog fills its prefetch buffer", async () => {
     await t.skiplock.setQueueLimits('lim', { concurrency: 2 });
-    await t.skiplock.enqueueMany(
-      Array.from({ length: 2000 }, () => ({ kind: 'bulk', payload: {}, queue: 'bulk' })),
-    );
+    await t.skiplock.enqueueMany(jobsOf(2000, 'bulk', 'bulk'));
     const worker = t.worker({
       queues: ['lim', 'bulk'],
       concurrency: 4,
@@ -242,15 +209,8 @@ describe('a worker with limited queues', () => {
     });
     await worker.start();
     await waitFor(() => worker.bufferedCount > 0, 5000, 'the bulk backlog to fill the buffer');
-    await t.skiplock.enqueueMany(
-      Array.from({ length: 10 }, () => ({ kind: 'lim', payload: {}, queue: 'lim' })),
-    );
-    await waitFor(
-      async () => (await statuses('lim')).succeeded === 10,
-      10_000,
-      'the limited queue to run',
-      () => statuses('lim'),
-    );
+    await t.skiplock.enqueueMany(jobsOf(10, 'lim', 'lim'));
+    await untilStatus('lim', 'succeeded', 10, 10_000, 'the limited queue to run');
     // 2000 bulk jobs of 5 ms on 4 slots take 2.5 s at least: the limited queue did not wait for them.
     expect((await statuses('bulk')).queued).toBeGreaterThan(0);
   });
@@ -276,22 +236,15 @@ describe('a worker with limited queues', () => {
     await worker.start();
     await t.skiplock.setQueueLimits('told', { concurrency: 2 });
     // The worker has re-read its limits once it claims no more than two.
-    await t.skiplock.enqueueMany(
-      Array.from({ length: 6 }, () => ({ kind: 'step', payload: {}, queue: 'told' })),
-    );
-    await waitFor(async () => (await statuses('told')).running === 2, 5000, 'two jobs to run');
+    await t.skiplock.enqueueMany(jobsOf(6, 'step', 'told'));
+    await untilStatus('told', 'running', 2, 5000, 'two jobs to run');
     // A claim would have taken them all by now.
     await waitFor(async () => worker.activeCount === 2, 5000, 'the worker to hold two jobs');
     expect(await statuses('told')).toEqual({ running: 2, queued: 4 });
     await t.skiplock.setQueueLimits('told', { concurrency: null });
-    await waitFor(
-      async () => (await statuses('told')).running === 6,
-      5000,
-      'all six to run once unlimited',
-      () => statuses('told'),
-    );
+    await untilStatus('told', 'running', 6, 5000, 'all six to run once unlimited');
     held.open();
-    await waitFor(async () => (await statuses('told')).succeeded === 6, 5000, 'all six to finish');
+    await untilStatus('told', 'succeeded', 6, 5000, 'all six to finish');
     expect(max).toBe(6);
   });
 
@@ -313,9 +266,7 @@ describe('a worker with limited queues', () => {
         },
       },
     });
-    await t.skiplock.enqueueMany(
-      Array.from({ length: 40 }, () => ({ kind: 'step', payload: {}, queue: 'gb' })),
-    );
+    await t.skiplock.enqueueMany(jobsOf(40, 'step', 'gb'));
     await worker.start();
     await waitFor(() => blocked && worker.bufferedCount > 0, 5000, 'a blocked handler and a buffer');
     await t.skiplock.setQueueLimits('gb', { concurrency: 2 });
@@ -325,18 +276,9 @@ describe('a worker with limited queues', () => {
       `the buffer to be given back (${worker.bufferedCount})`,
     );
     // Held jobs count against the limit: only the blocked one is running now.
-    await waitFor(
-      async () => (await statuses('gb')).running === 1,
-      5000,
-      'the buffered jobs to be queued again',
-    );
+    await untilStatus('gb', 'running', 1, 5000, 'the buffered jobs to be queued again');
     held.open();
-    await waitFor(
-      async () => (await statuses('gb')).succeeded === 40,
-      10_000,
-      'the queue to drain',
-      () => statuses('gb'),
-    );
+    await untilStatus('gb', 'succeeded', 40, 10_000, 'the queue to drain');
   });
 
   it('a paused limited queue is not claimed; resume runs it within its limit', async () => {
@@ -350,15 +292,13 @@ describe('a worker with limited queues', () => {
       handlers: { step: async (job) => void ran.push(job.queue) },
     });
     await worker.start();
-    await t.skiplock.enqueueMany(
-      Array.from({ length: 4 }, () => ({ kind: 'step', payload: {}, queue: 'pl' })),
-    );
+    await t.skiplock.enqueueMany(jobsOf(4, 'step', 'pl'));
     // Limited queues are claimed first: once a later job of an open queue ran, the paused one was passed over.
     await t.skiplock.enqueue('step', {}, { queue: 'open' });
-    await waitFor(async () => (await statuses('open')).succeeded === 1, 5000, 'the open queue to run');
+    await untilStatus('open', 'succeeded', 1, 5000, 'the open queue to run');
     expect(await statuses('pl')).toEqual({ queued: 4 });
     await t.skiplock.resumeQueue('pl');
-    await waitFor(async () => (await statuses('pl')).succeeded === 4, 5000, 'the queue to run after resume');
+    await untilStatus('pl', 'succeeded', 4, 5000, 'the queue to run after resume');
     expect(ran.filter((q) => q === 'pl')).toHaveLength(4);
   });
 
@@ -373,9 +313,7 @@ describe('a worker with limited queues', () => {
       handlers: { step: async () => void startedAt.push(performance.now()) },
     });
     await worker.start();
-    await t.skiplock.enqueueMany(
-      Array.from({ length: 7 }, () => ({ kind: 'step', payload: {}, queue: 'paced' })),
-    );
+    await t.skiplock.enqueueMany(jobsOf(7, 'step', 'paced'));
     await waitFor(
       () => startedAt.length === 7,
       10_000,

@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { type Handlers, type JobMap, ShutdownError, type Worker } from '../src/index.js';
-import { nextEvent, record } from './support/events.js';
+import { eventOf, nextEvent, record } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
 import { gate } from './support/gate.js';
 
@@ -37,9 +37,9 @@ describe('stop() from a handler', () => {
       },
     });
     await worker.start();
-    const stopped = nextEvent(worker, 'worker:stop');
-    const job = await t.skiplock.enqueue('quit', {}, { queue: 'awaited' });
-    await stopped;
+    const [job] = await eventOf(worker, 'worker:stop', () =>
+      t.skiplock.enqueue('quit', {}, { queue: 'awaited' }),
+    );
     expect(await t.row(job.id)).toEqual(SUCCEEDED_ONCE);
     expect([worker.activeCount, worker.bufferedCount]).toEqual([0, 0]);
   });
@@ -84,9 +84,9 @@ describe('stop() from a handler', () => {
     );
     const released = record(worker, 'job:released');
     await worker.start();
-    const stopped = nextEvent(worker, 'worker:stop');
-    const job = await t.skiplock.enqueue('quitAndHang', {}, { queue: 'outlives' });
-    await stopped;
+    const [job] = await eventOf(worker, 'worker:stop', () =>
+      t.skiplock.enqueue('quitAndHang', {}, { queue: 'outlives' }),
+    );
     expect(await aborted.opened).toBeInstanceOf(ShutdownError);
     expect(released.map(([j]) => j.id)).toEqual([job.id]);
     // Given back without charging the attempt.
@@ -142,9 +142,9 @@ describe('stop() from a handler', () => {
       },
     });
     await worker.start();
-    const otherStopped = nextEvent(stopped, 'worker:stop');
-    const job = await t.skiplock.enqueue('stopTheOther', {}, { queue: 'stopper' });
-    await otherStopped;
+    const [job] = await eventOf(stopped, 'worker:stop', () =>
+      t.skiplock.enqueue('stopTheOther', {}, { queue: 'stopper' }),
+    );
     await worker.stop();
     expect(await t.row(job.id)).toEqual(SUCCEEDED_ONCE);
   });

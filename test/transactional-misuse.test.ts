@@ -8,7 +8,7 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { TransactionalHandlerContext } from '../src/index.js';
 import { countRows, tableIn, waitFor } from './support/database.js';
-import { nextEvent } from './support/events.js';
+import { eventOf, nextEvent } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
 
 const t = useTestDatabase();
@@ -46,9 +46,9 @@ describe('a transactional attempt that ends while its statement runs on', () => 
       if (job.attempts === 1) await client.query(`SELECT pg_sleep(60) /* ${marker} */`);
     }, 1000);
     await w.start();
-    const failed = nextEvent(w, 'job:failure');
-    const job = await t.skiplock.enqueue('txn', {}, { queue: 'misuse', maxAttempts: 3 });
-    const [, thrown] = await failed;
+    const [job, [, thrown]] = await eventOf(w, 'job:failure', () =>
+      t.skiplock.enqueue('txn', {}, { queue: 'misuse', maxAttempts: 3 }),
+    );
     expect((thrown as Error).name).toBe('JobTimeoutError');
     // The sleeping statement's session is gone within seconds, not after 60 s.
     await waitFor(
@@ -84,9 +84,9 @@ describe('a transactional handler that misuses its client', () => {
       client.release();
     });
     await w.start();
-    const failed = nextEvent(w, 'job:failure');
-    const job = await t.skiplock.enqueue('txn', {}, { queue: 'misuse' });
-    const [, thrown] = await failed;
+    const [job, [, thrown]] = await eventOf(w, 'job:failure', () =>
+      t.skiplock.enqueue('txn', {}, { queue: 'misuse' }),
+    );
     expect((thrown as Error).name).toBe('TransactionMisuseError');
     expect(await countRows(t.db.pool, effects())).toBe(0);
     expect(await t.row(job.id)).toMatchObject({ status: 'queued', attempts: 1, locked_by: null });
@@ -120,9 +120,7 @@ describe('a transactional handler that misuses its client', () => {
       }
     });
     await w.start();
-    const failed = nextEvent(w, 'job:failure');
-    const job = await t.skiplock.enqueue('txn', {}, { queue: 'misuse' });
-    await failed;
+    const [job] = await eventOf(w, 'job:failure', () => t.skiplock.enqueue('txn', {}, { queue: 'misuse' }));
     expect(refused).toHaveLength(1);
     expect((refused[0] as Error).name).toBe('TransactionMisuseError');
     expect(await countRows(t.db.pool, effects())).toBe(0);
@@ -134,9 +132,9 @@ describe('a transactional handler that misuses its client', () => {
       await client.query(`INSERT INTO ${effects()} VALUES (${Number(job.id)}, 'sneaky'); COMMIT`);
     });
     await w.start();
-    const failed = nextEvent(w, 'job:failure');
-    const job = await t.skiplock.enqueue('txn', {}, { queue: 'misuse' });
-    const [, thrown, outcome] = await failed;
+    const [job, [, thrown, outcome]] = await eventOf(w, 'job:failure', () =>
+      t.skiplock.enqueue('txn', {}, { queue: 'misuse' }),
+    );
     expect((thrown as Error).name).toBe('TransactionMisuseError');
     expect(outcome.status).toBe('failed');
     expect(await t.row(job.id)).toMatchObject({ status: 'failed', attempts: 1 });
@@ -153,9 +151,7 @@ describe('a transactional handler that misuses its client', () => {
       await client.query(`INSERT INTO ${effects()} VALUES ($1, 'kept')`, [job.id]);
     });
     await w.start();
-    const succeeded = nextEvent(w, 'job:success');
-    const job = await t.skiplock.enqueue('txn', {}, { queue: 'misuse' });
-    await succeeded;
+    const [job] = await eventOf(w, 'job:success', () => t.skiplock.enqueue('txn', {}, { queue: 'misuse' }));
     expect(await t.query(`SELECT job_id, note FROM ${effects()}`)).toEqual([
       { job_id: job.id, note: 'kept' },
     ]);

@@ -14,7 +14,7 @@ import {
 } from '../src/index.js';
 import { drain } from '../src/testing/index.js';
 import { countRows, tableIn, waitFor } from './support/database.js';
-import { nextEvent } from './support/events.js';
+import { eventOf, nextEvent } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
 import { type Gate, gate } from './support/gate.js';
 
@@ -44,6 +44,22 @@ function inserting(then: (jobId: string) => unknown = () => {}): TransactionalHa
     await client.query(`INSERT INTO ${effects()} (job_id, note) VALUES ($1, 'done')`, [job.id]);
     await then(job.id);
   };
+}
+
+/**
+ * Starts `w`, enqueues a `txn` job, and waits for its first attempt to fail;
+ * expects the attempt rolled back: no effect row, the job queued again for
+ * attempt 2, its lease let go. Resolves with the job's id and what was thrown.
+ */
+async function rolledBackAttempt(w: Worker): Promise<{ id: string; thrown: Error }> {
+  await w.start();
+  const [job, [, thrown, outcome]] = await eventOf(w, 'job:failure', () =>
+    t.skiplock.enqueue('txn', {}, { queue: 'txn' }),
+  );
+  expect(outcome.status).toBe('queued');
+  expect(await effectRows(job.id)).toBe(0);
+  expect(await t.row(job.id)).toMatchObject({ status: 'queued', attempts: 1, locked_by: null });
+  return { id: job.id, thrown: thrown as Error };
 }
 
 function worker(
@@ -101,15 +117,9 @@ describe('transactional handlers', () => {
         throw new Error('card declined');
       }),
     );
-    await w.start();
-    const failed = nextEvent(w, 'job:failure');
-    const job = await t.skiplock.enqueue('txn', {}, { queue: 'txn' });
-    const [, thrown, outcome] = await failed;
-    expect((thrown as Error).message).toBe('card declined');
-    expect(outcome.status).toBe('queued');
-    expect(await effectRows(job.id)).toBe(0);
-    expect(await t.row(job.id)).toMatchObject({ status: 'queued', attempts: 1, locked_by: null });
-    expect((await t.row(job.id))!.last_error).toMatch(/^Error: card declined\n/);
+    const { id, thrown } = await rolledBackAttempt(w);
+    expect(thrown.message).toBe('card declined');
+    expect((await t.row(id))!.last_error).toMatch(/^Error: card declined\n/);
   });
 
   it('roll back when the lease was reclaimed meanwhile: no row, and the job is left to its next claim', async () => {
@@ -223,9 +233,9 @@ describe('transactional handlers', () => {
       },
     });
     await w.start();
-    const failed = nextEvent(w, 'job:failure');
-    const job = await t.skiplock.enqueue('txn', {}, { queue: 'txn' });
-    const [, thrown] = await failed;
+    const [job, [, thrown]] = await eventOf(w, 'job:failure', () =>
+      t.skiplock.enqueue('txn', {}, { queue: 'txn' }),
+    );
     expect((thrown as Error).name).toBe('JobTimeoutError');
     expect(await lateWrite.opened).toBeInstanceOf(Error);
     expect(await effectRows(job.id)).toBe(0);
@@ -294,14 +304,8 @@ describe('transactional handlers', () => {
   it('roll back when COMMIT refuses (a deferred constraint), and write the failure', async () => {
     await deferredTrigger(`RAISE EXCEPTION 'rejected at commit'`);
     const w = worker(inserting());
-    await w.start();
-    const failed = nextEvent(w, 'job:failure');
-    const job = await t.skiplock.enqueue('txn', {}, { queue: 'txn' });
-    const [, thrown, outcome] = await failed;
-    expect((thrown as Error).message).toContain('rejected at commit');
-    expect(outcome.status).toBe('queued');
-    expect(await effectRows(job.id)).toBe(0);
-    expect(await t.row(job.id)).toMatchObject({ status: 'queued', attempts: 1, locked_by: null });
+    const { thrown } = await rolledBackAttempt(w);
+    expect(thrown.message).toContain('rejected at commit');
   });
 
   it('tell from the row whether a COMMIT whose answer was lost committed: here it did, once', async () => {
@@ -334,9 +338,7 @@ describe('transactional handlers', () => {
       if (fail) throw new Error('not yet');
     });
     await w.start();
-    const failed = nextEvent(w, 'job:failure');
-    const job = await t.skiplock.enqueue('txn', {}, { queue: 'txn' });
-    await failed;
+    const [job] = await eventOf(w, 'job:failure', () => t.skiplock.enqueue('txn', {}, { queue: 'txn' }));
     expect(await t.jobCount("kind = 'follow_up'")).toBe(0);
     fail = false;
     const succeeded = nextEvent(w, 'job:success');

@@ -1,12 +1,27 @@
 import { describe, expect, it } from 'vitest';
 import { PermanentError } from '../src/index.js';
 import { waitFor } from './support/database.js';
-import { nextEvent } from './support/events.js';
+import { eventOf, nextEvent } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
 
 const t = useTestDatabase();
 
 const fast = { pollIntervalMs: 200 } as const;
+
+/** A started worker on `queue` whose one handler, for `kind`, throws `error`. */
+async function throwingWorker(queue: string, kind: string, error: Error) {
+  const worker = t.worker({
+    ...fast,
+    queues: [queue],
+    handlers: {
+      [kind]: () => {
+        throw error;
+      },
+    },
+  });
+  await worker.start();
+  return worker;
+}
 
 describe('worker', () => {
   it('runs an enqueued job once and deletes it on success', async () => {
@@ -36,19 +51,10 @@ describe('worker', () => {
   });
 
   it('retries with backoff, then dead letters after maxAttempts', async () => {
-    const worker = t.worker({
-      ...fast,
-      queues: ['q-retry'],
-      handlers: {
-        flaky: () => {
-          throw new Error('boom');
-        },
-      },
-    });
-    await worker.start();
-    const failed = nextEvent(worker, 'job:failure');
-    const job = await t.skiplock.enqueue('flaky', {}, { queue: 'q-retry', maxAttempts: 2 });
-    const [, , first] = await failed;
+    const worker = await throwingWorker('q-retry', 'flaky', new Error('boom'));
+    const [job, [, , first]] = await eventOf(worker, 'job:failure', () =>
+      t.skiplock.enqueue('flaky', {}, { queue: 'q-retry', maxAttempts: 2 }),
+    );
     expect(first.status).toBe('queued');
     expect(first.retryDelayMs).toBeGreaterThanOrEqual(900);
     expect(first.retryDelayMs).toBeLessThanOrEqual(2000);
@@ -72,19 +78,10 @@ describe('worker', () => {
   });
 
   it('ends a job as failed on PermanentError', async () => {
-    const worker = t.worker({
-      ...fast,
-      queues: ['q-perm'],
-      handlers: {
-        nope: () => {
-          throw new PermanentError('order does not exist');
-        },
-      },
-    });
-    await worker.start();
-    const failed = nextEvent(worker, 'job:failure');
-    const job = await t.skiplock.enqueue('nope', {}, { queue: 'q-perm' });
-    const [, , outcome] = await failed;
+    const worker = await throwingWorker('q-perm', 'nope', new PermanentError('order does not exist'));
+    const [job, [, , outcome]] = await eventOf(worker, 'job:failure', () =>
+      t.skiplock.enqueue('nope', {}, { queue: 'q-perm' }),
+    );
     expect(outcome.status).toBe('failed');
     const [row] = await t.query(`SELECT status, attempts, last_error FROM ${t.jobs} WHERE id = $1`, [job.id]);
     expect(row?.status).toBe('failed');
@@ -127,19 +124,14 @@ describe('PermanentError from another copy of the module', () => {
       readonly code = 'PERMANENT';
       override name = 'PermanentError';
     }
-    const worker = t.worker({
-      ...fast,
-      queues: ['q-perm-copy'],
-      handlers: {
-        nope: () => {
-          throw new PermanentError('from another module instance');
-        },
-      },
-    });
-    await worker.start();
-    const failed = nextEvent(worker, 'job:failure');
-    await t.skiplock.enqueue('nope', {}, { queue: 'q-perm-copy' });
-    const [, , outcome] = await failed;
+    const worker = await throwingWorker(
+      'q-perm-copy',
+      'nope',
+      new PermanentError('from another module instance'),
+    );
+    const [, [, , outcome]] = await eventOf(worker, 'job:failure', () =>
+      t.skiplock.enqueue('nope', {}, { queue: 'q-perm-copy' }),
+    );
     expect(outcome.status).toBe('failed');
   });
 });

@@ -13,8 +13,9 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { countRows, waitFor } from '../support/database.js';
+import { countRows } from '../support/database.js';
 import {
+  attemptsOf,
   effectTables,
   expectEveryJobDone,
   tally,
@@ -97,18 +98,13 @@ describe('chaos: group storm', () => {
     };
     const producing = Promise.all(Array.from({ length: PRODUCERS }, (_, p) => producer(p)));
 
-    let kills = 0;
-    const step = Math.floor(JOB_COUNT / (KILLS + 1));
-    for (let k = 1; k <= KILLS; k++) {
-      await waitFor(
-        async () => (await deliveries()) >= k * step,
-        120_000,
-        `${k * step} deliveries`,
-        deliveries,
-      );
-      await fleet.killAndReplace();
-      kills++;
-    }
+    await fleet.killAlong({
+      count: KILLS,
+      total: JOB_COUNT,
+      progress: deliveries,
+      unit: 'deliveries',
+      timeoutMs: 120_000,
+    });
     await producing;
     expect(ids).toHaveLength(JOB_COUNT);
     await waitUntilSettled(t.db.pool, t.schema, ids, 180_000);
@@ -116,26 +112,23 @@ describe('chaos: group storm', () => {
     await sampled;
 
     const counted = await tally(t.db.pool, t.schema, ids);
-    const [attempts] = await t.query<{ reclaimed: number }>(
-      `SELECT count(*) FILTER (WHERE attempts > 1)::int AS reclaimed FROM ${t.jobs} WHERE id = ANY($1::bigint[])`,
-      [ids],
-    );
+    const attempts = await attemptsOf(t.db.pool, t.schema, ids);
     tallyFigure('group-storm', counted, {
-      kills,
-      restarts: kills,
+      kills: fleet.kills,
+      restarts: fleet.spawned.length - WORKER_COUNT,
       keys: KEYS,
       samples,
       maxRunningPerKey,
       mostKeysRunning: busiestSample,
-      reclaimed: attempts!.reclaimed,
+      reclaimed: attempts.reclaimed,
     });
-    expect(kills).toBe(KILLS);
+    expect(fleet.kills).toBe(KILLS);
     expect(samples).toBeGreaterThan(50);
     expect(maxRunningPerKey).toBe(1);
     // Keys ran side by side: the limit is per key, not per queue.
     expect(busiestSample).toBeGreaterThan(1);
     expectEveryJobDone(counted);
-    expect(counted.duplicates).toBeLessThanOrEqual(attempts!.reclaimed);
+    expect(counted.duplicates).toBeLessThanOrEqual(attempts.reclaimed);
     await Promise.all(fleet.alive.map((p) => p.shutdown()));
     for (const p of fleet.alive) expect(p.exit).toEqual({ code: null, signal: 'SIGTERM' });
   });

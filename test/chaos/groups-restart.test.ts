@@ -11,7 +11,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { Skiplock } from '../../src/index.js';
 import { TEST_SCHEMA, tableIn, waitFor } from '../support/database.js';
 import { startTestServer } from '../support/pg-server.js';
-import { exited, forkScript, sent } from '../support/processes.js';
+import { exited, forkScript, killedAfterTest, sent } from '../support/processes.js';
 
 const cleanups: (() => unknown)[] = [];
 afterEach(async () => {
@@ -19,18 +19,15 @@ afterEach(async () => {
 });
 
 async function workerProcess(url: string): Promise<ChildProcess> {
-  const child = forkScript('../processes/groups-worker-process.ts', {
-    SKIPLOCK_URL: url,
-    SKIPLOCK_SCHEMA: TEST_SCHEMA,
-    HANDLER_DELAY_MS: '10',
-    WORKER_OPTIONS: JSON.stringify({ queues: ['keyed'], concurrency: 4, pollIntervalMs: 200 }),
-  });
-  cleanups.push(async () => {
-    if (child.exitCode === null && child.signalCode === null) {
-      child.kill('SIGKILL');
-      await exited(child);
-    }
-  });
+  const child = killedAfterTest(
+    { defer: (cleanup) => cleanups.push(cleanup) },
+    forkScript('../processes/groups-worker-process.ts', {
+      SKIPLOCK_URL: url,
+      SKIPLOCK_SCHEMA: TEST_SCHEMA,
+      HANDLER_DELAY_MS: '10',
+      WORKER_OPTIONS: JSON.stringify({ queues: ['keyed'], concurrency: 4, pollIntervalMs: 200 }),
+    }),
+  );
   await sent(child, 'ready');
   return child;
 }

@@ -20,6 +20,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
+import { NO_LIMITS } from '../support/queue-limits.js';
 import { tableIn } from '../support/sql.js';
 import {
   effectTables,
@@ -209,13 +210,7 @@ describe('chaos: pause storm', () => {
         pausedAt: null,
         queued: 0,
         running: 0,
-        limits: {
-          concurrency: null,
-          rate: null,
-          groupConcurrency: null,
-          groupRate: null,
-          strictOrder: false,
-        },
+        limits: NO_LIMITS,
       })),
     );
     await Promise.all(workers.map((p) => p.shutdown()));

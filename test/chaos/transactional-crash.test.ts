@@ -7,11 +7,10 @@
  * lost, left queued or running, or dead.
  */
 import { beforeEach, describe, expect, it } from 'vitest';
-import { countRows, tableIn, waitFor } from '../support/database.js';
+import { countRows, tableIn } from '../support/database.js';
 import { useTestDatabase } from '../support/fixture.js';
-import { figure, waitUntilSettled, workerConfig } from './support/cluster.js';
-import { enqueueInBatches } from './support/enqueue-batches.js';
-import { WorkerFleet } from './support/worker-fleet.js';
+import { figure } from './support/cluster.js';
+import { CRASH_RUN_KILLS, CRASH_RUN_WORKERS, crashRun } from './support/worker-fleet.js';
 
 const t = useTestDatabase();
 const effects = () => tableIn(t.schema, 'chaos_txn_effects');
@@ -23,28 +22,16 @@ beforeEach(async () => {
 /** Committed effect rows so far. */
 const committed = () => countRows(t.db.pool, effects());
 
-const enqueueJobs = (queue: string, count: number) =>
-  enqueueInBatches(t.skiplock, count, (n) => ({ kind: 'txn_effect', payload: { n }, queue }));
-
 describe('chaos: transactional worker crash', () => {
   it('SIGKILLed workers commit every transactional job’s effect exactly once', async () => {
-    const queue = 'txn-crash';
     const jobCount = 5000;
-    const workerCount = 3;
-    const killCount = 8;
-    const fleet = new WorkerFleet(t, () => workerConfig(t, { queues: [queue], concurrency: 8 }));
-    await fleet.start(workerCount);
-    const ids = await enqueueJobs(queue, jobCount);
-
-    const step = Math.floor(jobCount / (killCount + 1));
-    let kills = 0;
-    for (let k = 1; k <= killCount; k++) {
-      await waitFor(async () => (await committed()) >= k * step, 60_000, `${k * step} effects`, committed);
-      // Kill a random worker that is running jobs, and start its replacement.
-      await fleet.killAndReplace();
-      kills++;
-    }
-    await waitUntilSettled(t.db.pool, t.schema, ids, 90_000);
+    const { fleet, ids } = await crashRun(t, {
+      queue: 'txn-crash',
+      kind: 'txn_effect',
+      jobs: jobCount,
+      progress: committed,
+      unit: 'effects',
+    });
 
     const [counted] = await t.query<{
       exactly_once: number;
@@ -77,8 +64,8 @@ describe('chaos: transactional worker crash', () => {
     const rowsTotal = await committed();
     figure('transactional-crash', {
       jobs: ids.length,
-      kills,
-      restarts: kills,
+      kills: fleet.kills,
+      restarts: fleet.spawned.length - CRASH_RUN_WORKERS,
       effects: counted!.exactly_once,
       duplicates: counted!.duplicated,
       lost: counted!.missing,
@@ -86,7 +73,7 @@ describe('chaos: transactional worker crash', () => {
       reclaimed: counted!.reclaimed,
       maxAttempts: counted!.max_attempts,
     });
-    expect(kills).toBe(killCount);
+    expect(fleet.kills).toBe(CRASH_RUN_KILLS);
     expect(counted).toMatchObject({
       exactly_once: jobCount,
       missing: 0,
@@ -96,7 +83,7 @@ describe('chaos: transactional worker crash', () => {
     expect(rowsTotal).toBe(jobCount);
     expect(byStatus).toEqual([{ status: 'succeeded', n: jobCount }]);
     // Each crash costs a job at most one attempt.
-    expect(counted!.max_attempts).toBeLessThanOrEqual(1 + killCount);
+    expect(counted!.max_attempts).toBeLessThanOrEqual(1 + CRASH_RUN_KILLS);
     await Promise.all(fleet.alive.map((p) => p.shutdown()));
     for (const p of fleet.alive) expect(p.exit).toEqual({ code: null, signal: 'SIGTERM' });
   });

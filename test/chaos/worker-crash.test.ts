@@ -10,6 +10,7 @@
 import { describe, expect, it } from 'vitest';
 import { countRows, waitFor } from '../support/database.js';
 import {
+  attemptsOf,
   effectTables,
   expectEveryJobDone,
   spawnWorker,
@@ -21,7 +22,7 @@ import {
   workerConfig,
 } from './support/cluster.js';
 import { enqueueInBatches } from './support/enqueue-batches.js';
-import { WorkerFleet } from './support/worker-fleet.js';
+import { CRASH_RUN_KILLS, CRASH_RUN_WORKERS, crashRun } from './support/worker-fleet.js';
 
 const t = useChaosDatabase();
 
@@ -33,50 +34,31 @@ const enqueueEffects = (queue: string, count: number) =>
 
 describe('chaos: worker crash', () => {
   it('SIGKILLed workers lose no job and run none twice in the same attempt', async () => {
-    const queue = 'crash';
     const jobCount = 3000;
-    const workerCount = 3;
-    const killCount = 8;
-    const fleet = new WorkerFleet(t, () => workerConfig(t, { queues: [queue], concurrency: 8 }));
-    await fleet.start(workerCount);
-    const ids = await enqueueEffects(queue, jobCount);
-
-    let kills = 0;
-    let restarts = 0;
-    const step = Math.floor(jobCount / (killCount + 1));
-    for (let k = 1; k <= killCount; k++) {
-      await waitFor(
-        async () => (await deliveries()) >= k * step,
-        60_000,
-        `${k * step} deliveries`,
-        deliveries,
-      );
-      // Kill a random worker that is running jobs, and start its replacement (as an orchestrator would).
-      await fleet.killAndReplace();
-      kills++;
-      restarts++;
-    }
-    await waitUntilSettled(t.db.pool, t.schema, ids, 90_000);
-    const counted = await tally(t.db.pool, t.schema, ids);
-    const [attempts] = await t.query<{ max: number; reclaimed: number }>(
-      `SELECT max(attempts)::int AS max, count(*) FILTER (WHERE attempts > 1)::int AS reclaimed
-       FROM ${t.jobs} WHERE id = ANY($1::bigint[])`,
-      [ids],
-    );
-    tallyFigure('worker-crash', counted, {
-      kills,
-      restarts,
-      reclaimed: attempts!.reclaimed,
-      maxAttempts: attempts!.max,
+    const { fleet, ids } = await crashRun(t, {
+      queue: 'crash',
+      kind: 'effect',
+      jobs: jobCount,
+      progress: deliveries,
+      unit: 'deliveries',
     });
-    expect(kills).toBe(killCount);
-    expect(restarts).toBe(killCount);
+    const counted = await tally(t.db.pool, t.schema, ids);
+    const attempts = await attemptsOf(t.db.pool, t.schema, ids);
+    const restarts = fleet.spawned.length - CRASH_RUN_WORKERS;
+    tallyFigure('worker-crash', counted, {
+      kills: fleet.kills,
+      restarts,
+      reclaimed: attempts.reclaimed,
+      maxAttempts: attempts.max,
+    });
+    expect(fleet.kills).toBe(CRASH_RUN_KILLS);
+    expect(restarts).toBe(CRASH_RUN_KILLS);
     expect(counted.jobs).toBe(jobCount);
     expectEveryJobDone(counted);
     // Each crash costs a job at most one attempt.
-    expect(attempts!.max).toBeLessThanOrEqual(1 + killCount);
+    expect(attempts.max).toBeLessThanOrEqual(1 + CRASH_RUN_KILLS);
     // A re-run only happens to a job whose worker died holding it.
-    expect(counted.duplicates).toBeLessThanOrEqual(attempts!.reclaimed);
+    expect(counted.duplicates).toBeLessThanOrEqual(attempts.reclaimed);
     await Promise.all(fleet.alive.map((p) => p.shutdown()));
     for (const p of fleet.alive) expect(p.exit).toEqual({ code: null, signal: 'SIGTERM' });
   });

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { TEST_SCHEMA } from '../support/database.js';
 import { useFileDatabase } from '../support/file-database.js';
+import { NO_LIMITS } from '../support/queue-limits.js';
 import { runCli } from './cli-process.js';
 
 const { db, skiplock } = useFileDatabase();
@@ -28,13 +29,7 @@ describe('skiplock CLI queue controls', () => {
         pausedAt: expect.any(String),
         queued: 0,
         running: 0,
-        limits: {
-          concurrency: null,
-          rate: null,
-          groupConcurrency: null,
-          groupRate: null,
-          strictOrder: false,
-        },
+        limits: NO_LIMITS,
       },
     ]);
     const table = await runCli(['queues', ...conn]);

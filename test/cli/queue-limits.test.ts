@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { TEST_SCHEMA } from '../support/database.js';
 import { useFileDatabase } from '../support/file-database.js';
+import { limitsWith, NO_LIMITS } from '../support/queue-limits.js';
 import { runCli } from './cli-process.js';
 
 const { db, skiplock } = useFileDatabase();
@@ -11,25 +12,15 @@ describe('skiplock queues limits', () => {
     const set = await runCli(['queues', 'limits', 'cli-l', '--concurrency', '3', '--rate', '50/1s', ...conn]);
     expect(set.code, set.stderr).toBe(0);
     expect(set.stdout.trim()).toBe('cli-l: limits concurrency 3, rate 50/1000ms');
-    expect((await skiplock.queues()).find((q) => q.name === 'cli-l')?.limits).toEqual({
-      concurrency: 3,
-      rate: { count: 50, periodMs: 1000 },
-      groupConcurrency: null,
-      groupRate: null,
-      strictOrder: false,
-    });
+    expect((await skiplock.queues()).find((q) => q.name === 'cli-l')?.limits).toEqual(
+      limitsWith({ concurrency: 3, rate: { count: 50, periodMs: 1000 } }),
+    );
 
     const rate = await runCli(['queues', 'limits', 'cli-l', '--rate', '1000/2m', ...conn, '--json']);
     expect(rate.code, rate.stderr).toBe(0);
     expect(JSON.parse(rate.stdout)).toEqual({
       queue: 'cli-l',
-      limits: {
-        concurrency: 3,
-        rate: { count: 1000, periodMs: 120_000 },
-        groupConcurrency: null,
-        groupRate: null,
-        strictOrder: false,
-      },
+      limits: limitsWith({ concurrency: 3, rate: { count: 1000, periodMs: 120_000 } }),
     });
     const shown = await runCli(['queues', 'limits', 'cli-l', ...conn]);
     expect(shown.stdout.trim()).toBe('cli-l: limits concurrency 3, rate 1000/120000ms');
@@ -61,13 +52,7 @@ describe('skiplock queues limits', () => {
     ]);
     expect(cleared.code, cleared.stderr).toBe(0);
     expect(cleared.stdout.trim()).toBe('cli-l: limits none');
-    expect((await skiplock.queues()).find((q) => q.name === 'cli-l')?.limits).toEqual({
-      concurrency: null,
-      rate: null,
-      groupConcurrency: null,
-      groupRate: null,
-      strictOrder: false,
-    });
+    expect((await skiplock.queues()).find((q) => q.name === 'cli-l')?.limits).toEqual(NO_LIMITS);
   });
 
   it('sets and removes group limits', async () => {
@@ -101,7 +86,7 @@ describe('skiplock queues limits', () => {
     expect(cleared.code, cleared.stderr).toBe(0);
     expect(JSON.parse(cleared.stdout)).toEqual({
       queue: 'cli-g',
-      limits: { concurrency: null, rate: null, groupConcurrency: null, groupRate: null, strictOrder: false },
+      limits: NO_LIMITS,
     });
   });
 

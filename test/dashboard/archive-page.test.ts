@@ -1,24 +1,8 @@
 /** The dashboard's archive page given query strings no link of its own makes. */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createDashboard } from '../../src/dashboard/index.js';
-import type { Skiplock } from '../../src/index.js';
-import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { describe, expect, it } from 'vitest';
+import { useDashboardRequests } from './support/dashboard-requests.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-});
-afterAll(async () => {
-  await db?.close();
-});
-
-async function get(path: string) {
-  const res = await createDashboard(skiplock, { refreshIntervalMs: 0 }).request(path);
-  return { status: res.status, body: await res.text() };
-}
+const { get } = useDashboardRequests();
 
 describe('dashboard archive page', () => {
   it('answers 400 to a page cursor or a day that is no instant, not 500', async () => {

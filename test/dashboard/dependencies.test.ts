@@ -1,24 +1,8 @@
 /** The dashboard's job page lists a job's parents and children, each linked to its page. */
-import { afterAll, beforeAll, expect, it } from 'vitest';
-import { createDashboard } from '../../src/dashboard/index.js';
-import type { Skiplock } from '../../src/index.js';
-import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { expect, it } from 'vitest';
+import { useDashboardRequests } from './support/dashboard-requests.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-});
-afterAll(async () => {
-  await db?.close();
-});
-
-async function get(path: string) {
-  const res = await createDashboard(skiplock, { refreshIntervalMs: 0 }).request(path);
-  return { status: res.status, body: await res.text() };
-}
+const { skiplock, get } = useDashboardRequests();
 
 /** The job ids linked from the `data-field` element of a page. */
 function linked(body: string, field: string): string[] {

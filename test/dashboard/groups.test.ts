@@ -1,24 +1,8 @@
 /** The dashboard's group keys: a job's key on its page; a queue's group limits and its busiest keys on the queues page. */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createDashboard } from '../../src/dashboard/index.js';
-import type { Skiplock } from '../../src/index.js';
-import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { describe, expect, it } from 'vitest';
+import { useDashboardRequests } from './support/dashboard-requests.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-});
-afterAll(async () => {
-  await db?.close();
-});
-
-async function get(path: string) {
-  const res = await createDashboard(skiplock, { refreshIntervalMs: 0 }).request(path);
-  return { status: res.status, body: await res.text() };
-}
+const { db, skiplock, get } = useDashboardRequests();
 
 /** The text of the element marked `data-field="name"` on `body`. */
 const field = (body: string, name: string) =>

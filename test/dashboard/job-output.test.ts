@@ -1,25 +1,10 @@
 /** The job page shows the handler's result, progress and log lines, escaped; the CLI's `jobs show` prints them. */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createDashboard } from '../../src/dashboard/index.js';
-import type { Skiplock } from '../../src/index.js';
+import { describe, expect, it } from 'vitest';
 import { runCli } from '../cli/cli-process.js';
-import { createTestDatabase, TEST_SCHEMA, type TestDatabase } from '../support/database.js';
+import { TEST_SCHEMA } from '../support/database.js';
+import { useDashboardRequests } from './support/dashboard-requests.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-});
-afterAll(async () => {
-  await db?.close();
-});
-
-async function get(path: string) {
-  const res = await createDashboard(skiplock, { refreshIntervalMs: 0 }).request(path);
-  return { status: res.status, body: await res.text() };
-}
+const { db, get } = useDashboardRequests();
 
 /** A job whose handler left a result, progress and two log lines, in `table`. */
 async function jobWithOutput(table: 'jobs' | 'jobs_archive'): Promise<string> {

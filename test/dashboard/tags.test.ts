@@ -1,24 +1,8 @@
 /** The dashboard's tags: shown on the jobs list and the job page, and a tag filter on the jobs page. */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createDashboard } from '../../src/dashboard/index.js';
-import type { Skiplock } from '../../src/index.js';
-import { createTestDatabase, type TestDatabase } from '../support/database.js';
+import { describe, expect, it } from 'vitest';
+import { useDashboardRequests } from './support/dashboard-requests.js';
 
-let db: TestDatabase;
-let skiplock: Skiplock;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  skiplock = db.skiplock();
-});
-afterAll(async () => {
-  await db?.close();
-});
-
-async function get(path: string) {
-  const res = await createDashboard(skiplock, { refreshIntervalMs: 0 }).request(path);
-  return { status: res.status, body: await res.text() };
-}
+const { skiplock, get } = useDashboardRequests();
 
 /** Ids of the rows of a jobs page, in order. */
 const rowIds = (body: string) => [...body.matchAll(/data-job-id="(\d+)"/g)].map((m) => m[1]);

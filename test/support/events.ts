@@ -54,6 +54,22 @@ export function nextEvent<Name extends EventName>(
   return waiting;
 }
 
+/**
+ * Runs `act` with the wait for the next `name` event of `worker` registered
+ * first (see {@link nextEvent}); resolves with what `act` resolved with and
+ * the event's argument list. For the usual "enqueue, then see it end".
+ */
+export async function eventOf<Name extends EventName, T>(
+  worker: Worker,
+  name: Name,
+  act: () => Promise<T>,
+  timeoutMs = EVENT_TIMEOUT_MS,
+): Promise<[T, WorkerEvents[Name]]> {
+  const event = nextEvent(worker, name, timeoutMs);
+  const acted = await act();
+  return [acted, await event];
+}
+
 /** Records the argument lists of every `name` event of `worker` from now on. */
 export function record<Name extends EventName>(worker: Worker, name: Name): WorkerEvents[Name][] {
   const seen: WorkerEvents[Name][] = [];

@@ -8,52 +8,44 @@ import type pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import type { MaintenanceTask } from '../../src/db/sql.js';
 import type { SkiplockError } from '../../src/errors.js';
-import { Maintainer, type MaintenanceService } from '../../src/maintenance/maintainer.js';
+import { Maintainer } from '../../src/maintenance/maintainer.js';
 import { type FakeClock, fakeClock } from '../support/fake-clock.js';
 
 const client = {} as pg.PoolClient;
 
-/** A maintainer over `services`, with the runs (service and time since start) and errors it saw. */
-function maintainer(clock: FakeClock, services: MaintenanceService[]) {
+/** A service: its name, its interval in ms, and its run (by default, nothing). */
+type Service = [name: MaintenanceTask, intervalMs: number, body?: () => Promise<void>];
+
+/**
+ * A maintainer over `services`, each recording when it runs; with those runs
+ * (`name@ms since start`) and the errors it saw.
+ */
+function maintainer(clock: FakeClock, ...services: Service[]) {
+  const runs: string[] = [];
   const errors: [string, MaintenanceTask][] = [];
+  const startedAt = clock.monotonic();
   const m = new Maintainer(
     {
       lock: (_task, fn) => fn(client),
-      services,
+      services: services.map(([name, intervalMs, body = async () => {}]) => ({
+        name,
+        intervalMs,
+        run: async () => {
+          runs.push(`${name}@${clock.monotonic() - startedAt}`);
+          await body();
+        },
+      })),
       onError: (error: SkiplockError, task) => errors.push([error.message, task]),
     },
     clock,
   );
-  return { m, errors };
-}
-
-/** A service that records when it runs; `body` is its run. */
-function recording(
-  clock: FakeClock,
-  runs: string[],
-  name: MaintenanceTask,
-  intervalMs: number,
-  body: () => Promise<void> = async () => {},
-): MaintenanceService {
-  const startedAt = clock.monotonic();
-  return {
-    name,
-    intervalMs,
-    run: async () => {
-      runs.push(`${name}@${clock.monotonic() - startedAt}`);
-      await body();
-    },
-  };
+  return { m, errors, runs };
 }
 
 describe('Maintainer', () => {
   it('runs every service once at start, then each on its own interval', async () => {
     const clock = fakeClock();
-    const runs: string[] = [];
-    const { m } = maintainer(clock, [
-      recording(clock, runs, 'sweep', 100),
-      recording(clock, runs, 'prune', 250),
-    ]);
+    const { m, runs } = maintainer(clock, ['sweep', 100], ['prune', 250]);
     m.start();
     await clock.tick(0);
     expect(runs).toEqual(['sweep@0', 'prune@0']);
@@ -80,7 +72,6 @@ describe('Maintainer', () => {
 
   it('runs one service at a time, and counts an interval from the end of its run', async () => {
     const clock = fakeClock();
-    const runs: string[] = [];
     let running = 0;
     let mostRunning = 0;
     const slow = async () => {
@@ -89,10 +80,7 @@ describe('Maintainer', () => {
       await new Promise<void>((resolve) => clock.setTimeout(resolve, 300));
       running--;
     };
-    const { m } = maintainer(clock, [
-      recording(clock, runs, 'sweep', 100, slow),
-      recording(clock, runs, 'prune', 100, slow),
-    ]);
+    const { m, runs } = maintainer(clock, ['sweep', 100, slow], ['prune', 100, slow]);
     m.start();
     await clock.tick(0);
     expect(runs).toEqual(['sweep@0']);
@@ -110,21 +98,19 @@ describe('Maintainer', () => {
 
   it('stop() waits for the service running, and nothing runs after', async () => {
     const clock = fakeClock();
-    const runs: string[] = [];
     let finish: (() => void) | undefined;
-    const { m } = maintainer(clock, [
-      recording(clock, runs, 'sweep', 100),
-      recording(
-        clock,
-        runs,
+    const { m, runs } = maintainer(
+      clock,
+      ['sweep', 100],
+      [
         'prune',
         100,
         () =>
           new Promise<void>((resolve) => {
             finish = resolve;
           }),
-      ),
-    ]);
+      ],
+    );
     m.start();
     await clock.tick(0);
     expect(runs).toEqual(['sweep@0', 'prune@0']);
@@ -145,13 +131,17 @@ describe('Maintainer', () => {
 
   it('reports an error of one service with its name, and keeps running it and the others', async () => {
     const clock = fakeClock();
-    const runs: string[] = [];
-    const { m, errors } = maintainer(clock, [
-      recording(clock, runs, 'sweep', 100, async () => {
-        throw new Error('connection lost');
-      }),
-      recording(clock, runs, 'prune', 150),
-    ]);
+    const { m, errors, runs } = maintainer(
+      clock,
+      [
+        'sweep',
+        100,
+        async () => {
+          throw new Error('connection lost');
+        },
+      ],
+      ['prune', 150],
+    );
     m.start();
     await clock.tick(300);
     expect(runs).toEqual([
@@ -174,11 +164,7 @@ describe('Maintainer', () => {
 
   it('wake(task) runs that service now; wake() runs them all', async () => {
     const clock = fakeClock();
-    const runs: string[] = [];
-    const { m } = maintainer(clock, [
-      recording(clock, runs, 'sweep', 1000),
-      recording(clock, runs, 'prune', 1000),
-    ]);
+    const { m, runs } = maintainer(clock, ['sweep', 1000], ['prune', 1000]);
     m.start();
     await clock.tick(10);
     m.wake('prune');

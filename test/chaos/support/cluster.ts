@@ -298,6 +298,20 @@ export async function tally(db: Pick<pg.Pool, 'query'>, schema: string, ids: str
   };
 }
 
+/** The highest attempt number among the jobs `ids` of `schema`, and how many of them were claimed more than once. */
+export async function attemptsOf(
+  db: Pick<pg.Pool, 'query'>,
+  schema: string,
+  ids: string[],
+): Promise<{ max: number; reclaimed: number }> {
+  const { rows } = await db.query<{ max: number; reclaimed: number }>(
+    `SELECT max(attempts)::int AS max, count(*) FILTER (WHERE attempts > 1)::int AS reclaimed
+     FROM ${tableIn(schema, 'jobs')} WHERE id = ANY($1::bigint[])`,
+    [ids],
+  );
+  return rows[0]!;
+}
+
 /**
  * Every job of the tally succeeded with its effect, none was lost, no attempt
  * ran twice, and each one's final attempt is the one that delivered.
