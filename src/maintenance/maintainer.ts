@@ -28,7 +28,10 @@ const MAINTENANCE_IDLE_TIMEOUT_MS = 10_000;
 
 /**
  * Runs `fn` in a transaction holding `task`'s advisory lock for `schema`;
- * resolves `{ locked: false }` at once when another process holds it.
+ * resolves `{ locked: false }` at once when another process holds it. The
+ * transaction is READ COMMITTED whatever the server's default, since the
+ * passes rely on each statement seeing what others committed meanwhile (the
+ * kept parents' pass re-reads their children after locking them).
  *
  * @throws {DatabaseError} when the database cannot be reached.
  */
@@ -49,6 +52,7 @@ export function withMaintenanceLock<T>(
       return { locked: true as const, result: await fn(client) };
     },
     MAINTENANCE_IDLE_TIMEOUT_MS,
+    true,
   );
 }
 
