@@ -310,7 +310,7 @@ describe('dependsOn', () => {
       (await t.query<{ pids: number }>('SELECT count(DISTINCT pid)::int AS pids FROM effects'))[0]!.pids,
     ).toBeGreaterThan(1);
     await waitFor(async () => (await t.jobCount()) === 0, 30_000, 'the child to finish');
-  });
+  }, 240_000);
 });
 
 /** One node of a random graph: its parents (earlier nodes), how its own attempt ends, its failure policy. */
