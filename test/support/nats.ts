@@ -15,9 +15,9 @@ export function uniqueStream(prefix: string): string {
   return `${prefix}_${randomBytes(5).toString('hex')}`;
 }
 
-/** A connection for assertions; close it after the test. */
-export function natsConnection(): Promise<NatsConnection> {
-  return connect({ servers: NATS_URL });
+/** A connection for assertions (to the machine's server unless `servers` is given); close it after the test. */
+export function natsConnection(servers = NATS_URL): Promise<NatsConnection> {
+  return connect({ servers });
 }
 
 /** Every message the stream holds, in order, with the broker's message id. */
