@@ -18,8 +18,11 @@ import type { ProcessOwner } from '../support/processes.js';
 export interface PrivateBroker {
   /** Its URL (`nats://…` or `amqp://guest:guest@…`). */
   readonly url: string;
-  /** SIGKILLs it (a crash) and waits until its port is closed. */
-  kill(): Promise<void>;
+  /**
+   * Sends `signal` to it (SIGKILL: a crash; SIGTERM: a clean shutdown) and
+   * waits until it exited and its port is closed.
+   */
+  stop(signal: 'SIGKILL' | 'SIGTERM'): Promise<void>;
   /** Starts it again on the same port and store, and waits until it accepts connections. */
   start(): Promise<void>;
 }
@@ -58,18 +61,18 @@ async function privateBroker(
   command: ServerCommand,
 ): Promise<PrivateBroker> {
   let child: ChildProcess | undefined;
-  const kill = async () => {
+  const stop = async (signal: 'SIGKILL' | 'SIGTERM') => {
     const running = child;
     child = undefined;
     if (!running || running.exitCode !== null || running.signalCode !== null) return;
     const exit = once(running, 'exit');
-    process.kill(-running.pid!, 'SIGKILL');
+    process.kill(-running.pid!, signal);
     await exit;
     await until(async () => !(await accepts(port)), `port ${port} closed`, START_TIMEOUT_MS);
   };
   const broker: PrivateBroker = {
     url,
-    kill,
+    stop,
     async start() {
       if (child) throw new Error('the broker runs already');
       child = spawn(command.command, command.args, {
@@ -89,7 +92,7 @@ async function privateBroker(
     },
   };
   owner.defer(async () => {
-    await kill();
+    await stop('SIGKILL');
     await rm(dir, { recursive: true, force: true });
   });
   await broker.start();
