@@ -3,11 +3,16 @@
  * (quick: 5,000; smoke: 200) enqueued with one enqueueMany, then moved from
  * the jobs table to a JetStream stream by 1 and by 2 relays in this process
  * (batchSize 100, lingerMs 20). Jobs per second from the relays' start until
- * the table is empty (every job published, acknowledged and removed). Skipped,
+ * the table is empty (every job published, acknowledged and removed). End to
+ * end: a producer enqueues the same number of jobs in batches of 100 while one
+ * relay moves them and a `natsWorker` (concurrency 50) runs a no-op handler;
+ * jobs per second from the first enqueue to the last handler, and each job's
+ * time from its enqueue call to its handler's start. Skipped,
  * with a note, when no NATS server answers at `NATS_URL` (default
  * nats://127.0.0.1:4222) or the NATS packages are missing.
  */
-import { natsTarget } from '../../src/brokers/nats.js';
+import { natsTarget, natsWorker } from '../../src/brokers/nats.js';
+import { quantile } from '../report.js';
 import { loadEngine, skiplockSystem } from '../systems/skiplock.js';
 import { type BenchContext, namespaceFor, type Scenario, waitFor } from './scenario.js';
 
@@ -40,6 +45,59 @@ async function relayOnce(ctx: BenchContext, relays: number, jobs: number): Promi
     return jobs / ((performance.now() - startedAt) / 1000);
   } finally {
     await Promise.all(running.map((relay) => relay.stop()));
+    await deleteStream(stream).catch(() => {});
+    await skiplock.close();
+    await skiplockSystem.destroy(target);
+  }
+}
+
+/** Producer → relay → NATS → natsWorker: throughput (jobs/s) and enqueue → handler latencies (ms). */
+async function endToEndOnce(ctx: BenchContext, jobs: number): Promise<{ rate: number; latencies: number[] }> {
+  const namespace = namespaceFor('skiplock', 'relay_e2e');
+  const target = await skiplockSystem.create(ctx.serverUrl, namespace);
+  const { Skiplock, createRelay } = await loadEngine();
+  const skiplock = new Skiplock({ connectionString: target.databaseUrl });
+  const stream = namespace.replace(/[^a-zA-Z0-9_-]/g, '_');
+  const running: { stop(): Promise<void> }[] = [];
+  const latencies: number[] = [];
+  try {
+    const relay = createRelay(skiplock, {
+      target: natsTarget({ servers: NATS_URL, stream }),
+      handleSignals: false,
+      lingerMs: 20,
+    });
+    relay.on('error', (error, source) => ctx.log(`  relay ${source} error: ${error.message}`));
+    running.push(relay);
+    relay.start();
+    const worker = natsWorker(skiplock, {
+      servers: NATS_URL,
+      stream,
+      concurrency: 50,
+      handleSignals: false,
+      handlers: {
+        noop: (job: { payload: unknown }) => {
+          latencies.push(performance.now() - (job.payload as { at: number }).at);
+        },
+      },
+    });
+    worker.on('error', (error, source) => ctx.log(`  worker ${source} error: ${error.message}`));
+    await worker.start();
+    running.push(worker);
+    const startedAt = performance.now();
+    for (let i = 0; i < jobs; i += 100) {
+      const at = performance.now();
+      await skiplock.enqueueMany(
+        Array.from({ length: Math.min(100, jobs - i) }, (_, n) => ({
+          kind: 'noop',
+          payload: { i: i + n, at },
+        })),
+      );
+    }
+    if (!(await waitFor(async () => latencies.length >= jobs, 600_000, 5)))
+      throw new Error('the handlers did not run every job within 10 minutes');
+    return { rate: jobs / ((performance.now() - startedAt) / 1000), latencies };
+  } finally {
+    for (const service of running.reverse()) await service.stop();
     await deleteStream(stream).catch(() => {});
     await skiplock.close();
     await skiplockSystem.destroy(target);
@@ -88,6 +146,27 @@ export const relayScenario: Scenario = {
             system: 'skiplock',
           },
           await relayOnce(ctx, relays, jobs),
+        );
+      }
+      ctx.log(`  run ${run + 1}: end to end`);
+      const { rate, latencies } = await endToEndOnce(ctx, jobs);
+      const e2e = `${jobs.toLocaleString('en-US')} jobs enqueued in batches of 100 → 1 relay → NATS → natsWorker (concurrency 50), 1 process`;
+      ctx.record(
+        { scenario: '11. Relay throughput to NATS JetStream', case: e2e, unit: 'jobs/s', system: 'skiplock' },
+        rate,
+      );
+      for (const [name, q] of [
+        ['p50', 0.5],
+        ['p99', 0.99],
+      ] as const) {
+        ctx.record(
+          {
+            scenario: '11. Relay throughput to NATS JetStream',
+            case: `${e2e}, enqueue → handler start, ${name}`,
+            unit: 'ms (lower is better)',
+            system: 'skiplock',
+          },
+          quantile(latencies, q),
         );
       }
     }
