@@ -19,56 +19,71 @@ import { type BenchContext, namespaceFor, type Scenario, waitFor } from './scena
 const NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
 const RELAYS = [1, 2] as const;
 
-async function relayOnce(ctx: BenchContext, relays: number, jobs: number): Promise<number> {
-  const namespace = namespaceFor('skiplock', 'relay');
+type Engine = Awaited<ReturnType<typeof loadEngine>>;
+
+/** What a run gets: a Skiplock on a new database, a new stream, and `startRelay`; all torn down after `run`. */
+interface RelayBench {
+  skiplock: InstanceType<Engine['Skiplock']>;
+  stream: string;
+  /** Starts a relay of the default queue to the stream (lingerMs 20), stopped after the run. */
+  startRelay(): void;
+  /** Stops `service` after the run, before the relays. */
+  stopAfter(service: { stop(): Promise<void> }): void;
+}
+
+async function withRelayBench<T>(
+  ctx: BenchContext,
+  name: string,
+  run: (bench: RelayBench) => Promise<T>,
+): Promise<T> {
+  const namespace = namespaceFor('skiplock', name);
   const target = await skiplockSystem.create(ctx.serverUrl, namespace);
   const { Skiplock, createRelay } = await loadEngine();
   const skiplock = new Skiplock({ connectionString: target.databaseUrl });
   const stream = namespace.replace(/[^a-zA-Z0-9_-]/g, '_');
   const running: { stop(): Promise<void> }[] = [];
   try {
-    await skiplock.enqueueMany(Array.from({ length: jobs }, (_, i) => ({ kind: 'noop', payload: { i } })));
-    const startedAt = performance.now();
-    for (let i = 0; i < relays; i++) {
-      const relay = createRelay(skiplock, {
-        target: natsTarget({ servers: NATS_URL, stream }),
-        handleSignals: false,
-        lingerMs: 20,
-      });
-      relay.on('error', (error, source) => ctx.log(`  relay ${source} error: ${error.message}`));
-      running.push(relay);
-      relay.start();
-    }
-    const count = async () => (await skiplock.stats()).reduce((n, s) => n + s.count, 0);
-    if (!(await waitFor(async () => (await count()) === 0, 600_000, 20)))
-      throw new Error('the relays did not empty the table within 10 minutes');
-    return jobs / ((performance.now() - startedAt) / 1000);
+    return await run({
+      skiplock,
+      stream,
+      startRelay() {
+        const relay = createRelay(skiplock, {
+          target: natsTarget({ servers: NATS_URL, stream }),
+          handleSignals: false,
+          lingerMs: 20,
+        });
+        relay.on('error', (error, source) => ctx.log(`  relay ${source} error: ${error.message}`));
+        running.push(relay);
+        relay.start();
+      },
+      stopAfter: (service) => void running.unshift(service),
+    });
   } finally {
-    await Promise.all(running.map((relay) => relay.stop()));
+    for (const service of running) await service.stop();
     await deleteStream(stream).catch(() => {});
     await skiplock.close();
     await skiplockSystem.destroy(target);
   }
 }
 
+/** Queued jobs moved to the stream by `relays` relays: jobs/s. */
+function relayOnce(ctx: BenchContext, relays: number, jobs: number): Promise<number> {
+  return withRelayBench(ctx, 'relay', async ({ skiplock, startRelay }) => {
+    await skiplock.enqueueMany(Array.from({ length: jobs }, (_, i) => ({ kind: 'noop', payload: { i } })));
+    const startedAt = performance.now();
+    for (let i = 0; i < relays; i++) startRelay();
+    const count = async () => (await skiplock.stats()).reduce((n, s) => n + s.count, 0);
+    if (!(await waitFor(async () => (await count()) === 0, 600_000, 20)))
+      throw new Error('the relays did not empty the table within 10 minutes');
+    return jobs / ((performance.now() - startedAt) / 1000);
+  });
+}
+
 /** Producer → relay → NATS → natsWorker: throughput (jobs/s) and enqueue → handler latencies (ms). */
-async function endToEndOnce(ctx: BenchContext, jobs: number): Promise<{ rate: number; latencies: number[] }> {
-  const namespace = namespaceFor('skiplock', 'relay_e2e');
-  const target = await skiplockSystem.create(ctx.serverUrl, namespace);
-  const { Skiplock, createRelay } = await loadEngine();
-  const skiplock = new Skiplock({ connectionString: target.databaseUrl });
-  const stream = namespace.replace(/[^a-zA-Z0-9_-]/g, '_');
-  const running: { stop(): Promise<void> }[] = [];
-  const latencies: number[] = [];
-  try {
-    const relay = createRelay(skiplock, {
-      target: natsTarget({ servers: NATS_URL, stream }),
-      handleSignals: false,
-      lingerMs: 20,
-    });
-    relay.on('error', (error, source) => ctx.log(`  relay ${source} error: ${error.message}`));
-    running.push(relay);
-    relay.start();
+function endToEndOnce(ctx: BenchContext, jobs: number): Promise<{ rate: number; latencies: number[] }> {
+  return withRelayBench(ctx, 'relay_e2e', async ({ skiplock, stream, startRelay, stopAfter }) => {
+    const latencies: number[] = [];
+    startRelay();
     const worker = natsWorker(skiplock, {
       servers: NATS_URL,
       stream,
@@ -81,8 +96,8 @@ async function endToEndOnce(ctx: BenchContext, jobs: number): Promise<{ rate: nu
       },
     });
     worker.on('error', (error, source) => ctx.log(`  worker ${source} error: ${error.message}`));
+    stopAfter(worker);
     await worker.start();
-    running.push(worker);
     const startedAt = performance.now();
     for (let i = 0; i < jobs; i += 100) {
       const at = performance.now();
@@ -96,12 +111,7 @@ async function endToEndOnce(ctx: BenchContext, jobs: number): Promise<{ rate: nu
     if (!(await waitFor(async () => latencies.length >= jobs, 600_000, 5)))
       throw new Error('the handlers did not run every job within 10 minutes');
     return { rate: jobs / ((performance.now() - startedAt) / 1000), latencies };
-  } finally {
-    for (const service of running.reverse()) await service.stop();
-    await deleteStream(stream).catch(() => {});
-    await skiplock.close();
-    await skiplockSystem.destroy(target);
-  }
+  });
 }
 
 async function deleteStream(stream: string): Promise<void> {

@@ -13,7 +13,7 @@ import { natsTarget } from '../../src/brokers/nats.js';
 import { rabbitmqQueueName, rabbitmqTarget } from '../../src/brokers/rabbitmq.js';
 import type { RelayedJob, RelayTarget } from '../../src/index.js';
 import { useTestDatabase } from '../support/fixture.js';
-import { natsConnection, streamMessages, until } from '../support/nats.js';
+import { streamMessages, until } from '../support/nats.js';
 import { drainQueue } from '../support/rabbitmq.js';
 import { type PrivateBroker, startPrivateNats, startPrivateRabbitmq } from './private-brokers.js';
 import { brokerTest } from './support.js';
@@ -32,12 +32,7 @@ const brokers = [
     stop: 'SIGKILL' as const,
     target: (url: string) => natsTarget({ servers: url, stream: 'restarts' }),
     async messages(url: string) {
-      const connection = await natsConnection(url);
-      try {
-        return (await streamMessages(connection, 'restarts')).map((m) => ({ job: m.job, id: m.msgId }));
-      } finally {
-        await connection.close();
-      }
+      return (await streamMessages('restarts', url)).map((m) => ({ job: m.job, id: m.msgId }));
     },
     repeats: false,
   },

@@ -5,12 +5,22 @@
  * processes (its effects, keyed by job id, and every delivery).
  */
 import type { ChildProcess } from 'node:child_process';
+import { expect } from 'vitest';
+import type { BrokerWorkerOptions } from '../../src/brokers/broker-worker.js';
 import type { NatsWorker } from '../../src/brokers/nats.js';
 import { type RabbitmqWorker, rabbitmqQueueName } from '../../src/brokers/rabbitmq.js';
-import { createRelay, type Relay, type RelayOptions } from '../../src/index.js';
+import {
+  createRelay,
+  type Job,
+  type JobMap,
+  type Relay,
+  type RelayOptions,
+  type RelayTarget,
+} from '../../src/index.js';
 import { tableIn } from '../support/database.js';
 import type { TestContext } from '../support/fixture.js';
-import { deleteStream, natsConnection, uniqueStream } from '../support/nats.js';
+import { deleteStream, uniqueStream, until } from '../support/nats.js';
+import { startNetProxy } from '../support/net-proxy.js';
 import { forkScript, killedAfterTest, sent } from '../support/processes.js';
 import { deleteQueues, RABBITMQ_URL, uniquePrefix } from '../support/rabbitmq.js';
 
@@ -24,17 +34,37 @@ export interface BrokerTest {
   relay(options: RelayOptions): Relay;
   /** Starts `worker` (errors ignored) and stops it after the test. */
   started<W extends NatsWorker | RabbitmqWorker>(worker: W): Promise<W>;
+  /**
+   * Relays a job to the broker at `brokerUrl` through a proxy (`target` gets
+   * the proxy's URL), makes the proxy deaf while the next batch of three is in
+   * flight, and expects `stop()` to end within its bounds and give the batch back.
+   */
+  expectBoundedStopOnDeafBroker(brokerUrl: string, target: (url: string) => RelayTarget): Promise<void>;
+  /**
+   * Starts the worker `worker` makes for the broker at `url` (a proxy to
+   * `brokerUrl`) with a `greet` handler and a 1 s shutdown timeout, runs a
+   * `greet` job of queue `q`, makes the proxy deaf, and expects `stop()` to
+   * end within its bounds.
+   */
+  expectWorkerBoundedStopOnDeafBroker(
+    brokerUrl: string,
+    worker: (url: string, options: BrokerWorkerOptions<JobMap>) => NatsWorker | RabbitmqWorker,
+  ): Promise<void>;
 }
 
 export function brokerTest(t: TestContext): BrokerTest {
+  /** A proxy to the broker at `brokerUrl`, closed after the test. */
+  const proxyTo = async (brokerUrl: string) => {
+    const address = new URL(brokerUrl);
+    const port = Number(address.port || (address.protocol === 'nats:' ? 4222 : 5672));
+    const proxy = await startNetProxy({ host: address.hostname, port });
+    t.defer(() => proxy.close());
+    return proxy;
+  };
   return {
     stream(prefix = 'relay') {
       const stream = uniqueStream(prefix);
-      t.defer(async () => {
-        const connection = await natsConnection();
-        await deleteStream(connection, stream);
-        await connection.close();
-      });
+      t.defer(() => deleteStream(stream));
       return stream;
     },
     rabbitmqPrefix(queues, prefix = 'skiplock_test', url = RABBITMQ_URL) {
@@ -59,7 +89,52 @@ export function brokerTest(t: TestContext): BrokerTest {
       await worker.start();
       return worker;
     },
+    async expectBoundedStopOnDeafBroker(brokerUrl, target) {
+      const proxy = await proxyTo(brokerUrl);
+      const relay = this.relay({
+        target: target(proxy.url(brokerUrl)),
+        queues: ['relayed'],
+        publishTimeoutMs: 1000,
+        visibilityTimeoutMs: 60_000,
+      });
+      relay.start();
+      const first = await t.skiplock.enqueue('a', {}, { queue: 'relayed' });
+      await until(async () => (await t.jobCount('id = $1', [first.id])) === 0, 'the first job relayed');
+      proxy.freeze();
+      await t.skiplock.enqueueMany(
+        Array.from({ length: 3 }, () => ({ kind: 'a', payload: {}, queue: 'relayed' })),
+      );
+      await until(async () => (await t.jobCount("status = 'running'")) === 3, 'a batch in flight');
+      // Bounded by publishTimeoutMs for the batch and again for the connection's close.
+      expect(await stopWithin(relay, 20_000)).toBe('stopped');
+      expect(await t.jobCount("status = 'queued'")).toBe(3);
+    },
+    async expectWorkerBoundedStopOnDeafBroker(brokerUrl, makeWorker) {
+      const proxy = await proxyTo(brokerUrl);
+      const done: string[] = [];
+      const worker = await this.started(
+        makeWorker(proxy.url(brokerUrl), {
+          queues: ['q'],
+          handleSignals: false,
+          shutdownTimeoutMs: 1000,
+          handlers: { greet: (job: Job) => void done.push(job.id) },
+        }),
+      );
+      const job = await t.skiplock.enqueue('greet', {}, { queue: 'q' });
+      await until(() => done.length === 1, 'the job run');
+      expect(done).toEqual([job.id]);
+      proxy.freeze();
+      expect(await stopWithin(worker, 20_000)).toBe('stopped');
+    },
   };
+}
+
+/** 'stopped' when `service` stopped within `timeoutMs`, else 'still stopping'. */
+function stopWithin(service: { stop(): Promise<void> }, timeoutMs: number): Promise<string> {
+  return Promise.race([
+    service.stop().then(() => 'stopped'),
+    new Promise<string>((resolve) => setTimeout(resolve, timeoutMs, 'still stopping')),
+  ]);
 }
 
 /** What an idempotent handler wrote: its effects (one per job) and every delivery it got. */

@@ -47,3 +47,16 @@ export async function deleteQueues(names: string[], url = RABBITMQ_URL): Promise
     await connection.close();
   }
 }
+
+/** Messages ready in a RabbitMQ queue of the machine's server. */
+export async function queueDepth(queue: string): Promise<number> {
+  const connection = await amqp.connect(RABBITMQ_URL);
+  try {
+    const channel = await connection.createChannel();
+    const { messageCount } = await channel.checkQueue(queue);
+    await channel.close();
+    return messageCount;
+  } finally {
+    await connection.close();
+  }
+}
