@@ -3,47 +3,115 @@
  * (quick: 5,000; smoke: 200) enqueued with one enqueueMany, then moved from
  * the jobs table to a JetStream stream by 1 and by 2 relays in this process
  * (batchSize 100, lingerMs 20). Jobs per second from the relays' start until
- * the table is empty (every job published, acknowledged and removed). Skipped,
+ * the table is empty (every job published, acknowledged and removed). End to
+ * end: a producer enqueues the same number of jobs in batches of 100 while one
+ * relay moves them and a `natsWorker` (concurrency 50) runs a no-op handler;
+ * jobs per second from the first enqueue to the last handler, and each job's
+ * time from its enqueue call to its handler's start. Skipped,
  * with a note, when no NATS server answers at `NATS_URL` (default
  * nats://127.0.0.1:4222) or the NATS packages are missing.
  */
-import { natsTarget } from '../../src/brokers/nats.js';
+import { natsTarget, natsWorker } from '../../src/brokers/nats.js';
+import { quantile } from '../report.js';
 import { loadEngine, skiplockSystem } from '../systems/skiplock.js';
 import { type BenchContext, namespaceFor, type Scenario, waitFor } from './scenario.js';
 
 const NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
 const RELAYS = [1, 2] as const;
 
-async function relayOnce(ctx: BenchContext, relays: number, jobs: number): Promise<number> {
-  const namespace = namespaceFor('skiplock', 'relay');
+type Engine = Awaited<ReturnType<typeof loadEngine>>;
+
+/** What a run gets: a Skiplock on a new database, a new stream, and `startRelay`; all torn down after `run`. */
+interface RelayBench {
+  skiplock: InstanceType<Engine['Skiplock']>;
+  stream: string;
+  /** Starts a relay of the default queue to the stream (lingerMs 20), stopped after the run. */
+  startRelay(): void;
+  /** Stops `service` after the run, before the relays. */
+  stopAfter(service: { stop(): Promise<void> }): void;
+}
+
+async function withRelayBench<T>(
+  ctx: BenchContext,
+  name: string,
+  run: (bench: RelayBench) => Promise<T>,
+): Promise<T> {
+  const namespace = namespaceFor('skiplock', name);
   const target = await skiplockSystem.create(ctx.serverUrl, namespace);
   const { Skiplock, createRelay } = await loadEngine();
   const skiplock = new Skiplock({ connectionString: target.databaseUrl });
   const stream = namespace.replace(/[^a-zA-Z0-9_-]/g, '_');
   const running: { stop(): Promise<void> }[] = [];
   try {
-    await skiplock.enqueueMany(Array.from({ length: jobs }, (_, i) => ({ kind: 'noop', payload: { i } })));
-    const startedAt = performance.now();
-    for (let i = 0; i < relays; i++) {
-      const relay = createRelay(skiplock, {
-        target: natsTarget({ servers: NATS_URL, stream }),
-        handleSignals: false,
-        lingerMs: 20,
-      });
-      relay.on('error', (error, source) => ctx.log(`  relay ${source} error: ${error.message}`));
-      running.push(relay);
-      relay.start();
-    }
-    const count = async () => (await skiplock.stats()).reduce((n, s) => n + s.count, 0);
-    if (!(await waitFor(async () => (await count()) === 0, 600_000, 20)))
-      throw new Error('the relays did not empty the table within 10 minutes');
-    return jobs / ((performance.now() - startedAt) / 1000);
+    return await run({
+      skiplock,
+      stream,
+      startRelay() {
+        const relay = createRelay(skiplock, {
+          target: natsTarget({ servers: NATS_URL, stream }),
+          handleSignals: false,
+          lingerMs: 20,
+        });
+        relay.on('error', (error, source) => ctx.log(`  relay ${source} error: ${error.message}`));
+        running.push(relay);
+        relay.start();
+      },
+      stopAfter: (service) => void running.unshift(service),
+    });
   } finally {
-    await Promise.all(running.map((relay) => relay.stop()));
+    for (const service of running) await service.stop();
     await deleteStream(stream).catch(() => {});
     await skiplock.close();
     await skiplockSystem.destroy(target);
   }
+}
+
+/** Queued jobs moved to the stream by `relays` relays: jobs/s. */
+function relayOnce(ctx: BenchContext, relays: number, jobs: number): Promise<number> {
+  return withRelayBench(ctx, 'relay', async ({ skiplock, startRelay }) => {
+    await skiplock.enqueueMany(Array.from({ length: jobs }, (_, i) => ({ kind: 'noop', payload: { i } })));
+    const startedAt = performance.now();
+    for (let i = 0; i < relays; i++) startRelay();
+    const count = async () => (await skiplock.stats()).reduce((n, s) => n + s.count, 0);
+    if (!(await waitFor(async () => (await count()) === 0, 600_000, 20)))
+      throw new Error('the relays did not empty the table within 10 minutes');
+    return jobs / ((performance.now() - startedAt) / 1000);
+  });
+}
+
+/** Producer → relay → NATS → natsWorker: throughput (jobs/s) and enqueue → handler latencies (ms). */
+function endToEndOnce(ctx: BenchContext, jobs: number): Promise<{ rate: number; latencies: number[] }> {
+  return withRelayBench(ctx, 'relay_e2e', async ({ skiplock, stream, startRelay, stopAfter }) => {
+    const latencies: number[] = [];
+    startRelay();
+    const worker = natsWorker(skiplock, {
+      servers: NATS_URL,
+      stream,
+      concurrency: 50,
+      handleSignals: false,
+      handlers: {
+        noop: (job: { payload: unknown }) => {
+          latencies.push(performance.now() - (job.payload as { at: number }).at);
+        },
+      },
+    });
+    worker.on('error', (error, source) => ctx.log(`  worker ${source} error: ${error.message}`));
+    stopAfter(worker);
+    await worker.start();
+    const startedAt = performance.now();
+    for (let i = 0; i < jobs; i += 100) {
+      const at = performance.now();
+      await skiplock.enqueueMany(
+        Array.from({ length: Math.min(100, jobs - i) }, (_, n) => ({
+          kind: 'noop',
+          payload: { i: i + n, at },
+        })),
+      );
+    }
+    if (!(await waitFor(async () => latencies.length >= jobs, 600_000, 5)))
+      throw new Error('the handlers did not run every job within 10 minutes');
+    return { rate: jobs / ((performance.now() - startedAt) / 1000), latencies };
+  });
 }
 
 async function deleteStream(stream: string): Promise<void> {
@@ -88,6 +156,27 @@ export const relayScenario: Scenario = {
             system: 'skiplock',
           },
           await relayOnce(ctx, relays, jobs),
+        );
+      }
+      ctx.log(`  run ${run + 1}: end to end`);
+      const { rate, latencies } = await endToEndOnce(ctx, jobs);
+      const e2e = `${jobs.toLocaleString('en-US')} jobs enqueued in batches of 100 → 1 relay → NATS → natsWorker (concurrency 50), 1 process`;
+      ctx.record(
+        { scenario: '11. Relay throughput to NATS JetStream', case: e2e, unit: 'jobs/s', system: 'skiplock' },
+        rate,
+      );
+      for (const [name, q] of [
+        ['p50', 0.5],
+        ['p99', 0.99],
+      ] as const) {
+        ctx.record(
+          {
+            scenario: '11. Relay throughput to NATS JetStream',
+            case: `${e2e}, enqueue → handler start, ${name}`,
+            unit: 'ms (lower is better)',
+            system: 'skiplock',
+          },
+          quantile(latencies, q),
         );
       }
     }

@@ -10,6 +10,7 @@
 import { EventEmitter } from 'node:events';
 import type { ChannelModel, ConfirmChannel, ConsumeMessage } from 'amqplib';
 import { ValidationError } from '../errors.js';
+import { describeFailure } from '../job/failure.js';
 import type { JobMap } from '../job/job.js';
 import { importOptional } from '../optional-dependency.js';
 import { brokerMessageId, decodeRelayedJob, encodeRelayedJob, type RelayedJob } from '../relay/message.js';
@@ -118,16 +119,30 @@ async function open(amqp: Amqp, url: string): Promise<{ model: ChannelModel; cha
 export function rabbitmqTarget(options: RabbitmqQueueOptions): RelayTarget {
   const settings = checkQueueOptions(options, 'rabbitmqTarget');
   let connection: { model: ChannelModel; channel: ConfirmChannel } | undefined;
+  /** Set when the broker closed the connection or the channel (a restart, a dropped socket). */
+  let lost: Error | undefined;
   const declared = new Set<string>();
   return {
     name: 'rabbitmq',
     async connect() {
-      connection = await open(await loadClient(), settings.url);
+      const opened = await open(await loadClient(), settings.url);
+      lost = undefined;
+      const onClose = (error?: unknown) => {
+        if (connection !== opened) return;
+        lost = new Error(`the broker closed the connection${error ? `: ${describeFailure(error)}` : ''}`, {
+          cause: error,
+        });
+      };
+      opened.model.on('close', onClose);
+      opened.channel.on('close', onClose);
+      connection = opened;
       declared.clear();
     },
     async publish(jobs, timeoutMs) {
       const channel = connection?.channel;
       if (!channel) throw new Error('not connected');
+      // A closed channel refuses every message without a word: the relay must reconnect.
+      if (lost) throw lost;
       for (const job of jobs) {
         const name = rabbitmqQueueName(settings.queue, job.queue);
         if (!declared.has(name)) {
@@ -147,6 +162,7 @@ export function rabbitmqTarget(options: RabbitmqQueueOptions): RelayTarget {
       );
       const confirmed = await Promise.all(confirms);
       clearTimeout(timer);
+      if (lost && !confirmed.some(Boolean)) throw lost;
       return new Set(jobs.filter((_, i) => confirmed[i]).map((job) => job.id));
     },
     async close(timeoutMs) {

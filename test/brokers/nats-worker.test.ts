@@ -1,43 +1,21 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { type NatsWorker, natsTarget, natsWorker } from '../../src/brokers/nats.js';
-import { createRelay, type Job, PermanentError, type Relay, SnoozeError } from '../../src/index.js';
+import { type Job, PermanentError, SnoozeError } from '../../src/index.js';
 import { useTestDatabase } from '../support/fixture.js';
-import { deleteStream, NATS_URL, natsConnection, uniqueStream, until } from '../support/nats.js';
-import { startNetProxy } from '../support/net-proxy.js';
+import { NATS_URL, until } from '../support/nats.js';
+import { brokerTest } from './support.js';
 
 const t = useTestDatabase();
-const running: (Relay | NatsWorker)[] = [];
-const streams: string[] = [];
-
-afterEach(async () => {
-  await Promise.all(running.splice(0).map((service) => service.stop()));
-  const connection = await natsConnection();
-  for (const stream of streams.splice(0)) await deleteStream(connection, stream);
-  await connection.close();
-});
+const b = brokerTest(t);
 
 /** A relay of `queue` to a new stream, started; returns the stream. */
 function relayed(queue: string): string {
-  const stream = uniqueStream('worker');
-  streams.push(stream);
-  const relay = createRelay(t.skiplock, {
-    target: natsTarget({ servers: NATS_URL, stream }),
-    queues: [queue],
-    handleSignals: false,
-    lingerMs: 20,
-  });
-  relay.on('error', () => {});
-  relay.start();
-  running.push(relay);
+  const stream = b.stream('worker');
+  b.relay({ target: natsTarget({ servers: NATS_URL, stream }), queues: [queue] }).start();
   return stream;
 }
 
-async function started(worker: NatsWorker): Promise<NatsWorker> {
-  running.push(worker);
-  worker.on('error', () => {});
-  await worker.start();
-  return worker;
-}
+const started = (worker: NatsWorker) => b.started(worker);
 
 describe('natsWorker', () => {
   it('runs the handler of a relayed job with its payload and attempt', async () => {
@@ -215,32 +193,9 @@ describe('natsWorker', () => {
 describe('natsWorker stop', () => {
   it('is bounded when the broker stops answering', async () => {
     const stream = relayed('q');
-    const address = new URL(NATS_URL);
-    const proxy = await startNetProxy({ host: address.hostname, port: Number(address.port) });
-    try {
-      const done: string[] = [];
-      const worker = await started(
-        natsWorker(t.skiplock, {
-          servers: proxy.url(NATS_URL),
-          stream,
-          queues: ['q'],
-          handleSignals: false,
-          shutdownTimeoutMs: 1000,
-          handlers: { greet: (job: Job) => void done.push(job.id) },
-        }),
-      );
-      const job = await t.skiplock.enqueue('greet', {}, { queue: 'q' });
-      await until(() => done.length === 1, 'the job run');
-      expect(done).toEqual([job.id]);
-      proxy.freeze();
-      const stopped = await Promise.race([
-        worker.stop().then(() => 'stopped'),
-        new Promise((resolve) => setTimeout(resolve, 20_000, 'still stopping')),
-      ]);
-      expect(stopped).toBe('stopped');
-    } finally {
-      await proxy.close();
-    }
+    await b.expectWorkerBoundedStopOnDeafBroker(NATS_URL, (servers, options) =>
+      natsWorker(t.skiplock, { ...options, servers, stream }),
+    );
   });
 
   it('is bounded: a handler that ignores its signal is abandoned and its job comes back uncharged', async () => {

@@ -1,48 +1,28 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   type RabbitmqWorker,
   rabbitmqQueueName,
   rabbitmqTarget,
   rabbitmqWorker,
 } from '../../src/brokers/rabbitmq.js';
-import { createRelay, type Job, type Relay } from '../../src/index.js';
+import type { Job } from '../../src/index.js';
 import { useTestDatabase } from '../support/fixture.js';
 import { gate } from '../support/gate.js';
 import { until } from '../support/nats.js';
-import { startNetProxy } from '../support/net-proxy.js';
-import { deleteQueues, drainQueue, RABBITMQ_URL, uniquePrefix } from '../support/rabbitmq.js';
+import { deleteQueues, drainQueue, RABBITMQ_URL } from '../support/rabbitmq.js';
+import { brokerTest } from './support.js';
 
 const t = useTestDatabase();
-const running: (Relay | RabbitmqWorker)[] = [];
-const queues: string[] = [];
-
-afterEach(async () => {
-  await Promise.all(running.splice(0).map((service) => service.stop()));
-  await deleteQueues(queues.splice(0));
-});
+const b = brokerTest(t);
 
 /** Relays skiplock queue `queue` to RabbitMQ under a new prefix; returns the prefix. */
 function relayed(queue: string): string {
-  const prefix = uniquePrefix('skiplock_test');
-  queues.push(rabbitmqQueueName(prefix, queue));
-  const relay = createRelay(t.skiplock, {
-    target: rabbitmqTarget({ url: RABBITMQ_URL, queue: prefix }),
-    queues: [queue],
-    handleSignals: false,
-    lingerMs: 20,
-  });
-  relay.on('error', () => {});
-  relay.start();
-  running.push(relay);
+  const prefix = b.rabbitmqPrefix([queue]);
+  b.relay({ target: rabbitmqTarget({ url: RABBITMQ_URL, queue: prefix }), queues: [queue] }).start();
   return prefix;
 }
 
-async function started(worker: RabbitmqWorker): Promise<RabbitmqWorker> {
-  running.push(worker);
-  worker.on('error', () => {});
-  await worker.start();
-  return worker;
-}
+const started = (worker: RabbitmqWorker) => b.started(worker);
 
 describe('the relay to RabbitMQ', () => {
   it('publishes exactly the committed jobs, persistent, with the job message id as messageId', async () => {
@@ -69,70 +49,17 @@ describe('the relay to RabbitMQ', () => {
   });
 
   it('stops within its bounds when the broker stops answering mid-batch; the batch is given back', async () => {
-    const address = new URL(RABBITMQ_URL);
-    const proxy = await startNetProxy({ host: address.hostname, port: Number(address.port || 5672) });
-    try {
-      const prefix = uniquePrefix('skiplock_test');
-      queues.push(rabbitmqQueueName(prefix, 'relayed'));
-      const relay = createRelay(t.skiplock, {
-        target: rabbitmqTarget({ url: proxy.url(RABBITMQ_URL), queue: prefix }),
-        queues: ['relayed'],
-        handleSignals: false,
-        lingerMs: 20,
-        publishTimeoutMs: 1000,
-      });
-      relay.on('error', () => {});
-      running.push(relay);
-      relay.start();
-      const first = await t.skiplock.enqueue('a', {}, { queue: 'relayed' });
-      await until(async () => (await t.jobCount('id = $1', [first.id])) === 0, 'the first job relayed');
-      proxy.freeze();
-      await t.skiplock.enqueueMany(
-        Array.from({ length: 3 }, () => ({ kind: 'a', payload: {}, queue: 'relayed' })),
-      );
-      await until(async () => (await t.jobCount("status = 'running'")) === 3, 'a batch in flight');
-      // Bounded by publishTimeoutMs for the batch and again for the connection's close.
-      const stopped = await Promise.race([
-        relay.stop().then(() => 'stopped'),
-        new Promise((resolve) => setTimeout(resolve, 20_000, 'still stopping')),
-      ]);
-      expect(stopped).toBe('stopped');
-      expect(await t.jobCount("status = 'queued'")).toBe(3);
-    } finally {
-      await proxy.close();
-    }
+    const prefix = b.rabbitmqPrefix(['relayed']);
+    await b.expectBoundedStopOnDeafBroker(RABBITMQ_URL, (url) => rabbitmqTarget({ url, queue: prefix }));
   });
 });
 
 describe('rabbitmqWorker', () => {
   it('stops within its bounds when the broker stops answering', async () => {
     const prefix = relayed('q');
-    const address = new URL(RABBITMQ_URL);
-    const proxy = await startNetProxy({ host: address.hostname, port: Number(address.port || 5672) });
-    try {
-      const done: string[] = [];
-      const worker = await started(
-        rabbitmqWorker(t.skiplock, {
-          url: proxy.url(RABBITMQ_URL),
-          queue: prefix,
-          queues: ['q'],
-          handleSignals: false,
-          shutdownTimeoutMs: 1000,
-          handlers: { greet: (job: Job) => void done.push(job.id) },
-        }),
-      );
-      const job = await t.skiplock.enqueue('greet', {}, { queue: 'q' });
-      await until(() => done.length === 1, 'the job run');
-      expect(done).toEqual([job.id]);
-      proxy.freeze();
-      const stopped = await Promise.race([
-        worker.stop().then(() => 'stopped'),
-        new Promise((resolve) => setTimeout(resolve, 20_000, 'still stopping')),
-      ]);
-      expect(stopped).toBe('stopped');
-    } finally {
-      await proxy.close();
-    }
+    await b.expectWorkerBoundedStopOnDeafBroker(RABBITMQ_URL, (url, options) =>
+      rabbitmqWorker(t.skiplock, { ...options, url, queue: prefix }),
+    );
   });
 
   it('runs handlers, retries after the backoff, writes a dead job back, and requeue relays it again', async () => {
@@ -207,16 +134,8 @@ describe('rabbitmqWorker', () => {
   it('runs at most `concurrency` handlers at once across its queues', async () => {
     const prefix = relayed('q1');
     // A second relay to the same prefix for the second queue.
-    queues.push(rabbitmqQueueName(prefix, 'q2'));
-    const relay2 = createRelay(t.skiplock, {
-      target: rabbitmqTarget({ url: RABBITMQ_URL, queue: prefix }),
-      queues: ['q2'],
-      handleSignals: false,
-      lingerMs: 20,
-    });
-    relay2.on('error', () => {});
-    relay2.start();
-    running.push(relay2);
+    t.defer(() => deleteQueues([rabbitmqQueueName(prefix, 'q2')]));
+    b.relay({ target: rabbitmqTarget({ url: RABBITMQ_URL, queue: prefix }), queues: ['q2'] }).start();
     const release = gate();
     let active = 0;
     let most = 0;

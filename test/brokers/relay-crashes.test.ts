@@ -4,34 +4,18 @@
  * (NATS: by the stream's duplicate window) or deduplicated by the consumer
  * (RabbitMQ: rabbitmqWorker by message id), so the counts are exact.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { natsTarget } from '../../src/brokers/nats.js';
-import { type RabbitmqWorker, rabbitmqQueueName, rabbitmqWorker } from '../../src/brokers/rabbitmq.js';
-import { createRelay, type Relay } from '../../src/index.js';
+import { rabbitmqQueueName, rabbitmqTarget, rabbitmqWorker } from '../../src/brokers/rabbitmq.js';
+import type { Relay } from '../../src/index.js';
 import { useTestDatabase } from '../support/fixture.js';
-import {
-  deleteStream,
-  NATS_URL,
-  natsConnection,
-  streamMessages,
-  uniqueStream,
-  until,
-} from '../support/nats.js';
+import { NATS_URL, streamMessages, until } from '../support/nats.js';
 import { exited, forkScript, killedAfterTest, sent } from '../support/processes.js';
-import { deleteQueues, RABBITMQ_URL, uniquePrefix } from '../support/rabbitmq.js';
+import { queueDepth, RABBITMQ_URL } from '../support/rabbitmq.js';
+import { brokerTest } from './support.js';
 
 const t = useTestDatabase();
-const running: (Relay | RabbitmqWorker)[] = [];
-const streams: string[] = [];
-const queues: string[] = [];
-
-afterEach(async () => {
-  await Promise.all(running.splice(0).map((service) => service.stop()));
-  const connection = await natsConnection();
-  for (const stream of streams.splice(0)) await deleteStream(connection, stream);
-  await connection.close();
-  await deleteQueues(queues.splice(0));
-});
+const b = brokerTest(t);
 
 const JOBS = 120;
 const KILLS = 20;
@@ -72,9 +56,7 @@ async function killRepeatedly(env: Record<string, string>): Promise<void> {
 
 /** The remaining jobs through a relay that is not killed. */
 async function relayTheRest(target: ReturnType<typeof natsTarget>): Promise<Relay> {
-  const relay = createRelay(t.skiplock, { target, queues: ['relayed'], handleSignals: false, lingerMs: 20 });
-  relay.on('error', () => {});
-  running.push(relay);
+  const relay = b.relay({ target, queues: ['relayed'] });
   relay.start();
   await until(async () => (await t.jobCount()) === 0, 'every job relayed', 60_000);
   return relay;
@@ -82,46 +64,40 @@ async function relayTheRest(target: ReturnType<typeof natsTarget>): Promise<Rela
 
 describe('a relay SIGKILLed between publish and removal, 20 times in a row', () => {
   it('NATS: every job is in the stream exactly once', async () => {
-    const stream = uniqueStream('relay_kills');
-    streams.push(stream);
+    const stream = b.stream('relay_kills');
     const jobs = await t.skiplock.enqueueMany(
       Array.from({ length: JOBS }, (_, n) => ({ kind: 'a', payload: { n }, queue: 'relayed' })),
     );
     await killRepeatedly({ NATS_URL, NATS_STREAM: stream });
     await relayTheRest(natsTarget({ servers: NATS_URL, stream }));
-    const connection = await natsConnection();
-    const messages = await streamMessages(connection, stream);
-    await connection.close();
+    const messages = await streamMessages(stream);
     expect(messages.length).toBe(JOBS);
     expect(messages.map((m) => m.job.id).sort()).toEqual(jobs.map((job) => job.id).sort());
     expect(messages.map((m) => m.msgId)).toEqual(messages.map((m) => m.job.messageId));
   }, 300_000);
 
   it('RabbitMQ: the repeats reach the queue, and rabbitmqWorker runs every job exactly once', async () => {
-    const prefix = uniquePrefix('skiplock_kills');
-    queues.push(rabbitmqQueueName(prefix, 'relayed'), `${rabbitmqQueueName(prefix, 'relayed')}.delay`);
+    const prefix = b.rabbitmqPrefix(['relayed'], 'skiplock_kills');
     const jobs = await t.skiplock.enqueueMany(
       Array.from({ length: JOBS }, (_, n) => ({ kind: 'a', payload: { n }, queue: 'relayed' })),
     );
     await killRepeatedly({ AMQP_URL: RABBITMQ_URL, AMQP_QUEUE: prefix });
-    const { rabbitmqTarget } = await import('../../src/brokers/rabbitmq.js');
     await relayTheRest(rabbitmqTarget({ url: RABBITMQ_URL, queue: prefix }));
     const ran: string[] = [];
-    const worker = rabbitmqWorker(t.skiplock, {
-      url: RABBITMQ_URL,
-      queue: prefix,
-      queues: ['relayed'],
-      concurrency: 5,
-      handleSignals: false,
-      handlers: {
-        a: async (job: { id: string }) => {
-          ran.push(job.id);
+    await b.started(
+      rabbitmqWorker(t.skiplock, {
+        url: RABBITMQ_URL,
+        queue: prefix,
+        queues: ['relayed'],
+        concurrency: 5,
+        handleSignals: false,
+        handlers: {
+          a: async (job: { id: string }) => {
+            ran.push(job.id);
+          },
         },
-      },
-    });
-    worker.on('error', () => {});
-    running.push(worker);
-    await worker.start();
+      }),
+    );
     await until(() => ran.length >= JOBS, 'every job ran', 120_000);
     // The killed relays published 20 batches again; the queue holds them until the worker has seen them all.
     await until(
@@ -132,17 +108,3 @@ describe('a relay SIGKILLed between publish and removal, 20 times in a row', () 
     expect(ran.sort()).toEqual(jobs.map((job) => job.id).sort());
   }, 300_000);
 });
-
-/** Messages ready or unacknowledged in a RabbitMQ queue. */
-async function queueDepth(queue: string): Promise<number> {
-  const amqp = await import('amqplib');
-  const connection = await amqp.connect(RABBITMQ_URL);
-  try {
-    const channel = await connection.createChannel();
-    const { messageCount } = await channel.checkQueue(queue);
-    await channel.close();
-    return messageCount;
-  } finally {
-    await connection.close();
-  }
-}

@@ -3,37 +3,22 @@
  * queue: a relay claims a key's job only when no job of the key ahead of it is
  * queued or held by another relay.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { natsTarget } from '../../src/brokers/nats.js';
-import { createRelay, type Relay } from '../../src/index.js';
+import type { Relay } from '../../src/index.js';
 import { useTestDatabase } from '../support/fixture.js';
-import {
-  deleteStream,
-  NATS_URL,
-  natsConnection,
-  streamMessages,
-  uniqueStream,
-  until,
-} from '../support/nats.js';
+import { NATS_URL, streamMessages, until } from '../support/nats.js';
+import { brokerTest } from './support.js';
 
 const t = useTestDatabase();
-const relays: Relay[] = [];
-const streams: string[] = [];
-
-afterEach(async () => {
-  await Promise.all(relays.splice(0).map((relay) => relay.stop()));
-  const connection = await natsConnection();
-  for (const stream of streams.splice(0)) await deleteStream(connection, stream);
-  await connection.close();
-});
+const b = brokerTest(t);
 
 const KEYS = 10;
 const PER_KEY = 50;
 
 describe('group keys through the relay', () => {
   it("two relays publish each key's 50 jobs in order (10 keys, small batches)", async () => {
-    const stream = uniqueStream('relay_groups');
-    streams.push(stream);
+    const stream = b.stream('relay_groups');
     // Interleaved keys, in several transactions, so that batches cut across keys.
     for (let round = 0; round < 5; round++) {
       await t.skiplock.enqueueMany(
@@ -45,22 +30,19 @@ describe('group keys through the relay', () => {
     }
     // A job without a key is not held back by anything.
     await t.skiplock.enqueue('loose', {}, { queue: 'grouped' });
+    const relays: Relay[] = [];
     for (let i = 0; i < 2; i++) {
-      const relay = createRelay(t.skiplock, {
+      const relay = b.relay({
         target: natsTarget({ servers: NATS_URL, stream }),
         queues: ['grouped'],
-        handleSignals: false,
         batchSize: 7,
         lingerMs: 5,
       });
-      relay.on('error', () => {});
       relays.push(relay);
       relay.start();
     }
     await until(async () => (await t.jobCount("queue = 'grouped'")) === 0, 'every job relayed', 120_000);
-    const connection = await natsConnection();
-    const messages = await streamMessages(connection, stream);
-    await connection.close();
+    const messages = await streamMessages(stream);
     expect(messages.length).toBe(KEYS * PER_KEY + 1);
     expect(new Set(messages.map((m) => m.job.id)).size).toBe(KEYS * PER_KEY + 1);
     const byKey = new Map<string, number[]>();

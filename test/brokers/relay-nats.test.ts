@@ -1,52 +1,24 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { natsTarget } from '../../src/brokers/nats.js';
-import { createRelay, type Relay } from '../../src/index.js';
+import type { Relay } from '../../src/index.js';
 import { fakeClock } from '../support/fake-clock.js';
 import { useTestDatabase } from '../support/fixture.js';
-import {
-  deleteStream,
-  NATS_URL,
-  natsConnection,
-  streamMessages,
-  uniqueStream,
-  until,
-} from '../support/nats.js';
-import { startNetProxy } from '../support/net-proxy.js';
+import { NATS_URL, streamMessages, until } from '../support/nats.js';
 import { exited, forkScript, sent } from '../support/processes.js';
+import { brokerTest } from './support.js';
 
 const t = useTestDatabase();
-const relays: Relay[] = [];
-const streams: string[] = [];
-
-afterEach(async () => {
-  await Promise.all(relays.splice(0).map((relay) => relay.stop()));
-  const connection = await natsConnection();
-  for (const stream of streams.splice(0)) await deleteStream(connection, stream);
-  await connection.close();
-});
+const b = brokerTest(t);
 
 function relayTo(
   stream: string,
   queues: string[],
   extra: { batchSize?: number; sweepIntervalMs?: number } = {},
 ): Relay {
-  const relay = createRelay(t.skiplock, {
-    target: natsTarget({ servers: NATS_URL, stream }),
-    queues,
-    handleSignals: false,
-    lingerMs: 20,
-    ...extra,
-  });
-  relay.on('error', () => {});
-  relays.push(relay);
-  return relay;
+  return b.relay({ target: natsTarget({ servers: NATS_URL, stream }), queues, ...extra });
 }
 
-function newStream(): string {
-  const stream = uniqueStream('relay');
-  streams.push(stream);
-  return stream;
-}
+const newStream = () => b.stream('relay');
 
 describe('the relay to NATS JetStream', () => {
   it('publishes exactly the committed jobs of its queues, then removes them', async () => {
@@ -66,9 +38,7 @@ describe('the relay to NATS JetStream', () => {
     }
     relayTo(stream, ['relayed']).start();
     await until(async () => (await t.jobCount("queue = 'relayed'")) === 0, 'relayed jobs removed');
-    const connection = await natsConnection();
-    const messages = await streamMessages(connection, stream);
-    await connection.close();
+    const messages = await streamMessages(stream);
     expect(messages.map((m) => m.job.id).sort()).toEqual(committed.map((job) => job.id).sort());
     expect(messages.map((m) => [m.job.kind, m.job.payload, m.job.queue])).toEqual([
       ['a', { n: 1 }, 'relayed'],
@@ -123,9 +93,7 @@ describe('the relay to NATS JetStream', () => {
     expect((await t.row(late.id))?.status).toBe('queued');
     await t.skiplock.sweep();
     expect((await t.skiplock.getJob(late.id))?.status).toBe('cancelled');
-    const connection = await natsConnection();
-    const messages = await streamMessages(connection, stream);
-    await connection.close();
+    const messages = await streamMessages(stream);
     expect(messages.map((m) => m.job.id)).toEqual([first.id, due.id]);
   });
 
@@ -145,45 +113,13 @@ describe('the relay to NATS JetStream', () => {
     relay.start();
     await until(async () => (await t.jobCount('id = $1', [orphan!.id])) === 0, 'the orphaned job relayed');
     await until(async () => (await t.row(late!.id))?.status === 'cancelled', 'the late job expired');
-    const connection = await natsConnection();
-    const messages = await streamMessages(connection, stream);
-    await connection.close();
+    const messages = await streamMessages(stream);
     expect(messages.map((m) => m.job.id)).toEqual([orphan!.id]);
   });
 
   it('stops within its bounds when the broker stops answering mid-batch; the batch is given back', async () => {
     const stream = newStream();
-    const natsAddress = new URL(NATS_URL);
-    const proxy = await startNetProxy({ host: natsAddress.hostname, port: Number(natsAddress.port) });
-    try {
-      const relay = createRelay(t.skiplock, {
-        target: natsTarget({ servers: proxy.url(NATS_URL), stream }),
-        queues: ['relayed'],
-        handleSignals: false,
-        lingerMs: 20,
-        publishTimeoutMs: 1000,
-        visibilityTimeoutMs: 60_000,
-      });
-      relay.on('error', () => {});
-      relays.push(relay);
-      relay.start();
-      const first = await t.skiplock.enqueue('a', {}, { queue: 'relayed' });
-      await until(async () => (await t.jobCount('id = $1', [first.id])) === 0, 'the first job relayed');
-      proxy.freeze();
-      await t.skiplock.enqueueMany(
-        Array.from({ length: 3 }, () => ({ kind: 'a', payload: {}, queue: 'relayed' })),
-      );
-      await until(async () => (await t.jobCount("status = 'running'")) === 3, 'a batch in flight');
-      // Bounded by publishTimeoutMs for the batch and again for the connection's close.
-      const stopped = await Promise.race([
-        relay.stop().then(() => 'stopped'),
-        new Promise((resolve) => setTimeout(resolve, 20_000, 'still stopping')),
-      ]);
-      expect(stopped).toBe('stopped');
-      expect(await t.jobCount("status = 'queued'")).toBe(3);
-    } finally {
-      await proxy.close();
-    }
+    await b.expectBoundedStopOnDeafBroker(NATS_URL, (url) => natsTarget({ servers: url, stream }));
   });
 
   it('shares the work between two relays: no job is published by both', async () => {
@@ -204,9 +140,7 @@ describe('the relay to NATS JetStream', () => {
     const all = [...published[0]!, ...published[1]!];
     expect(all.sort()).toEqual(jobs.map((job) => job.id).sort());
     expect(new Set(all).size).toBe(400);
-    const connection = await natsConnection();
-    const messages = await streamMessages(connection, stream);
-    await connection.close();
+    const messages = await streamMessages(stream);
     expect(messages.length).toBe(400);
   });
 
@@ -236,9 +170,7 @@ describe('the relay to NATS JetStream', () => {
     relay.start();
     await until(async () => (await t.jobCount()) === 0, 'jobs relayed again');
     expect(relay.metrics.published).toBe(2);
-    const connection = await natsConnection();
-    const messages = await streamMessages(connection, stream);
-    await connection.close();
+    const messages = await streamMessages(stream);
     expect(messages.map((m) => m.job.id).sort()).toEqual(jobs.map((job) => job.id).sort());
     expect(messages.map((m) => m.msgId)).toEqual(messages.map((m) => m.job.messageId));
   });
@@ -246,15 +178,12 @@ describe('the relay to NATS JetStream', () => {
   it('after a batch that was not full, looks again only when lingerMs has passed on its clock', async () => {
     const stream = newStream();
     const clock = fakeClock();
-    const relay = createRelay(t.skiplock, {
+    const relay = b.relay({
       target: natsTarget({ servers: NATS_URL, stream }),
       queues: ['relayed'],
-      handleSignals: false,
       lingerMs: 60_000,
       clock,
     });
-    relay.on('error', () => {});
-    relays.push(relay);
     const published: string[] = [];
     relay.on('relay:publish', (jobs) => published.push(...jobs.map((job) => job.id)));
     const first = await t.skiplock.enqueue('a', {}, { queue: 'relayed' });

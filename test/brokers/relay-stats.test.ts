@@ -3,37 +3,26 @@
  * queues are relayed (the relays table), the jobs waiting and their lag, the
  * jobs in flight, and a stopped relay leaving no trace.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { natsTarget } from '../../src/brokers/nats.js';
 import { createDashboard } from '../../src/dashboard/index.js';
-import { createRelay, type Relay } from '../../src/index.js';
+import type { Relay } from '../../src/index.js';
 import { createMetrics } from '../../src/telemetry/metrics.js';
 import { runCli } from '../cli/cli-process.js';
 import { useTestDatabase } from '../support/fixture.js';
-import { deleteStream, NATS_URL, natsConnection, uniqueStream, until } from '../support/nats.js';
+import { NATS_URL, until } from '../support/nats.js';
+import { brokerTest } from './support.js';
 
 const t = useTestDatabase();
-const relays: Relay[] = [];
-const streams: string[] = [];
-
-afterEach(async () => {
-  await Promise.all(relays.splice(0).map((relay) => relay.stop()));
-  const connection = await natsConnection();
-  for (const stream of streams.splice(0)) await deleteStream(connection, stream);
-  await connection.close();
-});
+const b = brokerTest(t);
 
 /** A relay whose broker cannot be reached (nothing listens on port 1): it registers, and never claims. */
 function stuckRelay(queues: string[]): Relay {
-  const relay = createRelay(t.skiplock, {
+  return b.relay({
     target: natsTarget({ servers: 'nats://127.0.0.1:1', stream: 'unreachable' }),
     queues,
-    handleSignals: false,
     retryDelayMs: 50,
   });
-  relay.on('error', () => {});
-  relays.push(relay);
-  return relay;
 }
 
 const HOUR_MS = 3_600_000;
@@ -107,18 +96,9 @@ describe('relayStats()', () => {
   });
 
   it('counts what a working relay published (as of its heartbeat) and nothing waits once it is done', async () => {
-    const stream = uniqueStream('relay_stats');
-    streams.push(stream);
+    const stream = b.stream('relay_stats');
     await dueJobs('relayed', 3);
-    const relay = createRelay(t.skiplock, {
-      target: natsTarget({ servers: NATS_URL, stream }),
-      queues: ['relayed'],
-      handleSignals: false,
-      lingerMs: 20,
-    });
-    relay.on('error', () => {});
-    relays.push(relay);
-    relay.start();
+    b.relay({ target: natsTarget({ servers: NATS_URL, stream }), queues: ['relayed'] }).start();
     await until(async () => (await t.jobCount("queue = 'relayed'")) === 0, 'relayed jobs removed');
     await until(
       async () => (await t.skiplock.relayStats())[0]?.published === 3,

@@ -1,24 +1,13 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { useTestDatabase } from '../support/fixture.js';
-import {
-  deleteStream,
-  NATS_URL,
-  natsConnection,
-  streamMessages,
-  uniqueStream,
-  until,
-} from '../support/nats.js';
+import { deleteStream, NATS_URL, streamMessages, uniqueStream, until } from '../support/nats.js';
 import { deleteQueues, drainQueue, RABBITMQ_URL, uniquePrefix } from '../support/rabbitmq.js';
 import { runCli, spawnCli } from './cli-process.js';
 
 const t = useTestDatabase();
 const stream = uniqueStream('cli_relay');
 
-afterAll(async () => {
-  const connection = await natsConnection();
-  await deleteStream(connection, stream);
-  await connection.close();
-});
+afterAll(() => deleteStream(stream));
 
 describe('skiplock relay', () => {
   it('relays the jobs of its queues to NATS JetStream and stops on SIGTERM with exit 0', async () => {
@@ -47,9 +36,7 @@ describe('skiplock relay', () => {
     relay.child.kill('SIGTERM');
     expect(await relay.exited).toBe(0);
     expect(relay.stdout()).toMatch(/"published":1/);
-    const connection = await natsConnection();
-    const messages = await streamMessages(connection, stream);
-    await connection.close();
+    const messages = await streamMessages(stream);
     expect(messages.map((m) => [m.job.id, m.job.kind, m.job.payload])).toEqual([
       [job.id, 'send_email', { to: 'a@example.com' }],
     ]);

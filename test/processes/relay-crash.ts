@@ -1,21 +1,21 @@
 /**
- * A relay that publishes batches normally until its RELAY_CRASH_AFTER_BATCHES-th
- * (default 1), then tells its parent (`published`) and hangs before removing
- * that batch's jobs, so the parent can SIGKILL it in between.
- * Env: DATABASE_URL, SKIPLOCK_SCHEMA, RELAY_QUEUE, RELAY_BATCH_SIZE (default 100), and
- * NATS_URL + NATS_STREAM, or AMQP_URL + AMQP_QUEUE for RabbitMQ.
+ * A relay process. With RELAY_CRASH_AFTER_BATCHES=n (default 1) it publishes
+ * batches normally until its n-th, then tells its parent (`published`) and
+ * hangs before removing that batch's jobs, so the parent can SIGKILL it in
+ * between; with 0 it relays on until it is killed, and tells its parent
+ * `ready` once it started.
+ * Env: DATABASE_URL, SKIPLOCK_SCHEMA, RELAY_QUEUE, RELAY_BATCH_SIZE (default 100),
+ * RELAY_SWEEP_INTERVAL_MS (default 60000), and NATS_URL + NATS_STREAM, or
+ * AMQP_URL + AMQP_QUEUE for RabbitMQ.
  */
-import { natsTarget } from '../../src/brokers/nats.js';
-import { rabbitmqTarget } from '../../src/brokers/rabbitmq.js';
 import { createRelay, Skiplock } from '../../src/index.js';
+import { targetFromEnv } from './broker-from-env.js';
 
 const skiplock = new Skiplock({
   connectionString: process.env.DATABASE_URL!,
   schema: process.env.SKIPLOCK_SCHEMA!,
 });
-const target = process.env.AMQP_URL
-  ? rabbitmqTarget({ url: process.env.AMQP_URL, queue: process.env.AMQP_QUEUE! })
-  : natsTarget({ servers: process.env.NATS_URL!, stream: process.env.NATS_STREAM! });
+const target = targetFromEnv();
 const crashAfter = Number(process.env.RELAY_CRASH_AFTER_BATCHES ?? 1);
 let batches = 0;
 const relay = createRelay(skiplock, {
@@ -25,7 +25,7 @@ const relay = createRelay(skiplock, {
     close: (timeoutMs) => target.close(timeoutMs),
     async publish(jobs, timeoutMs) {
       const acked = await target.publish(jobs, timeoutMs);
-      if (++batches < crashAfter) return acked;
+      if (crashAfter === 0 || ++batches < crashAfter) return acked;
       process.send?.('published');
       return new Promise<Set<string>>(() => {});
     },
@@ -35,6 +35,10 @@ const relay = createRelay(skiplock, {
   lingerMs: 20,
   visibilityTimeoutMs: 1000,
   publishTimeoutMs: 500,
+  retryDelayMs: 100,
+  sweepIntervalMs: Number(process.env.RELAY_SWEEP_INTERVAL_MS ?? 60_000),
   handleSignals: false,
 });
+relay.on('error', () => {});
 relay.start();
+if (crashAfter === 0) process.send?.('ready');

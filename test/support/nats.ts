@@ -15,30 +15,44 @@ export function uniqueStream(prefix: string): string {
   return `${prefix}_${randomBytes(5).toString('hex')}`;
 }
 
-/** A connection for assertions; close it after the test. */
-export function natsConnection(): Promise<NatsConnection> {
-  return connect({ servers: NATS_URL });
+/** A connection for assertions (to the machine's server unless `servers` is given); close it after the test. */
+export function natsConnection(servers = NATS_URL): Promise<NatsConnection> {
+  return connect({ servers });
 }
 
-/** Every message the stream holds, in order, with the broker's message id. */
+/**
+ * Every message `stream` holds, in order, with the broker's message id, read
+ * over a connection of its own (to the machine's server unless `servers` is given).
+ */
 export async function streamMessages(
-  connection: NatsConnection,
   stream: string,
+  servers = NATS_URL,
 ): Promise<{ job: RelayedJob; msgId: string | undefined }[]> {
-  const manager = await jetstreamManager(connection);
-  const info = await manager.streams.info(stream);
-  const out: { job: RelayedJob; msgId: string | undefined }[] = [];
-  for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
-    const message = await manager.streams.getMessage(stream, { seq }).catch(() => null);
-    if (message) out.push({ job: decodeRelayedJob(message.data), msgId: message.header?.get('Nats-Msg-Id') });
+  const connection = await natsConnection(servers);
+  try {
+    const manager = await jetstreamManager(connection);
+    const info = await manager.streams.info(stream);
+    const out: { job: RelayedJob; msgId: string | undefined }[] = [];
+    for (let seq = info.state.first_seq; seq <= info.state.last_seq && info.state.messages > 0; seq++) {
+      const message = await manager.streams.getMessage(stream, { seq }).catch(() => null);
+      if (message)
+        out.push({ job: decodeRelayedJob(message.data), msgId: message.header?.get('Nats-Msg-Id') });
+    }
+    return out;
+  } finally {
+    await connection.close();
   }
-  return out;
 }
 
-/** Deletes the stream (and its consumers). */
-export async function deleteStream(connection: NatsConnection, stream: string): Promise<void> {
-  const manager = await jetstreamManager(connection);
-  await manager.streams.delete(stream).catch(() => {});
+/** Deletes the stream (and its consumers) of the machine's server. */
+export async function deleteStream(stream: string): Promise<void> {
+  const connection = await natsConnection();
+  try {
+    const manager = await jetstreamManager(connection);
+    await manager.streams.delete(stream).catch(() => {});
+  } finally {
+    await connection.close();
+  }
 }
 
 /** Waits until `condition` holds, checking every 50 ms, or fails after `timeoutMs`. */

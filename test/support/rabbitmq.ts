@@ -14,9 +14,12 @@ export function uniquePrefix(prefix: string): string {
   return `${prefix}_${randomBytes(5).toString('hex')}`;
 }
 
-/** Takes every message waiting in `queue` (acknowledging them), in order, with its `messageId`. */
-export async function drainQueue(queue: string): Promise<{ job: RelayedJob; messageId: string }[]> {
-  const connection = await amqp.connect(RABBITMQ_URL);
+/** Takes every message waiting in `queue` (of the machine's server unless `url` is given; acknowledging them), in order, with its `messageId`. */
+export async function drainQueue(
+  queue: string,
+  url = RABBITMQ_URL,
+): Promise<{ job: RelayedJob; messageId: string }[]> {
+  const connection = await amqp.connect(url);
   try {
     const channel = await connection.createChannel();
     const out: { job: RelayedJob; messageId: string }[] = [];
@@ -32,14 +35,27 @@ export async function drainQueue(queue: string): Promise<{ job: RelayedJob; mess
 }
 
 /** Deletes the queues (and their delay queues). */
-export async function deleteQueues(names: string[]): Promise<void> {
-  const connection = await amqp.connect(RABBITMQ_URL);
+export async function deleteQueues(names: string[], url = RABBITMQ_URL): Promise<void> {
+  const connection = await amqp.connect(url);
   try {
     const channel = await connection.createChannel();
     for (const name of names) {
       await channel.deleteQueue(name);
       await channel.deleteQueue(`${name}.delay`);
     }
+  } finally {
+    await connection.close();
+  }
+}
+
+/** Messages ready in a RabbitMQ queue of the machine's server. */
+export async function queueDepth(queue: string): Promise<number> {
+  const connection = await amqp.connect(RABBITMQ_URL);
+  try {
+    const channel = await connection.createChannel();
+    const { messageCount } = await channel.checkQueue(queue);
+    await channel.close();
+    return messageCount;
   } finally {
     await connection.close();
   }
