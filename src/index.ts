@@ -85,13 +85,11 @@ export type {
   HandlerDefinition,
   HandlerEntry,
   HandlerPolicy,
-  Handlers,
-  SuccessPolicy,
   TransactionalHandler,
   TransactionalHandlerContext,
   TransactionalHandlerDefinition,
-  WorkerOptions,
-} from './worker/options.js';
+} from './worker/handler-definition.js';
+export type { Handlers, SuccessPolicy, WorkerOptions } from './worker/options.js';
 export { Worker } from './worker/worker.js';
 export type { JobLogLine } from './workflow/job-output.js';
 export type { JobOutcome, WaitForOptions } from './workflow/job-waiter.js';

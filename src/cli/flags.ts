@@ -5,6 +5,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import { type Command, InvalidArgumentError, Option } from 'commander';
+import { LOG_LEVELS, type LogLevel } from './logger.js';
 import { UsageError } from './usage-error.js';
 
 /** Connection flags as parsed. */
@@ -29,6 +30,33 @@ export function addConnectionFlags(command: Command): Command {
       '--allow-shared-schema',
       'let --schema be public or information_schema (risky: any role that can create objects there can plant code your roles run)',
     );
+}
+
+/** Flags of a command that runs until stopped (`worker`, `relay`), as parsed. */
+export interface ServiceFlags extends ConnectionFlags {
+  /** `--log-level`: the least level logged. */
+  logLevel: LogLevel;
+  /** `--metrics-port`: serve Prometheus metrics on this port; unset serves none. */
+  metricsPort?: number;
+  /** `--metrics-host`: the metrics server's address. */
+  metricsHost: string;
+}
+
+/**
+ * Adds what every command that runs until stopped has: `--metrics-port N`,
+ * `--metrics-host ADDRESS` (default `127.0.0.1`), `--log-level LEVEL`
+ * (default `info`) and the connection flags.
+ */
+export function addServiceFlags(command: Command): Command {
+  command
+    .option(
+      '--metrics-port <n>',
+      'serve Prometheus metrics at /metrics on this port (needs prom-client)',
+      integer(0, 65_535),
+    )
+    .option('--metrics-host <address>', 'address of the metrics server', '127.0.0.1')
+    .addOption(choice('--log-level <level>', 'log level', LOG_LEVELS).default('info'));
+  return addConnectionFlags(command);
 }
 
 /** Adds `--json`: machine-readable output on stdout. */

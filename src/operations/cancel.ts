@@ -9,23 +9,15 @@ import { CANCELLABLE_STATUSES, type CancelCounts, type CancellableStatus } from 
 import type { JobQueries } from '../db/queries/jobs.js';
 import { ValidationError } from '../errors.js';
 import { parseOptions } from '../options.js';
-import { type ClientOption, queryable } from '../producer/job-options.js';
-import { idList, stringList, toTagFilter } from './operations.js';
+import { queryable } from '../producer/job-options.js';
+import { idList, type JobSelection, stringList, toTagFilter } from './operations.js';
 
 export type { CancelCounts };
 
 /** Which jobs to cancel; every given field must match, and at least one must be given. */
-export interface CancelFilter<Kind extends string = string> extends ClientOption {
-  /** Job ids (decimal strings). */
-  ids?: string[];
+export interface CancelFilter<Kind extends string = string> extends JobSelection<Kind> {
   /** Only queued or only running jobs. @default both */
   status?: CancellableStatus | CancellableStatus[];
-  /** Only jobs of these kinds (kinds of the Skiplock's kind map, when it has one). */
-  kind?: Kind | Kind[];
-  /** Only jobs of these queues. */
-  queue?: string | string[];
-  /** Only jobs having every one of these tags (one tag, or up to 20). */
-  tags?: string | string[];
 }
 
 const cancelSchema = z.strictObject({

@@ -18,32 +18,36 @@ import { type ClientOption, clientOrPool, queryable } from '../producer/job-opti
 /** A status requeue accepts. */
 type Requeuable = (typeof REQUEUABLE_STATUSES)[number];
 
-/** Which dead/failed/cancelled jobs to requeue; all given fields must match. Give a filter, or `all: true`. */
-export interface RequeueFilter<Kind extends string = string> extends ClientOption {
+/**
+ * The fields that select jobs in `requeue`, `cancel` and `listJobs` (each adds
+ * its own `status`); every field given must match.
+ */
+export interface JobSelection<Kind extends string = string> extends ClientOption {
   /** Job ids (decimal strings). */
   ids?: string[];
+  /** Only jobs of these kinds (kinds of the Skiplock's kind map, when it has one). */
+  kind?: Kind | Kind[];
+  /** Only jobs of these queues. */
+  queue?: string | string[];
+  /** Only jobs having every one of these tags (one tag, or up to 20). */
+  tags?: string | string[];
+}
+
+/** Which dead/failed/cancelled jobs to requeue; all given fields must match. Give a filter, or `all: true`. */
+export interface RequeueFilter<Kind extends string = string> extends JobSelection<Kind> {
   /**
    * `dead`, `failed`, `cancelled`, or a list of them. @default dead and failed;
    * with `ids`, cancelled too
    */
   status?: Requeuable | Requeuable[];
-  /** Only jobs of these kinds (kinds of the Skiplock's kind map, when it has one). */
-  kind?: Kind | Kind[];
-  queue?: string | string[];
-  /** Only jobs having every one of these tags (one tag, or up to 20). */
-  tags?: string | string[];
   /** Requeue every dead and failed job; required when no other filter is given. */
   all?: boolean;
 }
 
 /** Filter and page of `listJobs`. */
-export interface ListJobsFilter extends ClientOption {
-  ids?: string[];
+export interface ListJobsFilter extends JobSelection {
+  /** Only jobs of these statuses. */
   status?: JobStatus | JobStatus[];
-  kind?: string | string[];
-  queue?: string | string[];
-  /** Only jobs having every one of these tags (one tag, or up to 20). */
-  tags?: string | string[];
   /** Most jobs returned. @default 100 */
   limit?: number;
   /** `newest` (highest id first, what an operator looks at first) or `oldest`. @default 'newest' */

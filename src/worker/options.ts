@@ -22,21 +22,6 @@ import {
   WORKER_TEXT_OPTIONS,
 } from './option-specs.js';
 
-export type {
-  Backoff,
-  BatchContext,
-  BatchHandlerDefinition,
-  BatchOutcome,
-  Handler,
-  HandlerContext,
-  HandlerDefinition,
-  HandlerEntry,
-  HandlerPolicy,
-  TransactionalHandler,
-  TransactionalHandlerContext,
-  TransactionalHandlerDefinition,
-} from './handler-definition.js';
-
 /** Handlers by kind, typed by the kind → payload map. */
 export type Handlers<Jobs extends JobMap> = {
   [Kind in keyof Jobs & string]?: HandlerEntry<Kind, Jobs[Kind]>;

@@ -10,20 +10,12 @@ import { createRelay, type Relay, type RelayTarget } from '../../relay/relay.js'
 import { createMetrics, type MetricsServer, serveMetrics } from '../../telemetry/metrics.js';
 import { openDatabase } from '../database.js';
 import { maskUrl } from '../embedded.js';
-import {
-  addConnectionFlags,
-  type ConnectionFlags,
-  choice,
-  collect,
-  examples,
-  integer,
-  milliseconds,
-} from '../flags.js';
-import { createLogger, LOG_LEVELS, type Logger, type LogLevel } from '../logger.js';
+import { addServiceFlags, collect, examples, integer, milliseconds, type ServiceFlags } from '../flags.js';
+import { createLogger, type Logger } from '../logger.js';
 import { UsageError } from '../usage-error.js';
 import { assertDatabaseUsable } from './worker.js';
 
-interface RelayFlags extends ConnectionFlags {
+interface RelayFlags extends ServiceFlags {
   to: string;
   stream: string;
   rabbitmqQueue: string;
@@ -33,9 +25,6 @@ interface RelayFlags extends ConnectionFlags {
   visibilityTimeoutMs?: number;
   publishTimeoutMs?: number;
   sweepIntervalMs?: number;
-  logLevel: LogLevel;
-  metricsPort?: number;
-  metricsHost: string;
 }
 
 /** The `relay` command. It exits 1 with one line at start when the database or the broker address cannot be used. */
@@ -72,15 +61,8 @@ export function relayCommand(): Command {
       '--sweep-interval-ms <ms>',
       "how often to give back a dead relay's jobs and expire jobs past their start deadline (default 60000)",
       milliseconds(1),
-    )
-    .option(
-      '--metrics-port <n>',
-      'serve Prometheus metrics at /metrics on this port (needs prom-client)',
-      integer(0, 65_535),
-    )
-    .option('--metrics-host <address>', 'address of the metrics server', '127.0.0.1')
-    .addOption(choice('--log-level <level>', 'log level', LOG_LEVELS).default('info'));
-  addConnectionFlags(command);
+    );
+  addServiceFlags(command);
   return command
     .addHelpText(
       'after',

@@ -19,9 +19,9 @@ import type { Worker } from '../../worker/worker.js';
 import { type CliDatabase, openDatabase } from '../database.js';
 import { maskUrl } from '../embedded.js';
 import { errorMessage } from '../error-report.js';
-import { addConnectionFlags, type ConnectionFlags, choice, collect, examples, integer } from '../flags.js';
+import { addServiceFlags, choice, collect, examples, integer, type ServiceFlags } from '../flags.js';
 import { loadHandlersFile } from '../handlers-file.js';
-import { createLogger, LOG_LEVELS, type Logger, type LogLevel } from '../logger.js';
+import { createLogger, type Logger } from '../logger.js';
 import { addRetentionFlags, type RetentionFlags, retentionFromFlags } from '../retention-flags.js';
 import { UsageError } from '../usage-error.js';
 
@@ -35,13 +35,10 @@ type WorkerOptionFlags = {
   [Name in keyof typeof WORKER_SWITCH_OPTIONS]?: boolean;
 };
 
-interface WorkerFlags extends ConnectionFlags, WorkerOptionFlags, RetentionFlags {
+interface WorkerFlags extends ServiceFlags, WorkerOptionFlags, RetentionFlags {
   handlers?: string;
   maintenanceOnly?: boolean;
   queue?: string[];
-  logLevel: LogLevel;
-  metricsPort?: number;
-  metricsHost: string;
 }
 
 /**
@@ -62,15 +59,7 @@ export function workerCommand(): Command {
     .option('--queue <name>', 'queue to claim from, repeatable (default: default)', collect);
   addWorkerOptionFlags(command);
   addRetentionFlags(command);
-  command
-    .option(
-      '--metrics-port <n>',
-      'serve Prometheus metrics at /metrics on this port (needs prom-client)',
-      integer(0, 65_535),
-    )
-    .option('--metrics-host <address>', 'address of the metrics server', '127.0.0.1')
-    .addOption(choice('--log-level <level>', 'log level', LOG_LEVELS).default('info'));
-  addConnectionFlags(command);
+  addServiceFlags(command);
   return command
     .addHelpText(
       'after',

@@ -7,7 +7,7 @@
  */
 import type pg from 'pg';
 import { type Queryable, run, type Statement } from '../executor.js';
-import type { JobFilter } from './inspect.js';
+import { filteredChangeValues, type JobFilter } from './inspect.js';
 import { LEASE_FENCE, type LeasedJob, runFenced } from './job-row.js';
 import type { SchemaNames } from './schema-names.js';
 
@@ -73,14 +73,11 @@ export class CancelQueries {
    * must match; `status` narrows to queued or running ones).
    */
   async cancel(db: Queryable, filter: JobFilter): Promise<CancelCounts> {
-    const { rows } = await run<{ cancelled: number; running: number }>(db, this.#cancel, [
-      filter.status ?? null,
-      filter.ids ?? null,
-      filter.kind ?? null,
-      filter.queue ?? null,
-      this.#channel,
-      filter.tags ?? null,
-    ]);
+    const { rows } = await run<{ cancelled: number; running: number }>(
+      db,
+      this.#cancel,
+      filteredChangeValues(filter, this.#channel),
+    );
     return { cancelled: rows[0]?.cancelled ?? 0, running: rows[0]?.running ?? 0 };
   }
 

@@ -7,7 +7,7 @@
  */
 import type { UniqueSpec } from '../../job/unique.js';
 import { type Queryable, run, type Statement } from '../executor.js';
-import { isExtended, type NewJob } from './insert.js';
+import { extendedBatchSql, extendedBatchValues, isExtended, type NewJob } from './insert.js';
 import { JOB_COLUMNS, type JobRow } from './job-row.js';
 import type { SchemaNames } from './schema-names.js';
 
@@ -63,10 +63,9 @@ export class UniqueInsertQueries {
     // job; ON CONFLICT settles the race with an uncommitted one (it waits for
     // that transaction, and inserts if it rolls back). Neither is a
     // check-then-insert: the unique index decides.
-    // Jobs with a trace context, tags or a start deadline go through a
-    // statement of its own: trace_context ($10), tags ($11, a JSON array of
-    // arrays), start_by ($12, or $13 milliseconds on the database clock),
-    // group_key ($14).
+    // Jobs with a trace context, tags, a start deadline, a group key or their
+    // own success policy go through a statement of its own, whose extra
+    // parameters (those of a batch insert's extended shape) start at $10.
     const insert = (name: string, moreColumns = '', moreValues = '', moreRows = '', moreNames = '') =>
       names.statement(
         name,
@@ -84,16 +83,7 @@ export class UniqueInsertQueries {
        RETURNING ${JOB_COLUMNS}, unique_key, false AS replaced`,
       );
     this.#insert = insert('insert_unique');
-    this.#insertExtended = insert(
-      'insert_unique_extended',
-      ', trace_context, tags, start_by, group_key, on_success',
-      `, $10::text::jsonb,
-              CASE WHEN json_typeof(r.tags) = 'array' THEN ARRAY(SELECT json_array_elements_text(r.tags)) END,
-              COALESCE(r.start_by, now() + r.start_within_ms * interval '1 millisecond'), r.group_key, r.on_success`,
-      `, json_array_elements($11::text::json), unnest($12::timestamptz[]), unnest($13::float8[]),
-                              unnest($14::text[]), unnest($15::text[])`,
-      ', tags, start_by, start_within_ms, group_key, on_success',
-    );
+    this.#insertExtended = insert('insert_unique_extended', ...extendedBatchSql(10));
     // The jobs holding the keys that were not inserted; with 'replace', a queued
     // holder is rewritten (and its queue woken, since its run_at may be sooner).
     // The holders to rewrite are locked first, in key order (a lock taken in
@@ -169,15 +159,7 @@ export class UniqueInsertQueries {
       jobs.map((j) => j.unique.statesText),
     ];
     if (!jobs.some(isExtended)) return (await run<UniqueJobRow>(db, this.#insert, values)).rows;
-    values.push(
-      // A trace context is the same for every job of one call.
-      jobs[0]?.traceContext ?? null,
-      `[${jobs.map((j) => (j.tags === undefined ? 'null' : JSON.stringify(j.tags))).join(',')}]`,
-      jobs.map((j) => j.startBy ?? null),
-      jobs.map((j) => j.startWithinMs ?? null),
-      jobs.map((j) => j.groupKey ?? null),
-      jobs.map((j) => j.onSuccess ?? null),
-    );
+    values.push(...extendedBatchValues(jobs));
     return (await run<UniqueJobRow>(db, this.#insertExtended, values)).rows;
   }
 

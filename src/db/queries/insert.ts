@@ -128,16 +128,7 @@ export class InsertQueries {
        ORDER BY id`,
       );
     this.#many = many('insert_many');
-    this.#manyExtended = many(
-      'insert_many_extended',
-      ', trace_context, tags, start_by, group_key, on_success',
-      `, $8::text::jsonb,
-                CASE WHEN json_typeof(r.tags) = 'array' THEN ARRAY(SELECT json_array_elements_text(r.tags)) END,
-                COALESCE(r.start_by, now() + r.start_within_ms * interval '1 millisecond'), r.group_key, r.on_success`,
-      `, json_array_elements($9::text::json),
-                         unnest($10::timestamptz[]), unnest($11::float8[]), unnest($12::text[]), unnest($13::text[])`,
-      ', tags, start_by, start_within_ms, group_key, on_success',
-    );
+    this.#manyExtended = many('insert_many_extended', ...extendedBatchSql(8));
   }
 
   /** Inserts one job; on the caller's connection when given. */
@@ -197,30 +188,7 @@ export class InsertQueries {
       maxAttempts,
     ];
     const extended = jobs.some(isExtended);
-    if (extended) {
-      const tags = new Array<string>(n);
-      const startBys = new Array<Date | null>(n);
-      const startWithinMs = new Array<number | null>(n);
-      const groupKeys = new Array<string | null>(n);
-      const onSuccess = new Array<string | null>(n);
-      for (let i = 0; i < n; i++) {
-        const j = jobs[i]!;
-        tags[i] = j.tags === undefined ? 'null' : JSON.stringify(j.tags);
-        startBys[i] = j.startBy ?? null;
-        startWithinMs[i] = j.startWithinMs ?? null;
-        groupKeys[i] = j.groupKey ?? null;
-        onSuccess[i] = j.onSuccess ?? null;
-      }
-      // A trace context is the same for every job of one call.
-      values.push(
-        jobs[0]?.traceContext ?? null,
-        `[${tags.join(',')}]`,
-        startBys,
-        startWithinMs,
-        groupKeys,
-        onSuccess,
-      );
-    }
+    if (extended) values.push(...extendedBatchValues(jobs));
     const statement = extended ? this.#manyExtended : this.#many;
     const { rows } = await run<{ id: string; run_at: Date | null; created_at: Date | null }>(
       db,
@@ -232,4 +200,56 @@ export class InsertQueries {
     const createdAt = rows[0]?.created_at ?? new Date();
     return rows.map((r) => ({ id: r.id, runAt: r.run_at ?? createdAt, createdAt }));
   }
+}
+
+/**
+ * What the extended shape of a batch insert adds (trace_context, tags,
+ * start_by, group_key, on_success), its parameters numbered from `first`: the
+ * columns, their values from the rows `r`, the ROWS FROM entries that feed
+ * them, and those entries' names. Its parameters are {@link extendedBatchValues}.
+ */
+export function extendedBatchSql(
+  first: number,
+): [columns: string, values: string, rows: string, names: string] {
+  return [
+    ', trace_context, tags, start_by, group_key, on_success',
+    `, $${first}::text::jsonb,
+                CASE WHEN json_typeof(r.tags) = 'array' THEN ARRAY(SELECT json_array_elements_text(r.tags)) END,
+                COALESCE(r.start_by, now() + r.start_within_ms * interval '1 millisecond'), r.group_key, r.on_success`,
+    `, json_array_elements($${first + 1}::text::json),
+                         unnest($${first + 2}::timestamptz[]), unnest($${first + 3}::float8[]),
+                         unnest($${first + 4}::text[]), unnest($${first + 5}::text[])`,
+    ', tags, start_by, start_within_ms, group_key, on_success',
+  ];
+}
+
+/**
+ * The parameters of {@link extendedBatchSql}, in its order: the first job's
+ * trace context (the same for every job of one call), then each job's tags (a
+ * JSON array of arrays, null for none: PostgreSQL arrays must be
+ * rectangular), start deadline, group key and success policy.
+ */
+export function extendedBatchValues(jobs: readonly NewJob[]): unknown[] {
+  const n = jobs.length;
+  const tags = new Array<string>(n);
+  const startBys = new Array<Date | null>(n);
+  const startWithinMs = new Array<number | null>(n);
+  const groupKeys = new Array<string | null>(n);
+  const onSuccess = new Array<string | null>(n);
+  for (let i = 0; i < n; i++) {
+    const j = jobs[i]!;
+    tags[i] = j.tags === undefined ? 'null' : JSON.stringify(j.tags);
+    startBys[i] = j.startBy ?? null;
+    startWithinMs[i] = j.startWithinMs ?? null;
+    groupKeys[i] = j.groupKey ?? null;
+    onSuccess[i] = j.onSuccess ?? null;
+  }
+  return [
+    jobs[0]?.traceContext ?? null,
+    `[${tags.join(',')}]`,
+    startBys,
+    startWithinMs,
+    groupKeys,
+    onSuccess,
+  ];
 }

@@ -37,7 +37,8 @@ export interface QueueLimitsChange {
   strictOrder?: boolean;
 }
 
-interface LimitsRow {
+/** The limit columns of a queues row, as selected by {@link LIMIT_COLUMNS}. */
+export interface LimitsRow {
   concurrency_limit: number | null;
   rate_count: number | null;
   rate_period_ms: number | null;

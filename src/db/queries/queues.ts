@@ -4,7 +4,7 @@
  * paused ones (see claim.ts).
  */
 import { type Queryable, run, type Statement } from '../executor.js';
-import { LIMIT_COLUMNS, limitsOf, type QueueLimits } from './queue-limits.js';
+import { LIMIT_COLUMNS, type LimitsRow, limitsOf, type QueueLimits } from './queue-limits.js';
 import type { SchemaNames } from './schema-names.js';
 
 /** A queue as operators see it. */
@@ -118,20 +118,9 @@ export class QueueQueries {
 
   /** Every queue that has jobs or settings, by name. */
   async list(db: Queryable): Promise<QueueInfo[]> {
-    const { rows } = await run<{
-      name: string;
-      paused: boolean;
-      paused_at: Date | null;
-      queued: number;
-      running: number;
-      concurrency_limit: number | null;
-      rate_count: number | null;
-      rate_period_ms: number | null;
-      group_concurrency: number | null;
-      group_rate_count: number | null;
-      group_rate_period_ms: number | null;
-      strict_order: boolean | null;
-    }>(db, this.#list, [QUEUE_NAMES_EXACT_LIMIT, this.#schema]);
+    const { rows } = await run<
+      { name: string; paused: boolean; paused_at: Date | null; queued: number; running: number } & LimitsRow
+    >(db, this.#list, [QUEUE_NAMES_EXACT_LIMIT, this.#schema]);
     return rows.map((r) => ({
       name: r.name,
       paused: r.paused,

@@ -6,7 +6,7 @@
  */
 import { type Queryable, run, type Statement } from '../executor.js';
 import { wakeUpQueuesSql } from '../wake-up.js';
-import type { JobFilter } from './inspect.js';
+import { filteredChangeValues, type JobFilter } from './inspect.js';
 import type { SchemaNames } from './schema-names.js';
 
 /** Statuses a job can be requeued from. */
@@ -43,14 +43,11 @@ export class RequeueQueries {
    * Returns how many.
    */
   async requeue(db: Queryable, filter: JobFilter): Promise<number> {
-    const { rows } = await run<{ requeued: number }>(db, this.#requeue, [
-      filter.status ?? null,
-      filter.ids ?? null,
-      filter.kind ?? null,
-      filter.queue ?? null,
-      this.#channel,
-      filter.tags ?? null,
-    ]);
+    const { rows } = await run<{ requeued: number }>(
+      db,
+      this.#requeue,
+      filteredChangeValues(filter, this.#channel),
+    );
     return rows[0]?.requeued ?? 0;
   }
 }
