@@ -8,12 +8,12 @@
 -- Runs with search_path set to the target schema (the migrator does this; with
 -- psql: SET search_path TO skiplock; \i 0022_fresh_limit_counts.sql).
 --
--- SECURITY INVOKER, search_path pinned as in migration 5.
+-- SECURITY INVOKER, search_path pinned to pg_catalog, pg_temp (every name qualified).
 
 DO $migration$
 DECLARE
   s text := pg_catalog.current_schema();
-  path text := pg_catalog.format('pg_catalog, %I, pg_temp', pg_catalog.current_schema());
+  path text := 'pg_catalog, pg_temp';
 BEGIN
   -- The jobs of a queue running now (a held lease), as the queue's concurrency limit counts them.
   EXECUTE pg_catalog.format($f$
