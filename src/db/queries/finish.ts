@@ -29,6 +29,8 @@ import { appendAttemptError } from './attempt-errors.js';
 import {
   ARCHIVE_COLUMNS,
   ARCHIVE_RESULT_COLUMNS,
+  AT,
+  LEASE_FENCE,
   type LeasedJob,
   leaseFence,
   leaseFenceArrays,
@@ -304,9 +306,9 @@ function successParts(
  * trigger fires on the one change to a final status).
  */
 function keptSql(names: SchemaNames, results: boolean): string {
-  const result = results ? `, result = ($5::text[])[array_position($1::bigint[], j.id)]::jsonb` : '';
+  const result = results ? `, result = ($5::text[])[${AT}]::jsonb` : '';
   return `UPDATE ${names.jobs} j SET status = 'succeeded', ${ENDED}, on_success = $4::text${result}
-       ${leaseFence('$1::bigint[]', '$2::text[]', '$3')} AND j.cancel_requested_at IS NULL AND j.has_children
+       ${LEASE_FENCE} AND j.cancel_requested_at IS NULL AND j.has_children
        ${RETURNED("'succeeded'", '0')}`;
 }
 
