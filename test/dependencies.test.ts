@@ -7,6 +7,7 @@
 import type { ChildProcess } from 'node:child_process';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { quoteIdent } from '../src/db/sql.js';
 import { type Job, PermanentError, type TransactionalHandlerContext, ValidationError } from '../src/index.js';
 import { drain } from '../src/testing/index.js';
 import { waitFor } from './support/database.js';
@@ -51,6 +52,10 @@ describe('dependsOn', () => {
       [c!.id]: 'waiting',
       [d!.id]: 'waiting',
     });
+    expect((await t.skiplock.stats()).map((s) => [s.queue, s.status, s.count, s.estimated])).toEqual([
+      ['default', 'queued', 1, false],
+      ['default', 'waiting', 3, false],
+    ]);
     expect((await t.skiplock.getJob(d!.id))?.dependsOn).toEqual([
       { id: b!.id, kind: 'step', status: 'waiting' },
       { id: c!.id, kind: 'step', status: 'waiting' },
@@ -201,6 +206,27 @@ describe('dependsOn', () => {
       [l2!.id]: `cancelled: parent job ${l1!.id} ended cancelled`,
       [l3!.id]: `cancelled: parent job ${l2!.id} ended cancelled`,
     });
+  });
+
+  it("a chain 400 deep is cancelled at once, each naming its parent; a 'run' child halfway is released", async () => {
+    const depth = 400;
+    const jobs = await t.skiplock.enqueueMany([
+      { kind: 'step', payload: {}, ref: 'l0', delayMs: 60_000 },
+      ...Array.from({ length: depth }, (_, i) => ({
+        kind: 'step',
+        payload: {},
+        ref: `l${i + 1}`,
+        dependsOn: [`l${i}`],
+      })),
+      { kind: 'step', payload: {}, dependsOn: ['l200'], onParentFailure: 'run' as const },
+    ]);
+    expect(await t.skiplock.cancel({ ids: [jobs[0]!.id] })).toEqual({ cancelled: 1, running: 0 });
+    const chain = jobs.slice(0, depth + 1).map((j) => j!.id);
+    const expected = Object.fromEntries(
+      chain.map((id, i) => [id, i === 0 ? 'cancelled' : `cancelled: parent job ${chain[i - 1]} ended cancelled`]),
+    );
+    expect(await states(...chain)).toEqual(expected);
+    expect(await states(jobs[depth + 1]!.id)).toEqual({ [jobs[depth + 1]!.id]: 'queued' });
   });
 
   it('cancelling a waiting job cancels its children', async () => {
@@ -590,6 +616,37 @@ it('requeueing a dead parent leaves its cancelled child cancelled; the child req
   expect(await t.skiplock.requeue({ ids: [child!.id], status: 'cancelled' })).toBe(1);
   await drain(t.skiplock, handlers);
   expect(seen).toEqual([{ id: parent!.id, kind: 'flaky', status: 'dead', result: null }]);
+});
+
+it('a child cancelled before its parents ended and requeued waits for them again, then runs after them', async () => {
+  const [first, second, child] = await t.skiplock.enqueueMany([
+    { kind: 'step', payload: {}, ref: 'first' },
+    { kind: 'step', payload: {}, ref: 'second', delayMs: 60_000 },
+    { kind: 'step', payload: {}, dependsOn: ['first', 'second'] },
+  ]);
+  expect(await t.skiplock.cancel({ ids: [child!.id] })).toEqual({ cancelled: 1, running: 0 });
+  const order: string[] = [];
+  const handlers = {
+    step: (job: Job) => {
+      order.push(job.id);
+    },
+  };
+  await drain(t.skiplock, handlers, { onSuccess: 'keep' });
+  expect(order).toEqual([first!.id]);
+  // One parent has ended since the cancel, the other has not.
+  expect(await t.skiplock.requeue({ ids: [child!.id], status: 'cancelled' })).toBe(1);
+  const waiting = await t.query<{ status: string; pending_parents: number }>(
+    `SELECT status, pending_parents FROM ${t.jobs} WHERE id = $1`,
+    [child!.id],
+  );
+  expect(waiting).toEqual([{ status: 'waiting', pending_parents: 1 }]);
+  await t.query(`UPDATE ${t.jobs} SET run_at = now() WHERE id = $1`, [second!.id]);
+  await drain(t.skiplock, handlers, { onSuccess: 'keep' });
+  expect(order).toEqual([first!.id, second!.id, child!.id]);
+  // Its parents all ended: requeued again, it is queued at once (the SQL function too).
+  await t.query(`UPDATE ${t.jobs} SET status = 'cancelled', finished_at = now() WHERE id = $1`, [child!.id]);
+  await t.query(`SELECT ${quoteIdent(t.schema)}.requeue(ids => ARRAY[$1::bigint])`, [child!.id]);
+  expect(await states(child!.id)).toEqual({ [child!.id]: 'queued' });
 });
 
 it('a parent cancelled while its child is being enqueued: the cancel waits for the enqueue and cancels the child', async () => {

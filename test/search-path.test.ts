@@ -189,6 +189,7 @@ describe('a function planted in the skiplock schema', () => {
       'jobs_parent_ended',
       'jobs_prepare_child',
       'jobs_release_children',
+      'jobs_requeue_waits',
       'jobs_unique_release',
       'jobs_unique_take',
       'queue_running_jobs',

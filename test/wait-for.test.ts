@@ -2,7 +2,7 @@
 import type { ChildProcess } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { quoteIdent } from '../src/db/sql.js';
-import { JobNotFoundError, PermanentError, ValidationError, WaitTimeoutError } from '../src/index.js';
+import { JobNotFoundError, PermanentError, Skiplock, ValidationError, WaitTimeoutError } from '../src/index.js';
 import { waitFor } from './support/database.js';
 import { useTestDatabase } from './support/fixture.js';
 import { gate } from './support/gate.js';
@@ -36,7 +36,7 @@ async function listeners(): Promise<number> {
   const rows = await t.query<{ n: number }>(
     'SELECT count(*)::int AS n FROM pg_stat_activity WHERE query = $1',
     // Quoted as the library quotes it: a schema name may hold a double quote.
-    [`LISTEN ${quoteIdent(`skiplock:${t.schema}:done`)}`],
+    [`LISTEN ${quoteIdent(`skipdone:${t.schema}`)}`],
   );
   return rows[0]!.n;
 }
@@ -123,6 +123,33 @@ describe('waitFor', () => {
     await expect(aborted).rejects.toBe(reason);
     await expect(t.skiplock.waitFor(job.id, { signal: controller.signal })).rejects.toBe(reason);
     await waitFor(async () => (await listeners()) === 0, 10_000, 'the listener to close');
+  });
+
+  it('a schema name of 54 bytes, the longest allowed: the awaited job ends and its completion message comes', async () => {
+    const schema = `${t.schema}_${'l'.repeat(54)}`.slice(-54);
+    expect(Buffer.byteLength(schema)).toBe(54);
+    const skiplock = new Skiplock({ pool: t.db.pool, schema });
+    await skiplock.migrate();
+    const listener = await t.db.pool.connect();
+    t.defer(() => listener.release());
+    const messages: { channel: string; message: unknown }[] = [];
+    listener.on('notification', (n) => messages.push({ channel: n.channel, message: JSON.parse(n.payload!) }));
+    await listener.query(`LISTEN ${quoteIdent(`skipdone:${schema}`)}`);
+    const job = await skiplock.enqueue('long', {}, { onSuccess: 'keep' });
+    const outcome = skiplock.waitFor(job.id, { timeoutMs: 60_000 });
+    await waitFor(
+      async () =>
+        (await t.query(`SELECT 1 FROM ${quoteIdent(schema)}.jobs WHERE id = $1 AND awaited`, [job.id])).length === 1,
+      30_000,
+      'the waiter to mark its job',
+    );
+    const worker = t.track(skiplock.worker({ handlers: { long: () => 54 }, handleSignals: false }));
+    await worker.start();
+    expect(await outcome).toEqual({ status: 'succeeded', result: 54, lastError: null });
+    await waitFor(async () => messages.length > 0, 30_000, 'the completion message');
+    expect(messages).toEqual([
+      { channel: `skipdone:${schema}`, message: { type: 'done', queue: null, delayMs: 0, ids: [job.id] } },
+    ]);
   });
 
   it('resolves by the poll when no message comes (the row deleted with the triggers off)', async () => {

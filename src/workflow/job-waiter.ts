@@ -4,7 +4,7 @@
  * (opened by the first waiter, closed when the last one leaves), and one poll
  * on the clock as the safety net for messages lost while that connection was
  * away. Waiting marks the job's row as awaited, so only awaited jobs send a
- * completion message (see migration 0014); jobs nobody waits for send none.
+ * completion message (see migrations 0014 and 0023); jobs nobody waits for send none.
  *
  * A job that was there when the wait began and is gone from both the jobs
  * table and the archive ended by its success, deleted by the `'delete'`

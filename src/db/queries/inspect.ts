@@ -60,7 +60,7 @@ export interface QueueStatsRow {
   count: number;
   /**
    * True when `count` is estimated from a sample of the table: failed and
-   * dead, or succeeded and cancelled, jobs once that group holds
+   * dead, or succeeded, cancelled and waiting, jobs once that group holds
    * {@link EXACT_COUNT_LIMIT} rows or more. Queued and running counts are exact.
    */
   estimated: boolean;
@@ -68,7 +68,7 @@ export interface QueueStatsRow {
   oldestQueuedAgeMs: number | null;
 }
 
-/** Below this many failed and dead (or succeeded and cancelled) jobs, stats() counts them exactly. */
+/** Below this many failed and dead (or succeeded, cancelled and waiting) jobs, stats() counts them exactly. */
 export const EXACT_COUNT_LIMIT = 10_000;
 
 /** Pages of the jobs table read by stats() to estimate a larger group (8 MiB of 8 KiB pages). */
@@ -114,17 +114,17 @@ export class InspectQueries {
       oldest: statement('list_preview_oldest', preview('id > $6', 'id')),
     };
     // Counts that stay cheap at any volume: queued and running jobs through
-    // their partial indexes, exactly. Failed and dead jobs, and succeeded and
-    // cancelled ones kept in the table, are counted exactly while each group
-    // has fewer than $1 rows (read with LIMIT $1, so never more); a larger group is
-    // estimated from a sample of about $2 pages, scaled by the table's size,
-    // and its rows say so. Nothing reads a payload.
+    // their partial indexes, exactly. Failed and dead jobs, and succeeded,
+    // cancelled and waiting ones, are counted exactly while each group has
+    // fewer than $1 rows (read with LIMIT $1, so never more); a larger group
+    // is estimated from a sample of about $2 pages, scaled by the table's
+    // size, and its rows say so. Nothing reads a payload.
     this.#stats = statement(
       'stats',
       `WITH failed AS (
          SELECT queue, status FROM ${jobs} WHERE status IN ('failed', 'dead') LIMIT $1
        ), kept AS (
-         SELECT queue, status FROM ${jobs} WHERE status IN ('succeeded', 'cancelled') LIMIT $1
+         SELECT queue, status FROM ${jobs} WHERE status IN ('succeeded', 'cancelled', 'waiting') LIMIT $1
        ), big AS (
          SELECT (SELECT count(*) FROM failed) >= $1 AS failed, (SELECT count(*) FROM kept) >= $1 AS kept,
                 LEAST(100, 100.0 * $2 / GREATEST(pg_catalog.pg_relation_size($3::regclass)
@@ -147,7 +147,7 @@ export class InspectQueries {
          FROM ${jobs} TABLESAMPLE SYSTEM ((SELECT percent FROM big))
          WHERE ((SELECT failed FROM big) OR (SELECT kept FROM big))
            AND ((status IN ('failed', 'dead') AND (SELECT failed FROM big))
-             OR (status IN ('succeeded', 'cancelled') AND (SELECT kept FROM big)))
+             OR (status IN ('succeeded', 'cancelled', 'waiting') AND (SELECT kept FROM big)))
        GROUP BY queue, status
        )
        SELECT queue, status, round(n)::int AS count, estimated,

@@ -1,6 +1,6 @@
 /**
  * The statements of `waitFor`: mark a job as awaited (so that its end sends a
- * completion message, see migration 0014) and read where jobs stand, in the
+ * completion message, see migrations 0014 and 0023) and read where jobs stand, in the
  * jobs table or the archive.
  */
 import type { JobStatus } from '../../job/job.js';
@@ -22,9 +22,13 @@ interface Row {
   last_error: string | null;
 }
 
-/** The completion channel of a schema: the wake-up channel's sibling. */
-export function doneChannel(names: Pick<SchemaNames, 'channel'>): string {
-  return `${names.channel}:done`;
+/**
+ * The completion channel of a schema, `skipdone:<schema>`: as long as the
+ * wake-up channel, so it fits PostgreSQL's 63-byte limit for every schema
+ * name allowed. The trigger of migration 0023 builds the same text.
+ */
+export function doneChannel(names: Pick<SchemaNames, 'schema'>): string {
+  return `skipdone:${names.schema}`;
 }
 
 /** Statements of waiters. */
