@@ -223,7 +223,10 @@ describe('dependsOn', () => {
     expect(await t.skiplock.cancel({ ids: [jobs[0]!.id] })).toEqual({ cancelled: 1, running: 0 });
     const chain = jobs.slice(0, depth + 1).map((j) => j!.id);
     const expected = Object.fromEntries(
-      chain.map((id, i) => [id, i === 0 ? 'cancelled' : `cancelled: parent job ${chain[i - 1]} ended cancelled`]),
+      chain.map((id, i) => [
+        id,
+        i === 0 ? 'cancelled' : `cancelled: parent job ${chain[i - 1]} ended cancelled`,
+      ]),
     );
     expect(await states(...chain)).toEqual(expected);
     expect(await states(jobs[depth + 1]!.id)).toEqual({ [jobs[depth + 1]!.id]: 'queued' });

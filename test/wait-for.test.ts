@@ -2,7 +2,13 @@
 import type { ChildProcess } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { quoteIdent } from '../src/db/sql.js';
-import { JobNotFoundError, PermanentError, Skiplock, ValidationError, WaitTimeoutError } from '../src/index.js';
+import {
+  JobNotFoundError,
+  PermanentError,
+  Skiplock,
+  ValidationError,
+  WaitTimeoutError,
+} from '../src/index.js';
 import { waitFor } from './support/database.js';
 import { useTestDatabase } from './support/fixture.js';
 import { gate } from './support/gate.js';
@@ -133,13 +139,16 @@ describe('waitFor', () => {
     const listener = await t.db.pool.connect();
     t.defer(() => listener.release());
     const messages: { channel: string; message: unknown }[] = [];
-    listener.on('notification', (n) => messages.push({ channel: n.channel, message: JSON.parse(n.payload!) }));
+    listener.on('notification', (n) =>
+      messages.push({ channel: n.channel, message: JSON.parse(n.payload!) }),
+    );
     await listener.query(`LISTEN ${quoteIdent(`skipdone:${schema}`)}`);
     const job = await skiplock.enqueue('long', {}, { onSuccess: 'keep' });
     const outcome = skiplock.waitFor(job.id, { timeoutMs: 60_000 });
     await waitFor(
       async () =>
-        (await t.query(`SELECT 1 FROM ${quoteIdent(schema)}.jobs WHERE id = $1 AND awaited`, [job.id])).length === 1,
+        (await t.query(`SELECT 1 FROM ${quoteIdent(schema)}.jobs WHERE id = $1 AND awaited`, [job.id]))
+          .length === 1,
       30_000,
       'the waiter to mark its job',
     );
