@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import type { Queryable } from '../src/db/executor.js';
 import { FinishQueries } from '../src/db/queries/finish.js';
 import { schemaNames } from '../src/db/queries/schema-names.js';
-import { type Job, type TransactionalHandlerContext, ValidationError } from '../src/index.js';
+import { type Job, PermanentError, type TransactionalHandlerContext, ValidationError } from '../src/index.js';
 import { drain } from '../src/testing/index.js';
 import { waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
@@ -213,6 +213,48 @@ describe('progress and log lines', () => {
     expect(events.length).toBeLessThanOrEqual(3);
     expect(events.at(-1)).toMatchObject({ progress: { done: 1000, total: 1000 } });
     hold.open();
+  });
+
+  it('writes progress and log lines reported without await just before the handler returns or throws', async () => {
+    const worker = t.worker({
+      pollIntervalMs: 100,
+      onSuccess: 'keep',
+      handlers: {
+        sync: (_job, { progress, log }) => {
+          void progress('sync done');
+          void log('sync line');
+          return 1;
+        },
+        async: async (_job, { progress, log }) => {
+          void progress(1);
+          await new Promise((resolve) => setTimeout(resolve, 10));
+          void progress(2);
+          void log('async line');
+          return 2;
+        },
+        throws: (_job, { log }) => {
+          void log('about to fail');
+          throw new PermanentError('no');
+        },
+      },
+    });
+    await worker.start();
+    const jobs = await t.skiplock.enqueueMany([
+      { kind: 'sync', payload: {} },
+      { kind: 'async', payload: {} },
+      { kind: 'throws', payload: {} },
+    ]);
+    await waitFor(
+      async () => (await t.jobCount("status IN ('succeeded', 'failed')")) === 3,
+      30_000,
+      'the three jobs',
+    );
+    const shown = await Promise.all(jobs.map((j) => t.skiplock.getJob(j.id)));
+    expect(shown.map((j) => [j?.status, j?.progress, j?.logs?.map((l) => l.line)])).toEqual([
+      ['succeeded', 'sync done', ['sync line']],
+      ['succeeded', 2, ['async line']],
+      ['failed', null, ['about to fail']],
+    ]);
   });
 
   it('writes nothing once the lease is gone, and resolves false', async () => {

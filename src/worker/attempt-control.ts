@@ -16,6 +16,8 @@ export class AttemptControl {
   #onAbort: ((reason: unknown) => void) | undefined;
   /** Reads a job's parents for the handler context's `parents()`; set by whoever runs attempts on a database. */
   parentsOf: ((jobId: string) => Promise<ParentJob[]>) | undefined;
+  /** The attempt's progress and log writer, made on the handler's first report. */
+  output: ProgressWriter | undefined;
 
   /** The attempt's signal, made on first use. */
   get signal(): AbortSignal {
@@ -70,7 +72,6 @@ export function attemptContext(
   // The writer is made on the first report. Methods rather than arrow functions: they close over
   // this call all the same, and a transpiler that keeps function names (tsx, esbuild) renames each
   // named arrow with Object.defineProperty on every call, which cost more than the rest of a no-op attempt.
-  let writer: ProgressWriter | undefined;
   const context = {
     [CONTROL]: control,
     parents() {
@@ -80,13 +81,13 @@ export function attemptContext(
     },
     progress(value: unknown) {
       if (!sink) return NOT_WRITTEN;
-      writer ??= new ProgressWriter(sink, attempt);
-      return writer.progress(value);
+      control.output ??= new ProgressWriter(sink, attempt);
+      return control.output.progress(value);
     },
     log(line: string) {
       if (!sink) return NOT_WRITTEN;
-      writer ??= new ProgressWriter(sink, attempt);
-      return writer.log(line);
+      control.output ??= new ProgressWriter(sink, attempt);
+      return control.output.log(line);
     },
   };
   // One getter shared by every context: a getter of the object literal's own would be a new

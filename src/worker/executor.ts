@@ -68,9 +68,9 @@ export function runJob(
   try {
     result = handler(job, attemptContext(control, job.id, sink, attempt));
   } catch (error) {
-    return Promise.resolve(failure(error));
+    return afterOutput(control, failure(error));
   }
-  if (!isThenable(result)) return Promise.resolve(success(result));
+  if (!isThenable(result)) return afterOutput(control, success(result));
   const pending = result;
   return new Promise<RunOutcome>((resolve) => {
     const attempt = new SettlingAttempt(control, resolve);
@@ -117,7 +117,9 @@ class SettlingAttempt {
     this.settled = true;
     clearTimeout(this.#timer);
     this.#control.onAbort = undefined;
-    this.#resolve(outcome);
+    const output = this.#control.output;
+    if (output?.pending) void output.flush().then(() => this.#resolve(outcome));
+    else this.#resolve(outcome);
   }
 
   /** Fails the attempt with {@link JobTimeoutError} (and aborts it) after `timeoutMs`, unless settled. */
@@ -129,6 +131,16 @@ class SettlingAttempt {
       this.settle(failure(error));
     }, timeoutMs);
   }
+}
+
+/**
+ * `outcome`, once the progress and log lines the handler reported without
+ * awaiting them are written (at once when there are none): the attempt's end
+ * changes its lease, and a later write would be fenced off.
+ */
+function afterOutput(control: AttemptControl, outcome: RunOutcome): Promise<RunOutcome> {
+  const output = control.output;
+  return output?.pending ? output.flush().then(() => outcome) : Promise.resolve(outcome);
 }
 
 /** The success outcome of a handler that returned `value` (shared when it returned nothing). */

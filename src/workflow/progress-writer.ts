@@ -31,7 +31,8 @@ export class ProgressWriter {
   #lines: string[] = [];
   /** Callers whose values the next write carries. */
   #waiting: ((written: boolean) => void)[] = [];
-  #inFlight = false;
+  /** The write in flight, if any. */
+  #current: Promise<void> | undefined;
   #timer: TimerHandle | undefined;
   /** Monotonic time the last write began (-Infinity: none yet). */
   #lastWriteAt = Number.NEGATIVE_INFINITY;
@@ -68,12 +69,36 @@ export class ProgressWriter {
     return written;
   }
 
+  /**
+   * Writes what is queued now rather than after the interval, and resolves
+   * once nothing is queued or in flight: the attempt's end waits for it, so
+   * a report the handler did not await still reaches the row under its lease.
+   * Never rejects (a write that fails resolves its callers with false).
+   */
+  async flush(): Promise<void> {
+    for (;;) {
+      if (this.#current) {
+        await this.#current;
+        continue;
+      }
+      if (this.#waiting.length === 0) return;
+      this.#sink.clock.clearTimeout(this.#timer);
+      this.#timer = undefined;
+      this.#current = this.#write();
+    }
+  }
+
+  /** Whether a report is queued or being written. */
+  get pending(): boolean {
+    return this.#current !== undefined || this.#waiting.length > 0;
+  }
+
   #schedule(): void {
-    if (this.#inFlight || this.#timer !== undefined || this.#waiting.length === 0) return;
+    if (this.#current || this.#timer !== undefined || this.#waiting.length === 0) return;
     const waitMs = Math.max(0, this.#lastWriteAt + PROGRESS_WRITE_INTERVAL_MS - this.#sink.clock.monotonic());
     this.#timer = this.#sink.clock.setTimeout(() => {
       this.#timer = undefined;
-      void this.#write();
+      this.#current = this.#write();
     }, waitMs);
   }
 
@@ -84,16 +109,14 @@ export class ProgressWriter {
     this.#progress = null;
     this.#lines = [];
     this.#waiting = [];
-    this.#inFlight = true;
     this.#lastWriteAt = this.#sink.clock.monotonic();
     let written = false;
     try {
       written = await this.#sink.write(this.#attempt, progress, lines);
     } catch {
       written = false;
-    } finally {
-      this.#inFlight = false;
     }
+    this.#current = undefined;
     for (const resolve of waiting) resolve(written);
     this.#schedule();
   }
