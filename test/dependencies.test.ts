@@ -182,6 +182,80 @@ describe('dependsOn', () => {
     expect(await t.query(`SELECT * FROM ${t.jobs.replace(/jobs$/, 'job_dependencies')}`)).toEqual([]);
   });
 
+  it("a graph on the caller's client is all or none, in its transaction or outside one; the caller's transaction goes on", async () => {
+    const bad = [
+      { kind: 'step', payload: {}, ref: 'a' },
+      { kind: 'step', payload: {}, dependsOn: ['a'] },
+      { kind: 'step', payload: {}, dependsOn: ['a', '424242'] },
+    ];
+    const good = [
+      { kind: 'step', payload: {}, ref: 'a' },
+      { kind: 'step', payload: {}, dependsOn: ['a'] },
+    ];
+    const client = await t.db.pool.connect();
+    t.defer(() => client.release());
+    // Outside a transaction: nothing of a graph that fails stays.
+    const outside = await thrown(t.skiplock.enqueueMany(bad, { client }));
+    expect((outside as ValidationError).field).toBe('jobs[2].dependsOn[1]');
+    expect(await t.jobCount()).toBe(0);
+    const [a, b] = await t.skiplock.enqueueMany(good, { client });
+    expect(await states(a!.id, b!.id)).toEqual({ [a!.id]: 'queued', [b!.id]: 'waiting' });
+    // Inside one: the graph is undone, what the caller did before stays, and it commits.
+    await client.query('BEGIN');
+    await client.query(`INSERT INTO ${t.jobs} (kind) VALUES ('before')`);
+    const inside = await thrown(t.skiplock.enqueueMany(bad, { client }));
+    expect((inside as ValidationError).field).toBe('jobs[2].dependsOn[1]');
+    await client.query(`INSERT INTO ${t.jobs} (kind) VALUES ('after')`);
+    await client.query('COMMIT');
+    const kinds = await t.query<{ kind: string }>(`SELECT kind FROM ${t.jobs} ORDER BY id`);
+    expect(kinds.map((r) => r.kind)).toEqual(['step', 'step', 'before', 'after']);
+    // A client that is not a pg connection, outside a transaction: refused, nothing inserted.
+    const poolLike = { query: t.db.pool.query.bind(t.db.pool) };
+    const refused = await thrown(t.skiplock.enqueueMany(good, { client: poolLike }));
+    expect(refused).toBeInstanceOf(ValidationError);
+    expect((refused as ValidationError).field).toBe('options.client');
+    expect(await t.jobCount()).toBe(4);
+  });
+
+  it('a child enqueue that PostgreSQL fails to break a deadlock with a worker ending its parents is tried again', async () => {
+    const [p1, p2] = await t.skiplock.enqueueMany([
+      { kind: 'step', payload: {} },
+      { kind: 'step', payload: {} },
+    ]);
+    // Another transaction holds the second parent, as a finishing worker's statement does.
+    const holder = await t.db.pool.connect();
+    t.defer(() => holder.release());
+    await holder.query('BEGIN');
+    await holder.query(`SELECT 1 FROM ${t.jobs} WHERE id = $1 FOR UPDATE`, [p2!.id]);
+    const { rows } = await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    // The enqueue locks the first parent and waits for the second ...
+    const child = t.skiplock.enqueue('step', {}, { dependsOn: [p2!.id, p1!.id] });
+    await waitFor(
+      async () =>
+        (
+          await t.query<{ n: number }>(
+            'SELECT count(*)::int AS n FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))',
+            [rows[0]!.pid],
+          )
+        )[0]!.n > 0,
+      30_000,
+      'the enqueue to wait for the second parent',
+    );
+    // ... and the holder then wants the first: PostgreSQL fails the enqueue, which waited first.
+    await holder.query(`SELECT 1 FROM ${t.jobs} WHERE id = $1 FOR UPDATE`, [p1!.id]);
+    await holder.query('COMMIT');
+    const enqueued = await child;
+    expect(await states(enqueued.id)).toEqual({ [enqueued.id]: 'waiting' });
+    expect(
+      await t.query(
+        `SELECT parent_id::text FROM ${t.jobs.replace(/jobs$/, 'job_dependencies')} WHERE child_id = $1 ORDER BY 1`,
+        [enqueued.id],
+      ),
+    ).toEqual(
+      [{ parent_id: p1!.id }, { parent_id: p2!.id }].sort((x, y) => x.parent_id.localeCompare(y.parent_id)),
+    );
+  });
+
   it("a failed parent cancels its waiting children three levels down, each naming its parent; 'run' children run", async () => {
     const [root, l1, l2, l3, runner] = await t.skiplock.enqueueMany([
       { kind: 'fails', payload: {}, ref: 'root', maxAttempts: 1 },

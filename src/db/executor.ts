@@ -125,6 +125,29 @@ export async function withTransaction<T>(
   };
   client.on('error', onError);
   try {
+    return await transactionOn(client, fn, idleInTransactionTimeoutMs, readCommitted, (rollbackError) => {
+      broken = rollbackError;
+    });
+  } finally {
+    client.off('error', onError);
+    client.release(broken instanceof Error ? broken : undefined);
+  }
+}
+
+/**
+ * Runs `fn` inside BEGIN … COMMIT on `client`, a connection outside a
+ * transaction (see {@link withTransaction} for `idleInTransactionTimeoutMs`
+ * and `readCommitted`); rolls back on error and throws it translated. A
+ * ROLLBACK that fails too (a broken connection) is passed to `onBroken`.
+ */
+export async function transactionOn<C extends Queryable, T>(
+  client: C,
+  fn: (client: C) => Promise<T>,
+  idleInTransactionTimeoutMs = 60_000,
+  readCommitted = false,
+  onBroken?: (rollbackError: unknown) => void,
+): Promise<T> {
+  try {
     await client.query(readCommitted ? 'BEGIN ISOLATION LEVEL READ COMMITTED' : 'BEGIN');
     await client.query("SELECT pg_catalog.set_config('idle_in_transaction_session_timeout', $1, true)", [
       String(idleInTransactionTimeoutMs),
@@ -136,11 +159,8 @@ export async function withTransaction<T>(
     try {
       await client.query('ROLLBACK');
     } catch (rollbackError) {
-      broken = rollbackError;
+      onBroken?.(rollbackError);
     }
     throw translateError(error);
-  } finally {
-    client.off('error', onError);
-    client.release(broken instanceof Error ? broken : undefined);
   }
 }

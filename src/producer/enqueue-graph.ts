@@ -5,13 +5,15 @@
  * entry a ref or a job id, no cycle), then inserted parents first in one
  * transaction: all or none.
  */
-import type { Queryable } from '../db/executor.js';
+import pg from 'pg';
+import { type Queryable, transactionOn, withTransaction } from '../db/executor.js';
 import { UnknownParentError } from '../db/queries/dependencies.js';
 import type { NewJob } from '../db/queries/insert.js';
 import type { JobQueries } from '../db/queries/jobs.js';
-import { ValidationError } from '../errors.js';
+import { DatabaseError, ValidationError } from '../errors.js';
 import { toJob } from '../job/job.js';
 import type { EnqueuedJob } from '../job/unique.js';
+import { retryingDeadlocks } from './deadlocks.js';
 import { isJobId } from './job-options.js';
 
 /** A parent of an item: another item of the call, or a job that exists already. */
@@ -122,4 +124,61 @@ export async function insertGraph(
     result[i] = { ...toJob(record), duplicate: false };
   }
   return result;
+}
+
+/**
+ * Runs `insert`, which writes jobs with parents, so that it leaves all or
+ * nothing and gives way to deadlocks: a child's insert locks its parents in id
+ * order, and a worker ending several of them in one statement may lock them in
+ * another, so PostgreSQL may fail the insert (40P01); it is then undone and
+ * tried again after a pause. Where it runs:
+ * - without `client`: a `single` statement on `pool`, more in a READ
+ *   COMMITTED transaction on it;
+ * - on a `client` inside a transaction: under a savepoint, rolled back to on
+ *   any error, so the caller's transaction goes on without any of it;
+ * - on a `client` outside a transaction: a `single` statement as it is; more
+ *   statements (a graph) in a transaction of their own on it when it is a
+ *   `pg` connection.
+ *
+ * @throws {ValidationError} (field `options.client`) for several statements on
+ *   a client outside a transaction that is not a `pg` connection; nothing is inserted.
+ * @throws {DatabaseError} 40P01 after the last retry, or any other error of `insert`.
+ */
+export async function insertWithParents<T>(
+  queries: JobQueries,
+  pool: pg.Pool,
+  client: Queryable | undefined,
+  single: boolean,
+  insert: (db: Queryable) => Promise<T>,
+): Promise<T> {
+  if (!client)
+    return retryingDeadlocks(() => (single ? insert(pool) : withTransaction(pool, insert, undefined, true)));
+  const savepoints = queries.insert.unique;
+  try {
+    await savepoints.savepoint(client, 'batch');
+  } catch (error) {
+    if (!(error instanceof DatabaseError && error.sqlState === '25P01')) throw error;
+    if (single) return retryingDeadlocks(() => insert(client));
+    if (!(client instanceof pg.Client))
+      throw new ValidationError(
+        'options.client',
+        'is outside a transaction: jobs that depend on each other go in all or none, so pass a client inside BEGIN … COMMIT, or none',
+      );
+    return retryingDeadlocks(() => transactionOn(client, insert, undefined, true));
+  }
+  try {
+    const result = await retryingDeadlocks(
+      () => insert(client),
+      () => savepoints.rollbackToSavepoint(client, 'batch'),
+    );
+    await savepoints.releaseSavepoint(client, 'batch');
+    return result;
+  } catch (error) {
+    // A failed statement left the transaction aborted: back to the savepoint, it goes on.
+    await savepoints.rollbackToSavepoint(client, 'batch').then(
+      () => savepoints.releaseSavepoint(client, 'batch'),
+      () => {},
+    );
+    throw error;
+  }
 }

@@ -7,7 +7,6 @@
  * and each item gets what its own call would have returned. The unique index
  * decides every race; nothing here checks and then inserts.
  */
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { Queryable } from '../db/executor.js';
 import type { HolderRow, NewUniqueJob, UniqueJobRow, UniqueSavepoint } from '../db/queries/insert-unique.js';
 import { toJobRecord } from '../db/queries/job-row.js';
@@ -16,6 +15,7 @@ import { DatabaseError, SkiplockError } from '../errors.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../job/defaults.js';
 import { type Job, toJob } from '../job/job.js';
 import type { EnqueuedJob } from '../job/unique.js';
+import { deadlockPause, isDeadlock, MAX_DEADLOCK_RETRIES } from './deadlocks.js';
 
 /**
  * Rounds of insert-then-read of one key set before giving up. A round repeats
@@ -24,12 +24,6 @@ import type { EnqueuedJob } from '../job/unique.js';
  * holder).
  */
 const MAX_ROUNDS = 20;
-
-/** Deadlocks a batch tries a step again after before it gives up (each costs the server's `deadlock_timeout`). */
-const MAX_DEADLOCK_RETRIES = 5;
-
-/** Least pause, in milliseconds, before a batch tries a step again after a deadlock; jittered, and longer each time. */
-const DEADLOCK_PAUSE_MS = 20;
 
 /**
  * The transaction the statements run in, when they share one: skiplock's own
@@ -269,14 +263,14 @@ class Steps {
       try {
         done = await step(settled);
       } catch (error) {
-        if (!(error instanceof DatabaseError && error.sqlState === '40P01')) throw error;
+        if (!isDeadlock(error)) throw error;
         // A deadlock the database broke by failing this statement: with a worker
         // finishing a holder, or with a transaction that took keys out of order
         // across its calls. Undone, the other side goes on; after a pause (so it
         // takes first what this step let go of), the step is tried again.
         await this.#undo(mark);
         if (++this.#deadlocks > MAX_DEADLOCK_RETRIES) throw error;
-        await sleep(DEADLOCK_PAUSE_MS * (1 + Math.random()) * this.#deadlocks);
+        await deadlockPause(this.#deadlocks);
         continue;
       }
       if (!done) {

@@ -15,7 +15,7 @@ import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES, toJob } from '../job/job.
 import type { EnqueuedJob } from '../job/unique.js';
 import { parseOptions } from '../options.js';
 import type { JobTracing } from '../telemetry/tracing.js';
-import { insertGraph, isGraph, planGraph } from './enqueue-graph.js';
+import { insertGraph, insertWithParents, isGraph, planGraph } from './enqueue-graph.js';
 import { enqueueUnique, isUnique, type UniqueTransaction } from './enqueue-unique.js';
 import {
   clientOptionsSchema,
@@ -46,31 +46,40 @@ export async function enqueueOne(
   const parsed = parseOptions(enqueueOptionsSchema, options, 'options');
   const job = toNewJob(kind, payload, parsed, { kind: 'kind', payload: 'payload', options: 'options.' });
   assertPayloadSize(job.payloadJson, 'payload', maxPayloadBytes);
-  const db = parsed.client ?? pool;
+  const insert = () => insertOne(queries, pool, parsed.client, job);
   if (tracing) {
-    const [enqueued] = await tracing.enqueue([job], async () => [await insertOne(queries, db, job)]);
+    const [enqueued] = await tracing.enqueue([job], async () => [await insert()]);
     return enqueued!;
   }
-  return insertOne(queries, db, job);
+  return insert();
 }
 
 /** One validated job: inserted, or found holding its unique key. */
-async function insertOne(queries: JobQueries, db: Queryable, job: NewJob): Promise<EnqueuedJob> {
-  if (job.dependsOn) return insertChild(queries, db, job, job.dependsOn);
+async function insertOne(
+  queries: JobQueries,
+  pool: pg.Pool,
+  client: Queryable | undefined,
+  job: NewJob,
+): Promise<EnqueuedJob> {
+  const { dependsOn } = job;
+  if (dependsOn) {
+    dependsOn.forEach((id, k) => {
+      if (!isJobId(id)) throw new ValidationError(`options.dependsOn[${k}]`, 'must be a job id');
+    });
+    return insertWithParents(queries, pool, client, true, (db) => insertChild(queries, db, job, dependsOn));
+  }
+  const db = client ?? pool;
   if (isUnique(job)) return (await enqueueUnique(queries, db, [job]))[0]!;
   return { ...toJob(await queries.insert.one(db, job)), duplicate: false };
 }
 
-/** A job with parents: every entry must be a job id that names a job. */
+/** A job with parents (job ids, checked): every one must name a job. */
 async function insertChild(
   queries: JobQueries,
   db: Queryable,
   job: NewJob,
   parentIds: string[],
 ): Promise<EnqueuedJob> {
-  parentIds.forEach((id, k) => {
-    if (!isJobId(id)) throw new ValidationError(`options.dependsOn[${k}]`, 'must be a job id');
-  });
   try {
     const record = await queries.dependencies.insertChild(
       db,
@@ -121,9 +130,7 @@ export async function enqueueMany(
   if (isGraph(items)) {
     const plan = planGraph(items, rows);
     const insert = () =>
-      parsed.client
-        ? insertGraph(queries, parsed.client, rows, plan)
-        : withTransaction(pool, (client) => insertGraph(queries, client, rows, plan), undefined, true);
+      insertWithParents(queries, pool, parsed.client, false, (db) => insertGraph(queries, db, rows, plan));
     return tracing ? tracing.enqueue(rows, insert) : insert();
   }
   if (tracing) return tracing.enqueue(rows, () => insertAll(queries, pool, parsed.client, items, rows));
