@@ -158,6 +158,15 @@ describe('dependsOn', () => {
     expect(cycle).toBeInstanceOf(ValidationError);
     expect((cycle as ValidationError).field).toBe('jobs[0].dependsOn[0]');
     expect((cycle as ValidationError).reason).toBe('forms a cycle');
+    // An item below a cycle is not on it: the error names an entry of the cycle.
+    const below = await thrown(
+      t.skiplock.enqueueMany([
+        { kind: 'step', payload: {}, ref: 'x', dependsOn: ['b'] },
+        { kind: 'step', payload: {}, ref: 'a', dependsOn: ['b'] },
+        { kind: 'step', payload: {}, ref: 'b', dependsOn: ['a'] },
+      ]),
+    );
+    expect((below as ValidationError).field).toBe('jobs[2].dependsOn[0]');
     const unknown = await thrown(
       t.skiplock.enqueueMany([
         { kind: 'step', payload: {}, ref: 'a' },

@@ -83,10 +83,14 @@ export function planGraph(items: readonly unknown[], rows: readonly NewJob[]): G
     for (const child of childrenOf[i]!) if (--waitingFor[child]! === 0) ready.push(child);
   }
   if (order.length < rows.length) {
+    // Every item left has a parent left: walking up from one comes back to an
+    // item it passed, which is on a cycle; the error names that item's entry.
     const placed = new Set(order);
-    const i = rows.findIndex((_, i) => !placed.has(i));
-    const k = parents[i]!.findIndex((p) => 'item' in p && !placed.has(p.item));
-    throw new ValidationError(`jobs[${i}].dependsOn[${k}]`, 'forms a cycle');
+    const upward = (j: number) => parents[j]!.findIndex((p) => 'item' in p && !placed.has(p.item));
+    const next = (j: number) => (parents[j]![upward(j)] as { item: number }).item;
+    let i = rows.findIndex((_, j) => !placed.has(j));
+    for (const passed = new Set<number>(); !passed.has(i); i = next(i)) passed.add(i);
+    throw new ValidationError(`jobs[${i}].dependsOn[${upward(i)}]`, 'forms a cycle');
   }
   return { order, parents };
 }
