@@ -1,5 +1,5 @@
 /**
- * `skiplock.cancel(filter)`: queued jobs end `cancelled` at once; for running
+ * `skiplock.cancel(filter)`: waiting and queued jobs end `cancelled` at once; for running
  * ones the worker holding the lease is told to abort the handler, and the job
  * ends `cancelled` when the handler stops, whatever it returns.
  */
@@ -16,7 +16,7 @@ export type { CancelCounts };
 
 /** Which jobs to cancel; every given field must match, and at least one must be given. */
 export interface CancelFilter<Kind extends string = string> extends JobSelection<Kind> {
-  /** Only queued or only running jobs. @default both */
+  /** Only jobs in these statuses: `waiting`, `queued`, `running`. @default all three */
   status?: CancellableStatus | CancellableStatus[];
 }
 
@@ -25,7 +25,7 @@ const cancelSchema = z.strictObject({
   ids: idList.optional(),
   status: z
     .union([z.enum(CANCELLABLE_STATUSES), z.array(z.enum(CANCELLABLE_STATUSES))], {
-      error: "must be 'queued' or 'running'",
+      error: "must be 'waiting', 'queued' or 'running'",
     })
     .optional(),
   kind: stringList.optional(),
