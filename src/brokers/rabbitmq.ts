@@ -196,7 +196,24 @@ export interface RabbitmqWorkerOptions<Jobs extends JobMap>
 /** How many completed message ids a worker remembers, to drop a message delivered twice. */
 const REMEMBERED_MESSAGE_IDS = 10_000;
 
-/** A broker-side worker on RabbitMQ: `start()`, `stop()`, events. */
+/** First pause, in milliseconds, before a worker connects again after losing its connection; doubled each failure. */
+const RECONNECT_FIRST_MS = 500;
+
+/** Longest pause, in milliseconds, between a worker's attempts to connect again. */
+const RECONNECT_MAX_MS = 10_000;
+
+/** A delivery and the channel it came on (acknowledged on that channel only). */
+interface Held {
+  channel: ConfirmChannel;
+  message: ConsumeMessage;
+}
+
+/**
+ * A broker-side worker on RabbitMQ: `start()`, `stop()`, events. When the
+ * broker closes its connection (a restart, a dropped socket) it reports an
+ * `error` (source `consume`) and connects again by itself, with a pause that
+ * doubles from 0.5 s up to 10 s, until it is stopped.
+ */
 export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
   /** The id recorded in the attempt history. */
   readonly id: string;
@@ -204,12 +221,18 @@ export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
   readonly #settings: ReturnType<typeof resolveBrokerWorkerOptions>;
   readonly #runner: DeliveryRunner;
   readonly #done = new Set<string>();
-  /** Message ids of the deliveries running or waiting for a slot here. */
-  readonly #current = new Set<string>();
+  /**
+   * The deliveries running or waiting for a slot here, by message id. When the
+   * connection was lost under one, the broker delivers it again on the new
+   * connection; that delivery takes its place, and the attempt's outcome is
+   * acknowledged on it.
+   */
+  readonly #current = new Map<string, Held>();
   /** Deliveries waiting for a free slot. */
   readonly #waiting: (() => void)[] = [];
   #connection: { model: ChannelModel; channel: ConfirmChannel } | undefined;
-  readonly #consumerTags: string[] = [];
+  #consumerTags: string[] = [];
+  #reconnectTimer: NodeJS.Timeout | undefined;
   #stopping: Promise<void> | undefined;
 
   /** Made by {@link rabbitmqWorker}. */
@@ -235,8 +258,14 @@ export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
    */
   async start(): Promise<void> {
     if (this.#connection || this.#stopping) return;
+    await this.#connect();
+    if (this.#settings.handleSignals) stopOnSignals(this);
+  }
+
+  async #connect(): Promise<void> {
     const connection = await open(await loadClient(), this.#queues.url);
     const { channel } = connection;
+    const tags: string[] = [];
     try {
       await channel.prefetch(this.#settings.concurrency);
       for (const queue of this.#settings.queues) {
@@ -245,20 +274,55 @@ export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
         const { consumerTag } = await channel.consume(name, (message) => {
           if (message) this.#deliver(channel, message);
         });
-        this.#consumerTags.push(consumerTag);
+        tags.push(consumerTag);
       }
     } catch (error) {
-      this.#consumerTags.length = 0;
       await connection.model.close().catch(() => {});
       throw error;
     }
+    const lost = (error?: unknown) => this.#lost(connection, error);
+    connection.model.on('close', lost);
+    channel.on('close', lost);
     this.#connection = connection;
-    if (this.#settings.handleSignals) stopOnSignals(this);
+    this.#consumerTags = tags;
+  }
+
+  /** The broker closed `connection` (or its channel): report it and connect again, unless stopping. */
+  #lost(connection: { model: ChannelModel }, error?: unknown): void {
+    if (this.#connection !== connection || this.#stopping) return;
+    this.#connection = undefined;
+    this.#consumerTags = [];
+    void connection.model.close().catch(() => {});
+    this.#runner.report(
+      new Error(
+        `the broker closed the connection${error ? `: ${describeFailure(error)}` : ''}; connecting again`,
+        {
+          cause: error,
+        },
+      ),
+      'consume',
+    );
+    this.#reconnectAfter(RECONNECT_FIRST_MS);
+  }
+
+  #reconnectAfter(delayMs: number): void {
+    this.#reconnectTimer = setTimeout(async () => {
+      this.#reconnectTimer = undefined;
+      if (this.#stopping) return;
+      try {
+        await this.#connect();
+        // Stopped while connecting: the stop saw no connection to close.
+        if (this.#stopping) await closeWithin(this.#connection!.model, this.#settings.shutdownTimeoutMs);
+      } catch (error) {
+        this.#runner.report(error, 'consume');
+        if (!this.#stopping) this.#reconnectAfter(Math.min(delayMs * 2, RECONNECT_MAX_MS));
+      }
+    }, delayMs);
   }
 
   #deliver(channel: ConfirmChannel, message: ConsumeMessage): void {
     if (this.#stopping) {
-      channel.nack(message, false, true);
+      settle(() => channel.nack(message, false, true));
       return;
     }
     let job: RelayedJob;
@@ -266,22 +330,32 @@ export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
       job = decodeRelayedJob(message.content);
     } catch (error) {
       // Not a skiplock job: dropped (dead-lettered where the queue has a policy for it), and reported.
-      channel.nack(message, false, false);
+      settle(() => channel.nack(message, false, false));
       this.#runner.report(error, 'consume');
       return;
     }
     const messageId = brokerMessageId(job);
-    // A copy of a message finished or still running here (a relay killed before
-    // it removed its batch publishes it again): dropped. The copy running here
-    // keeps its own delivery, which goes back to the queue if it does not finish.
-    if (this.#done.has(messageId) || this.#current.has(messageId)) {
-      channel.ack(message);
+    if (this.#done.has(messageId)) {
+      settle(() => channel.ack(message));
       return;
     }
-    this.#current.add(messageId);
+    const held = this.#current.get(messageId);
+    if (held) {
+      // The same job delivered again while it runs here: on this channel, a copy
+      // published twice (a relay killed before it removed its batch), dropped;
+      // after a lost connection, the broker's redelivery, which takes the place
+      // of the delivery the old channel can no longer acknowledge.
+      if (held.channel === channel) settle(() => channel.ack(message));
+      else this.#current.set(messageId, { channel, message });
+      return;
+    }
+    this.#current.set(messageId, { channel, message });
     const name = rabbitmqQueueName(this.#queues.queue, job.queue);
+    // Each reads the delivery when the attempt ends: it may have been delivered again since.
+    const delivery = () => this.#current.get(messageId) ?? { channel, message };
     const republish = async (next: RelayedJob) => {
       const waitMs = next.notBefore === undefined ? 0 : Date.parse(next.notBefore) - Date.now();
+      const { channel } = delivery();
       await (waitMs > 0 ? send(channel, `${name}.delay`, next, waitMs) : send(channel, name, next));
     };
     const run = () =>
@@ -290,20 +364,20 @@ export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
           {
             job,
             ack: () => {
-              channel.ack(message);
               this.#remember(messageId);
+              const { channel, message } = delivery();
+              settle(() => channel.ack(message));
             },
             retry: async (delayMs) => {
-              if (delayMs <= 0) {
-                channel.nack(message, false, true);
-                return;
+              const { channel, message } = delivery();
+              if (delayMs > 0) {
+                try {
+                  await send(channel, `${name}.delay`, job, delayMs);
+                  settle(() => channel.ack(message));
+                  return;
+                } catch {}
               }
-              try {
-                await send(channel, `${name}.delay`, job, delayMs);
-                channel.ack(message);
-              } catch {
-                channel.nack(message, false, true);
-              }
+              settle(() => channel.nack(message, false, true));
             },
             working: () => {},
           },
@@ -316,8 +390,9 @@ export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
     // The prefetch is per queue's consumer (quorum queues have no channel-wide one): the slots are shared here.
     const start = () => {
       if (this.#stopping) {
+        const { channel, message } = delivery();
         this.#current.delete(messageId);
-        channel.nack(message, false, true);
+        settle(() => channel.nack(message, false, true));
       } else void run();
     };
     if (this.#runner.activeCount < this.#settings.concurrency) start();
@@ -336,6 +411,7 @@ export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
    */
   stop(): Promise<void> {
     this.#stopping ??= (async () => {
+      clearTimeout(this.#reconnectTimer);
       const connection = this.#connection;
       // Each broker round trip is bounded: a broker that stopped answering never holds the stop up.
       for (const tag of this.#consumerTags) {
@@ -353,6 +429,16 @@ export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
     })();
     return this.#stopping;
   }
+}
+
+/**
+ * Acknowledges or hands back a delivery; on a channel the broker closed that
+ * throws, and the broker delivers the message again (or already has).
+ */
+function settle(answer: () => void): void {
+  try {
+    answer();
+  } catch {}
 }
 
 /**

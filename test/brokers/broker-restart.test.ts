@@ -6,12 +6,13 @@
  * drops a batch published again under the same message id, so the stream
  * holds each job once; RabbitMQ may hold a repeat (a batch the broker stored
  * but whose confirms were lost with the connection), always under the job's
- * message id, which consumers deduplicate by.
+ * message id, which consumers deduplicate by. A rabbitmqWorker whose broker
+ * restarts connects again by itself and handles every job.
  */
 import { describe, expect, it } from 'vitest';
 import { natsTarget } from '../../src/brokers/nats.js';
-import { rabbitmqQueueName, rabbitmqTarget } from '../../src/brokers/rabbitmq.js';
-import type { RelayedJob, RelayTarget } from '../../src/index.js';
+import { rabbitmqQueueName, rabbitmqTarget, rabbitmqWorker } from '../../src/brokers/rabbitmq.js';
+import type { Job, RelayedJob, RelayTarget } from '../../src/index.js';
 import { useTestDatabase } from '../support/fixture.js';
 import { streamMessages, until } from '../support/nats.js';
 import { drainQueue } from '../support/rabbitmq.js';
@@ -94,5 +95,49 @@ describe.each(brokers)('$name restarting under a relay', (broker) => {
     const repeats = messages.length - arrived.length;
     console.log(`[broker-restart] ${broker.name}: ${ids.length} jobs, ${repeats} repeats`);
     if (!broker.repeats) expect(repeats).toBe(0);
+  }, 240_000);
+});
+
+describe('RabbitMQ restarting under a rabbitmqWorker', () => {
+  it('the worker connects again by itself and every job is handled', async () => {
+    const server = await startPrivateRabbitmq(t);
+    const handled = new Set<string>();
+    const worker = rabbitmqWorker(t.skiplock, {
+      url: server.url,
+      queue: 'consumed',
+      queues: [QUEUE],
+      handlers: {
+        a: (job: Job) => {
+          handled.add(job.id);
+        },
+      },
+      handleSignals: false,
+    });
+    const failures: string[] = [];
+    worker.on('error', (_error, source) => failures.push(source));
+    await b.started(worker);
+    const relay = b.relay({
+      target: rabbitmqTarget({ url: server.url, queue: 'consumed' }),
+      queues: [QUEUE],
+      publishTimeoutMs: 1000,
+      retryDelayMs: 200,
+    });
+    relay.start();
+    const enqueue = async (wave: number) =>
+      (
+        await t.skiplock.enqueueMany(
+          Array.from({ length: WAVE / 2 }, (_, n) => ({ kind: 'a', payload: { wave, n }, queue: QUEUE })),
+        )
+      ).map((job) => job.id);
+    const ids = await enqueue(0);
+    await until(() => ids.every((id) => handled.has(id)), 'the first jobs handled');
+
+    await server.stop('SIGTERM');
+    await until(() => failures.includes('consume'), 'the worker to report the lost connection');
+    ids.push(...(await enqueue(1)));
+    await server.start();
+    ids.push(...(await enqueue(2)));
+    await until(() => ids.every((id) => handled.has(id)), 'every job handled', 120_000);
+    expect([...handled].sort()).toEqual([...ids].sort());
   }, 240_000);
 });
