@@ -38,6 +38,21 @@ async function states(...ids: string[]): Promise<Record<string, string>> {
   );
 }
 
+/** Resolves once some session waits for a lock that backend `pid` holds. */
+async function blocking(pid: number, what: string): Promise<void> {
+  await waitFor(
+    async () =>
+      (
+        await t.query<{ n: number }>(
+          'SELECT count(*)::int AS n FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))',
+          [pid],
+        )
+      )[0]!.n > 0,
+    30_000,
+    what,
+  );
+}
+
 describe('dependsOn', () => {
   it('a diamond runs in order: the fan-in job starts after both branches ended', async () => {
     const [a, b, c, d] = await t.skiplock.enqueueMany([
@@ -239,17 +254,7 @@ describe('dependsOn', () => {
     const { rows } = await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
     // The enqueue locks the first parent and waits for the second ...
     const child = t.skiplock.enqueue('step', {}, { dependsOn: [p2!.id, p1!.id] });
-    await waitFor(
-      async () =>
-        (
-          await t.query<{ n: number }>(
-            'SELECT count(*)::int AS n FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))',
-            [rows[0]!.pid],
-          )
-        )[0]!.n > 0,
-      30_000,
-      'the enqueue to wait for the second parent',
-    );
+    await blocking(rows[0]!.pid, 'the enqueue to wait for the second parent');
     // ... and the holder then wants the first: PostgreSQL fails the enqueue, which waited first.
     await holder.query(`SELECT 1 FROM ${t.jobs} WHERE id = $1 FOR UPDATE`, [p1!.id]);
     await holder.query('COMMIT');
@@ -744,17 +749,7 @@ it('a parent cancelled while its child is being enqueued: the cancel waits for t
     const child = await t.skiplock.enqueue('step', {}, { dependsOn: [parent.id], client });
     const cancelled = t.skiplock.cancel({ ids: [parent.id] });
     // The cancel waits on the parent's row, locked by the child's enqueue until it commits.
-    await waitFor(
-      async () =>
-        (
-          await t.query<{ n: number }>(
-            'SELECT count(*)::int AS n FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))',
-            [rows[0]!.pid],
-          )
-        )[0]!.n > 0,
-      30_000,
-      'the cancel to wait for the lock',
-    );
+    await blocking(rows[0]!.pid, 'the cancel to wait for the lock');
     await client.query('COMMIT');
     expect(await cancelled).toMatchObject({ cancelled: 1 });
     expect(await states(parent.id, child.id)).toEqual({
