@@ -150,6 +150,52 @@ describe('lease', () => {
     expect(sweeps).toEqual([]);
   });
 
+  it("a row another transaction holds locked holds up neither the other leases' heartbeat nor its own lease", async () => {
+    const release = gate();
+    const worker = t.worker({
+      ...base,
+      concurrency: 2,
+      heartbeatIntervalMs: 100,
+      onSuccess: 'keep',
+      handlers: { long: () => release.opened },
+    });
+    const lost = record(worker, 'job:stale');
+    await worker.start();
+    const [locked, other] = await t.skiplock.enqueueMany([
+      { kind: 'long', payload: {} },
+      { kind: 'long', payload: {} },
+    ]);
+    await waitFor(async () => (await t.jobCount("status = 'running'")) === 2, 20_000, 'both jobs running');
+    // As a child's enqueue naming it as parent does, until its transaction commits.
+    const holder = await t.db.pool.connect();
+    t.defer(() => holder.release());
+    await holder.query('BEGIN');
+    await holder.query(`SELECT 1 FROM ${t.jobs} WHERE id = $1 FOR UPDATE`, [locked!.id]);
+    const lockedAt = async (id: string) =>
+      (
+        await t.query<{ at: Date }>(`SELECT locked_at AS at FROM ${t.jobs} WHERE id = $1`, [id])
+      )[0]!.at.getTime();
+    const before = await lockedAt(other!.id);
+    await waitFor(async () => (await lockedAt(other!.id)) > before, 20_000, 'the other lease renewed');
+    await holder.query('COMMIT');
+    const unlockedBefore = await lockedAt(locked!.id);
+    await waitFor(
+      async () => (await lockedAt(locked!.id)) > unlockedBefore,
+      20_000,
+      'the locked lease renewed',
+    );
+    const succeeded = nextEvent(worker, 'job:success');
+    release.open();
+    await succeeded;
+    await waitFor(
+      async () => (await t.jobCount("status = 'succeeded'")) === 2,
+      20_000,
+      'both jobs succeeded',
+    );
+    expect(await t.jobCount('attempts = 1')).toBe(2);
+    expect(lost).toEqual([]);
+  });
+
   it('a heartbeat that finds its lease reclaimed aborts the handler', async () => {
     const started = gate<AbortSignal>();
     const worker = t.worker({

@@ -6,7 +6,7 @@ import { schemaNames } from '../src/db/queries/schema-names.js';
 import { type Job, PermanentError, type TransactionalHandlerContext, ValidationError } from '../src/index.js';
 import { drain } from '../src/testing/index.js';
 import { waitFor } from './support/database.js';
-import { nextEvent } from './support/events.js';
+import { nextEvent, record } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
 import { gate } from './support/gate.js';
 import { reclaim } from './support/leases.js';
@@ -114,6 +114,33 @@ describe('results', () => {
       result: { rows: 1 },
       progress: 'half',
     });
+  });
+
+  it('a transactional handler that enqueued a child of its own job: progress() does not wait for its own lock', async () => {
+    const reported: boolean[] = [];
+    const worker = t.worker({
+      pollIntervalMs: 100,
+      statementTimeoutMs: 60_000,
+      onSuccess: 'keep',
+      handlers: {
+        tx: {
+          transactional: true,
+          handle: async (job: Job, { client, progress }: TransactionalHandlerContext) => {
+            await t.skiplock.enqueue('child', {}, { client, dependsOn: [job.id] });
+            reported.push(await progress('locked by my own transaction'));
+            return 'parent';
+          },
+        },
+        child: () => 'child',
+      },
+    });
+    const errors = record(worker, 'error');
+    await worker.start();
+    const job = await t.skiplock.enqueue('tx', {});
+    await waitFor(async () => (await t.jobCount("status = 'succeeded'")) === 2, 30_000, 'parent and child');
+    expect(reported).toEqual([false]);
+    expect(errors).toEqual([]);
+    expect((await t.skiplock.getJob(job.id))?.result).toBe('parent');
   });
 
   it("drain() stores results by the job's own policy, as a worker does", async () => {

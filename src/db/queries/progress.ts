@@ -2,7 +2,10 @@
  * The handler's progress and log lines, written while its lease is held: one
  * statement sets the last progress value and appends log lines (kept newest
  * {@link MAX_LOG_LINES}), fenced like every result (see job-row.ts). A lease
- * that was reclaimed changes nothing.
+ * that was reclaimed changes nothing, and neither does a row another
+ * transaction holds locked (a child's enqueue naming the job as its parent,
+ * perhaps in the job's own transactional handler): progress is advisory, and
+ * waiting could outlast that transaction's own wait for the handler.
  */
 import { MAX_LOG_LINES } from '../../workflow/job-output.js';
 import { type Queryable, run, type Statement } from '../executor.js';
@@ -26,7 +29,7 @@ export class ProgressQueries {
                                 || (SELECT jsonb_agg(jsonb_build_object('at', now(), 'line', l) ORDER BY n)
                                     FROM unnest($5::text[]) WITH ORDINALITY AS u(l, n)),
                               '$[last-${MAX_LOG_LINES - 1} to last]') END
-       ${LEASE_FENCE}
+       WHERE j.id IN (SELECT j.id FROM ${names.jobs} j ${LEASE_FENCE} FOR UPDATE SKIP LOCKED)
        RETURNING j.id`,
     );
   }
@@ -35,7 +38,8 @@ export class ProgressQueries {
    * Sets the job's progress (`progressJson`, JSON text; null leaves it) and
    * appends `lines` to its log, if `lease` is still held by `workerId`.
    *
-   * @returns whether the lease was held (false: nothing was written).
+   * @returns whether it was written (false: the lease was not held, or the
+   *   row was locked by another transaction).
    * @throws {DatabaseError} from the database.
    */
   async write(

@@ -83,11 +83,19 @@ export class ResultQueries {
   constructor(names: SchemaNames) {
     const { jobs, statement } = names;
     this.#channel = names.channel;
+    // A row another transaction has locked (a child's enqueue that names the
+    // job as its parent, maybe in the job's own transactional handler) is
+    // skipped rather than waited for, so it never holds up the renewal of the
+    // worker's other leases; it is renewed by a later beat. The leases held
+    // are read from the statement's snapshot, skipped rows included.
     this.#heartbeat = statement(
       'heartbeat',
-      `UPDATE ${jobs} j SET locked_at = now()
-       ${LEASE_FENCE}
-       RETURNING j.id, j.lease_seq, j.cancel_requested_at IS NOT NULL AS cancel_requested`,
+      `WITH renewed AS (
+         UPDATE ${jobs} j SET locked_at = now()
+         WHERE j.id IN (SELECT j.id FROM ${jobs} j ${LEASE_FENCE} FOR UPDATE SKIP LOCKED)
+       )
+       SELECT j.id, j.lease_seq, j.cancel_requested_at IS NOT NULL AS cancel_requested
+       FROM ${jobs} j ${LEASE_FENCE}`,
     );
     // Gives jobs back without charging the attempt, and wakes other workers for
     // them; a job whose cancel was requested ends `cancelled` instead, charged
