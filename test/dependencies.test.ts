@@ -126,6 +126,31 @@ describe('dependsOn', () => {
     expect((error2 as ValidationError).field).toBe('options.dependsOn[0]');
   });
 
+  it('a child released by its parents keeps the delay or run_at it was enqueued with', async () => {
+    const [parent, delayed, plain] = await t.skiplock.enqueueMany([
+      { kind: 'step', payload: {}, ref: 'p' },
+      { kind: 'step', payload: {}, dependsOn: ['p'], delayMs: 3_600_000 },
+      { kind: 'step', payload: {}, dependsOn: ['p'] },
+    ]);
+    const [sql] = await t.query<{ id: string }>(
+      `SELECT ${quoteIdent(t.schema)}.enqueue('step', '{}', depends_on => ARRAY[$1::bigint],
+                                            run_at => now() + interval '2 hours') AS id`,
+      [parent!.id],
+    );
+    const ran: string[] = [];
+    await drain(t.skiplock, { step: (job: Job) => void ran.push(job.id) }, { onSuccess: 'keep' });
+    expect(ran).toEqual([parent!.id, plain!.id]);
+    const rows = await t.query<{ id: string; status: string; due_in_s: number }>(
+      `SELECT id, status, round(extract(epoch FROM run_at - now()) / 60)::int * 60 AS due_in_s
+       FROM ${t.jobs} WHERE id = ANY($1::bigint[]) ORDER BY id`,
+      [[delayed!.id, sql!.id]],
+    );
+    expect(rows).toEqual([
+      { id: delayed!.id, status: 'queued', due_in_s: 3600 },
+      { id: sql!.id, status: 'queued', due_in_s: 7200 },
+    ]);
+  });
+
   it('a child keeps its group key, tags and start deadline', async () => {
     const parent = await t.skiplock.enqueue('step', {});
     const child = await t.skiplock.enqueue(

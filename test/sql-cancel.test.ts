@@ -165,14 +165,14 @@ describe('cancel()', () => {
     expect(await t.query(`SELECT ${fn('cancel')}(queues => ARRAY['q2']) AS r`)).toEqual([{ r: '(1,0)' }]);
   });
 
-  it('refuses no filter and statuses other than queued or running, changing nothing', async () => {
+  it('refuses no filter and statuses other than waiting, queued or running, changing nothing', async () => {
     const id = await enqueueSql(`'refused'`);
     for (const [args, message] of [
       ['', /cancel never means every job/],
-      [`statuses => ARRAY['dead']`, /^statuses: must be queued or running/],
+      [`statuses => ARRAY['dead']`, /^statuses: must be waiting, queued or running/],
       [
         `ids => ARRAY[${id}]::bigint[], statuses => ARRAY['queued', NULL]`,
-        /^statuses: must be queued or running/,
+        /^statuses: must be waiting, queued or running/,
       ],
     ] as const) {
       const got = await failure(`SELECT * FROM ${fn('cancel')}(${args})`);

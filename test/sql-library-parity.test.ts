@@ -24,7 +24,7 @@ import { listenForWakeUps, type WakeUpListener } from './support/wake-ups.js';
 interface Seed {
   kind?: string;
   queue?: string;
-  status?: 'queued' | 'running' | 'succeeded' | 'failed' | 'dead' | 'cancelled';
+  status?: 'waiting' | 'queued' | 'running' | 'succeeded' | 'failed' | 'dead' | 'cancelled';
   attempts?: number;
   maxAttempts?: number;
   /** max_attempts left to the kind (the row's max_attempts_default). */
@@ -55,7 +55,7 @@ interface Case {
 }
 
 const dead = { status: 'running', lockedAgoS: 60, visibilityMs: 30_000 } as const;
-/** Jobs in every state, ids 1–11 in this order. */
+/** Jobs in every state, ids 1–12 in this order. */
 const mixed: Seed[] = [
   { kind: 'a', queue: 'q1' },
   { kind: 'a', queue: 'q1', status: 'running', attempts: 1, visibilityMs: 30_000, uniqueKey: 'u-run' },
@@ -75,6 +75,7 @@ const mixed: Seed[] = [
   { kind: 'b', queue: 'q1', status: 'running', attempts: 1, cancelRequestedAgoS: 600 },
   { kind: 'a', queue: 'q1', status: 'succeeded', attempts: 1 },
   { kind: 'a', queue: 'q3', status: 'dead', attempts: 20, uniqueKey: 'u-free', kindDefault: true },
+  { kind: 'b', queue: 'q1', status: 'waiting' },
 ];
 /** Running jobs for the sweeper, ids 1–10. */
 const leases: Seed[] = [
@@ -192,6 +193,8 @@ const cases: Case[] = [
     { queue: ['q1'] },
     { status: ['queued'] },
     { status: ['running'] },
+    { status: ['waiting'] },
+    { ids: ['12'] },
     { kind: ['b'], status: ['running'] },
     { ids: ['8', '9'], queue: ['q2'] },
     { ids: ['10', '11'] },

@@ -1,4 +1,4 @@
--- skiplock migration 23: three repairs to workflows.
+-- skiplock migration 23: four repairs to workflows.
 -- Runs with search_path set to the target schema (the migrator does this; with
 -- psql: SET search_path TO skiplock; \i 0023_workflow_fixes.sql).
 --
@@ -7,11 +7,13 @@
 --    schema name of 50 bytes or more, and pg_notify then failed the statement
 --    that ended an awaited job. The new name is as long as the wake-up
 --    channel 'skiplock:<schema>', which fits for every schema name allowed.
--- 2. A failed parent cancels all its waiting descendants (those that said
+-- 2. A child released by its last parent keeps its run_at: a runAt or delayMs
+--    given at its enqueue still holds (it was made due at once).
+-- 3. A failed parent cancels all its waiting descendants (those that said
 --    'cancel', through any chain of them) in one statement, instead of one
 --    nested trigger call per level: a chain hundreds deep ran out of stack
 --    (54001) and cancelled nothing.
--- 3. A job with parents put back to `queued` (requeue, by the library, the SQL
+-- 4. A job with parents put back to `queued` (requeue, by the library, the SQL
 --    function or by hand) waits again, as `waiting`, for those of its parents
 --    that have not ended yet; one whose parents have all ended is queued as
 --    before.
@@ -32,8 +34,9 @@ BEGIN
     -- A parent ended (p_status: succeeded, failed, dead or cancelled): record
     -- it on its edges, once (a result the finish statement already wrote there
     -- is kept, as in migration 18), and decrement each waiting child's counter. A
-    -- child whose counter reaches zero is queued (due now at the latest) and
-    -- its queue woken. A failure first cancels, in one statement, every
+    -- child whose counter reaches zero is queued, due at its own run_at (a
+    -- delay it was enqueued with still holds; migration 15 made it due now),
+    -- and its queue woken for the earliest of them. A failure first cancels, in one statement, every
     -- waiting descendant reached through children that said 'cancel' (each
     -- naming the parent it was reached through); the direct children are
     -- then written as before. The cancelled rows' own trigger calls find
@@ -50,6 +53,7 @@ BEGIN
       v_doomed bigint[];
       v_below bigint[];
       v_queues text[];
+      v_delays bigint[];
     BEGIN
       WITH edges AS (
         UPDATE %1$I.job_dependencies d
@@ -91,16 +95,17 @@ BEGIN
         SET pending_parents = c.pending_parents - 1,
             status = CASE WHEN p_status <> 'succeeded' AND c.on_parent_failure = 'cancel' THEN 'cancelled'
                           WHEN c.pending_parents = 1 THEN 'queued' ELSE 'waiting' END,
-            run_at = CASE WHEN p_status <> 'succeeded' AND c.on_parent_failure = 'cancel' THEN c.run_at
-                          WHEN c.pending_parents = 1 THEN LEAST(c.run_at, now()) ELSE c.run_at END,
             finished_at = CASE WHEN p_status <> 'succeeded' AND c.on_parent_failure = 'cancel' THEN now() END,
             last_error = CASE WHEN p_status <> 'succeeded' AND c.on_parent_failure = 'cancel'
                               THEN 'parent job ' || p_id || ' ended ' || p_status ELSE c.last_error END
         WHERE c.id = ANY (v_children) AND c.status = 'waiting'
-        RETURNING c.queue, c.status
+        RETURNING c.queue, c.status, c.run_at
       )
-      SELECT array_agg(DISTINCT queue) FILTER (WHERE status = 'queued') INTO v_queues FROM released;
-      PERFORM %1$I.wake_up(%2$L, 'insert', q, 0) FROM unnest(v_queues) AS q;
+      SELECT array_agg(queue), array_agg(delay_ms) INTO v_queues, v_delays
+      FROM (SELECT queue, GREATEST(0, ceil(EXTRACT(EPOCH FROM min(run_at) - now()) * 1000))::bigint AS delay_ms
+            FROM released WHERE status = 'queued' GROUP BY queue) due;
+      PERFORM %1$I.wake_up(%2$L, 'insert', v_queues[i], v_delays[i])
+      FROM generate_subscripts(v_queues, 1) AS i;
     END
     $body$;
 
@@ -135,3 +140,80 @@ CREATE TRIGGER jobs_requeue_waits
         AND OLD.status IN ('succeeded', 'failed', 'dead', 'cancelled')
         AND NEW.status = 'queued')
   EXECUTE FUNCTION jobs_requeue_waits();
+
+-- 5. The SQL cancel() cancels `waiting` jobs too, as the library's cancel does
+--    (a waiting job's children that said 'cancel' follow it, by the triggers),
+--    and takes 'waiting' in `statuses`. Same signature; otherwise as in
+--    migration 12.
+DO $migration$
+DECLARE
+  s text := pg_catalog.current_schema();
+BEGIN
+  EXECUTE pg_catalog.format($f$
+    CREATE OR REPLACE FUNCTION %1$I.cancel(
+      ids      bigint[] DEFAULT NULL,
+      kinds    text[]   DEFAULT NULL,
+      queues   text[]   DEFAULT NULL,
+      statuses text[]   DEFAULT NULL,
+      tags     text[]   DEFAULT NULL,
+      OUT cancelled int,
+      OUT running   int
+    )
+    LANGUAGE plpgsql
+    VOLATILE
+    SECURITY INVOKER
+    SET search_path = pg_catalog, pg_temp
+    AS %2$L $f$, s, pg_catalog.format($body$
+    #variable_conflict use_column
+    DECLARE
+      told_n bigint;
+    BEGIN
+      IF cancel.ids IS NULL AND cancel.kinds IS NULL AND cancel.queues IS NULL AND cancel.statuses IS NULL
+         AND cancel.tags IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+          MESSAGE = 'give ids, kinds, queues, statuses or tags (cancel never means every job)';
+      END IF;
+      IF EXISTS (SELECT 1 FROM unnest(cancel.statuses) AS t(state)
+                 WHERE t.state IS NULL OR t.state NOT IN ('waiting', 'queued', 'running')) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'statuses: must be waiting, queued or running';
+      END IF;
+      IF cancel.tags = '{}' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'tags: must hold at least one tag';
+      END IF;
+      IF cancel.tags IS NOT NULL AND (
+           pg_catalog.array_ndims(cancel.tags) > 1
+           OR pg_catalog.cardinality(cancel.tags) > 20
+           OR EXISTS (SELECT 1 FROM pg_catalog.unnest(cancel.tags) AS t(tag)
+                      WHERE t.tag IS NULL OR t.tag = '' OR pg_catalog.char_length(t.tag) > 100)
+           OR (SELECT count(DISTINCT t.tag) FROM pg_catalog.unnest(cancel.tags) AS t(tag))
+              < pg_catalog.cardinality(cancel.tags)) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+          MESSAGE = 'tags: must be at most 20 distinct tags of 1 to 100 characters each';
+      END IF;
+      -- One statement for all: a job that starts running meanwhile cannot slip through.
+      WITH hit AS (
+        UPDATE %1$I.jobs j
+        SET status = CASE WHEN j.status IN ('waiting', 'queued') THEN 'cancelled' ELSE j.status END,
+            finished_at = CASE WHEN j.status IN ('waiting', 'queued') THEN now() ELSE j.finished_at END,
+            cancel_requested_at = COALESCE(j.cancel_requested_at, now())
+        WHERE j.status IN ('waiting', 'queued', 'running')
+          AND j.status = ANY(COALESCE(cancel.statuses, ARRAY['waiting', 'queued', 'running']))
+          AND (cancel.ids IS NULL OR j.id = ANY(cancel.ids))
+          AND (cancel.kinds IS NULL OR j.kind = ANY(cancel.kinds))
+          AND (cancel.queues IS NULL OR j.queue = ANY(cancel.queues))
+          AND (cancel.tags IS NULL OR j.tags @> cancel.tags)
+        RETURNING j.id, j.status
+      ), told AS (
+        SELECT %1$I.control(%2$L, 'cancel', NULL, array_agg(hit.id)) FROM hit
+        WHERE hit.status = 'running' HAVING count(*) > 0
+      )
+      -- told is read so that it runs.
+      SELECT count(*) FILTER (WHERE hit.status = 'cancelled')::int,
+             count(*) FILTER (WHERE hit.status = 'running')::int,
+             (SELECT count(*) FROM told)
+      INTO cancel.cancelled, cancel.running, told_n
+      FROM hit;
+    END
+    $body$, s, 'skiplock:' || s));
+END
+$migration$;

@@ -14,7 +14,7 @@ describe('skiplock CLI queue controls', () => {
     expect(cancelled.code, cancelled.stderr).toBe(0);
     expect(JSON.parse(cancelled.stdout)).toEqual({ cancelled: 1, running: 0 });
     const again = await runCli(['cancel', job.id, ...conn]);
-    expect(again.stdout.trim()).toBe('no queued or running job matched');
+    expect(again.stdout.trim()).toBe('no waiting, queued or running job matched');
     const none = await runCli(['cancel', ...conn]);
     expect(none.code).toBe(2);
 

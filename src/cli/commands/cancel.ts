@@ -1,5 +1,5 @@
 /**
- * `skiplock cancel [ID...]`: ends queued jobs `cancelled` at once and asks the
+ * `skiplock cancel [ID...]`: ends waiting and queued jobs `cancelled` at once and asks the
  * workers running the others to abort them.
  */
 import { Command } from 'commander';
@@ -25,7 +25,7 @@ export function cancelCommand(): Command {
     new Command('cancel')
       .summary('cancel queued and running jobs')
       .description(
-        'Ends queued jobs as cancelled at once; for running jobs, the worker holding each aborts its handler within about a second and the job ends cancelled, never retried. Finished jobs are left alone. Give job ids and/or filters.',
+        "Ends waiting and queued jobs as cancelled at once (a waiting job's children that said cancel with it); for running jobs, the worker holding each aborts its handler within about a second and the job ends cancelled, never retried. Finished jobs are left alone. Give job ids and/or filters.",
       ),
     'only queued or only running jobs',
     CANCELLABLE_STATUSES,
@@ -43,10 +43,11 @@ export function cancelCommand(): Command {
     await withDatabase(flags, async ({ skiplock }) => {
       const counts = await skiplock.cancel(filter);
       if (flags.json) printJson(counts);
-      else if (counts.cancelled + counts.running === 0) printText('no queued or running job matched');
+      else if (counts.cancelled + counts.running === 0)
+        printText('no waiting, queued or running job matched');
       else
         printText(
-          `cancelled ${counts.cancelled} queued job${counts.cancelled === 1 ? '' : 's'}; asked the workers of ${counts.running} running job${counts.running === 1 ? '' : 's'} to stop them`,
+          `cancelled ${counts.cancelled} waiting or queued job${counts.cancelled === 1 ? '' : 's'}; asked the workers of ${counts.running} running job${counts.running === 1 ? '' : 's'} to stop them`,
         );
     });
   });
