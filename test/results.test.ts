@@ -313,26 +313,41 @@ describe('progress and log lines', () => {
     hold.open();
   });
 
-  it('rejects a progress value over 4 KiB or not JSON, and a log line that is not a string, naming the field', async () => {
+  it('rejects a progress value over 4 KiB or not JSON, and a log line that is not a string or not storable, naming the field; the good reports beside them are written', async () => {
     const errors = gate<unknown[]>();
     const worker = t.worker({
       pollIntervalMs: 100,
+      onSuccess: 'keep',
       handlers: {
         p: async (_job, { progress, log }) => {
           const outcomes = await Promise.allSettled([
+            log('before'),
+            progress({ step: 1 }),
             progress('x'.repeat(5000)),
             progress(undefined),
             progress({ n: 1n }),
             log(42 as unknown as string),
+            log('bad\u0000line'),
+            log('lone \ud800'),
           ]);
           errors.open(outcomes.map((o) => (o.status === 'rejected' ? o.reason : o.value)));
         },
       },
     });
     await worker.start();
-    await t.skiplock.enqueue('p', {});
-    const reasons = (await errors.opened) as ValidationError[];
+    const job = await t.skiplock.enqueue('p', {});
+    const [before, step, ...reasons] = (await errors.opened) as [boolean, boolean, ...ValidationError[]];
+    expect([before, step]).toEqual([true, true]);
     expect(reasons.every((r) => r instanceof ValidationError)).toBe(true);
-    expect(reasons.map((r) => r.field)).toEqual(['progress', 'progress', 'progress.n', 'line']);
+    expect(reasons.map((r) => r.field)).toEqual([
+      'progress',
+      'progress',
+      'progress.n',
+      'line',
+      'line',
+      'line',
+    ]);
+    const shown = await t.skiplock.getJob(job.id);
+    expect([shown?.progress, shown?.logs?.map((l) => l.line)]).toEqual([{ step: 1 }, ['before']]);
   });
 });

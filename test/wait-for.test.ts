@@ -106,6 +106,23 @@ describe('waitFor', () => {
     await t.query(`INSERT INTO ${t.jobs} (kind, status, last_error) VALUES ('x', 'dead', 'gone wrong')`);
     const id = (await t.query<{ id: string }>(`SELECT id FROM ${t.jobs}`))[0]?.id;
     expect(await t.skiplock.waitFor(id!)).toEqual({ status: 'dead', result: null, lastError: 'gone wrong' });
+    // A success after failed attempts: the last failure stays in the row, not in the outcome.
+    await t.query(
+      `INSERT INTO ${t.jobs} (kind, status, attempts, last_error) VALUES ('x', 'succeeded', 2, 'first try failed')`,
+    );
+    const [retried] = await t.query<{ id: string }>(`SELECT id FROM ${t.jobs} WHERE status = 'succeeded'`);
+    expect(await t.skiplock.waitFor(retried!.id)).toEqual({
+      status: 'succeeded',
+      result: null,
+      lastError: null,
+    });
+    for (const options of [{ timeout: 500 }, { client: t.db.pool }, null]) {
+      const error = await t.skiplock.waitFor(id!, options as never).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(ValidationError);
+      expect((error as ValidationError).field).toBe(
+        options ? `options.${Object.keys(options)[0]}` : 'options',
+      );
+    }
     const missing = t.skiplock.waitFor('987654321');
     await expect(missing).rejects.toBeInstanceOf(JobNotFoundError);
     await expect(missing).rejects.toMatchObject({ code: 'JOB_NOT_FOUND', jobId: '987654321' });

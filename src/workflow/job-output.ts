@@ -86,10 +86,13 @@ export function serializeProgress(value: unknown): string {
 /**
  * A log line as stored: cut after {@link MAX_LOG_LINE_CHARS} characters.
  *
- * @throws {ValidationError} naming `line` when it is not a string.
+ * @throws {ValidationError} naming `line` when it is not a string, or holds a
+ *   NUL character or a lone surrogate (PostgreSQL's text cannot store them).
  */
 export function logLine(line: unknown): string {
   if (typeof line !== 'string') throw new ValidationError('line', 'must be a string');
+  if (line.includes('\u0000') || !line.isWellFormed())
+    throw new ValidationError('line', 'must be text without NUL characters or lone surrogates');
   if (line.length <= MAX_LOG_LINE_CHARS) return line;
   return `${line.slice(0, MAX_LOG_LINE_CHARS)}… [truncated]`;
 }

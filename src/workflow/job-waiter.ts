@@ -48,7 +48,11 @@ export interface JobOutcome {
    * (`onSuccess` `'keep'` or `'archive'`); null otherwise.
    */
   result: unknown;
-  /** The last error recorded (a failure, an expiry); null when none. */
+  /**
+   * Why a job that ended `failed`, `dead` or `cancelled` did (its last
+   * failure, an expiry, a parent's end); null for a success, also one after
+   * failed attempts (`getJob` keeps those in `errors`).
+   */
   lastError: string | null;
 }
 
@@ -101,13 +105,18 @@ export class JobWaiter {
   /**
    * Resolves once job `id` reaches a final status. See `Skiplock.waitFor`.
    *
-   * @throws {ValidationError} naming `id` or `options.timeoutMs`.
+   * @throws {ValidationError} naming `id`, `options.timeoutMs`, `options.signal` or an unknown option.
    * @throws {JobNotFoundError} when the job does not exist.
    * @throws {WaitTimeoutError} after `timeoutMs`.
    */
   async waitFor(id: string, options: WaitForOptions = {}): Promise<JobOutcome> {
     if (typeof id !== 'string' || !/^[1-9][0-9]{0,18}$/.test(id))
       throw new ValidationError('id', 'must be a job id (a positive decimal integer as a string)');
+    if (typeof options !== 'object' || options === null)
+      throw new ValidationError('options', 'must be an object of timeoutMs and signal');
+    for (const key of Object.keys(options))
+      if (key !== 'timeoutMs' && key !== 'signal')
+        throw new ValidationError(`options.${key}`, 'is not an option of waitFor (timeoutMs, signal)');
     const { timeoutMs, signal } = options;
     if (
       timeoutMs !== undefined &&
@@ -266,7 +275,7 @@ function outcomeOf(state: AwaitedState): JobOutcome {
   return {
     status: state.status as JobOutcome['status'],
     result: state.result ?? null,
-    lastError: state.lastError,
+    lastError: state.status === 'succeeded' ? null : state.lastError,
   };
 }
 
