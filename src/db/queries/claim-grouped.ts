@@ -136,15 +136,19 @@ export function groupedClaimSql(names: SchemaNames, kindMaxAttempts: string): st
    ), picked AS (
      -- Every condition again, as the job is now (a row changed since the
      -- snapshot is re-read when locked); under strictOrder, whether a job of
-     -- its key before it waits, read as the key's jobs are now.
-     SELECT j.id FROM ${jobs} j, q
-     WHERE j.id = ANY(ARRAY(
-             SELECT id FROM candidates ORDER BY rank, step, priority DESC, run_at, id LIMIT (SELECT n FROM take)))
-       AND j.status = 'queued' AND j.run_at <= now() AND j.kind = ANY($5::text[])
-       AND (j.start_by IS NULL OR j.start_by >= now())
-       AND NOT (q.strict_order AND j.group_key IS NOT NULL
-                AND ${quoted}.strict_order_held($1, j.group_key, j.id, $5::text[]))
-     FOR UPDATE OF j SKIP LOCKED
+     -- its key before it waits, read once it is locked, as the key's jobs are
+     -- now. Each candidate is locked through its primary key: with one
+     -- \`id = ANY(…)\` over the table, a planner whose statistics predate a
+     -- large enqueue read the whole claim index instead.
+     SELECT l.id FROM q, unnest(ARRAY(
+              SELECT id FROM candidates ORDER BY rank, step, priority DESC, run_at, id LIMIT (SELECT n FROM take)
+            )) AS c(id),
+          LATERAL (SELECT j.id, j.group_key FROM ${jobs} j
+                   WHERE j.id = c.id AND j.status = 'queued' AND j.run_at <= now() AND j.kind = ANY($5::text[])
+                     AND (j.start_by IS NULL OR j.start_by >= now())
+                   FOR UPDATE OF j SKIP LOCKED) l
+     WHERE NOT (q.strict_order AND l.group_key IS NOT NULL
+                AND ${quoted}.strict_order_held($1, l.group_key, l.id, $5::text[]))
    ), ${claimedCtes(names, kindMaxAttempts)}, logged AS (
      -- One update of the queue's row: the rate's log, and where the walk stopped.
      UPDATE ${queues} u
