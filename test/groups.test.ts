@@ -51,6 +51,10 @@ describe('group keys and group limits', () => {
     expect((await errorOf(t.skiplock.enqueue('k', {}, { groupKey: 7 as unknown as string }))).field).toBe(
       'options.groupKey',
     );
+    for (const unstorable of ['nul\u0000key', 'lone \ud800'])
+      expect((await errorOf(t.skiplock.enqueue('k', {}, { groupKey: unstorable }))).field).toBe(
+        'options.groupKey',
+      );
     expect(
       (
         await errorOf(

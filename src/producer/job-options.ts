@@ -9,7 +9,7 @@ import type { Queryable } from '../db/executor.js';
 import type { NewJob } from '../db/queries/insert.js';
 import { ValidationError } from '../errors.js';
 import { DEFAULT_QUEUE } from '../job/defaults.js';
-import { assertName, serializePayload } from '../job/job.js';
+import { assertName, assertStorableString, serializePayload } from '../job/job.js';
 import { toTags } from '../job/tags.js';
 import { toUniqueSpec, type UniqueOptions } from '../job/unique.js';
 import { int32, parseOptions, validDate } from '../options.js';
@@ -275,7 +275,10 @@ export function toNewJob(
     options.onConflict !== undefined
   )
     job.unique = toUniqueSpec(options as UniqueOptions, fields.options);
-  if (options.groupKey !== undefined) job.groupKey = options.groupKey;
+  if (options.groupKey !== undefined) {
+    assertStorableString(options.groupKey, `${fields.options}groupKey`);
+    job.groupKey = options.groupKey;
+  }
   if (options.dependsOn !== undefined) {
     if (job.unique) throw new ValidationError(`${fields.options}dependsOn`, 'not with a uniqueKey');
     job.dependsOn = toDependsOnEntries(options.dependsOn, `${fields.options}dependsOn`);
