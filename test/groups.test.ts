@@ -1,10 +1,11 @@
 /** Group keys in one process: the options, the limits' storage, fairness, strict order, and which claim a queue gets. */
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { Skiplock, ValidationError } from '../src/index.js';
+import { Skiplock, SnoozeError, ValidationError } from '../src/index.js';
 import { drain } from '../src/testing/index.js';
 import { tableIn, waitFor } from './support/database.js';
 import { useTestDatabase } from './support/fixture.js';
+import { gate } from './support/gate.js';
 
 const t = useTestDatabase();
 
@@ -271,6 +272,47 @@ describe('group keys and group limits', () => {
     expect(events).toContain('start 3#1');
     expect(events.indexOf('start 3#1')).toBeLessThan(events.indexOf('start 1#3'));
     expect([first.id, second.id, other.id].length).toBe(3);
+  });
+
+  it('strictOrder: a first attempt snoozed, or given back at a stop, keeps its place before the key’s later jobs', async () => {
+    await t.skiplock.setQueueLimits('ledger', { groupConcurrency: 1, strictOrder: true });
+    await t.skiplock.enqueueMany(
+      [1, 2, 3].map((n) => ({ kind: 'entry', payload: { n }, queue: 'ledger', groupKey: 'acct' })),
+    );
+    // The first worker holds job 1 past its shutdown timeout: the stop gives it back.
+    const held = gate();
+    const stopping = t.worker({
+      queues: ['ledger'],
+      pollIntervalMs: 100,
+      shutdownTimeoutMs: 200,
+      handlers: { entry: () => held.opened },
+    });
+    await stopping.start();
+    await waitFor(async () => (await t.jobCount("status = 'running'")) === 1, 20_000, 'job 1 to start');
+    await stopping.stop();
+    held.open();
+    expect(await t.jobCount("status = 'queued' AND attempts = 0")).toBe(3);
+    const events: string[] = [];
+    const worker = t.worker({
+      queues: ['ledger'],
+      pollIntervalMs: 100,
+      handlers: {
+        entry: (job) => {
+          const n = (job.payload as { n: number }).n;
+          events.push(`start ${n}`);
+          // Job 1's first attempt here snoozes: its attempt is given back.
+          if (n === 1 && events.length === 1) throw new SnoozeError(300);
+        },
+      },
+    });
+    await worker.start();
+    await waitFor(
+      async () => (await t.jobCount()) === 0,
+      30_000,
+      'every job to finish',
+      () => events,
+    );
+    expect(events).toEqual(['start 1', 'start 1', 'start 2', 'start 3']);
   });
 
   it('without strictOrder, a key’s next job does not wait for a retry', async () => {

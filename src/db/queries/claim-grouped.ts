@@ -37,8 +37,9 @@ const UNKEYED_REACH = 256;
  */
 export function groupedClaimSql(names: SchemaNames, kindMaxAttempts: string): string {
   const { queues, jobs, groupRateSlots, quoted } = names;
-  // A key's first jobs, in order: those already tried (waiting to retry) come
-  // first under strictOrder, and a job not yet due, or of a kind this worker
+  // A key's first jobs, in order: those that started before (waiting to
+  // retry, snoozed, given back at a stop) come first under strictOrder
+  // (migration 24), and a job not yet due, or of a kind this worker
   // does not run, holds every job behind it. A job past its start deadline is
   // never claimed (the sweeper ends it), and holds nothing.
   const keyOrder = 'o.retry DESC, o.priority DESC, o.run_at, o.id';
@@ -113,12 +114,12 @@ export function groupedClaimSql(names: SchemaNames, kindMaxAttempts: string): st
                 row_number() OVER (ORDER BY ${keyOrder}) AS rank,
                 bool_and(o.run_at <= now() AND o.kind = ANY($5::text[])) OVER (ORDER BY ${keyOrder}) AS ready
          FROM ((SELECT j.id, j.priority, j.run_at, j.kind, true AS retry FROM ${jobs} j
-                WHERE j.queue = $1 AND j.status = 'queued' AND j.group_key = kr.group_key AND j.attempts > 0
+                WHERE j.queue = $1 AND j.status = 'queued' AND j.group_key = kr.group_key AND j.lease_seq > 0
                   AND (j.start_by IS NULL OR j.start_by >= now())
                 ORDER BY j.priority DESC, j.run_at, j.id LIMIT kr.room)
                UNION ALL
                (SELECT j.id, j.priority, j.run_at, j.kind, false FROM ${jobs} j
-                WHERE j.queue = $1 AND j.status = 'queued' AND j.group_key = kr.group_key AND j.attempts = 0
+                WHERE j.queue = $1 AND j.status = 'queued' AND j.group_key = kr.group_key AND j.lease_seq = 0
                   AND (j.start_by IS NULL OR j.start_by >= now())
                 ORDER BY j.priority DESC, j.run_at, j.id LIMIT kr.room)) o
        ) s
