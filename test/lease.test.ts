@@ -150,12 +150,14 @@ describe('lease', () => {
     expect(sweeps).toEqual([]);
   });
 
-  it("a row another transaction holds locked holds up neither the other leases' heartbeat nor its own lease", async () => {
+  it('a row another transaction holds locked past the visibility timeout holds up no other lease and is not reclaimed', async () => {
     const release = gate();
     const worker = t.worker({
       ...base,
       concurrency: 2,
       heartbeatIntervalMs: 100,
+      visibilityTimeoutMs: 1500,
+      sweepIntervalMs: 200,
       onSuccess: 'keep',
       handlers: { long: () => release.opened },
     });
@@ -177,8 +179,17 @@ describe('lease', () => {
       )[0]!.at.getTime();
     const before = await lockedAt(other!.id);
     await waitFor(async () => (await lockedAt(other!.id)) > before, 20_000, 'the other lease renewed');
-    await holder.query('COMMIT');
+    // Held past the visibility timeout: the locked lease is stale until the lock goes, then renewed at once.
+    const ageMs = async (id: string) =>
+      (
+        await t.query<{ ms: number }>(
+          `SELECT (extract(epoch FROM now() - locked_at) * 1000)::int AS ms FROM ${t.jobs} WHERE id = $1`,
+          [id],
+        )
+      )[0]!.ms;
+    await waitFor(async () => (await ageMs(locked!.id)) > 2000, 20_000, 'the locked lease to go stale');
     const unlockedBefore = await lockedAt(locked!.id);
+    await holder.query('COMMIT');
     await waitFor(
       async () => (await lockedAt(locked!.id)) > unlockedBefore,
       20_000,

@@ -3,7 +3,10 @@
  * their lease. A job the heartbeat no longer holds was reclaimed: the
  * worker aborts its handler's signal, and its late result will be fenced out.
  * A held job whose cancel was requested is reported too: the safety net of a
- * cancel message that did not arrive.
+ * cancel message that did not arrive. A row another transaction holds locked
+ * (a child's enqueue naming the job as its parent) is skipped by the beat, so
+ * that it holds up no other lease, and renewed by a statement of its own that
+ * waits for the lock.
  */
 
 import { translateError } from '../db/executor.js';
@@ -18,6 +21,8 @@ export interface HeartbeatDeps<T extends LeasedJob> {
   intervalMs: number;
   leased(): T[];
   beat(jobs: T[]): Promise<HeartbeatResult>;
+  /** Renews leases whose rows were locked, waiting for the locks (see {@link HeartbeatResult.locked}). */
+  renewLocked(jobs: T[]): Promise<void>;
   onLost(job: T): void;
   /** Held jobs whose cancel was requested (called for each beat that finds them). */
   onCancelRequested(jobs: T[]): void;
@@ -27,6 +32,8 @@ export interface HeartbeatDeps<T extends LeasedJob> {
 /** One beat every `intervalMs` (from the end of the previous one) while the worker runs. */
 export class Heartbeat<T extends LeasedJob> extends Service {
   readonly #deps: HeartbeatDeps<T>;
+  /** The renewal of locked rows in flight, if any: one at a time. */
+  #renewing: Promise<void> | undefined;
 
   constructor(deps: HeartbeatDeps<T>, clock?: Clock) {
     super(clock);
@@ -41,8 +48,17 @@ export class Heartbeat<T extends LeasedJob> extends Service {
     const jobs = this.#deps.leased();
     if (jobs.length === 0) return;
     try {
-      const { held, cancelRequested } = await this.#deps.beat(jobs);
+      const { held, cancelRequested, locked } = await this.#deps.beat(jobs);
       for (const job of jobs) if (!held.has(leaseKey(job))) this.#deps.onLost(job);
+      if (locked.size > 0 && !this.#renewing) {
+        // Best effort, beside the beats: a deadline or a failure here leaves it to the next beat.
+        this.#renewing = this.#deps
+          .renewLocked(jobs.filter((job) => locked.has(leaseKey(job))))
+          .catch(() => {})
+          .finally(() => {
+            this.#renewing = undefined;
+          });
+      }
       if (cancelRequested.size > 0) {
         this.#deps.onCancelRequested(jobs.filter((job) => cancelRequested.has(leaseKey(job))));
       }

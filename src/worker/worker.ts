@@ -233,6 +233,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
         intervalMs: options.heartbeatIntervalMs,
         leased: () => this.#executions.leased(),
         beat: (jobs) => queries.results.beat(pool, jobs, this.id),
+        renewLocked: (jobs) => queries.results.renewLocked(pool, jobs, this.id),
         onLost: (e) => this.#leaseLost(e),
         onCancelRequested: (held) => this.#cancellation.onCancelRequested(held),
         onError: (error) => this.#events.error(error, 'heartbeat'),

@@ -192,13 +192,14 @@ describe('Completer', () => {
 });
 
 describe('Heartbeat', () => {
-  it('beats every interval with the held jobs and reports the leases it no longer holds', async () => {
+  it('beats every interval with the held jobs, reports the leases it no longer holds, and renews locked ones apart', async () => {
     const clock = fakeClock();
     const held: LeasedJob[] = [
       { id: '1', attempts: 1, leaseSeq: '1' },
       { id: '2', attempts: 1, leaseSeq: '1' },
     ];
     const beats: string[][] = [];
+    const renewed: string[][] = [];
     const lost: string[] = [];
     const h = new Heartbeat<LeasedJob>(
       {
@@ -206,7 +207,12 @@ describe('Heartbeat', () => {
         leased: () => held,
         beat: async (jobs) => {
           beats.push(jobs.map((j) => j.id));
-          return { held: new Set([leaseKey(held[0] as LeasedJob)]), cancelRequested: new Set<string>() };
+          // The first is held but was locked: it is renewed by a statement of its own.
+          const first = leaseKey(held[0] as LeasedJob);
+          return { held: new Set([first]), cancelRequested: new Set<string>(), locked: new Set([first]) };
+        },
+        renewLocked: async (jobs) => {
+          renewed.push(jobs.map((j) => j.id));
         },
         onLost: (j) => lost.push(j.id),
         onCancelRequested: () => {},
@@ -220,6 +226,7 @@ describe('Heartbeat', () => {
     await clock.tick(1);
     expect(beats).toEqual([['1', '2']]);
     expect(lost).toEqual(['2']);
+    expect(renewed).toEqual([['1']]);
     await clock.tick(100);
     expect(beats).toHaveLength(2);
     await h.stop();
@@ -240,9 +247,15 @@ describe('Heartbeat', () => {
         beat: () => {
           beats++;
           return new Promise((resolve) => {
-            finish = () => resolve({ held: new Set<string>(), cancelRequested: new Set<string>() });
+            finish = () =>
+              resolve({
+                held: new Set<string>(),
+                cancelRequested: new Set<string>(),
+                locked: new Set<string>(),
+              });
           });
         },
+        renewLocked: async () => {},
         onLost: () => {},
         onCancelRequested: () => {},
         onError: () => {},

@@ -65,10 +65,15 @@ export interface ReleasedJob extends LeasedJob {
   started?: boolean;
 }
 
-/** What a heartbeat found: the lease keys still held, and those of them whose cancel was requested. */
+/**
+ * What a heartbeat found: the lease keys still held, those of them whose
+ * cancel was requested, and those it could not renew because another
+ * transaction held their rows locked (see {@link ResultQueries.renewLocked}).
+ */
 export interface HeartbeatResult {
   held: Set<string>;
   cancelRequested: Set<string>;
+  locked: Set<string>;
 }
 
 type Pool = Queryable;
@@ -76,6 +81,7 @@ type Pool = Queryable;
 /** The heartbeat, release and lease-state statements of a worker. */
 export class ResultQueries {
   readonly #heartbeat: Statement;
+  readonly #renewLocked: Statement;
   readonly #release: Statement;
   readonly #leaseStates: Statement;
   readonly #channel: string;
@@ -93,9 +99,18 @@ export class ResultQueries {
       `WITH renewed AS (
          UPDATE ${jobs} j SET locked_at = now()
          WHERE j.id IN (SELECT j.id FROM ${jobs} j ${LEASE_FENCE} FOR UPDATE SKIP LOCKED)
+         RETURNING j.id
        )
-       SELECT j.id, j.lease_seq, j.cancel_requested_at IS NOT NULL AS cancel_requested
+       SELECT j.id, j.lease_seq, j.cancel_requested_at IS NOT NULL AS cancel_requested,
+              j.id IN (SELECT id FROM renewed) AS renewed
        FROM ${jobs} j ${LEASE_FENCE}`,
+    );
+    // The renewal of leases a beat skipped because their rows were locked: it
+    // waits for the locks, so that the lease is renewed the moment the other
+    // transaction ends, before a sweep could find it stale.
+    this.#renewLocked = statement(
+      'heartbeat_locked',
+      `UPDATE ${jobs} j SET locked_at = now() ${LEASE_FENCE}`,
     );
     // Gives jobs back without charging the attempt, and wakes other workers for
     // them; a job whose cancel was requested ends `cancelled` instead, charged
@@ -132,12 +147,27 @@ export class ResultQueries {
    * cancel message that did not arrive).
    */
   async beat(pool: Pool, jobs: readonly LeasedJob[], workerId: string): Promise<HeartbeatResult> {
-    const { rows } = await run<{ id: string; lease_seq: string; cancel_requested: boolean }>(
-      pool,
-      this.#heartbeat,
-      leaseParams(newestLeasePerJob(jobs), workerId),
-    );
-    return { held: leaseKeys(rows), cancelRequested: leaseKeys(rows.filter((r) => r.cancel_requested)) };
+    const { rows } = await run<{
+      id: string;
+      lease_seq: string;
+      cancel_requested: boolean;
+      renewed: boolean;
+    }>(pool, this.#heartbeat, leaseParams(newestLeasePerJob(jobs), workerId));
+    return {
+      held: leaseKeys(rows),
+      cancelRequested: leaseKeys(rows.filter((r) => r.cancel_requested)),
+      locked: leaseKeys(rows.filter((r) => !r.renewed)),
+    };
+  }
+
+  /**
+   * Renews the leases of `jobs` whose rows another transaction holds locked,
+   * waiting for those locks (up to the statement's deadline).
+   *
+   * @throws {DatabaseError} from the database, or the deadline.
+   */
+  async renewLocked(pool: Pool, jobs: readonly LeasedJob[], workerId: string): Promise<void> {
+    await run(pool, this.#renewLocked, leaseParams(newestLeasePerJob(jobs), workerId));
   }
 
   /**
