@@ -178,6 +178,41 @@ describe('waitFor', () => {
     ]);
   });
 
+  it('a job that ends while the wait marks its row resolves at once, not at the poll', async () => {
+    // Another wait keeps the shared LISTEN connection open, so this one reads once, through its mark.
+    const other = await t.skiplock.enqueue('never', {});
+    const otherWait = t.skiplock.waitFor(other.id, { timeoutMs: 60_000 }).catch(() => {});
+    await awaited([other.id]);
+    const job = await t.skiplock.enqueue('ends', {}, { onSuccess: 'keep' });
+    const ending = await t.db.pool.connect();
+    t.defer(() => ending.release());
+    await ending.query('BEGIN');
+    await ending.query(
+      `UPDATE ${t.jobs} SET status = 'succeeded', finished_at = now(), result = '"done"' WHERE id = $1`,
+      [job.id],
+    );
+    const [{ pid }] = (await ending.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows as [
+      { pid: number },
+    ];
+    // Well below the poll's interval: only the mark's own re-read can answer in time.
+    const outcome = t.skiplock.waitFor(job.id, { timeoutMs: 3000 });
+    await waitFor(
+      async () =>
+        (
+          await t.query<{ n: number }>(
+            'SELECT count(*)::int AS n FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))',
+            [pid],
+          )
+        )[0]!.n > 0,
+      10_000,
+      'the wait to mark the locked row',
+    );
+    await ending.query('COMMIT');
+    expect(await outcome).toEqual({ status: 'succeeded', result: 'done', lastError: null });
+    await t.query(`UPDATE ${t.jobs} SET status = 'cancelled', finished_at = now() WHERE id = $1`, [other.id]);
+    await otherWait;
+  });
+
   it('resolves by the poll when no message comes (the row deleted with the triggers off)', async () => {
     const job = await t.skiplock.enqueue('silent', {});
     const outcome = t.skiplock.waitFor(job.id, { timeoutMs: 60_000 });

@@ -153,7 +153,7 @@ export class JobWaiter {
       if (state !== undefined && 'id' in state) {
         waiting.seen = true;
         if (FINAL_STATUSES.has(state.status)) waiting.resolve(outcomeOf(state));
-        else if (waiting.missed) {
+        else if (waiting.missed || state.settledMeanwhile) {
           this.#heard.add(id);
           void this.#readHeard();
         }

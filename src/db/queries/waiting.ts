@@ -47,27 +47,37 @@ export class WaitingQueries {
        SELECT id, status, result, last_error FROM ${names.archive} WHERE id = ANY(${ids})`;
     // Marks an unfinished job as awaited (once: a flag already set is not
     // written again), then reads it. The read sees the row as before the
-    // UPDATE (one snapshot), which is the same state.
+    // UPDATE (one snapshot). \`settled_meanwhile\`: the row was unfinished and
+    // unmarked in that snapshot, yet not marked: the UPDATE waited for the
+    // statement that ended the job, which sent no completion message (the row
+    // was not marked yet), so the caller must read it again.
     this.#watch = names.statement(
       'watch_job',
       `WITH marked AS (
          UPDATE ${names.jobs} SET awaited = true
          WHERE id = $1 AND awaited IS NOT TRUE AND status NOT IN ('succeeded', 'failed', 'dead', 'cancelled')
+         RETURNING id
        )
-       ${read('ARRAY[$1::bigint]')}`,
+       SELECT r.*, NOT EXISTS (SELECT FROM marked) AND NOT r.awaited
+                   AND r.status NOT IN ('succeeded', 'failed', 'dead', 'cancelled') AS settled_meanwhile
+       FROM (SELECT id, status, result, last_error, awaited IS TRUE AS awaited FROM ${names.jobs} WHERE id = $1
+             UNION ALL
+             SELECT id, status, result, last_error, true FROM ${names.archive} WHERE id = $1) r`,
     );
     this.#states = names.statement('awaited_states', read('$1::bigint[]'));
   }
 
   /**
    * Marks job `id` as awaited and returns where it stands; undefined when no
-   * such job exists (in the jobs table or the archive).
+   * such job exists (in the jobs table or the archive). `settledMeanwhile`:
+   * the job ended while this statement waited for its row, and must be read
+   * again.
    *
    * @throws {DatabaseError} from the database.
    */
-  async watch(db: Queryable, id: string): Promise<AwaitedState | undefined> {
-    const { rows } = await run<Row>(db, this.#watch, [id]);
-    return rows[0] && toState(rows[0]);
+  async watch(db: Queryable, id: string): Promise<(AwaitedState & { settledMeanwhile: boolean }) | undefined> {
+    const { rows } = await run<Row & { settled_meanwhile: boolean }>(db, this.#watch, [id]);
+    return rows[0] && { ...toState(rows[0]), settledMeanwhile: rows[0].settled_meanwhile };
   }
 
   /**
