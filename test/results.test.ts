@@ -284,6 +284,43 @@ describe('progress and log lines', () => {
     ]);
   });
 
+  it('a line logged while another transaction holds the row resolves false and is written after it ends', async () => {
+    const locked = gate();
+    const unlocked = gate();
+    const outcomes: boolean[] = [];
+    const worker = t.worker({
+      pollIntervalMs: 100,
+      onSuccess: 'keep',
+      handlers: {
+        p: async (_job, { log }) => {
+          outcomes.push(await log('before'));
+          await locked.opened;
+          outcomes.push(await log('while locked'));
+          await unlocked.opened;
+          outcomes.push(await log('after'));
+        },
+      },
+    });
+    await worker.start();
+    const job = await t.skiplock.enqueue('p', {});
+    await waitFor(() => outcomes.length === 1, 20_000, 'the first line written');
+    const holder = await t.db.pool.connect();
+    t.defer(() => holder.release());
+    await holder.query('BEGIN');
+    await holder.query(`SELECT 1 FROM ${t.jobs} WHERE id = $1 FOR UPDATE`, [job.id]);
+    locked.open();
+    await waitFor(() => outcomes.length === 2, 20_000, 'the locked write');
+    await holder.query('COMMIT');
+    unlocked.open();
+    await waitFor(async () => (await t.jobCount("status = 'succeeded'")) === 1, 20_000, 'the job to succeed');
+    expect(outcomes).toEqual([true, false, true]);
+    expect((await t.skiplock.getJob(job.id))?.logs?.map((l) => l.line)).toEqual([
+      'before',
+      'while locked',
+      'after',
+    ]);
+  });
+
   it('writes nothing once the lease is gone, and resolves false', async () => {
     const running = gate<{
       progress(value: unknown): Promise<boolean>;

@@ -11,6 +11,7 @@ import type pg from 'pg';
 import { translateError } from '../db/executor.js';
 import type { ClaimedJob } from '../db/queries/claim.js';
 import type { JobQueries } from '../db/queries/jobs.js';
+import type { ProgressWriteOutcome } from '../db/queries/progress.js';
 import {
   CancelledError,
   LeaseLostError,
@@ -182,19 +183,19 @@ export class Worker extends EventEmitter<WorkerEvents> {
       clock: this.#clock,
       write: async (attempt, progressJson, lines) => {
         const e = attempt as Execution;
-        let written: boolean;
+        let outcome: ProgressWriteOutcome;
         try {
-          written = await queries.progress.write(pool, e, this.id, progressJson, lines);
+          outcome = await queries.progress.write(pool, e, this.id, progressJson, lines);
         } catch (error) {
           this.#events.error(translateError(error), 'progress');
-          return false;
+          return 'lost';
         }
-        if (written && this.#events.heard('job:progress'))
+        if (outcome === 'written' && this.#events.heard('job:progress'))
           this.#events.emit('job:progress', e.job, {
             progress: progressJson === null ? undefined : JSON.parse(progressJson),
             lines,
           });
-        return written;
+        return outcome;
       },
     };
     this.#transactional = TransactionalAttempts.forWorker(ctx.clientConfig, options, {

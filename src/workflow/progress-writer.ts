@@ -16,10 +16,15 @@ export const PROGRESS_WRITE_INTERVAL_MS = 250;
 export interface ProgressSink {
   /**
    * Writes attempt's progress (JSON text, null: unchanged) and appends the
-   * lines, fenced by its lease; resolves false when the lease is gone (or the
-   * write failed: progress is advisory, the attempt goes on).
+   * lines, fenced by its lease; resolves `'lost'` when the lease is gone (or
+   * the write failed: progress is advisory, the attempt goes on), `'locked'`
+   * when another transaction holds the job's row (nothing written).
    */
-  write(attempt: unknown, progressJson: string | null, lines: string[]): Promise<boolean>;
+  write(
+    attempt: unknown,
+    progressJson: string | null,
+    lines: string[],
+  ): Promise<'written' | 'locked' | 'lost'>;
   clock: Clock;
 }
 
@@ -81,20 +86,26 @@ export class ProgressWriter {
         await this.#current;
         continue;
       }
-      if (this.#waiting.length === 0) return;
+      if (this.#waiting.length === 0 && this.#progress === null && this.#lines.length === 0) return;
       this.#sink.clock.clearTimeout(this.#timer);
       this.#timer = undefined;
-      this.#current = this.#write();
+      this.#current = this.#write(true);
     }
   }
 
   /** Whether a report is queued or being written. */
   get pending(): boolean {
-    return this.#current !== undefined || this.#waiting.length > 0;
+    return (
+      this.#current !== undefined ||
+      this.#waiting.length > 0 ||
+      this.#progress !== null ||
+      this.#lines.length > 0
+    );
   }
 
   #schedule(): void {
-    if (this.#current || this.#timer !== undefined || this.#waiting.length === 0) return;
+    if (this.#current || this.#timer !== undefined) return;
+    if (this.#waiting.length === 0 && this.#progress === null && this.#lines.length === 0) return;
     const waitMs = Math.max(0, this.#lastWriteAt + PROGRESS_WRITE_INTERVAL_MS - this.#sink.clock.monotonic());
     this.#timer = this.#sink.clock.setTimeout(() => {
       this.#timer = undefined;
@@ -102,7 +113,14 @@ export class ProgressWriter {
     }, waitMs);
   }
 
-  async #write(): Promise<void> {
+  /**
+   * One write of what is queued. When another transaction holds the row, its
+   * callers learn at once that nothing was written (a handler awaiting it must
+   * not wait for a lock its own transaction may hold), and the values are
+   * carried into the next write, unless this is the attempt's last one
+   * (`last`), which gives them up.
+   */
+  async #write(last = false): Promise<void> {
     const progress = this.#progress;
     const lines = this.#lines;
     const waiting = this.#waiting;
@@ -110,14 +128,16 @@ export class ProgressWriter {
     this.#lines = [];
     this.#waiting = [];
     this.#lastWriteAt = this.#sink.clock.monotonic();
-    let written = false;
+    let outcome: 'written' | 'locked' | 'lost' = 'lost';
     try {
-      written = await this.#sink.write(this.#attempt, progress, lines);
-    } catch {
-      written = false;
-    }
+      outcome = await this.#sink.write(this.#attempt, progress, lines);
+    } catch {}
     this.#current = undefined;
-    for (const resolve of waiting) resolve(written);
-    this.#schedule();
+    if (outcome === 'locked' && !last) {
+      this.#progress ??= progress;
+      this.#lines = [...lines, ...this.#lines].slice(-MAX_LOG_LINES);
+    }
+    for (const resolve of waiting) resolve(outcome === 'written');
+    if (!last) this.#schedule();
   }
 }

@@ -12,6 +12,9 @@ import { type Queryable, run, type Statement } from '../executor.js';
 import { LEASE_FENCE, type LeasedJob, leaseParams } from './job-row.js';
 import type { SchemaNames } from './schema-names.js';
 
+/** What a progress write did: see {@link ProgressQueries.write}. */
+export type ProgressWriteOutcome = 'written' | 'locked' | 'lost';
+
 /** Statements of progress and log lines. */
 export class ProgressQueries {
   readonly #write: Statement;
@@ -21,7 +24,8 @@ export class ProgressQueries {
     // jsonpath's lax mode takes `last-49` before the first element as the first.
     this.#write = names.statement(
       'write_progress',
-      `UPDATE ${names.jobs} j
+      `WITH written AS (
+       UPDATE ${names.jobs} j
        SET progress = COALESCE($4::text::jsonb, j.progress),
            logs = CASE WHEN cardinality($5::text[]) = 0 THEN j.logs
                        ELSE jsonb_path_query_array(
@@ -30,7 +34,11 @@ export class ProgressQueries {
                                     FROM unnest($5::text[]) WITH ORDINALITY AS u(l, n)),
                               '$[last-${MAX_LOG_LINES - 1} to last]') END
        WHERE j.id IN (SELECT j.id FROM ${names.jobs} j ${LEASE_FENCE} FOR UPDATE SKIP LOCKED)
-       RETURNING j.id`,
+       RETURNING j.id
+       )
+       SELECT CASE WHEN EXISTS (SELECT FROM written) THEN 'written'
+                   WHEN EXISTS (SELECT FROM ${names.jobs} j ${LEASE_FENCE}) THEN 'locked'
+                   ELSE 'lost' END AS outcome`,
     );
   }
 
@@ -38,8 +46,9 @@ export class ProgressQueries {
    * Sets the job's progress (`progressJson`, JSON text; null leaves it) and
    * appends `lines` to its log, if `lease` is still held by `workerId`.
    *
-   * @returns whether it was written (false: the lease was not held, or the
-   *   row was locked by another transaction).
+   * @returns `'written'`; `'locked'`: the lease is held but another
+   *   transaction holds the row locked, nothing was written; `'lost'`: the
+   *   lease is not held, nothing was written.
    * @throws {DatabaseError} from the database.
    */
   async write(
@@ -48,8 +57,12 @@ export class ProgressQueries {
     workerId: string,
     progressJson: string | null,
     lines: readonly string[],
-  ): Promise<boolean> {
-    const { rows } = await run(db, this.#write, [...leaseParams([lease], workerId), progressJson, lines]);
-    return rows.length === 1;
+  ): Promise<ProgressWriteOutcome> {
+    const { rows } = await run<{ outcome: ProgressWriteOutcome }>(db, this.#write, [
+      ...leaseParams([lease], workerId),
+      progressJson,
+      lines,
+    ]);
+    return rows[0]!.outcome;
   }
 }

@@ -75,7 +75,10 @@ export class WaitingQueries {
    *
    * @throws {DatabaseError} from the database.
    */
-  async watch(db: Queryable, id: string): Promise<(AwaitedState & { settledMeanwhile: boolean }) | undefined> {
+  async watch(
+    db: Queryable,
+    id: string,
+  ): Promise<(AwaitedState & { settledMeanwhile: boolean }) | undefined> {
     const { rows } = await run<Row & { settled_meanwhile: boolean }>(db, this.#watch, [id]);
     return rows[0] && { ...toState(rows[0]), settledMeanwhile: rows[0].settled_meanwhile };
   }
