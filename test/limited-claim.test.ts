@@ -91,9 +91,10 @@ describe('the limited claim in one statement', () => {
     const claimed = await claimBehind(
       's',
       (holder) =>
-        holder.query(`UPDATE ${t.jobs} SET attempts = 1, run_at = now() + interval '1 hour' WHERE id = $1`, [
-          first!.id,
-        ]),
+        holder.query(
+          `UPDATE ${t.jobs} SET attempts = 1, lease_seq = 1, run_at = now() + interval '1 hour' WHERE id = $1`,
+          [first!.id],
+        ),
       () => queries.limitedClaim.claim(t.db.pool, request('s')),
     );
     expect(claimed.jobs).toEqual([]);

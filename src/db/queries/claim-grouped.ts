@@ -163,10 +163,10 @@ export function groupedClaimSql(names: SchemaNames, kindMaxAttempts: string): st
      WHERE u.name = $1 AND ((u.rate_count IS NOT NULL AND EXISTS (SELECT FROM claimed)) OR EXISTS (SELECT FROM walk))
    ), group_logged AS (
      INSERT INTO ${groupRateSlots} AS s (queue, group_key, slot_end, starts)
-     SELECT $1, c.group_key, (q.at_ms / q.group_slot_ms + 1) * q.group_slot_ms, count(*)::int
-     FROM claimed c, q
+     SELECT $1, c.group_key, (t.ms / q.group_slot_ms + 1) * q.group_slot_ms, count(*)::int
+     FROM claimed c, q, claimed_at t
      WHERE q.group_rate_count IS NOT NULL AND c.group_key IS NOT NULL
-     GROUP BY c.group_key, q.at_ms, q.group_slot_ms
+     GROUP BY c.group_key, t.ms, q.group_slot_ms
      ON CONFLICT (queue, group_key, slot_end) DO UPDATE SET starts = s.starts + EXCLUDED.starts
    ), group_expired AS (
      DELETE FROM ${groupRateSlots} s USING q

@@ -81,7 +81,8 @@ export function queueRoomCtes(names: SchemaNames, forGroups: boolean): string {
 /**
  * The CTEs `claimed` (the jobs of `picked` made running: $3 worker id, $4
  * visibility timeout in ms, `kindMaxAttempts` the SET item of the kinds'
- * maxAttempts) and `log` (the queue's rate log with this claim's starts).
+ * maxAttempts), `claimed_at` (when they were: `ms`, and how many: `n`) and
+ * `log` (the queue's rate log with this claim's starts).
  */
 export function claimedCtes(names: SchemaNames, kindMaxAttempts: string): string {
   const { jobs } = names;
@@ -92,13 +93,20 @@ export function claimedCtes(names: SchemaNames, kindMaxAttempts: string): string
      WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
      RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
                j.lease_seq, j.created_at, j.on_success, j.trace_context::text AS trace_context, j.group_key
+   ), claimed_at AS (
+     -- When the claimed rows were written (read once they all were): the rate
+     -- logs date this claim's starts by it, not by the time the claim began
+     -- (a long walk over the keys would date them early, and free their
+     -- slots early).
+     SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS ms, n
+     FROM (SELECT count(*)::int AS n FROM claimed) c
    ), log AS (
      SELECT slot_end, sum(starts)::int AS starts
      FROM (
        SELECT slot_end, starts FROM live
        UNION ALL
-       SELECT (q.at_ms / q.slot_ms + 1) * q.slot_ms, (SELECT count(*) FROM claimed)::int
-       FROM q WHERE q.rate_count IS NOT NULL
+       SELECT (t.ms / q.slot_ms + 1) * q.slot_ms, t.n
+       FROM q, claimed_at t WHERE q.rate_count IS NOT NULL
      ) e
      GROUP BY slot_end HAVING sum(starts) > 0
    )`;
