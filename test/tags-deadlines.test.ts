@@ -151,7 +151,19 @@ describe('start deadlines', () => {
       () => t.skiplock.enqueueMany([{ kind: 'k', payload: {}, startBy: at, startWithinMs: 5 }]),
       'jobs[0].startWithinMs',
     );
+    // A deadline before the job is due: it could never start.
+    await expectValidationError(
+      () => t.skiplock.enqueue('k', {}, { runAt: new Date(at.getTime() + 1), startBy: at }),
+      'options.startBy',
+    );
+    await expectValidationError(
+      () => t.skiplock.enqueue('k', {}, { delayMs: 10_000, startWithinMs: 5_000 }),
+      'options.startWithinMs',
+    );
     expect(await t.jobCount()).toBe(0);
+    await t.skiplock.enqueue('k', {}, { runAt: at, startBy: at });
+    await t.skiplock.enqueue('k', {}, { delayMs: 5_000, startWithinMs: 5_000 });
+    expect(await t.jobCount()).toBe(2);
   });
 
   it('never runs an expired job: a worker leaves it, the sweeper ends it cancelled, expired', async () => {

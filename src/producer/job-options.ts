@@ -266,6 +266,19 @@ export function toNewJob(
   if (options.startBy !== undefined && options.startWithinMs !== undefined) {
     throw new ValidationError(`${fields.options}startWithinMs`, 'give startBy or startWithinMs, not both');
   }
+  // A deadline before the job is due would expire it unrun: a mistake, said now
+  // (compared on one clock only: two dates, or two delays).
+  if (options.startBy !== undefined && options.runAt !== undefined && options.startBy < options.runAt)
+    throw new ValidationError(`${fields.options}startBy`, 'is before runAt: the job could never start');
+  if (
+    options.startWithinMs !== undefined &&
+    options.delayMs !== undefined &&
+    options.startWithinMs < options.delayMs
+  )
+    throw new ValidationError(
+      `${fields.options}startWithinMs`,
+      'is less than delayMs: the job could never start',
+    );
   if (options.startBy !== undefined) job.startBy = options.startBy;
   if (options.startWithinMs !== undefined) job.startWithinMs = options.startWithinMs;
   if (options.onSuccess !== undefined) job.onSuccess = options.onSuccess;
