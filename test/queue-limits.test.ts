@@ -185,7 +185,7 @@ describe('a worker with limited queues', () => {
     });
     await worker.start();
     await t.skiplock.enqueueMany(jobsOf(3, 'slow', 'slow'));
-    await untilStatus('slow', 'running', 1, 5000, 'one slow job to run');
+    await untilStatus('slow', 'running', 1, 20_000, 'one slow job to run');
     await t.skiplock.enqueueMany(jobsOf(50, 'fast', 'fast'));
     await untilStatus('fast', 'succeeded', 50, 10_000, 'the fast queue to drain');
     expect(await statuses('slow')).toEqual({ running: 1, queued: 2 });
@@ -208,7 +208,7 @@ describe('a worker with limited queues', () => {
       },
     });
     await worker.start();
-    await waitFor(() => worker.bufferedCount > 0, 5000, 'the bulk backlog to fill the buffer');
+    await waitFor(() => worker.bufferedCount > 0, 20_000, 'the bulk backlog to fill the buffer');
     await t.skiplock.enqueueMany(jobsOf(10, 'lim', 'lim'));
     await untilStatus('lim', 'succeeded', 10, 10_000, 'the limited queue to run');
     // 2000 bulk jobs of 5 ms on 4 slots take 2.5 s at least: the limited queue did not wait for them.
@@ -237,14 +237,16 @@ describe('a worker with limited queues', () => {
     await t.skiplock.setQueueLimits('told', { concurrency: 2 });
     // The worker has re-read its limits once it claims no more than two.
     await t.skiplock.enqueueMany(jobsOf(6, 'step', 'told'));
-    await untilStatus('told', 'running', 2, 5000, 'two jobs to run');
+    await untilStatus('told', 'running', 2, 20_000, 'two jobs to run');
     // A claim would have taken them all by now.
-    await waitFor(async () => worker.activeCount === 2, 5000, 'the worker to hold two jobs');
+    await waitFor(async () => worker.activeCount === 2, 20_000, 'the worker to hold two jobs');
     expect(await statuses('told')).toEqual({ running: 2, queued: 4 });
     await t.skiplock.setQueueLimits('told', { concurrency: null });
-    await untilStatus('told', 'running', 6, 5000, 'all six to run once unlimited');
+    await untilStatus('told', 'running', 6, 20_000, 'all six to run once unlimited');
+    // Claimed is not started: a buffered job counts as running in the table before its handler starts.
+    await waitFor(() => worker.activeCount === 6, 20_000, 'all six handlers to start');
     held.open();
-    await untilStatus('told', 'succeeded', 6, 5000, 'all six to finish');
+    await untilStatus('told', 'succeeded', 6, 20_000, 'all six to finish');
     expect(max).toBe(6);
   });
 
@@ -268,7 +270,7 @@ describe('a worker with limited queues', () => {
     });
     await t.skiplock.enqueueMany(jobsOf(40, 'step', 'gb'));
     await worker.start();
-    await waitFor(() => blocked && worker.bufferedCount > 0, 5000, 'a blocked handler and a buffer');
+    await waitFor(() => blocked && worker.bufferedCount > 0, 20_000, 'a blocked handler and a buffer');
     await t.skiplock.setQueueLimits('gb', { concurrency: 2 });
     await waitFor(
       () => worker.bufferedCount === 0,
@@ -276,7 +278,7 @@ describe('a worker with limited queues', () => {
       `the buffer to be given back (${worker.bufferedCount})`,
     );
     // Held jobs count against the limit: only the blocked one is running now.
-    await untilStatus('gb', 'running', 1, 5000, 'the buffered jobs to be queued again');
+    await untilStatus('gb', 'running', 1, 20_000, 'the buffered jobs to be queued again');
     held.open();
     await untilStatus('gb', 'succeeded', 40, 10_000, 'the queue to drain');
   });
@@ -295,10 +297,10 @@ describe('a worker with limited queues', () => {
     await t.skiplock.enqueueMany(jobsOf(4, 'step', 'pl'));
     // Limited queues are claimed first: once a later job of an open queue ran, the paused one was passed over.
     await t.skiplock.enqueue('step', {}, { queue: 'open' });
-    await untilStatus('open', 'succeeded', 1, 5000, 'the open queue to run');
+    await untilStatus('open', 'succeeded', 1, 20_000, 'the open queue to run');
     expect(await statuses('pl')).toEqual({ queued: 4 });
     await t.skiplock.resumeQueue('pl');
-    await untilStatus('pl', 'succeeded', 4, 5000, 'the queue to run after resume');
+    await untilStatus('pl', 'succeeded', 4, 20_000, 'the queue to run after resume');
     expect(ran.filter((q) => q === 'pl')).toHaveLength(4);
   });
 
