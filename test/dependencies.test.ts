@@ -10,7 +10,7 @@ import { describe, expect, it } from 'vitest';
 import { quoteIdent } from '../src/db/sql.js';
 import { type Job, PermanentError, type TransactionalHandlerContext, ValidationError } from '../src/index.js';
 import { drain } from '../src/testing/index.js';
-import { waitFor } from './support/database.js';
+import { waitFor, waitForBlockedBy } from './support/database.js';
 import { useTestDatabase } from './support/fixture.js';
 import { killedAfterTest, startWorkerProcess } from './support/processes.js';
 
@@ -35,21 +35,6 @@ async function states(...ids: string[]): Promise<Record<string, string>> {
   // The first line of last_error (a thrown Error's stack follows it).
   return Object.fromEntries(
     rows.map((r) => [r.id, r.last_error ? `${r.status}: ${r.last_error.split('\n')[0]}` : r.status]),
-  );
-}
-
-/** Resolves once some session waits for a lock that backend `pid` holds. */
-async function blocking(pid: number, what: string): Promise<void> {
-  await waitFor(
-    async () =>
-      (
-        await t.query<{ n: number }>(
-          'SELECT count(*)::int AS n FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))',
-          [pid],
-        )
-      )[0]!.n > 0,
-    30_000,
-    what,
   );
 }
 
@@ -279,7 +264,7 @@ describe('dependsOn', () => {
     const { rows } = await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
     // The enqueue locks the first parent and waits for the second ...
     const child = t.skiplock.enqueue('step', {}, { dependsOn: [p2!.id, p1!.id] });
-    await blocking(rows[0]!.pid, 'the enqueue to wait for the second parent');
+    await waitForBlockedBy(t.db.pool, rows[0]!.pid, 'the enqueue to wait for the second parent');
     // ... and the holder then wants the first: PostgreSQL fails the enqueue, which waited first.
     await holder.query(`SELECT 1 FROM ${t.jobs} WHERE id = $1 FOR UPDATE`, [p1!.id]);
     await holder.query('COMMIT');
@@ -774,7 +759,7 @@ it('a parent cancelled while its child is being enqueued: the cancel waits for t
     const child = await t.skiplock.enqueue('step', {}, { dependsOn: [parent.id], client });
     const cancelled = t.skiplock.cancel({ ids: [parent.id] });
     // The cancel waits on the parent's row, locked by the child's enqueue until it commits.
-    await blocking(rows[0]!.pid, 'the cancel to wait for the lock');
+    await waitForBlockedBy(t.db.pool, rows[0]!.pid, 'the cancel to wait for the lock');
     await client.query('COMMIT');
     expect(await cancelled).toMatchObject({ cancelled: 1 });
     expect(await states(parent.id, child.id)).toEqual({

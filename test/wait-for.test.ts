@@ -9,7 +9,7 @@ import {
   ValidationError,
   WaitTimeoutError,
 } from '../src/index.js';
-import { waitFor } from './support/database.js';
+import { waitFor, waitForBlockedBy } from './support/database.js';
 import { useTestDatabase } from './support/fixture.js';
 import { gate } from './support/gate.js';
 import { forkScript, killedAfterTest, sent } from './support/processes.js';
@@ -196,17 +196,7 @@ describe('waitFor', () => {
     ];
     // Well below the poll's interval: only the mark's own re-read can answer in time.
     const outcome = t.skiplock.waitFor(job.id, { timeoutMs: 3000 });
-    await waitFor(
-      async () =>
-        (
-          await t.query<{ n: number }>(
-            'SELECT count(*)::int AS n FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))',
-            [pid],
-          )
-        )[0]!.n > 0,
-      10_000,
-      'the wait to mark the locked row',
-    );
+    await waitForBlockedBy(t.db.pool, pid, 'the wait to mark the locked row');
     await ending.query('COMMIT');
     expect(await outcome).toEqual({ status: 'succeeded', result: 'done', lastError: null });
     await t.query(`UPDATE ${t.jobs} SET status = 'cancelled', finished_at = now() WHERE id = $1`, [other.id]);

@@ -157,3 +157,25 @@ export async function waitFor<T>(
     await new Promise((r) => setTimeout(r, 20));
   }
 }
+
+/**
+ * Resolves once some session of the server waits for a lock that backend
+ * `pid` holds (`pg_blocking_pids`), read through `db`; throws after 30 s.
+ */
+export async function waitForBlockedBy(
+  db: { query: (text: string, values: unknown[]) => Promise<{ rows: { n: number }[] }> },
+  pid: number,
+  what: string,
+): Promise<void> {
+  await waitFor(
+    async () =>
+      (
+        await db.query(
+          'SELECT count(*)::int AS n FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))',
+          [pid],
+        )
+      ).rows[0]!.n > 0,
+    30_000,
+    what,
+  );
+}
