@@ -6,7 +6,7 @@
  */
 import type { SuccessPolicy } from '../db/queries/finish.js';
 import { ValidationError } from '../errors.js';
-import { serializePayload } from '../job/job.js';
+import { assertStorableString, serializePayload } from '../job/job.js';
 
 /** Largest result stored by default, in bytes of JSON (worker option `maxResultBytes`): 1 MiB. */
 export const DEFAULT_MAX_RESULT_BYTES = 1_048_576;
@@ -91,8 +91,7 @@ export function serializeProgress(value: unknown): string {
  */
 export function logLine(line: unknown): string {
   if (typeof line !== 'string') throw new ValidationError('line', 'must be a string');
-  if (line.includes('\u0000') || !line.isWellFormed())
-    throw new ValidationError('line', 'must be text without NUL characters or lone surrogates');
+  assertStorableString(line, 'line');
   if (line.length <= MAX_LOG_LINE_CHARS) return line;
   return `${line.slice(0, MAX_LOG_LINE_CHARS)}… [truncated]`;
 }

@@ -6,6 +6,7 @@
  * {@link MAX_LOG_LINES}). A handler that reports progress in a tight loop
  * costs a few writes a second, and the last value wins.
  */
+import type { ProgressWriteOutcome } from '../db/queries/progress.js';
 import type { Clock, TimerHandle } from '../runtime/clock.js';
 import { logLine, MAX_LOG_LINES, serializeProgress } from './job-output.js';
 
@@ -20,11 +21,7 @@ export interface ProgressSink {
    * the write failed: progress is advisory, the attempt goes on), `'locked'`
    * when another transaction holds the job's row (nothing written).
    */
-  write(
-    attempt: unknown,
-    progressJson: string | null,
-    lines: string[],
-  ): Promise<'written' | 'locked' | 'lost'>;
+  write(attempt: unknown, progressJson: string | null, lines: string[]): Promise<ProgressWriteOutcome>;
   clock: Clock;
 }
 
@@ -128,7 +125,7 @@ export class ProgressWriter {
     this.#lines = [];
     this.#waiting = [];
     this.#lastWriteAt = this.#sink.clock.monotonic();
-    let outcome: 'written' | 'locked' | 'lost' = 'lost';
+    let outcome: ProgressWriteOutcome = 'lost';
     try {
       outcome = await this.#sink.write(this.#attempt, progress, lines);
     } catch {}
