@@ -77,9 +77,11 @@ export const skiplockSystem: BenchSystem = {
         await skiplock.pool.query('TRUNCATE skiplock.jobs');
       },
       async remaining() {
+        // Two counts, each through a partial index: an OR of the two reads the
+        // whole table, which beside a million kept rows slowed the drain it watched.
         const { rows } = await skiplock.pool.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM skiplock.jobs
-           WHERE status = 'running' OR (status = 'queued' AND run_at <= now())`,
+          `SELECT ((SELECT count(*) FROM skiplock.jobs WHERE status = 'running' AND locked_at IS NOT NULL)
+                 + (SELECT count(*) FROM skiplock.jobs WHERE status = 'queued' AND run_at <= now()))::int AS n`,
         );
         return rows[0]!.n;
       },
