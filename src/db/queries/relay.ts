@@ -133,6 +133,9 @@ export class RelayQueries {
     // a job past its start deadline is left for the sweeper to expire.
     // The lease number is left as it is: a job given back by the sweeper is
     // published again under the same message id, which the broker drops.
+    // Each queue's jobs are read in the claim index's order (queue, priority
+    // DESC, run_at, id), a batch's worth per queue, so a claim costs its batch,
+    // not the backlog; the first batch of that order across the queues is kept.
     // A job with a group key is claimed only when every job of its key and
     // queue ahead of it (running, or queued, due and earlier in the order
     // priority DESC, run_at, id) is claimed with it: a key's later job is never
@@ -142,14 +145,19 @@ export class RelayQueries {
     this.#claim = names.statement(
       'relay_claim',
       `WITH picked AS (
-         SELECT id, queue, group_key, priority, run_at FROM ${names.jobs}
-         WHERE status = 'queued' AND run_at <= now()
-           AND (start_by IS NULL OR start_by >= now())
-           AND queue = ANY(ARRAY(SELECT n FROM unnest($1::text[]) n
-                                 WHERE NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = n AND q.paused)))
-         ORDER BY priority DESC, run_at, id
+         SELECT c.id, c.queue, c.group_key, c.priority, c.run_at
+         FROM unnest($1::text[]) n
+         CROSS JOIN LATERAL (
+           SELECT id, queue, group_key, priority, run_at FROM ${names.jobs}
+           WHERE status = 'queued' AND queue = n AND run_at <= now()
+             AND (start_by IS NULL OR start_by >= now())
+             AND NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = n AND q.paused)
+           ORDER BY priority DESC, run_at, id
+           LIMIT $2
+           FOR UPDATE SKIP LOCKED
+         ) c
+         ORDER BY c.priority DESC, c.run_at, c.id
          LIMIT $2
-         FOR UPDATE SKIP LOCKED
        ), free AS (
          SELECT p.id FROM picked p
          WHERE p.group_key IS NULL

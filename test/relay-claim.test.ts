@@ -1,0 +1,78 @@
+/**
+ * The relay's claim reads its batch from the claim index, in the order it
+ * publishes (priority DESC, run_at, id), whatever the backlog: it never reads
+ * and sorts every due job of the queue. The plan is checked, not the timing.
+ */
+import { describe, expect, it } from 'vitest';
+import { RelayQueries } from '../src/db/queries/relay.js';
+import { schemaNames } from '../src/db/queries/schema-names.js';
+import { useTestDatabase } from './support/fixture.js';
+
+const t = useTestDatabase();
+
+const BACKLOG = 5_000;
+const BATCH = 100;
+
+/** Runs `fn` on a connection that sends each statement's executed plan back as a notice. */
+async function withPlans<T>(
+  fn: (client: import('pg').PoolClient) => Promise<T>,
+): Promise<{ result: T; plans: string[] }> {
+  const client = await t.db.pool.connect();
+  const plans: string[] = [];
+  const onNotice = (notice: { message?: string }) => void plans.push(notice.message ?? '');
+  client.on('notice', onNotice);
+  try {
+    await client.query(`LOAD 'auto_explain'`);
+    await client.query(
+      `SET auto_explain.log_min_duration = 0; SET auto_explain.log_analyze = on;
+       SET auto_explain.log_timing = off; SET auto_explain.log_level = 'notice'`,
+    );
+    const result = await fn(client);
+    return { result, plans };
+  } finally {
+    client.off('notice', onNotice);
+    await client.query('RESET ALL').catch(() => {});
+    client.release(true);
+  }
+}
+
+describe("the relay's claim", () => {
+  it(`reads one batch from the claim index with ${BACKLOG.toLocaleString('en-US')} jobs waiting, in publishing order`, async () => {
+    // One enqueue call: every job has the same run_at, so only the id orders them.
+    const jobs = await t.skiplock.enqueueMany(
+      Array.from({ length: BACKLOG }, (_, n) => ({
+        kind: 'a',
+        payload: { n },
+        queue: n % 2 === 0 ? 'relayed' : 'other',
+        priority: n < 10 ? 1 : 0,
+      })),
+    );
+    await t.query(`ANALYZE ${t.jobs}`);
+    const queries = new RelayQueries(schemaNames(t.schema));
+    const { result: rows, plans } = await withPlans((client) =>
+      queries.claim(client, {
+        queues: ['relayed', 'other'],
+        limit: BATCH,
+        relayId: 'relay:test',
+        visibilityTimeoutMs: 60_000,
+      }),
+    );
+    // The ten priority-1 jobs first, then the oldest by id, across both queues.
+    const byOrder = [...jobs.slice(0, 10), ...jobs.slice(10, BATCH)].map((job) => job.id);
+    expect(rows.map((row) => row.id).sort((a, b) => Number(a) - Number(b))).toEqual(
+      [...byOrder].sort((a, b) => Number(a) - Number(b)),
+    );
+    expect(await t.jobCount("status = 'running' AND locked_by = 'relay:test'")).toBe(BATCH);
+    const plan =
+      plans.find((text) => text.includes('relay') || text.includes('LockRows')) ?? plans.join('\n');
+    expect(plan).not.toMatch(/Seq Scan on jobs/);
+    // Each queue's index scan stops at the batch: at most BATCH rows read from each (rows is per loop).
+    const scanned = [
+      ...plan.matchAll(
+        /Index Scan using jobs_claim_idx on jobs .*?\(actual (?:time=\S+ )?rows=([\d.]+) loops=(\d+)\)/g,
+      ),
+    ].map(([, rows, loops]) => Number(rows) * Number(loops));
+    expect(scanned.length).toBeGreaterThan(0);
+    for (const n of scanned) expect(n).toBeLessThanOrEqual(2 * BATCH);
+  });
+});
