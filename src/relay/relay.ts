@@ -54,6 +54,13 @@ export interface RelayOptions {
   /** Most jobs claimed and published per round trip (1…10000). @default 100 */
   batchSize?: number;
   /**
+   * Most batches published at once (1…64): the relay claims the next batch
+   * while earlier ones wait for the broker's acknowledgements, so claims,
+   * publishes and removals overlap. A group key's jobs still move one batch at
+   * a time. 1 publishes strictly one batch after another. @default 4
+   */
+  maxBatchesInFlight?: number;
+  /**
    * How long the relay waits before it looks again after a batch that was not
    * full, in milliseconds (1…2147483647): the longest a committed job waits to
    * be published. @default 200
@@ -124,6 +131,7 @@ const optionsSchema = z.strictObject({
   ),
   queues: z.array(z.string()).min(1, { error: 'must name at least one queue' }).optional(),
   batchSize: integerInRange(1, 10_000).optional(),
+  maxBatchesInFlight: integerInRange(1, 64).optional(),
   lingerMs: durationMs(1).optional(),
   visibilityTimeoutMs: durationMs(1000).optional(),
   publishTimeoutMs: durationMs(1).optional(),
@@ -167,6 +175,7 @@ export class Relay extends EventEmitter<RelayEvents> {
         target: parsed.target,
         queues: [...new Set(queues)],
         batchSize: parsed.batchSize ?? 100,
+        maxBatchesInFlight: parsed.maxBatchesInFlight ?? 4,
         lingerMs: parsed.lingerMs ?? 200,
         visibilityTimeoutMs,
         publishTimeoutMs,
@@ -191,7 +200,7 @@ export class Relay extends EventEmitter<RelayEvents> {
   }
 
   /**
-   * Stops: the batch in flight is published and removed (or given back) within
+   * Stops: the batches in flight are published and removed (or given back) within
    * `publishTimeoutMs`, then the broker connection closes.
    */
   async stop(): Promise<void> {
@@ -245,6 +254,7 @@ interface RelayDeps {
   target: RelayTarget;
   queues: readonly string[];
   batchSize: number;
+  maxBatchesInFlight: number;
   lingerMs: number;
   visibilityTimeoutMs: number;
   publishTimeoutMs: number;
@@ -253,12 +263,17 @@ interface RelayDeps {
   relay: Relay;
 }
 
-/** The relay's loop: claim a batch, publish it, await the acks, remove it. */
+/**
+ * The relay's loop: claim a batch, publish it, await the acks, remove it;
+ * up to `maxBatchesInFlight` batches are between claim and removal at once.
+ */
 class RelayLoop extends Service {
   readonly deps: RelayDeps;
   readonly #queries: RelayQueries;
   #namespace: string | undefined;
   #connected = false;
+  /** A batch failed to publish or to be removed: the loop pauses, then reconnects if need be. */
+  #failed = false;
   /** Monotonic time of the last sweep; the first pass sweeps. */
   #sweptAt = Number.NEGATIVE_INFINITY;
   /** Monotonic time of the last registration; the first pass registers. */
@@ -279,18 +294,40 @@ class RelayLoop extends Service {
   }
 
   protected async run(): Promise<void> {
+    // Batches being published and removed; each settles without rejecting.
+    const inFlight = new Set<Promise<void>>();
     while (!this.stopped) {
       await this.#sweepWhenDue();
-      let full: boolean;
-      try {
-        full = await this.#pass();
-      } catch {
-        // Reported where it happened; the jobs are given back or left to the sweeper.
+      if (this.#failed) {
+        // A batch failed: let the others settle, then reconnect after the pause.
+        await Promise.all(inFlight);
+        this.#failed = false;
         await this.wait(this.deps.retryDelayMs);
         continue;
       }
-      if (!full) await this.wait(this.deps.lingerMs);
+      if (inFlight.size >= this.deps.maxBatchesInFlight) {
+        await Promise.race(inFlight);
+        continue;
+      }
+      let jobs: RelayedJob[];
+      try {
+        jobs = await this.#claim();
+      } catch {
+        // Reported where it happened; nothing was claimed.
+        await this.wait(this.deps.retryDelayMs);
+        continue;
+      }
+      if (jobs.length > 0) {
+        const delivery: Promise<void> = this.#deliver(jobs)
+          .catch(() => {
+            this.#failed = true;
+          })
+          .finally(() => inFlight.delete(delivery));
+        inFlight.add(delivery);
+      }
+      if (jobs.length < this.deps.batchSize) await this.wait(this.deps.lingerMs);
     }
+    await Promise.all(inFlight);
   }
 
   /** Sweeps (under the maintenance lock that workers share) once `sweepIntervalMs` has passed; errors are reported. */
@@ -301,8 +338,11 @@ class RelayLoop extends Service {
     await this.deps.skiplock.sweep().catch((error: unknown) => this.deps.relay.report(error, 'sweep'));
   }
 
-  /** One batch; true when it was full (more may be waiting). Errors are reported, then rethrown. */
-  async #pass(): Promise<boolean> {
+  /**
+   * Registers when due, connects when needed, and claims one batch, in the
+   * order it is published. Errors are reported, then rethrown.
+   */
+  async #claim(): Promise<RelayedJob[]> {
     const { skiplock, target, relay } = this.deps;
     const fail = (source: RelayEvents['error'][1]) => (error: unknown) => {
       relay.report(error, source);
@@ -337,7 +377,6 @@ class RelayLoop extends Service {
         visibilityTimeoutMs: this.deps.visibilityTimeoutMs,
       })
       .catch(fail('claim'));
-    if (rows.length === 0) return false;
     // Published in claim order, so the broker stores a batch highest priority first, then oldest.
     rows.sort(
       (a, b) =>
@@ -345,17 +384,34 @@ class RelayLoop extends Service {
         a.run_at.getTime() - b.run_at.getTime() ||
         Number(BigInt(a.id) - BigInt(b.id)),
     );
-    const jobs = rows.map((row) => toRelayedJob(row, this.#namespace!));
-    let acked: Set<string>;
-    let publishFailed = false;
-    try {
-      acked = await target.publish(jobs, this.deps.publishTimeoutMs);
-    } catch (error) {
-      this.#connected = false;
-      await target.close(this.deps.publishTimeoutMs).catch(() => {});
-      acked = new Set();
-      publishFailed = true;
-      relay.report(error, 'publish');
+    return rows.map((row) => toRelayedJob(row, this.#namespace!));
+  }
+
+  /**
+   * Publishes one claimed batch, removes what the broker acknowledged and
+   * gives back the rest. Errors are reported, then rethrown.
+   */
+  async #deliver(jobs: RelayedJob[]): Promise<void> {
+    const { skiplock, target, relay } = this.deps;
+    const fail = (source: RelayEvents['error'][1]) => (error: unknown) => {
+      relay.report(error, source);
+      throw error;
+    };
+    let acked = new Set<string>();
+    // Another batch's publish failed and closed the connection: this one goes back unpublished, unreported.
+    let publishFailed = !this.#connected;
+    if (!publishFailed) {
+      try {
+        acked = await target.publish(jobs, this.deps.publishTimeoutMs);
+      } catch (error) {
+        publishFailed = true;
+        if (this.#connected) {
+          this.#connected = false;
+          this.#failed = true;
+          await target.close(this.deps.publishTimeoutMs).catch(() => {});
+          relay.report(error, 'publish');
+        }
+      }
     }
     const published = jobs.filter((job) => acked.has(job.id));
     const unpublished = jobs.filter((job) => !acked.has(job.id)).map((job) => job.id);
@@ -382,7 +438,6 @@ class RelayLoop extends Service {
       if (!publishFailed) relay.report(error, 'publish');
       throw error;
     }
-    return rows.length === this.deps.batchSize;
   }
 }
 

@@ -53,6 +53,8 @@ describe('skiplock relay', () => {
       prefix,
       '--queue',
       'emails',
+      '--max-batches-in-flight',
+      '1',
       '--database-url',
       t.url,
       '--schema',
@@ -74,5 +76,21 @@ describe('skiplock relay', () => {
     const result = await runCli(['relay', '--to', 'kafka://127.0.0.1:9092', '--database-url', t.url]);
     expect(result.code).toBe(2);
     expect(result.stderr).toMatch(/unsupported broker kafka:/);
+  });
+
+  it('refuses batches in flight outside 1…64, naming the flag (exit 2)', async () => {
+    for (const value of ['0', '65', 'x']) {
+      const result = await runCli([
+        'relay',
+        '--to',
+        NATS_URL,
+        '--max-batches-in-flight',
+        value,
+        '--database-url',
+        t.url,
+      ]);
+      expect(result.code, value).toBe(2);
+      expect(result.stderr, value).toMatch(/--max-batches-in-flight/);
+    }
   });
 });

@@ -41,6 +41,10 @@ describe('relay options', () => {
   it('are refused naming the field, nothing started', () => {
     expect(() => createRelay(skiplock, { target, batchSize: 0 })).toThrow(/relay\.batchSize/);
     expect(() => createRelay(skiplock, { target, queues: [] })).toThrow(/relay\.queues/);
+    for (const maxBatchesInFlight of [0, 65, 1.5])
+      expect(() => createRelay(skiplock, { target, maxBatchesInFlight })).toThrow(
+        /relay\.maxBatchesInFlight/,
+      );
     expect(() => createRelay(skiplock, { target, queues: [''] })).toThrow(/relay\.queues\[0\]/);
     expect(() => createRelay(skiplock, { target: {} as never })).toThrow(/relay\.target/);
     expect(() =>

@@ -1,6 +1,6 @@
 /**
  * `skiplock relay --to nats://HOST:PORT`: relays the jobs of some queues to a
- * broker until SIGTERM/SIGINT, then stops gracefully (the batch in flight is
+ * broker until SIGTERM/SIGINT, then stops gracefully (the batches in flight are
  * published and removed, or given back) and exits 0.
  */
 import { Command } from 'commander';
@@ -21,6 +21,7 @@ interface RelayFlags extends ServiceFlags {
   rabbitmqQueue: string;
   queue?: string[];
   batchSize?: number;
+  maxBatchesInFlight?: number;
   lingerMs?: number;
   visibilityTimeoutMs?: number;
   publishTimeoutMs?: number;
@@ -46,6 +47,11 @@ export function relayCommand(): Command {
     )
     .option('--queue <name>', 'queue to relay, repeatable (default: default)', collect)
     .option('--batch-size <n>', 'jobs per batch (default 100)', integer(1, 10_000))
+    .option(
+      '--max-batches-in-flight <n>',
+      "batches published at once, each waiting for the broker's acknowledgements (default 4)",
+      integer(1, 64),
+    )
     .option('--linger-ms <ms>', 'wait after a batch that was not full (default 200)', milliseconds(1))
     .option(
       '--visibility-timeout-ms <ms>',
@@ -85,6 +91,7 @@ export function relayCommand(): Command {
           handleSignals: false,
           ...(flags.queue && { queues: flags.queue }),
           ...(flags.batchSize !== undefined && { batchSize: flags.batchSize }),
+          ...(flags.maxBatchesInFlight !== undefined && { maxBatchesInFlight: flags.maxBatchesInFlight }),
           ...(flags.lingerMs !== undefined && { lingerMs: flags.lingerMs }),
           ...(flags.visibilityTimeoutMs !== undefined && { visibilityTimeoutMs: flags.visibilityTimeoutMs }),
           ...(flags.publishTimeoutMs !== undefined && { publishTimeoutMs: flags.publishTimeoutMs }),
@@ -106,11 +113,14 @@ export function relayCommand(): Command {
           // The same signal often arrives twice at once (to the process and to its group).
           if (stoppingAt !== undefined && Date.now() - stoppingAt < 1000) return;
           if (stoppingAt !== undefined) {
-            logger.warn({ signal }, 'second signal: exiting now; the batch in flight is relayed again later');
+            logger.warn(
+              { signal },
+              'second signal: exiting now; the batches in flight are relayed again later',
+            );
             process.exit(1);
           }
           stoppingAt = Date.now();
-          logger.info({ signal }, 'stopping: the batch in flight is published or given back');
+          logger.info({ signal }, 'stopping: the batches in flight are published or given back');
           relay.stop().then(resolve, reject);
         };
         process.on('SIGTERM', onSignal);
