@@ -161,6 +161,17 @@ export function renderTargets(measurements: readonly Measurement[], peers: Targe
     show: percent,
     detail: `${f(best)} vs ${f(ceiling)} jobs/s`,
   });
+  const relays = [fig('relay.1', 'skiplock'), fig('relay.2', 'skiplock')].filter((v) => v !== undefined);
+  const relayBest = relays.length > 0 ? Math.max(...relays) : undefined;
+  const relayCeiling = fig('relay.database-ceiling', 'raw-pg');
+  targets.push({
+    goal: 'relay: the faster of 1 and 2 relays ≥ 80 % of the bare DELETE … SKIP LOCKED at the same batch size (100, 1 connection)',
+    value: ratio(relayBest, relayCeiling),
+    limit: 0.8,
+    kind: 'min',
+    show: percent,
+    detail: `${f(relayBest)} vs ${f(relayCeiling)} jobs/s; the broker alone took ${f(fig('relay.broker-ceiling', 'skiplock'))} jobs/s`,
+  });
   for (const [q, limit] of [
     ['p50', 3],
     ['p99', 6],

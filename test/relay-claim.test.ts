@@ -19,7 +19,7 @@ async function withPlans<T>(
 ): Promise<{ result: T; plans: string[] }> {
   const client = await t.db.pool.connect();
   const plans: string[] = [];
-  const onNotice = (notice: { message?: string }) => void plans.push(notice.message ?? '');
+  const onNotice = (notice: { message?: string | undefined }) => void plans.push(notice.message ?? '');
   client.on('notice', onNotice);
   try {
     await client.query(`LOAD 'auto_explain'`);

@@ -2,8 +2,14 @@
  * Scenario 11, relay throughput (skiplock, NATS JetStream): 20,000 jobs
  * (quick: 5,000; smoke: 200) enqueued with one enqueueMany, then moved from
  * the jobs table to a JetStream stream by 1 and by 2 relays in this process
- * (batchSize 100, lingerMs 20). Jobs per second from the relays' start until
- * the table is empty (every job published, acknowledged and removed). End to
+ * (batchSize 100, lingerMs 20, the default 4 batches in flight). Jobs per
+ * second from the relays' start until the table is empty (every job
+ * published, acknowledged and removed). Beside them, in the same run, the
+ * two limits a relay sits between: the bare one-statement DELETE … SKIP
+ * LOCKED at the same batch size on one connection (the database's), and the
+ * same number of messages of the same size published to a stream with
+ * acknowledgements, 4 windows of 100 at a time, without a database (the
+ * broker's and its client's). End to
  * end: a producer enqueues the same number of jobs in batches of 100 while one
  * relay moves them and a `natsWorker` (concurrency 50) runs a no-op handler;
  * jobs per second from the first enqueue to the last handler, and each job's
@@ -13,11 +19,14 @@
  */
 import { natsTarget, natsWorker } from '../../src/brokers/nats.js';
 import { quantile } from '../report.js';
+import { createRawDatabase, dropRawDatabase, prefill, rawDrain } from '../systems/raw-pg.js';
 import { loadEngine, skiplockSystem } from '../systems/skiplock.js';
 import { type BenchContext, namespaceFor, type Scenario, waitFor } from './scenario.js';
 
 const NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
 const RELAYS = [1, 2] as const;
+const BATCH = 100;
+const SCENARIO = '11. Relay throughput to NATS JetStream';
 
 type Engine = Awaited<ReturnType<typeof loadEngine>>;
 
@@ -51,6 +60,7 @@ async function withRelayBench<T>(
           target: natsTarget({ servers: NATS_URL, stream }),
           handleSignals: false,
           lingerMs: 20,
+          batchSize: BATCH,
         });
         relay.on('error', (error, source) => ctx.log(`  relay ${source} error: ${error.message}`));
         running.push(relay);
@@ -114,6 +124,73 @@ function endToEndOnce(ctx: BenchContext, jobs: number): Promise<{ rate: number; 
   });
 }
 
+/** The database's limit: the bare DELETE … SKIP LOCKED of `BATCH` jobs at a time on one connection, jobs/s. */
+async function databaseCeilingOnce(ctx: BenchContext, jobs: number): Promise<number> {
+  const namespace = namespaceFor('rawpg', 'relay_ceiling');
+  const url = await createRawDatabase(ctx.serverUrl, namespace);
+  try {
+    await prefill(url, jobs);
+    return await rawDrain(url, 'delete', BATCH, 1);
+  } finally {
+    await dropRawDatabase(url, namespace);
+  }
+}
+
+/**
+ * The broker's limit: `jobs` messages the size of a relayed job published to a
+ * new stream with message ids, awaiting every acknowledgement, 4 windows of
+ * `BATCH` at a time (as a relay's batches in flight), no database; jobs/s.
+ */
+async function brokerCeilingOnce(jobs: number): Promise<number> {
+  const { connect } = await import('@nats-io/transport-node');
+  const { jetstream, jetstreamManager, RetentionPolicy } = await import('@nats-io/jetstream');
+  const connection = await connect({ servers: NATS_URL, noAsyncTraces: true });
+  const stream = namespaceFor('nats', 'ceiling').replace(/[^a-zA-Z0-9_-]/g, '_');
+  const manager = await jetstreamManager(connection);
+  await manager.streams.add({
+    name: stream,
+    subjects: [`${stream}.>`],
+    retention: RetentionPolicy.Workqueue,
+  });
+  try {
+    const client = jetstream(connection);
+    // A relayed job's body: the job as a handler sees it, about 300 bytes.
+    const body = (i: number) =>
+      Buffer.from(
+        JSON.stringify({
+          id: String(i),
+          queue: 'default',
+          kind: 'noop',
+          payload: { i },
+          priority: 0,
+          runAt: new Date().toISOString(),
+          createdAt: new Date().toISOString(),
+          attempts: 0,
+          maxAttempts: 25,
+          messageId: `0123456789abcdef.${i}.0`,
+        }),
+      );
+    let next = 0;
+    const startedAt = performance.now();
+    await Promise.all(
+      Array.from({ length: 4 }, async () => {
+        while (next < jobs) {
+          const from = next;
+          next = Math.min(jobs, next + BATCH);
+          const window: Promise<unknown>[] = [];
+          for (let i = from; i < next; i++)
+            window.push(client.publish(`${stream}.default`, body(i), { msgID: `0123456789abcdef.${i}.0` }));
+          await Promise.all(window);
+        }
+      }),
+    );
+    return jobs / ((performance.now() - startedAt) / 1000);
+  } finally {
+    await manager.streams.delete(stream).catch(() => {});
+    await connection.close();
+  }
+}
+
 async function deleteStream(stream: string): Promise<void> {
   const { connect } = await import('@nats-io/transport-node');
   const { jetstreamManager } = await import('@nats-io/jetstream');
@@ -150,28 +227,47 @@ export const relayScenario: Scenario = {
         ctx.log(`  run ${run + 1}: ${relays} relay(s)`);
         ctx.record(
           {
-            scenario: '11. Relay throughput to NATS JetStream',
-            case: `${jobs.toLocaleString('en-US')} queued jobs moved to a stream by ${relays} relay${relays > 1 ? 's' : ''} (batchSize 100), 1 process`,
+            scenario: SCENARIO,
+            case: `${jobs.toLocaleString('en-US')} queued jobs moved to a stream by ${relays} relay${relays > 1 ? 's' : ''} (batchSize ${BATCH}, 4 batches in flight), 1 process`,
             unit: 'jobs/s',
             system: 'skiplock',
+            tag: `relay.${relays}`,
           },
           await relayOnce(ctx, relays, jobs),
         );
       }
+      ctx.log(`  run ${run + 1}: the database's and the broker's limits`);
+      ctx.record(
+        {
+          scenario: SCENARIO,
+          case: `the database's limit: DELETE … SKIP LOCKED (1 statement), batch ${BATCH}, ${jobs.toLocaleString('en-US')} jobs, 1 connection`,
+          unit: 'jobs/s',
+          system: 'raw-pg',
+          tag: 'relay.database-ceiling',
+        },
+        await databaseCeilingOnce(ctx, jobs),
+      );
+      ctx.record(
+        {
+          scenario: SCENARIO,
+          case: `the broker's limit: ${jobs.toLocaleString('en-US')} messages of a relayed job's size published with acknowledgements, 4 windows of ${BATCH} at a time, no database`,
+          unit: 'jobs/s',
+          system: 'skiplock',
+          tag: 'relay.broker-ceiling',
+        },
+        await brokerCeilingOnce(jobs),
+      );
       ctx.log(`  run ${run + 1}: end to end`);
       const { rate, latencies } = await endToEndOnce(ctx, jobs);
       const e2e = `${jobs.toLocaleString('en-US')} jobs enqueued in batches of 100 → 1 relay → NATS → natsWorker (concurrency 50), 1 process`;
-      ctx.record(
-        { scenario: '11. Relay throughput to NATS JetStream', case: e2e, unit: 'jobs/s', system: 'skiplock' },
-        rate,
-      );
+      ctx.record({ scenario: SCENARIO, case: e2e, unit: 'jobs/s', system: 'skiplock' }, rate);
       for (const [name, q] of [
         ['p50', 0.5],
         ['p99', 0.99],
       ] as const) {
         ctx.record(
           {
-            scenario: '11. Relay throughput to NATS JetStream',
+            scenario: SCENARIO,
             case: `${e2e}, enqueue → handler start, ${name}`,
             unit: 'ms (lower is better)',
             system: 'skiplock',
