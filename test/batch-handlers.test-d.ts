@@ -2,12 +2,9 @@
 import { describe, expectTypeOf, it } from 'vitest';
 import type { BatchHandlerDefinition, Job, Skiplock, Worker } from '../src/index.js';
 import { drain } from '../src/testing/index.js';
+import type { InvoiceAndImageJobs } from './support/typed-jobs.js';
 
-type Jobs = {
-  send_invoice_email: { orderId: number };
-  resize_image: { url: string; width?: number };
-};
-declare const skiplock: Skiplock<Jobs>;
+declare const skiplock: Skiplock<InvoiceAndImageJobs>;
 
 describe('handleBatch', () => {
   it('gets the jobs of its kind, typed, and the batch signal', () => {
@@ -52,7 +49,7 @@ describe('handleBatch', () => {
   });
 
   it('types a definition declared on its own, and drain takes it', () => {
-    const resize: BatchHandlerDefinition<'resize_image', Jobs['resize_image']> = {
+    const resize: BatchHandlerDefinition<'resize_image', InvoiceAndImageJobs['resize_image']> = {
       handleBatch: (jobs) => jobs.map((job) => job.payload.width),
     };
     void drain(skiplock, { resize_image: resize });

@@ -11,6 +11,7 @@ import { waitFor } from './support/database.js';
 import { record } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
 import { gate } from './support/gate.js';
+import { waitForFreshLeases } from './support/leases.js';
 
 const t = useTestDatabase();
 
@@ -321,22 +322,13 @@ describe('a batch handler', () => {
     );
     await worker.start();
     const startedAt = await started.opened;
-    const leases = () =>
-      t.query<{ status: string; attempts: number; age_ms: number }>(
-        `SELECT status, attempts, (EXTRACT(EPOCH FROM now() - locked_at) * 1000)::int AS age_ms
-           FROM ${t.jobs} WHERE id = ANY($1::bigint[])`,
-        [ids],
-      );
     // Running for longer than the visibility timeout, yet every lease was just refreshed.
-    const fresh = await waitFor(
-      async () => {
-        const now = await leases();
-        const ranLongEnough = Date.now() - startedAt > visibilityTimeoutMs * 1.5;
-        return ranLongEnough && now.every((r) => r.age_ms < visibilityTimeoutMs / 2) ? now : undefined;
-      },
-      20_000,
+    const fresh = await waitForFreshLeases(
+      t,
+      ids,
+      startedAt,
+      visibilityTimeoutMs,
       'the batch to outlive its visibility timeout with fresh leases',
-      leases,
     );
     expect(fresh.map((r) => [r.status, r.attempts])).toEqual([
       ['running', 1],

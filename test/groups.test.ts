@@ -6,6 +6,7 @@ import { drain } from '../src/testing/index.js';
 import { tableIn, waitFor } from './support/database.js';
 import { useTestDatabase } from './support/fixture.js';
 import { gate } from './support/gate.js';
+import { NO_LIMITS } from './support/queue-limits.js';
 
 const t = useTestDatabase();
 
@@ -18,13 +19,35 @@ async function errorOf(promise: Promise<unknown>): Promise<ValidationError> {
   return error as ValidationError;
 }
 
-const NO_LIMITS = {
-  concurrency: null,
-  rate: null,
-  groupConcurrency: null,
-  groupRate: null,
-  strictOrder: false,
-};
+/**
+ * Starts a worker of `queue` whose `entry` handler records `start <n>#<attempt>`
+ * and fails job `n: 1` until its attempt `succeedsOnAttempt`, each retry after
+ * `backoffMs`; returns the records, filled as the jobs run.
+ */
+async function startEntryWorker(
+  queue: string,
+  backoffMs: number,
+  succeedsOnAttempt: number,
+): Promise<string[]> {
+  const events: string[] = [];
+  const worker = t.worker({
+    queues: [queue],
+    concurrency: 4,
+    pollIntervalMs: 100,
+    handlers: {
+      entry: {
+        backoff: backoffMs,
+        handle: async (job) => {
+          const n = (job.payload as { n: number }).n;
+          events.push(`start ${n}#${job.attempts}`);
+          if (n === 1 && job.attempts < succeedsOnAttempt) throw new Error('not yet');
+        },
+      },
+    },
+  });
+  await worker.start();
+  return events;
+}
 
 describe('group keys and group limits', () => {
   it('stores the group key of enqueue, enqueueMany and unique jobs; bad keys name the field', async () => {
@@ -240,23 +263,7 @@ describe('group keys and group limits', () => {
     const first = await t.skiplock.enqueue('entry', { n: 1 }, { queue: 'ledger', groupKey: 'acct' });
     const second = await t.skiplock.enqueue('entry', { n: 2 }, { queue: 'ledger', groupKey: 'acct' });
     const other = await t.skiplock.enqueue('entry', { n: 3 }, { queue: 'ledger', groupKey: 'other' });
-    const events: string[] = [];
-    const worker = t.worker({
-      queues: ['ledger'],
-      concurrency: 4,
-      pollIntervalMs: 100,
-      handlers: {
-        entry: {
-          backoff: 500,
-          handle: async (job) => {
-            const n = (job.payload as { n: number }).n;
-            events.push(`start ${n}#${job.attempts}`);
-            if (n === 1 && job.attempts < 3) throw new Error('not yet');
-          },
-        },
-      },
-    });
-    await worker.start();
+    const events = await startEntryWorker('ledger', 500, 3);
     await waitFor(
       async () => (await t.jobCount(`status = 'queued' OR status = 'running'`)) === 0,
       30_000,
@@ -319,23 +326,7 @@ describe('group keys and group limits', () => {
     await t.skiplock.setQueueLimits('loose', { groupConcurrency: 1 });
     await t.skiplock.enqueue('entry', { n: 1 }, { queue: 'loose', groupKey: 'acct' });
     await t.skiplock.enqueue('entry', { n: 2 }, { queue: 'loose', groupKey: 'acct' });
-    const events: string[] = [];
-    const worker = t.worker({
-      queues: ['loose'],
-      concurrency: 4,
-      pollIntervalMs: 100,
-      handlers: {
-        entry: {
-          backoff: 2000,
-          handle: async (job) => {
-            const n = (job.payload as { n: number }).n;
-            events.push(`start ${n}#${job.attempts}`);
-            if (n === 1 && job.attempts < 2) throw new Error('not yet');
-          },
-        },
-      },
-    });
-    await worker.start();
+    const events = await startEntryWorker('loose', 2000, 2);
     await waitFor(
       () => events.length === 3,
       30_000,

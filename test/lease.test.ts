@@ -8,7 +8,7 @@ import { waitFor } from './support/database.js';
 import { nextEvent, record, SWEEP } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
 import { gate } from './support/gate.js';
-import { reclaim, sweepNow } from './support/leases.js';
+import { reclaim, sweepNow, waitForFreshLeases } from './support/leases.js';
 
 const t = useTestDatabase();
 
@@ -124,22 +124,13 @@ describe('lease', () => {
     await worker.start();
     const job = await t.skiplock.enqueue('long', {}, { queue: 'long' });
     const startedAt = await started.opened;
-    const lease = () =>
-      t.query<{ status: string; attempts: number; age_ms: number }>(
-        `SELECT status, attempts, (EXTRACT(EPOCH FROM now() - locked_at) * 1000)::int AS age_ms
-         FROM ${t.jobs} WHERE id = $1`,
-        [job.id],
-      );
     // Running for longer than the visibility timeout, yet its lease was just refreshed.
-    const [fresh] = await waitFor(
-      async () => {
-        const rows = await lease();
-        const ranLongEnough = Date.now() - startedAt > visibilityTimeoutMs * 1.5;
-        return ranLongEnough && rows[0]!.age_ms < visibilityTimeoutMs / 2 ? rows : undefined;
-      },
-      20_000,
+    const [fresh] = await waitForFreshLeases(
+      t,
+      [job.id],
+      startedAt,
+      visibilityTimeoutMs,
       'the job to outlive its visibility timeout with a fresh lease',
-      lease,
     );
     expect(fresh).toMatchObject({ status: 'running', attempts: 1 });
     expect(await sweepNow(t.skiplock)).toEqual({ locked: true, requeued: 0, dead: 0, expired: 0 });

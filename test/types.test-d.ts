@@ -1,11 +1,8 @@
 import { describe, expectTypeOf, it } from 'vitest';
 import type { EnqueuedJob, Skiplock, Worker } from '../src/index.js';
+import type { InvoiceAndImageJobs } from './support/typed-jobs.js';
 
-type Jobs = {
-  send_invoice_email: { orderId: number };
-  resize_image: { url: string; width?: number };
-};
-declare const skiplock: Skiplock<Jobs>;
+declare const skiplock: Skiplock<InvoiceAndImageJobs>;
 
 describe('the kind → payload map', () => {
   it('types enqueue', () => {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { type NatsWorker, natsTarget, natsWorker } from '../../src/brokers/nats.js';
-import { type Job, PermanentError, SnoozeError } from '../../src/index.js';
+import { type NatsWorker, type NatsWorkerOptions, natsTarget, natsWorker } from '../../src/brokers/nats.js';
+import { type Job, type JobMap, PermanentError, SnoozeError } from '../../src/index.js';
+import { expectAbandonedJobBackUncharged } from '../support/abandoned-handler.js';
 import { useTestDatabase } from '../support/fixture.js';
 import { NATS_URL, until } from '../support/nats.js';
 import { brokerTest } from './support.js';
@@ -15,21 +16,23 @@ function relayed(queue: string): string {
   return stream;
 }
 
-const started = (worker: NatsWorker) => b.started(worker);
+/** A started natsWorker on `stream` for queue `q`, without signal handling; `options` may override both. */
+function startedWorker(
+  stream: string,
+  options: Omit<NatsWorkerOptions<JobMap>, 'servers' | 'stream'>,
+): Promise<NatsWorker> {
+  return b.started(
+    natsWorker(t.skiplock, { servers: NATS_URL, stream, queues: ['q'], handleSignals: false, ...options }),
+  );
+}
 
 describe('natsWorker', () => {
   it('runs the handler of a relayed job with its payload and attempt', async () => {
     const stream = relayed('q');
     const seen: Job[] = [];
-    const worker = await started(
-      natsWorker(t.skiplock, {
-        servers: NATS_URL,
-        stream,
-        queues: ['q'],
-        handleSignals: false,
-        handlers: { greet: (job: Job) => void seen.push(job) },
-      }),
-    );
+    const worker = await startedWorker(stream, {
+      handlers: { greet: (job: Job) => void seen.push(job) },
+    });
     const successes: string[] = [];
     worker.on('job:success', (job) => successes.push(job.id));
     const job = await t.skiplock.enqueue('greet', { name: 'Ada' }, { queue: 'q', priority: 3 });
@@ -45,27 +48,21 @@ describe('natsWorker', () => {
     const stream = relayed('q');
     const attempts: number[] = [];
     let snoozed = false;
-    const worker = await started(
-      natsWorker(t.skiplock, {
-        servers: NATS_URL,
-        stream,
-        queues: ['q'],
-        handleSignals: false,
-        handlers: {
-          flaky: {
-            backoff: 100,
-            handle: (job) => {
-              attempts.push(job.attempts);
-              if (!snoozed) {
-                snoozed = true;
-                throw new SnoozeError(50);
-              }
-              if (job.attempts < 3) throw new Error(`boom ${job.attempts}`);
-            },
+    const worker = await startedWorker(stream, {
+      handlers: {
+        flaky: {
+          backoff: 100,
+          handle: (job) => {
+            attempts.push(job.attempts);
+            if (!snoozed) {
+              snoozed = true;
+              throw new SnoozeError(50);
+            }
+            if (job.attempts < 3) throw new Error(`boom ${job.attempts}`);
           },
         },
-      }),
-    );
+      },
+    });
     const outcomes: [number, string, number][] = [];
     worker.on('job:failure', (job, _thrown, outcome) =>
       outcomes.push([job.attempts, outcome.status, outcome.retryDelayMs]),
@@ -85,23 +82,17 @@ describe('natsWorker', () => {
   it('writes a dead job back with its attempts and errors; requeue sends it through the relay again', async () => {
     const stream = relayed('q');
     let fixed = false;
-    const worker = await started(
-      natsWorker(t.skiplock, {
-        servers: NATS_URL,
-        stream,
-        queues: ['q'],
-        handleSignals: false,
-        handlers: {
-          doomed: {
-            maxAttempts: 2,
-            backoff: 50,
-            handle: (job) => {
-              if (!fixed) throw new Error(`broken on attempt ${job.attempts}`);
-            },
+    const worker = await startedWorker(stream, {
+      handlers: {
+        doomed: {
+          maxAttempts: 2,
+          backoff: 50,
+          handle: (job) => {
+            if (!fixed) throw new Error(`broken on attempt ${job.attempts}`);
           },
         },
-      }),
-    );
+      },
+    });
     const successes: string[] = [];
     worker.on('job:success', (job) => successes.push(job.id));
     const job = await t.skiplock.enqueue('doomed', { n: 7 }, { queue: 'q', groupKey: 'tenant-7' });
@@ -135,19 +126,13 @@ describe('natsWorker', () => {
 
   it('writes a job whose handler threw a PermanentError back as failed, after one attempt', async () => {
     const stream = relayed('q');
-    await started(
-      natsWorker(t.skiplock, {
-        servers: NATS_URL,
-        stream,
-        queues: ['q'],
-        handleSignals: false,
-        handlers: {
-          refused: () => {
-            throw new PermanentError('no such customer');
-          },
+    await startedWorker(stream, {
+      handlers: {
+        refused: () => {
+          throw new PermanentError('no such customer');
         },
-      }),
-    );
+      },
+    });
     const job = await t.skiplock.enqueue('refused', {}, { queue: 'q' });
     await until(async () => (await t.row(job.id))?.status === 'failed', 'the job written back failed');
     const record = (await t.skiplock.getJob(job.id))!;
@@ -160,19 +145,13 @@ describe('natsWorker', () => {
     const job = await t.skiplock.enqueue('refused', {}, { queue: 'q', tags: ['tenant:7', 'import'] });
     // Relayed and removed before any worker runs it: the write-back inserts the row anew.
     await until(async () => (await t.jobCount()) === 0, 'the job relayed and removed');
-    await started(
-      natsWorker(t.skiplock, {
-        servers: NATS_URL,
-        stream,
-        queues: ['q'],
-        handleSignals: false,
-        handlers: {
-          refused: () => {
-            throw new PermanentError('no such customer');
-          },
+    await startedWorker(stream, {
+      handlers: {
+        refused: () => {
+          throw new PermanentError('no such customer');
         },
-      }),
-    );
+      },
+    });
     await until(async () => (await t.row(job.id))?.status === 'failed', 'the job written back failed');
     expect((await t.skiplock.getJob(job.id))?.tags).toEqual(['tenant:7', 'import']);
     expect((await t.skiplock.listJobs({ tags: ['tenant:7'] })).map((j) => j.id)).toEqual([job.id]);
@@ -200,32 +179,6 @@ describe('natsWorker stop', () => {
 
   it('is bounded: a handler that ignores its signal is abandoned and its job comes back uncharged', async () => {
     const stream = relayed('q');
-    const first = await started(
-      natsWorker(t.skiplock, {
-        servers: NATS_URL,
-        stream,
-        queues: ['q'],
-        handleSignals: false,
-        shutdownTimeoutMs: 300,
-        handlers: { stuck: () => new Promise(() => {}) },
-      }),
-    );
-    const begun: number[] = [];
-    first.on('job:start', (job) => begun.push(job.attempts));
-    await t.skiplock.enqueue('stuck', {}, { queue: 'q' });
-    await until(() => begun.length === 1, 'the handler started');
-    await first.stop();
-    const attempts: number[] = [];
-    await started(
-      natsWorker(t.skiplock, {
-        servers: NATS_URL,
-        stream,
-        queues: ['q'],
-        handleSignals: false,
-        handlers: { stuck: (j: Job) => void attempts.push(j.attempts) },
-      }),
-    );
-    await until(() => attempts.length === 1, 'the job run by the next worker');
-    expect([begun, attempts]).toEqual([[1], [1]]);
+    await expectAbandonedJobBackUncharged(t.skiplock, (options) => startedWorker(stream, options));
   });
 });

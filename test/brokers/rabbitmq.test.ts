@@ -6,6 +6,7 @@ import {
   rabbitmqWorker,
 } from '../../src/brokers/rabbitmq.js';
 import type { Job } from '../../src/index.js';
+import { expectAbandonedJobBackUncharged } from '../support/abandoned-handler.js';
 import { useTestDatabase } from '../support/fixture.js';
 import { gate } from '../support/gate.js';
 import { until } from '../support/nats.js';
@@ -107,28 +108,9 @@ describe('rabbitmqWorker', () => {
 
   it('stops within its shutdown timeout; the abandoned job comes back to the next worker, uncharged', async () => {
     const prefix = relayed('q');
-    const options = { url: RABBITMQ_URL, queue: prefix, queues: ['q'], handleSignals: false };
-    const first = await started(
-      rabbitmqWorker(t.skiplock, {
-        ...options,
-        shutdownTimeoutMs: 300,
-        handlers: { stuck: () => new Promise(() => {}) },
-      }),
+    await expectAbandonedJobBackUncharged(t.skiplock, (options) =>
+      started(rabbitmqWorker(t.skiplock, { ...options, url: RABBITMQ_URL, queue: prefix })),
     );
-    const begun: number[] = [];
-    first.on('job:start', (job) => begun.push(job.attempts));
-    await t.skiplock.enqueue('stuck', {}, { queue: 'q' });
-    await until(() => begun.length === 1, 'the handler started');
-    await first.stop();
-    const attempts: number[] = [];
-    await started(
-      rabbitmqWorker(t.skiplock, {
-        ...options,
-        handlers: { stuck: (j: Job) => void attempts.push(j.attempts) },
-      }),
-    );
-    await until(() => attempts.length === 1, 'the job run by the next worker');
-    expect([begun, attempts]).toEqual([[1], [1]]);
   });
 
   it('runs at most `concurrency` handlers at once across its queues', async () => {

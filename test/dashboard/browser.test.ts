@@ -4,14 +4,14 @@
  */
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type DashboardServer, serveDashboard } from '../../src/dashboard/index.js';
+import type { DashboardServer } from '../../src/dashboard/index.js';
 import { JOB_STATUSES } from '../../src/index.js';
 import { waitFor } from '../support/database.js';
 import { useDashboardInBrowser } from './support/dashboard-in-browser.js';
 import { screenshot as saveScreenshot, screenshotFolder } from './support/screenshots.js';
 import { SEEDED, type Seeded, seed } from './support/seed.js';
 
-const { db, browser, serve, openPage } = useDashboardInBrowser();
+const { db, browser, serve, openPage, inRefreshingPage } = useDashboardInBrowser();
 let server: DashboardServer;
 let seeded: Seeded;
 let shots: ReturnType<typeof screenshotFolder> | undefined;
@@ -151,14 +151,7 @@ describe('dashboard in Chromium', () => {
     }
   });
   it('refreshes the counts in place, without reloading the page', async () => {
-    const live = await serveDashboard(db.skiplock(), { port: 0, refreshIntervalMs: 500 });
-    const page = await browser().newPage();
-    try {
-      await page.goto(live.url);
-      // Marks this document: a reload would lose the mark. (Strings are not evaluated: the CSP forbids eval.)
-      await page.evaluate(() => {
-        (globalThis as unknown as { marker: string }).marker = 'same document';
-      });
+    await inRefreshingPage('', async (page) => {
       const cell = 'td[data-queue="live-refresh"][data-status="queued"]';
       await expect(page.locator(cell).count()).resolves.toBe(0);
       await db.skiplock().enqueueMany([
@@ -171,13 +164,7 @@ describe('dashboard in Chromium', () => {
         10_000,
         'the refreshed count',
       );
-      await expect(page.evaluate(() => (globalThis as unknown as { marker: string }).marker)).resolves.toBe(
-        'same document',
-      );
       await expect(page.locator('#updated').textContent()).resolves.toMatch(/^updated /);
-    } finally {
-      await page.close();
-      await live.close();
-    }
+    });
   });
 });

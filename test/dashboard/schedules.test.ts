@@ -4,12 +4,12 @@
  */
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type DashboardServer, serveDashboard } from '../../src/dashboard/index.js';
+import type { DashboardServer } from '../../src/dashboard/index.js';
 import { TEST_SCHEMA, tableIn, waitFor } from '../support/database.js';
 import { useDashboardInBrowser } from './support/dashboard-in-browser.js';
 import { screenshot, screenshotFolder } from './support/screenshots.js';
 
-const { db, browser, serve, openPage } = useDashboardInBrowser();
+const { db, serve, openPage, inRefreshingPage } = useDashboardInBrowser();
 let server: DashboardServer;
 let shots: ReturnType<typeof screenshotFolder> | undefined;
 const schedulesTable = tableIn(TEST_SCHEMA, 'schedules');
@@ -106,13 +106,7 @@ describe('schedules page', () => {
   });
 
   it('refreshes the list in place, without reloading the page', async () => {
-    const live = await serveDashboard(db.skiplock(), { port: 0, refreshIntervalMs: 500 });
-    const page = await browser().newPage();
-    try {
-      await page.goto(new URL('schedules', live.url).href);
-      await page.evaluate(() => {
-        (globalThis as unknown as { marker: string }).marker = 'same document';
-      });
+    await inRefreshingPage('schedules', async (page) => {
       await expect(page.locator('tr[data-schedule="added-later"]').count()).resolves.toBe(0);
       await db.skiplock().schedule('added-later', '0 3 * * *', 'cleanup', {});
       await waitFor(
@@ -120,12 +114,6 @@ describe('schedules page', () => {
         10_000,
         'the refreshed schedules',
       );
-      await expect(page.evaluate(() => (globalThis as unknown as { marker: string }).marker)).resolves.toBe(
-        'same document',
-      );
-    } finally {
-      await page.close();
-      await live.close();
-    }
+    });
   });
 });

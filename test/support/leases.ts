@@ -40,3 +40,40 @@ export async function reclaim(t: TestContext, id: string): Promise<JobRow> {
     () => t.row(id),
   );
 }
+
+/** A running job's lease as {@link waitForFreshLeases} reads it: its age in milliseconds. */
+export interface LeaseAge {
+  status: string;
+  attempts: number;
+  age_ms: number;
+}
+
+/**
+ * Waits (20 s at most) until jobs `ids` have run for 1.5 visibility timeouts
+ * since `startedAt` (a `Date.now()`) while every lease is younger than half a
+ * visibility timeout: heartbeats kept them. Resolves with the jobs' leases then.
+ */
+export async function waitForFreshLeases(
+  t: TestContext,
+  ids: string[],
+  startedAt: number,
+  visibilityTimeoutMs: number,
+  what: string,
+): Promise<LeaseAge[]> {
+  const leases = () =>
+    t.query<LeaseAge>(
+      `SELECT status, attempts, (EXTRACT(EPOCH FROM now() - locked_at) * 1000)::int AS age_ms
+         FROM ${t.jobs} WHERE id = ANY($1::bigint[])`,
+      [ids],
+    );
+  return waitFor(
+    async () => {
+      const now = await leases();
+      const ranLongEnough = Date.now() - startedAt > visibilityTimeoutMs * 1.5;
+      return ranLongEnough && now.every((r) => r.age_ms < visibilityTimeoutMs / 2) ? now : undefined;
+    },
+    20_000,
+    what,
+    leases,
+  );
+}

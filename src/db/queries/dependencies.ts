@@ -9,7 +9,7 @@
 import { DatabaseError } from '../../errors.js';
 import type { JobLink, JobRecord, JobStatus } from '../../job/job.js';
 import { type Queryable, run, type Statement } from '../executor.js';
-import type { NewJob } from './insert.js';
+import { jobColumnValues, type NewJob } from './insert.js';
 import { ARCHIVE_COLUMNS, ARCHIVE_RESULT_COLUMNS, JOB_COLUMNS, type JobRow, toJobRecord } from './job-row.js';
 import type { SchemaNames } from './schema-names.js';
 
@@ -158,13 +158,7 @@ export class DependencyQueries {
   ): Promise<JobRecord> {
     try {
       const { rows } = await run<JobRow>(db, this.#insert, [
-        job.kind,
-        job.queue,
-        job.payloadJson,
-        job.priority,
-        job.runAt,
-        job.delayMs,
-        job.maxAttempts,
+        ...jobColumnValues(job),
         job.traceContext ?? null,
         job.tags ?? null,
         job.startBy ?? null,

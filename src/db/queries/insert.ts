@@ -48,6 +48,15 @@ export interface NewJob {
   onSuccess?: 'delete' | 'keep' | 'archive' | undefined;
 }
 
+/**
+ * The first seven parameters of every statement that inserts one job ($1…$7):
+ * kind, queue, payload (JSON text), priority, run_at, delay in milliseconds,
+ * max_attempts. The statements' further parameters follow them.
+ */
+export function jobColumnValues(job: NewJob): unknown[] {
+  return [job.kind, job.queue, job.payloadJson, job.priority, job.runAt, job.delayMs, job.maxAttempts];
+}
+
 /** Whether a job needs the extended insert: it carries a trace context, tags, a start deadline, a group key or its own success policy. */
 export function isExtended(job: NewJob): boolean {
   return (
@@ -133,15 +142,7 @@ export class InsertQueries {
 
   /** Inserts one job; on the caller's connection when given. */
   async one(db: Queryable, job: NewJob): Promise<JobRecord> {
-    const values: unknown[] = [
-      job.kind,
-      job.queue,
-      job.payloadJson,
-      job.priority,
-      job.runAt,
-      job.delayMs,
-      job.maxAttempts,
-    ];
+    const values = jobColumnValues(job);
     if (!isExtended(job)) {
       const { rows } = await run<JobRow>(db, this.#one, values);
       return toJobRecord(rows[0]!);

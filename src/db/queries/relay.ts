@@ -6,21 +6,16 @@
  * or `failed`, so requeue, the CLI and the dashboard still see it.
  */
 import { type Queryable, run, type Statement } from '../executor.js';
+import type { ClaimRow } from './claim.js';
 import type { SchemaNames } from './schema-names.js';
 
-/** A row the relay claimed, as it goes into the message. */
-export interface RelayRow {
-  id: string;
-  queue: string;
-  kind: string;
-  payload: unknown;
-  priority: number;
-  run_at: Date;
-  attempts: number;
-  max_attempts: number;
+/**
+ * A row the relay claimed, as it goes into the message: the columns a worker's
+ * claim returns (without the trace context and success policy), and the ones
+ * a write-back needs.
+ */
+export interface RelayRow extends Omit<ClaimRow, 'trace_context' | 'on_success'> {
   max_attempts_default: boolean;
-  lease_seq: string;
-  created_at: Date;
   errors: unknown;
   tags: string[] | null;
   group_key: string | null;

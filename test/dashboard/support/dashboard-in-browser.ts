@@ -4,7 +4,7 @@
  * serves on that database, all closed after its last test.
  */
 import type { Browser, Page } from 'playwright-core';
-import { afterAll, beforeAll } from 'vitest';
+import { afterAll, beforeAll, expect } from 'vitest';
 import {
   type DashboardServer,
   type ServeDashboardOptions,
@@ -32,6 +32,13 @@ export interface DashboardInBrowser {
     path: string,
     heightPx: number,
   ): Promise<{ page: Page; dialogs: string[] }>;
+  /**
+   * Serves a dashboard that refreshes every 500 ms, opens `path` of it in a
+   * fresh page, marks the document and runs `use` on the page; then expects the
+   * mark still there (the page refreshed in place, never reloaded), and closes
+   * the page and the dashboard.
+   */
+  inRefreshingPage(path: string, use: (page: Page) => Promise<void>): Promise<void>;
 }
 
 /** Registers the hooks; register the file's own after it, so they run once the database and browser are there. */
@@ -66,6 +73,24 @@ export function useDashboardInBrowser(): DashboardInBrowser {
       });
       await page.goto(new URL(path.replace(/^\//, ''), server.url).href);
       return { page, dialogs };
+    },
+    inRefreshingPage: async (path, use) => {
+      const live = await serveDashboard(db.skiplock(), { port: 0, refreshIntervalMs: 500 });
+      const page = await context.browser().newPage();
+      try {
+        await page.goto(new URL(path, live.url).href);
+        // Marks this document: a reload would lose the mark. (Strings are not evaluated: the CSP forbids eval.)
+        await page.evaluate(() => {
+          (globalThis as unknown as { marker: string }).marker = 'same document';
+        });
+        await use(page);
+        await expect(page.evaluate(() => (globalThis as unknown as { marker: string }).marker)).resolves.toBe(
+          'same document',
+        );
+      } finally {
+        await page.close();
+        await live.close();
+      }
     },
   };
   return context;
