@@ -145,6 +145,26 @@ describe('skiplock worker', () => {
     expect(row).toEqual({ status: 'queued', attempts: 0, locked_by: null });
   }, 120_000);
 
+  it('ignores the same signal twice at once, and exits 1 at a second one a second later', async () => {
+    const run = worker(['--handlers', 'test/cli/fixtures/handlers.mjs', '--queue', 'cli-insist']);
+    await run.waitForOutput(/worker started/);
+    await runCli(['enqueue', 'slow', '--queue', 'cli-insist', ...conn()]);
+    await run.waitForOutput(/"msg":"job started"/);
+    // As a terminal sends it to the process and to its group: the stop waits for the slow job.
+    run.child.kill('SIGTERM');
+    run.child.kill('SIGTERM');
+    const firstAt = Date.now();
+    await run.waitForOutput(/"msg":"stopping: no new claims/);
+    await waitFor(() => Date.now() - firstAt >= 1_200, 5_000, 'a second to pass');
+    expect(run.child.exitCode).toBeNull();
+    run.child.kill('SIGINT');
+    expect(await run.exited).toBe(1);
+    expect(run.stdout().match(/"msg":"stopping: no new claims/g)).toHaveLength(1);
+    expect(run.stdout()).toMatch(
+      /"msg":"second signal: exiting now; running jobs come back after the visibility timeout"/,
+    );
+  }, 120_000);
+
   it('takes the pooler flags: no LISTEN, unnamed claims, no session settings; a direct LISTEN URL is masked', async () => {
     const direct = new URL(t.db.url);
     direct.password = 'not-logged-secret';

@@ -12,6 +12,7 @@ import { openDatabase } from '../database.js';
 import { maskUrl } from '../embedded.js';
 import { addServiceFlags, collect, examples, integer, milliseconds, type ServiceFlags } from '../flags.js';
 import { createLogger, type Logger } from '../logger.js';
+import { stopOnSignals } from '../stop-signals.js';
 import { UsageError } from '../usage-error.js';
 import { assertDatabaseUsable } from './worker.js';
 
@@ -107,25 +108,17 @@ export function relayCommand(): Command {
         throw error;
       }
       logEvents(relay, logger);
-      const stopped = new Promise<void>((resolve, reject) => {
-        let stoppingAt: number | undefined;
-        const onSignal = (signal: NodeJS.Signals) => {
-          // The same signal often arrives twice at once (to the process and to its group).
-          if (stoppingAt !== undefined && Date.now() - stoppingAt < 1000) return;
-          if (stoppingAt !== undefined) {
-            logger.warn(
-              { signal },
-              'second signal: exiting now; the batches in flight are relayed again later',
-            );
-            process.exit(1);
-          }
-          stoppingAt = Date.now();
+      const stopped = stopOnSignals(
+        (signal) => {
           logger.info({ signal }, 'stopping: the batches in flight are published or given back');
-          relay.stop().then(resolve, reject);
-        };
-        process.on('SIGTERM', onSignal);
-        process.on('SIGINT', onSignal);
-      });
+          return relay.stop();
+        },
+        (signal) =>
+          logger.warn(
+            { signal },
+            'second signal: exiting now; the batches in flight are relayed again later',
+          ),
+      );
       relay.start();
       logger.info(
         { schema: db.skiplock.schema, to: maskUrl(flags.to), broker: target.name, relayId: relay.id },

@@ -23,6 +23,7 @@ import { addServiceFlags, choice, collect, examples, integer, type ServiceFlags 
 import { loadHandlersFile } from '../handlers-file.js';
 import { createLogger, type Logger } from '../logger.js';
 import { addRetentionFlags, type RetentionFlags, retentionFromFlags } from '../retention-flags.js';
+import { stopOnSignals } from '../stop-signals.js';
 import { UsageError } from '../usage-error.js';
 
 type WorkerOptionFlags = {
@@ -102,33 +103,21 @@ export function workerCommand(): Command {
       }
       logEvents(worker, logger);
       const started = worker.start();
-      const stopped = new Promise<void>((resolve, reject) => {
-        let stoppingAt: number | undefined;
-        const onSignal = (signal: NodeJS.Signals) => {
-          // The same signal often arrives twice at once (to the process and to its group): only a
-          // later one, a person insisting, forces the exit.
-          if (stoppingAt !== undefined && Date.now() - stoppingAt < 1000) return;
-          if (stoppingAt !== undefined) {
-            logger.warn(
-              { signal },
-              'second signal: exiting now; running jobs come back after the visibility timeout',
-            );
-            process.exit(1);
-          }
-          stoppingAt = Date.now();
+      const stopped = stopOnSignals(
+        (signal) => {
           logger.info(
             { signal, running: worker.activeCount, shutdownTimeoutMs: worker.options.shutdownTimeoutMs },
             'stopping: no new claims; running jobs finish or are released',
           );
           // A signal during start waits for it, so stop never races start.
-          started
-            .catch(() => {})
-            .then(() => worker.stop())
-            .then(resolve, reject);
-        };
-        process.on('SIGTERM', onSignal);
-        process.on('SIGINT', onSignal);
-      });
+          return started.catch(() => {}).then(() => worker.stop());
+        },
+        (signal) =>
+          logger.warn(
+            { signal },
+            'second signal: exiting now; running jobs come back after the visibility timeout',
+          ),
+      );
       await started;
       const { handlers: loaded, ...settings } = worker.options;
       logger.info(
