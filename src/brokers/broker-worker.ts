@@ -17,9 +17,9 @@ import { schemaNames } from '../db/queries/schema-names.js';
 import { ShutdownError, SkiplockError, ValidationError } from '../errors.js';
 import { MAX_ATTEMPT_ERROR_CHARS, MAX_ATTEMPT_ERRORS } from '../job/attempt-history.js';
 import { backoffDelayMs } from '../job/backoff.js';
-import { describeFailure } from '../job/failure.js';
 import type { Job, JobMap } from '../job/job.js';
 import { type RelayedJob, toHandlerJob } from '../relay/message.js';
+import { emitError, emitGuarded } from '../runtime/guarded-events.js';
 import type { Skiplock } from '../skiplock.js';
 import { AttemptControl } from '../worker/attempt-control.js';
 import type { FailureOutcomeInfo } from '../worker/events.js';
@@ -200,16 +200,7 @@ export class DeliveryRunner {
     event: K,
     ...args: BrokerWorkerEvents[K]
   ): void {
-    try {
-      (this.#emitter.emit as (event: K, ...args: BrokerWorkerEvents[K]) => boolean)(event, ...args);
-    } catch (error) {
-      this.report(
-        new SkiplockError('LISTENER', `a '${event}' listener threw: ${describeFailure(error)}`, {
-          cause: error,
-        }),
-        'listener',
-      );
-    }
+    emitGuarded(this.#emitter as EventEmitter, event, args, (error) => this.report(error, 'listener'));
   }
 
   /** Reports a background error as an `error` event (or on the console when nobody listens). */
@@ -222,17 +213,7 @@ export class DeliveryRunner {
           : new SkiplockError('BROKER', error instanceof Error ? error.message : String(error), {
               cause: error,
             });
-    if (this.#emitter.listenerCount('error') > 0) {
-      try {
-        this.#emitter.emit('error', translated, source);
-        return;
-      } catch {
-        // An 'error' listener that throws: the console still hears it.
-      }
-    }
-    console.error(
-      `[skiplock] broker worker ${this.#settings.workerId}: ${source} error: ${translated.message}`,
-    );
+    emitError(this.#emitter as EventEmitter, translated, source, `broker worker ${this.#settings.workerId}`);
   }
 
   async #run(delivery: Delivery, republish: Republish, control: AttemptControl): Promise<void> {

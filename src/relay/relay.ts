@@ -20,6 +20,7 @@ import { describeFailure } from '../job/failure.js';
 import { assertName, type JobMap } from '../job/job.js';
 import { durationMs, integerInRange, parseOptions } from '../options.js';
 import type { Clock } from '../runtime/clock.js';
+import { emitError, emitGuarded } from '../runtime/guarded-events.js';
 import { Service } from '../runtime/service.js';
 import type { Skiplock } from '../skiplock.js';
 import { forgetOnSignals, stopOnSignals } from '../worker/signals.js';
@@ -213,16 +214,7 @@ export class Relay extends EventEmitter<RelayEvents> {
 
   /** @internal emits `event`; a listener that throws is reported as an `error` from source `listener`. */
   notify<K extends 'relay:publish' | 'relay:release'>(event: K, ...args: RelayEvents[K]): void {
-    try {
-      (this.emit as (event: K, ...args: RelayEvents[K]) => boolean)(event, ...args);
-    } catch (error) {
-      this.report(
-        new SkiplockError('LISTENER', `a '${event}' listener threw: ${describeFailure(error)}`, {
-          cause: error,
-        }),
-        'listener',
-      );
-    }
+    emitGuarded(this as EventEmitter, event, args, (error) => this.report(error, 'listener'));
   }
 
   /** @internal reports a background error. */
@@ -232,15 +224,7 @@ export class Relay extends EventEmitter<RelayEvents> {
       source === 'claim' || source === 'remove' || source === 'sweep' || error instanceof SkiplockError
         ? translateError(error)
         : new SkiplockError('BROKER', `${this.#targetName}: ${describeFailure(error)}`, { cause: error });
-    if (this.listenerCount('error') > 0) {
-      try {
-        this.emit('error', translated, source);
-        return;
-      } catch {
-        // An 'error' listener that throws: the console still hears it.
-      }
-    }
-    console.error(`[skiplock] relay ${this.id}: ${source} error: ${translated.message}`);
+    emitError(this as EventEmitter, translated, source, `relay ${this.id}`);
   }
 }
 

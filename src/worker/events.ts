@@ -7,8 +7,9 @@
  * listener that throws falls back to the console.
  */
 import type { EventEmitter } from 'node:events';
-import { SkiplockError } from '../errors.js';
+import type { SkiplockError } from '../errors.js';
 import type { Job } from '../job/job.js';
+import { emitError, emitGuarded } from '../runtime/guarded-events.js';
 
 /** Which part of the worker an `error` event came from. */
 export type WorkerErrorSource =
@@ -116,49 +117,18 @@ export class EventReporter {
 
   /** Emits `event`; a listener that throws is reported once. */
   emit<K extends keyof WorkerEvents>(event: K, ...args: WorkerEvents[K]): void {
-    try {
-      (this.#emitter.emit as (event: K, ...args: WorkerEvents[K]) => boolean)(event, ...args);
-    } catch (error) {
-      this.error(
-        new SkiplockError(
-          'LISTENER',
-          `a '${String(event)}' listener threw: ${describeListenerError(error)}`,
-          {
-            cause: error,
-          },
-        ),
-        'listener',
-      );
-    }
+    emitGuarded(this.#emitter as EventEmitter, event, args, (error) => this.error(error, 'listener'));
   }
 
   /** Reports a background error; the loop that hit it retries by itself. */
   error(error: SkiplockError, source: WorkerErrorSource): void {
     if (this.quiet) return;
-    if (this.heard('error')) {
-      try {
-        this.#emitter.emit('error', error, source);
-        return;
-      } catch (listenerError) {
-        console.error(
-          `[skiplock] worker ${this.#workerId}: an 'error' listener threw: ${describeListenerError(listenerError)}`,
-        );
-      }
-    }
-    console.error(`[skiplock] worker ${this.#workerId}: ${source} error: ${error.message}`);
+    emitError(this.#emitter as EventEmitter, error, source, `worker ${this.#workerId}`);
   }
 
   /** A warning for the operator: `worker:warning`, or the console when nobody listens. */
   warn(message: string): void {
     if (this.heard('worker:warning')) this.emit('worker:warning', message);
     else console.warn(`[skiplock] worker ${this.#workerId}: warning: ${message}`);
-  }
-}
-
-function describeListenerError(error: unknown): string {
-  try {
-    return error instanceof Error ? error.message : String(error);
-  } catch {
-    return 'a value that cannot be described';
   }
 }
