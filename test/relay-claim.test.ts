@@ -75,4 +75,54 @@ describe("the relay's claim", () => {
     expect(scanned.length).toBeGreaterThan(0);
     for (const n of scanned) expect(n).toBeLessThanOrEqual(2 * BATCH);
   });
+
+  const claim = (limit: number, relayId = 'relay:test') =>
+    new RelayQueries(schemaNames(t.schema)).claim(t.db.pool, {
+      queues: ['relayed'],
+      limit,
+      relayId,
+      visibilityTimeoutMs: 60_000,
+    });
+
+  it('returns the batch in order to the microsecond of run_at, then by id', async () => {
+    const [first, second, third] = await t.skiplock.enqueueMany(
+      ['a', 'b', 'c'].map((n) => ({ kind: 'k', payload: { n }, queue: 'relayed', groupKey: 'g' })),
+    );
+    // Within one millisecond, the later id comes first by run_at.
+    await t.query(`UPDATE ${t.jobs} SET run_at = $2 WHERE id = $1`, [
+      first!.id,
+      '2026-01-01T00:00:00.000800Z',
+    ]);
+    await t.query(`UPDATE ${t.jobs} SET run_at = $2 WHERE id = $1`, [
+      second!.id,
+      '2026-01-01T00:00:00.000300Z',
+    ]);
+    await t.query(`UPDATE ${t.jobs} SET run_at = $2 WHERE id = $1`, [
+      third!.id,
+      '2026-01-01T00:00:00.000300Z',
+    ]);
+    expect((await claim(10)).map((row) => row.id)).toEqual([second!.id, third!.id, first!.id]);
+  });
+
+  it('passes over a key whose job another relay holds, so that other jobs fill the batch', async () => {
+    await t.skiplock.enqueueMany(
+      Array.from({ length: 26 }, (_, n) => ({ kind: 'k', payload: { n }, queue: 'relayed', groupKey: 'g' })),
+    );
+    const loose = await t.skiplock.enqueueMany(
+      Array.from({ length: 5 }, (_, n) => ({ kind: 'k', payload: { n }, queue: 'relayed' })),
+    );
+    const held = await claim(1, 'relay:other');
+    expect(held).toHaveLength(1);
+    expect(held[0]!.group_key).toBe('g');
+    const batch = await claim(10);
+    expect(batch.map((row) => row.id)).toEqual(loose.map((job) => job.id));
+  });
+
+  it('does not hold a key back behind its job past the start deadline', async () => {
+    const expired = await t.skiplock.enqueue('k', { n: 'expired' }, { queue: 'relayed', groupKey: 'g' });
+    const next = await t.skiplock.enqueue('k', { n: 'next' }, { queue: 'relayed', groupKey: 'g' });
+    await t.query(`UPDATE ${t.jobs} SET start_by = now() - interval '1 second' WHERE id = $1`, [expired.id]);
+    expect((await claim(10)).map((row) => row.id)).toEqual([next.id]);
+    expect(await t.jobCount("id = $1 AND status = 'queued'", [expired.id])).toBe(1);
+  });
 });

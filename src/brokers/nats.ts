@@ -131,13 +131,14 @@ export function natsTarget(options: NatsStreamOptions): RelayTarget {
   let client: import('@nats-io/jetstream').JetStreamClient | undefined;
   return {
     name: 'nats',
-    async connect() {
+    async connect(timeoutMs?: number) {
       const { nats, jetstream } = await loadClients();
       // No async traces: they build two Error objects (and their stacks) per publish, a sixth of the relay's CPU.
       connection = await nats.connect({
         servers: settings.servers,
         maxReconnectAttempts: -1,
         noAsyncTraces: true,
+        ...(timeoutMs !== undefined && { timeout: timeoutMs }),
       });
       try {
         await ensureStream(jetstream, connection, settings);

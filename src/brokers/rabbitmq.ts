@@ -92,18 +92,40 @@ function send(channel: ConfirmChannel, queue: string, job: RelayedJob, expiratio
   });
 }
 
-/** A connection with one confirm channel; errors mark it broken instead of crashing the process. */
-async function open(amqp: Amqp, url: string): Promise<{ model: ChannelModel; channel: ConfirmChannel }> {
-  const model = await amqp.connect(url);
-  model.on('error', () => {});
-  try {
-    const channel = await model.createConfirmChannel();
-    channel.on('error', () => {});
-    return { model, channel };
-  } catch (error) {
-    await model.close().catch(() => {});
-    throw error;
-  }
+/** How long opening a connection and its channel may take when the caller gives no bound, in milliseconds. */
+const OPEN_TIMEOUT_MS = 10_000;
+
+/**
+ * A connection with one confirm channel; errors mark it broken instead of
+ * crashing the process. Rejects after `timeoutMs` milliseconds (a broker that
+ * accepts TCP and never answers), dropping what was opened.
+ */
+async function open(
+  amqp: Amqp,
+  url: string,
+  timeoutMs = OPEN_TIMEOUT_MS,
+): Promise<{ model: ChannelModel; channel: ConfirmChannel }> {
+  const opening = (async () => {
+    // The socket's timeout bounds the TCP connect and the AMQP handshake.
+    const model = await amqp.connect(url, { timeout: timeoutMs });
+    model.on('error', () => {});
+    try {
+      const channel = await model.createConfirmChannel();
+      channel.on('error', () => {});
+      return { model, channel };
+    } catch (error) {
+      await model.close().catch(() => {});
+      throw error;
+    }
+  })();
+  const opened = await withinMs(opening, timeoutMs);
+  if (opened !== 'late') return opened;
+  // Opened after all, too late: closed (within the same bound) so it does not linger.
+  void opening.then(
+    (late) => closeWithin(late.model, timeoutMs),
+    () => {},
+  );
+  throw new Error(`no answer from the broker within ${timeoutMs} ms`);
 }
 
 /**
@@ -124,8 +146,8 @@ export function rabbitmqTarget(options: RabbitmqQueueOptions): RelayTarget {
   const declared = new Set<string>();
   return {
     name: 'rabbitmq',
-    async connect() {
-      const opened = await open(await loadClient(), settings.url);
+    async connect(timeoutMs?: number) {
+      const opened = await open(await loadClient(), settings.url, timeoutMs);
       lost = undefined;
       const onClose = (error?: unknown) => {
         if (connection !== opened) return;
@@ -143,27 +165,32 @@ export function rabbitmqTarget(options: RabbitmqQueueOptions): RelayTarget {
       if (!channel) throw new Error('not connected');
       // A closed channel refuses every message without a word: the relay must reconnect.
       if (lost) throw lost;
-      for (const job of jobs) {
-        const name = rabbitmqQueueName(settings.queue, job.queue);
-        if (!declared.has(name)) {
-          await assertQueues(channel, name);
-          declared.add(name);
-        }
-      }
+      // One deadline for the queues' declaration and the confirms: a broker that stops answering holds neither up.
       let timer: NodeJS.Timeout | undefined;
       const late = new Promise<'late'>((resolve) => {
         timer = setTimeout(() => resolve('late'), timeoutMs);
       });
-      const confirms = jobs.map((job) =>
-        Promise.race([send(channel, rabbitmqQueueName(settings.queue, job.queue), job), late]).then(
-          (result) => result !== 'late',
-          () => false,
-        ),
-      );
-      const confirmed = await Promise.all(confirms);
-      clearTimeout(timer);
-      if (lost && !confirmed.some(Boolean)) throw lost;
-      return new Set(jobs.filter((_, i) => confirmed[i]).map((job) => job.id));
+      try {
+        for (const job of jobs) {
+          const name = rabbitmqQueueName(settings.queue, job.queue);
+          if (declared.has(name)) continue;
+          const declaring = assertQueues(channel, name);
+          declaring.catch(() => {});
+          if ((await Promise.race([declaring, late])) === 'late') return new Set<string>();
+          declared.add(name);
+        }
+        const confirms = jobs.map((job) =>
+          Promise.race([send(channel, rabbitmqQueueName(settings.queue, job.queue), job), late]).then(
+            (result) => result !== 'late',
+            () => false,
+          ),
+        );
+        const confirmed = await Promise.all(confirms);
+        if (lost && !confirmed.some(Boolean)) throw lost;
+        return new Set(jobs.filter((_, i) => confirmed[i]).map((job) => job.id));
+      } finally {
+        clearTimeout(timer);
+      }
     },
     async close(timeoutMs) {
       const closing = connection;

@@ -30,8 +30,13 @@ import { type RelayedJob, relayNamespace, toRelayedJob } from './message.js';
 export interface RelayTarget {
   /** The broker's name, for logs (`nats`, `rabbitmq`). */
   readonly name: string;
-  /** Connects, and creates or checks what the target publishes to. Called again after a failure. */
-  connect(): Promise<void>;
+  /**
+   * Connects, and creates or checks what the target publishes to, giving up
+   * after about `timeoutMs` milliseconds (the relay passes its
+   * `publishTimeoutMs`, so a stop during a connect stays bounded). Called again
+   * after a failure.
+   */
+  connect(timeoutMs?: number): Promise<void>;
   /**
    * Publishes `jobs` (in this order) and resolves with the ids the broker
    * acknowledged; a job missing from it is given back and published again later.
@@ -346,7 +351,7 @@ class RelayLoop extends Service {
       this.#registeredAt = this.clock.monotonic();
     }
     if (!this.#connected) {
-      await target.connect().catch(fail('connect'));
+      await target.connect(this.deps.publishTimeoutMs).catch(fail('connect'));
       this.#connected = true;
     }
     if (this.#namespace === undefined) {
@@ -361,13 +366,7 @@ class RelayLoop extends Service {
         visibilityTimeoutMs: this.deps.visibilityTimeoutMs,
       })
       .catch(fail('claim'));
-    // Published in claim order, so the broker stores a batch highest priority first, then oldest.
-    rows.sort(
-      (a, b) =>
-        b.priority - a.priority ||
-        a.run_at.getTime() - b.run_at.getTime() ||
-        Number(BigInt(a.id) - BigInt(b.id)),
-    );
+    // In claim order (the statement sorts, run_at to the microsecond), so the broker stores a batch highest priority first, then oldest.
     return rows.map((row) => toRelayedJob(row, this.#namespace!));
   }
 

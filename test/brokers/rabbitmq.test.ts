@@ -49,9 +49,16 @@ describe('the relay to RabbitMQ', () => {
     expect(messages.map((m) => m.messageId)).toEqual(messages.map((m) => m.job.messageId));
   });
 
-  it('stops within its bounds when the broker stops answering mid-batch; the batch is given back', async () => {
-    const prefix = b.rabbitmqPrefix(['relayed']);
+  it('stops within its bounds when the broker stops answering mid-batch, also while it declares a queue; the batch is given back', async () => {
+    const prefix = b.rabbitmqPrefix(['relayed', 'later']);
     await b.expectBoundedStopOnDeafBroker(RABBITMQ_URL, (url) => rabbitmqTarget({ url, queue: prefix }));
+  });
+});
+
+describe('the relay to RabbitMQ, connecting', () => {
+  it('stops within a few seconds while a broker that never answers holds its connect', async () => {
+    const prefix = b.rabbitmqPrefix(['relayed']);
+    await b.expectBoundedStopWhileConnecting(RABBITMQ_URL, (url) => rabbitmqTarget({ url, queue: prefix }));
   });
 });
 

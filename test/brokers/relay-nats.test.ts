@@ -122,6 +122,11 @@ describe('the relay to NATS JetStream', () => {
     await b.expectBoundedStopOnDeafBroker(NATS_URL, (url) => natsTarget({ servers: url, stream }));
   });
 
+  it('stops within a few seconds while a broker that never answers holds its connect', async () => {
+    const stream = newStream();
+    await b.expectBoundedStopWhileConnecting(NATS_URL, (url) => natsTarget({ servers: url, stream }));
+  });
+
   it('shares the work between two relays: no job is published by both', async () => {
     const stream = newStream();
     const jobs = await t.skiplock.enqueueMany(

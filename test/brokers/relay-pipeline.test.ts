@@ -23,7 +23,7 @@ function gatedTarget(inner: RelayTarget) {
   const state = { current: 0, peak: 0, calls: 0, open };
   const target: RelayTarget = {
     name: inner.name,
-    connect: () => inner.connect(),
+    connect: (timeoutMs) => inner.connect(timeoutMs),
     close: (timeoutMs) => inner.close(timeoutMs),
     async publish(jobs, timeoutMs) {
       state.calls++;
@@ -83,7 +83,7 @@ describe('batches in flight', () => {
     let refusals = 0;
     const target: RelayTarget = {
       name: inner.name,
-      connect: () => inner.connect(),
+      connect: (timeoutMs) => inner.connect(timeoutMs),
       close: (timeoutMs) => inner.close(timeoutMs),
       // The second batch is refused once: nothing acknowledged, the connection kept.
       async publish(batch, timeoutMs) {

@@ -35,11 +35,19 @@ export interface BrokerTest {
   /** Starts `worker` (errors ignored) and stops it after the test. */
   started<W extends NatsWorker | RabbitmqWorker>(worker: W): Promise<W>;
   /**
-   * Relays a job to the broker at `brokerUrl` through a proxy (`target` gets
-   * the proxy's URL), makes the proxy deaf while the next batch of three is in
-   * flight, and expects `stop()` to end within its bounds and give the batch back.
+   * Relays a job of queue `relayed` to the broker at `brokerUrl` through a
+   * proxy (`target` gets the proxy's URL), makes the proxy deaf while the next
+   * batch, three jobs of queue `later` (new to the target, so RabbitMQ declares
+   * its queue first), is in flight, and expects `stop()` to end within its
+   * bounds and give the batch back.
    */
   expectBoundedStopOnDeafBroker(brokerUrl: string, target: (url: string) => RelayTarget): Promise<void>;
+  /**
+   * Starts a relay whose broker never answers its connect (a proxy that moves
+   * no bytes; `target` gets the proxy's URL), and expects `stop()` to end
+   * within a few seconds: the connect gives up after `publishTimeoutMs`.
+   */
+  expectBoundedStopWhileConnecting(brokerUrl: string, target: (url: string) => RelayTarget): Promise<void>;
   /**
    * Starts the worker `worker` makes for the broker at `url` (a proxy to
    * `brokerUrl`) with a `greet` handler and a 1 s shutdown timeout, runs a
@@ -93,7 +101,7 @@ export function brokerTest(t: TestContext): BrokerTest {
       const proxy = await proxyTo(brokerUrl);
       const relay = this.relay({
         target: target(proxy.url(brokerUrl)),
-        queues: ['relayed'],
+        queues: ['relayed', 'later'],
         publishTimeoutMs: 1000,
         visibilityTimeoutMs: 60_000,
       });
@@ -102,12 +110,25 @@ export function brokerTest(t: TestContext): BrokerTest {
       await until(async () => (await t.jobCount('id = $1', [first.id])) === 0, 'the first job relayed');
       proxy.freeze();
       await t.skiplock.enqueueMany(
-        Array.from({ length: 3 }, () => ({ kind: 'a', payload: {}, queue: 'relayed' })),
+        Array.from({ length: 3 }, () => ({ kind: 'a', payload: {}, queue: 'later' })),
       );
       await until(async () => (await t.jobCount("status = 'running'")) === 3, 'a batch in flight');
       // Bounded by publishTimeoutMs for the batch and again for the connection's close.
       expect(await stopWithin(relay, 20_000)).toBe('stopped');
       expect(await t.jobCount("status = 'queued'")).toBe(3);
+    },
+    async expectBoundedStopWhileConnecting(brokerUrl, target) {
+      const proxy = await proxyTo(brokerUrl);
+      proxy.partition();
+      const relay = this.relay({
+        target: target(proxy.url(brokerUrl)),
+        queues: ['relayed'],
+        publishTimeoutMs: 1000,
+        visibilityTimeoutMs: 60_000,
+      });
+      relay.start();
+      await until(() => proxy.accepted > 0, 'the relay connecting');
+      expect(await stopWithin(relay, 5_000)).toBe('stopped');
     },
     async expectWorkerBoundedStopOnDeafBroker(brokerUrl, makeWorker) {
       const proxy = await proxyTo(brokerUrl);

@@ -21,7 +21,7 @@ let batches = 0;
 const relay = createRelay(skiplock, {
   target: {
     name: target.name,
-    connect: () => target.connect(),
+    connect: (timeoutMs) => target.connect(timeoutMs),
     close: (timeoutMs) => target.close(timeoutMs),
     async publish(jobs, timeoutMs) {
       const acked = await target.publish(jobs, timeoutMs);

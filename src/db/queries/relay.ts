@@ -130,24 +130,31 @@ export class RelayQueries {
     // published again under the same message id, which the broker drops.
     // Each queue's jobs are read in the claim index's order (queue, priority
     // DESC, run_at, id), a batch's worth per queue, so a claim costs its batch,
-    // not the backlog; the first batch of that order across the queues is kept.
+    // not the backlog; the first batch of that order across the queues is kept,
+    // and returned in it (run_at to the microsecond).
     // A job with a group key is claimed only when every job of its key and
-    // queue ahead of it (running, or queued, due and earlier in the order
-    // priority DESC, run_at, id) is claimed with it: a key's later job is never
-    // published before an earlier one was acknowledged and removed. A job
-    // another relay holds still reads as queued or running here, so two relays
-    // never hold one key's jobs at once.
+    // queue ahead of it (running, or queued, due, not past its start deadline
+    // and earlier in the order priority DESC, run_at, id) is claimed with it: a
+    // key's later job is never published before an earlier one was
+    // acknowledged and removed. Jobs of a key with a job running are passed
+    // over while the batch is read, so they leave room for other keys and for
+    // jobs without one. A job another relay holds still reads as queued or
+    // running here, so two relays never hold one key's jobs at once.
     this.#claim = names.statement(
       'relay_claim',
       `WITH picked AS (
          SELECT c.id, c.queue, c.group_key, c.priority, c.run_at
          FROM unnest($1::text[]) n
          CROSS JOIN LATERAL (
-           SELECT id, queue, group_key, priority, run_at FROM ${names.jobs}
-           WHERE status = 'queued' AND queue = n AND run_at <= now()
-             AND (start_by IS NULL OR start_by >= now())
+           SELECT k.id, k.queue, k.group_key, k.priority, k.run_at FROM ${names.jobs} k
+           WHERE k.status = 'queued' AND k.queue = n AND k.run_at <= now()
+             AND (k.start_by IS NULL OR k.start_by >= now())
              AND NOT EXISTS (SELECT FROM ${names.queues} q WHERE q.name = n AND q.paused)
-           ORDER BY priority DESC, run_at, id
+             AND (k.group_key IS NULL OR NOT EXISTS (
+                   SELECT FROM ${names.jobs} r
+                   WHERE r.status = 'running' AND r.group_key IS NOT NULL
+                     AND r.queue = n AND r.group_key = k.group_key))
+           ORDER BY k.priority DESC, k.run_at, k.id
            LIMIT $2
            FOR UPDATE SKIP LOCKED
          ) c
@@ -164,16 +171,20 @@ export class RelayQueries {
                   SELECT FROM ${names.jobs} e
                   WHERE e.status = 'queued' AND e.group_key IS NOT NULL
                     AND e.queue = p.queue AND e.group_key = p.group_key AND e.run_at <= now()
+                    AND (e.start_by IS NULL OR e.start_by >= now())
                     AND (e.priority > p.priority
                       OR (e.priority = p.priority
                           AND (e.run_at < p.run_at OR (e.run_at = p.run_at AND e.id < p.id))))
                     AND e.id NOT IN (SELECT id FROM picked)))
        )
-       UPDATE ${names.jobs} j
-       SET status = 'running', locked_at = now(), locked_by = $3, visibility_timeout_ms = $4
-       WHERE j.id = ANY(ARRAY(SELECT id FROM free))
-       RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
-                 j.max_attempts_default, j.lease_seq, j.created_at, j.errors, j.tags, j.group_key`,
+       , claimed AS (
+         UPDATE ${names.jobs} j
+         SET status = 'running', locked_at = now(), locked_by = $3, visibility_timeout_ms = $4
+         WHERE j.id = ANY(ARRAY(SELECT id FROM free))
+         RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
+                   j.max_attempts_default, j.lease_seq, j.created_at, j.errors, j.tags, j.group_key
+       )
+       SELECT * FROM claimed ORDER BY priority DESC, run_at, id`,
     );
     this.#remove = names.statement(
       'relay_remove',
