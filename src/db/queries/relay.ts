@@ -129,9 +129,11 @@ export class RelayQueries {
     // The lease number is left as it is: a job given back by the sweeper is
     // published again under the same message id, which the broker drops.
     // Each queue's jobs are read in the claim index's order (queue, priority
-    // DESC, run_at, id), a batch's worth per queue, so a claim costs its batch,
-    // not the backlog; the first batch of that order across the queues is kept,
-    // and returned in it (run_at to the microsecond).
+    // DESC, run_at), a batch's worth per queue, with jobs of equal priority and
+    // run_at (one transaction's) sorted by id as they come: a claim costs its
+    // batch and the jobs that share its last run_at, not the backlog. The first
+    // batch of that order across the queues is kept, and returned in it
+    // (run_at to the microsecond).
     // A job with a group key is claimed only when every job of its key and
     // queue ahead of it (running, or queued, due, not past its start deadline
     // and earlier in the order priority DESC, run_at, id) is claimed with it: a
