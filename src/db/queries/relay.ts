@@ -128,24 +128,24 @@ export class RelayQueries {
     // a job past its start deadline is left for the sweeper to expire.
     // The lease number is left as it is: a job given back by the sweeper is
     // published again under the same message id, which the broker drops.
-    // Each queue's jobs are read in the claim index's order (queue, priority
-    // DESC, run_at), a batch's worth per queue, with jobs of equal priority and
-    // run_at (one transaction's) sorted by id as they come: a claim costs its
-    // batch and the jobs that share its last run_at, not the backlog. The first
-    // batch of that order across the queues is kept, and returned in it
-    // (run_at to the microsecond).
+    // Each queue's first jobs are read in the claim index's order (queue,
+    // priority DESC, run_at), a batch's worth, passing over keys with a job
+    // running; a key met there is then read from the group claim index in its
+    // own full order (priority DESC, run_at, id), as many of its jobs as the
+    // first read met: jobs of one transaction share a run_at, and only the id
+    // orders them. So a claim costs its batch, not the backlog. The first batch
+    // of that order across the queues is locked (SKIP LOCKED) and returned in
+    // it (run_at to the microsecond).
     // A job with a group key is claimed only when every job of its key and
     // queue ahead of it (running, or queued, due, not past its start deadline
     // and earlier in the order priority DESC, run_at, id) is claimed with it: a
     // key's later job is never published before an earlier one was
-    // acknowledged and removed. Jobs of a key with a job running are passed
-    // over while the batch is read, so they leave room for other keys and for
-    // jobs without one. A job another relay holds still reads as queued or
-    // running here, so two relays never hold one key's jobs at once.
+    // acknowledged and removed. A job another relay holds still reads as
+    // queued or running here, so two relays never hold one key's jobs at once.
     this.#claim = names.statement(
       'relay_claim',
-      `WITH picked AS (
-         SELECT c.id, c.queue, c.group_key, c.priority, c.run_at
+      `WITH scan AS (
+         SELECT w.id, w.queue, w.group_key, w.priority, w.run_at
          FROM unnest($1::text[]) n
          CROSS JOIN LATERAL (
            SELECT k.id, k.queue, k.group_key, k.priority, k.run_at FROM ${names.jobs} k
@@ -156,12 +156,32 @@ export class RelayQueries {
                    SELECT FROM ${names.jobs} r
                    WHERE r.status = 'running' AND r.group_key IS NOT NULL
                      AND r.queue = n AND r.group_key = k.group_key))
-           ORDER BY k.priority DESC, k.run_at, k.id
+           ORDER BY k.priority DESC, k.run_at
            LIMIT $2
-           FOR UPDATE SKIP LOCKED
-         ) c
-         ORDER BY c.priority DESC, c.run_at, c.id
-         LIMIT $2
+         ) w
+       ), candidates AS (
+         SELECT id, priority, run_at FROM scan WHERE group_key IS NULL
+         UNION ALL
+         SELECT h.id, h.priority, h.run_at
+         FROM (SELECT queue, group_key, count(*) AS seen FROM scan WHERE group_key IS NOT NULL
+               GROUP BY queue, group_key) g
+         CROSS JOIN LATERAL (
+           SELECT e.id, e.priority, e.run_at FROM ${names.jobs} e
+           WHERE e.status = 'queued' AND e.group_key IS NOT NULL
+             AND e.queue = g.queue AND e.group_key = g.group_key AND e.run_at <= now()
+             AND (e.start_by IS NULL OR e.start_by >= now())
+           ORDER BY e.priority DESC, e.run_at, e.id
+           LIMIT g.seen
+         ) h
+       ), picked AS (
+         SELECT l.id, l.queue, l.group_key, l.priority, l.run_at
+         FROM unnest(ARRAY(SELECT id FROM candidates ORDER BY priority DESC, run_at, id LIMIT $2)) AS c(id)
+         CROSS JOIN LATERAL (
+           SELECT j.id, j.queue, j.group_key, j.priority, j.run_at FROM ${names.jobs} j
+           WHERE j.id = c.id AND j.status = 'queued' AND j.run_at <= now()
+             AND (j.start_by IS NULL OR j.start_by >= now())
+           FOR UPDATE OF j SKIP LOCKED
+         ) l
        ), free AS (
          SELECT p.id FROM picked p
          WHERE p.group_key IS NULL
@@ -188,16 +208,19 @@ export class RelayQueries {
        )
        SELECT * FROM claimed ORDER BY priority DESC, run_at, id`,
     );
+    // Remove and release take the ids as a subquery's array: with statistics
+    // from before a backlog, a parameter array of a batch's size had the planner
+    // read the whole table.
     this.#remove = names.statement(
       'relay_remove',
       `DELETE FROM ${names.jobs}
-       WHERE id = ANY($1::bigint[]) AND status = 'running' AND locked_by = $2
+       WHERE id = ANY(ARRAY(SELECT unnest($1::bigint[]))) AND status = 'running' AND locked_by = $2
        RETURNING id`,
     );
     this.#release = names.statement(
       'relay_release',
       `UPDATE ${names.jobs} SET status = 'queued', locked_at = NULL, locked_by = NULL
-       WHERE id = ANY($1::bigint[]) AND status = 'running' AND locked_by = $2`,
+       WHERE id = ANY(ARRAY(SELECT unnest($1::bigint[]))) AND status = 'running' AND locked_by = $2`,
     );
     // The row keeps its id. If the relay has not removed it yet (the broker
     // was faster), the relayed row of the same lease is overwritten; a row of
