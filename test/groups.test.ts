@@ -348,6 +348,7 @@ describe('group keys and group limits', () => {
       }
     }
     const pool = new pg.Pool({ connectionString: t.url, max: 4, Client: SeenClient });
+    pool.on('error', () => {});
     t.defer(() => pool.end());
     const skiplock = new Skiplock({ pool, schema: t.schema });
     await skiplock.setQueueLimits('grouped', { groupConcurrency: 1 });

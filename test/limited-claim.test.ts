@@ -121,6 +121,7 @@ describe('the limited claim in one statement', () => {
       }
     }
     const pool = new pg.Pool({ connectionString: t.url, max: 1, Client: CountingClient });
+    pool.on('error', () => {});
     t.defer(() => pool.end());
     const queries = new JobQueries(t.schema);
     const claim = async (queue: string) => {

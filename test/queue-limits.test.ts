@@ -111,6 +111,7 @@ describe('the limited claim', () => {
       connectionString: `${t.url}?options=${encodeURIComponent('-c default_transaction_isolation=repeatable\\ read')}`,
       max: 1,
     });
+    other.on('error', () => {});
     t.defer(() => other.end());
     // A claim in flight elsewhere: it holds the queue's lock and has taken two jobs, not committed yet.
     const first = await t.db.pool.connect();

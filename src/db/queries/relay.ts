@@ -182,22 +182,37 @@ export class RelayQueries {
              AND (j.start_by IS NULL OR j.start_by >= now())
            FOR UPDATE OF j SKIP LOCKED
          ) l
+       ), key_first AS (
+         -- Each key picked: its first jobs in its own order, as many as were picked.
+         SELECT g.queue, g.group_key, f.id, f.ord
+         FROM (SELECT queue, group_key, count(*) AS m FROM picked WHERE group_key IS NOT NULL
+               GROUP BY queue, group_key) g
+         CROSS JOIN LATERAL (
+           SELECT e.id, row_number() OVER (ORDER BY e.priority DESC, e.run_at, e.id) AS ord
+           FROM (SELECT e.id, e.priority, e.run_at FROM ${names.jobs} e
+                 WHERE e.status = 'queued' AND e.group_key IS NOT NULL
+                   AND e.queue = g.queue AND e.group_key = g.group_key AND e.run_at <= now()
+                   AND (e.start_by IS NULL OR e.start_by >= now())
+                 ORDER BY e.priority DESC, e.run_at, e.id
+                 LIMIT g.m) e
+         ) f
        ), free AS (
+         -- A keyed job is free when no job of its key is running and every job
+         -- of its key before it is picked too: it is among its key's first jobs,
+         -- before the first of them that was not picked.
          SELECT p.id FROM picked p
          WHERE p.group_key IS NULL
             OR (NOT EXISTS (
                   SELECT FROM ${names.jobs} e
                   WHERE e.status = 'running' AND e.group_key IS NOT NULL
                     AND e.queue = p.queue AND e.group_key = p.group_key)
-                AND NOT EXISTS (
-                  SELECT FROM ${names.jobs} e
-                  WHERE e.status = 'queued' AND e.group_key IS NOT NULL
-                    AND e.queue = p.queue AND e.group_key = p.group_key AND e.run_at <= now()
-                    AND (e.start_by IS NULL OR e.start_by >= now())
-                    AND (e.priority > p.priority
-                      OR (e.priority = p.priority
-                          AND (e.run_at < p.run_at OR (e.run_at = p.run_at AND e.id < p.id))))
-                    AND e.id NOT IN (SELECT id FROM picked)))
+                AND EXISTS (
+                  SELECT FROM key_first f
+                  WHERE f.id = p.id
+                    AND NOT EXISTS (
+                      SELECT FROM key_first b
+                      WHERE b.queue = f.queue AND b.group_key = f.group_key AND b.ord < f.ord
+                        AND b.id NOT IN (SELECT id FROM picked))))
        )
        , claimed AS (
          UPDATE ${names.jobs} j
