@@ -160,59 +160,42 @@ export class RelayQueries {
            LIMIT $2
          ) w
        ), candidates AS (
-         SELECT id, priority, run_at FROM scan WHERE group_key IS NULL
+         -- Jobs without a key as read; for each key met, its first jobs in its
+         -- own order (ord), as many as the read met.
+         SELECT id, queue, group_key, priority, run_at, 0::bigint AS ord FROM scan WHERE group_key IS NULL
          UNION ALL
-         SELECT h.id, h.priority, h.run_at
+         SELECT h.id, g.queue, g.group_key, h.priority, h.run_at, h.ord
          FROM (SELECT queue, group_key, count(*) AS seen FROM scan WHERE group_key IS NOT NULL
                GROUP BY queue, group_key) g
          CROSS JOIN LATERAL (
-           SELECT e.id, e.priority, e.run_at FROM ${names.jobs} e
-           WHERE e.status = 'queued' AND e.group_key IS NOT NULL
-             AND e.queue = g.queue AND e.group_key = g.group_key AND e.run_at <= now()
-             AND (e.start_by IS NULL OR e.start_by >= now())
-           ORDER BY e.priority DESC, e.run_at, e.id
-           LIMIT g.seen
-         ) h
-       ), picked AS (
-         SELECT l.id, l.queue, l.group_key, l.priority, l.run_at
-         FROM unnest(ARRAY(SELECT id FROM candidates ORDER BY priority DESC, run_at, id LIMIT $2)) AS c(id)
-         CROSS JOIN LATERAL (
-           SELECT j.id, j.queue, j.group_key, j.priority, j.run_at FROM ${names.jobs} j
-           WHERE j.id = c.id AND j.status = 'queued' AND j.run_at <= now()
-             AND (j.start_by IS NULL OR j.start_by >= now())
-           FOR UPDATE OF j SKIP LOCKED
-         ) l
-       ), key_first AS (
-         -- Each key picked: its first jobs in its own order, as many as were picked.
-         SELECT g.queue, g.group_key, f.id, f.ord
-         FROM (SELECT queue, group_key, count(*) AS m FROM picked WHERE group_key IS NOT NULL
-               GROUP BY queue, group_key) g
-         CROSS JOIN LATERAL (
-           SELECT e.id, row_number() OVER (ORDER BY e.priority DESC, e.run_at, e.id) AS ord
+           SELECT e.id, e.priority, e.run_at, row_number() OVER (ORDER BY e.priority DESC, e.run_at, e.id) AS ord
            FROM (SELECT e.id, e.priority, e.run_at FROM ${names.jobs} e
                  WHERE e.status = 'queued' AND e.group_key IS NOT NULL
                    AND e.queue = g.queue AND e.group_key = g.group_key AND e.run_at <= now()
                    AND (e.start_by IS NULL OR e.start_by >= now())
                  ORDER BY e.priority DESC, e.run_at, e.id
-                 LIMIT g.m) e
-         ) f
+                 LIMIT g.seen) e
+         ) h
+       ), picked AS (
+         SELECT l.id, c.queue, c.group_key, c.ord
+         FROM (SELECT id, queue, group_key, ord FROM candidates
+               ORDER BY priority DESC, run_at, id LIMIT $2) c
+         CROSS JOIN LATERAL (
+           SELECT j.id FROM ${names.jobs} j
+           WHERE j.id = c.id AND j.status = 'queued' AND j.run_at <= now()
+             AND (j.start_by IS NULL OR j.start_by >= now())
+           FOR UPDATE OF j SKIP LOCKED
+         ) l
        ), free AS (
-         -- A keyed job is free when no job of its key is running and every job
-         -- of its key before it is picked too: it is among its key's first jobs,
-         -- before the first of them that was not picked.
+         -- A keyed job is free when every job of its key before it is picked
+         -- too (a key read here has no job running: the first read passed over
+         -- those that had).
          SELECT p.id FROM picked p
          WHERE p.group_key IS NULL
-            OR (NOT EXISTS (
-                  SELECT FROM ${names.jobs} e
-                  WHERE e.status = 'running' AND e.group_key IS NOT NULL
-                    AND e.queue = p.queue AND e.group_key = p.group_key)
-                AND EXISTS (
-                  SELECT FROM key_first f
-                  WHERE f.id = p.id
-                    AND NOT EXISTS (
-                      SELECT FROM key_first b
-                      WHERE b.queue = f.queue AND b.group_key = f.group_key AND b.ord < f.ord
-                        AND b.id NOT IN (SELECT id FROM picked))))
+            OR NOT EXISTS (
+                 SELECT FROM candidates b
+                 WHERE b.group_key = p.group_key AND b.queue = p.queue AND b.ord < p.ord
+                   AND b.id NOT IN (SELECT id FROM picked))
        )
        , claimed AS (
          UPDATE ${names.jobs} j
