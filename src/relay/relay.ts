@@ -327,16 +327,20 @@ class RelayLoop extends Service {
     await this.deps.skiplock.sweep().catch((error: unknown) => this.deps.relay.report(error, 'sweep'));
   }
 
+  /** A rejection handler that reports the error from `source`, then rethrows it. */
+  #reported(source: RelayEvents['error'][1]): (error: unknown) => never {
+    return (error) => {
+      this.deps.relay.report(error, source);
+      throw error;
+    };
+  }
+
   /**
    * Registers when due, connects when needed, and claims one batch, in the
    * order it is published. Errors are reported, then rethrown.
    */
   async #claim(): Promise<RelayedJob[]> {
     const { skiplock, target, relay } = this.deps;
-    const fail = (source: RelayEvents['error'][1]) => (error: unknown) => {
-      relay.report(error, source);
-      throw error;
-    };
     // Registered before the broker is reached: a relay that cannot publish still shows its lag.
     if (this.clock.monotonic() - this.#registeredAt >= HEARTBEAT_INTERVAL_MS) {
       await this.#queries
@@ -347,15 +351,17 @@ class RelayLoop extends Service {
           published: relay.metrics.published,
           ttlMs: REGISTRATION_TTL_MS,
         })
-        .catch(fail('claim'));
+        .catch(this.#reported('claim'));
       this.#registeredAt = this.clock.monotonic();
     }
     if (!this.#connected) {
-      await target.connect(this.deps.publishTimeoutMs).catch(fail('connect'));
+      await target.connect(this.deps.publishTimeoutMs).catch(this.#reported('connect'));
       this.#connected = true;
     }
     if (this.#namespace === undefined) {
-      const { systemIdentifier, database } = await this.#queries.database(skiplock.pool).catch(fail('claim'));
+      const { systemIdentifier, database } = await this.#queries
+        .database(skiplock.pool)
+        .catch(this.#reported('claim'));
       this.#namespace = relayNamespace(systemIdentifier, database, skiplock.schema);
     }
     const rows = await this.#queries
@@ -365,7 +371,7 @@ class RelayLoop extends Service {
         relayId: relay.id,
         visibilityTimeoutMs: this.deps.visibilityTimeoutMs,
       })
-      .catch(fail('claim'));
+      .catch(this.#reported('claim'));
     // In claim order (the statement sorts, run_at to the microsecond), so the broker stores a batch highest priority first, then oldest.
     return rows.map((row) => toRelayedJob(row, this.#namespace!));
   }
@@ -376,10 +382,6 @@ class RelayLoop extends Service {
    */
   async #deliver(jobs: RelayedJob[]): Promise<void> {
     const { skiplock, target, relay } = this.deps;
-    const fail = (source: RelayEvents['error'][1]) => (error: unknown) => {
-      relay.report(error, source);
-      throw error;
-    };
     let acked = new Set<string>();
     // Another batch's publish failed and closed the connection: this one goes back unpublished, unreported.
     let publishFailed = !this.#connected;
@@ -406,7 +408,7 @@ class RelayLoop extends Service {
           published.map((job) => job.id),
           relay.id,
         )
-        .catch(fail('remove'));
+        .catch(this.#reported('remove'));
       relay.metrics.published += published.length;
       relay.metrics.batches++;
       relay.notify('relay:publish', published);
@@ -414,7 +416,7 @@ class RelayLoop extends Service {
     if (unpublished.length > 0) {
       const released = await this.#queries
         .release(skiplock.pool, unpublished, relay.id)
-        .catch(fail('remove'));
+        .catch(this.#reported('remove'));
       relay.metrics.released += released;
       relay.notify('relay:release', released);
       const error = new SkiplockError('BROKER', `${unpublished.length} jobs were not acknowledged in time`);
