@@ -51,8 +51,10 @@ beforeAll(async () => {
   addPostgresJs('postgres.js (prepare: false)', { prepare: false });
 
   const addKysely = (name: string, plugins: KyselyPlugin[]) => {
+    const pool = new pg.Pool({ connectionString: db.url });
+    pool.on('error', () => {});
     const kysely = new Kysely<{ orders: { id: number } }>({
-      dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: db.url }) }),
+      dialect: new PostgresDialect({ pool }),
       plugins,
     });
     closers.push(() => kysely.destroy());
@@ -66,6 +68,7 @@ beforeAll(async () => {
   addKysely('Kysely (CamelCasePlugin)', [new CamelCasePlugin()]);
 
   const drizzlePool = new pg.Pool({ connectionString: db.url });
+  drizzlePool.on('error', () => {});
   const drizzlePg = drizzleNodePg(drizzlePool);
   closers.push(() => drizzlePool.end());
   stacks.push({
