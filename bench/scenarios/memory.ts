@@ -3,8 +3,9 @@
  * settings (concurrency 10) drains 1,000,000 no-op jobs (quick: 200,000),
  * enqueued in calls of 20,000 before the start. The process samples its
  * resident set size every 500 ms; the report shows it at 10 % of the drain
- * (warm-up done), its maximum and at the end, and the spread max / min of the
- * samples from 10 % on.
+ * (warm-up done), its maximum and at the end, and of the samples from 10 % on
+ * both the spread max / min − 1 and the band ± (max − min) / (max + min): the
+ * smallest ± band around one level that holds every sample.
  */
 import { skiplockSystem } from '../systems/skiplock.js';
 import { drainOnce, type MemorySample } from './drain.js';
@@ -36,7 +37,9 @@ export const memoryScenario: Scenario = {
         const atWarm = warm[0]?.rss ?? Number.NaN;
         const max = Math.max(...samples.map((s) => s.rss));
         const end = samples.at(-1)?.rss ?? Number.NaN;
-        const spread = rss.length >= 2 ? (Math.max(...rss) / Math.min(...rss) - 1) * 100 : Number.NaN;
+        const [low, high] = [Math.min(...rss), Math.max(...rss)];
+        const spread = rss.length >= 2 ? (high / low - 1) * 100 : Number.NaN;
+        const band = rss.length >= 2 ? ((high - low) / (high + low)) * 100 : Number.NaN;
         const rec = (kase: string, unit: string, value: number, tag?: string) =>
           ctx.record(
             { scenario, case: `${label}: ${kase}`, unit, system: 'skiplock', ...(tag ? { tag } : {}) },
@@ -52,8 +55,14 @@ export const memoryScenario: Scenario = {
           spread,
           'memory.spread',
         );
+        rec(
+          `RSS band from 10 % on (± (max − min) / (max + min), around the midpoint)`,
+          '% (lower is better)',
+          band,
+          'memory.band',
+        );
         ctx.log(
-          `  memory run ${run + 1}: ${Math.round(rate)} jobs/s; RSS ${mb(atWarm).toFixed(1)} MB at 10 %, max ${mb(max).toFixed(1)}, end ${mb(end).toFixed(1)}; spread ${spread.toFixed(1)} %`,
+          `  memory run ${run + 1}: ${Math.round(rate)} jobs/s; RSS ${mb(atWarm).toFixed(1)} MB at 10 %, max ${mb(max).toFixed(1)}, end ${mb(end).toFixed(1)}; spread ${spread.toFixed(1)} %, band ± ${band.toFixed(1)} %`,
         );
       }
     } finally {
