@@ -146,3 +146,52 @@ describe('option validation', () => {
     );
   });
 });
+
+describe('claimed timestamps', () => {
+  // The claim statements send run_at and created_at as milliseconds; computed
+  // from float8 seconds, some whole-millisecond instants would land 1 ms early.
+  // Instants from 1970 to now (a claim takes due jobs only), whole milliseconds or not.
+  const instantUs = () => {
+    const nowMs = Date.now();
+    return fc.oneof(
+      fc.integer({ min: 0, max: nowMs }).map((ms) => BigInt(ms) * 1000n),
+      fc.bigInt({ min: 0n, max: BigInt(nowMs) * 1000n }),
+    );
+  };
+  const asMs = (us: bigint) => Number(us / 1000n);
+
+  it('reach the handler to the millisecond (truncated), from the plain and the limited claim', async () => {
+    const queries = new JobQueries(t.schema);
+    await t.skiplock.setQueueLimits('limited', { concurrency: 1_000 });
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(fc.tuple(instantUs(), instantUs()), { minLength: 1, maxLength: 8 }),
+        async (times) => {
+          await t.query(`DELETE FROM ${t.jobs}`);
+          for (const [i, [runAtUs, createdAtUs]] of times.entries()) {
+            await t.query(
+              `INSERT INTO ${t.jobs} (kind, queue, run_at, created_at)
+             VALUES ('timed', $1, to_timestamp(0) + $2::bigint * interval '1 microsecond',
+                     to_timestamp(0) + $3::bigint * interval '1 microsecond')`,
+              [i % 2 === 0 ? 'plain' : 'limited', runAtUs.toString(), createdAtUs.toString()],
+            );
+          }
+          const request = { kinds: ['timed'], limit: 100, workerId: 'w', visibilityTimeoutMs: 60_000 };
+          const plain = await queries.claim.claim(t.db.pool, { ...request, queues: ['plain'] });
+          const limited = await queries.limitedClaim.claim(t.db.pool, { ...request, queues: ['limited'] });
+          const claimed = [...plain, ...limited.jobs];
+          expect(claimed).toHaveLength(times.length);
+          const expected = times.map(([runAtUs, createdAtUs]) => [asMs(runAtUs), asMs(createdAtUs)]);
+          const got = claimed.map((job) => [job.runAt.getTime(), job.createdAt.getTime()]);
+          const byValue = (a: number[], b: number[]) => a[0]! - b[0]! || a[1]! - b[1]!;
+          expect(got.sort(byValue)).toEqual(expected.sort(byValue));
+        },
+      ),
+      {
+        numRuns: 60,
+        // Whole milliseconds whose float8 seconds, times 1,000, fall just below them.
+        examples: [[[[1_090_424_581_087_000n, 539_892_391_392_000n]]]],
+      },
+    );
+  });
+});

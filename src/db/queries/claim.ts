@@ -64,6 +64,16 @@ export interface KindMaxAttempts {
   maxAttempts: readonly number[];
 }
 
+/**
+ * A timestamp column as milliseconds since the epoch (float8, whole): the
+ * claim's timestamps become `Date`s from a number instead of from text, which
+ * cost the worker about a microsecond a job. Exact on PostgreSQL 14 and later,
+ * where `extract` is numeric.
+ */
+export function epochMs(column: string): string {
+  return `floor(extract(epoch FROM ${column}) * 1000)::float8`;
+}
+
 /** A row the claim statements return. */
 export interface ClaimRow {
   id: string;
@@ -71,11 +81,13 @@ export interface ClaimRow {
   kind: string;
   payload: unknown;
   priority: number;
-  run_at: Date;
+  /** `run_at` in milliseconds since the epoch (see {@link epochMs}). */
+  run_at_ms: number;
   attempts: number;
   max_attempts: number;
   lease_seq: string;
-  created_at: Date;
+  /** `created_at` in milliseconds since the epoch. */
+  created_at_ms: number;
   trace_context?: string | null;
   /** The job's own success policy; null: the worker's. */
   on_success?: SuccessPolicy | null;
@@ -108,8 +120,9 @@ export class ClaimQueries {
        SET status = 'running', locked_at = now(), attempts = j.attempts + 1, lease_seq = j.lease_seq + 1,
            locked_by = $3, visibility_timeout_ms = $4${setMore}
        WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-       RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
-                 j.lease_seq, j.created_at, j.on_success${traceColumn}`;
+       RETURNING j.id, j.queue, j.kind, j.payload, j.priority, ${epochMs('j.run_at')} AS run_at_ms,
+                 j.attempts, j.max_attempts, j.lease_seq, ${epochMs('j.created_at')} AS created_at_ms,
+                 j.on_success${traceColumn}`;
     // Paused queues are skipped, and so are limited and grouped ones (the limited claim
     // takes them), should a worker not have heard of their limits yet. Both
     // filters are uncorrelated subqueries, evaluated once per claim (one index
@@ -179,10 +192,10 @@ export function claimedJob(r: ClaimRow, traceContext: boolean | undefined): Clai
     queue: r.queue,
     payload: r.payload,
     priority: r.priority,
-    runAt: r.run_at,
+    runAt: new Date(r.run_at_ms),
     attempts: r.attempts,
     maxAttempts: r.max_attempts,
-    createdAt: r.created_at,
+    createdAt: new Date(r.created_at_ms),
     leaseSeq: r.lease_seq,
   };
   if (traceContext) job.traceContext = r.trace_context ?? null;

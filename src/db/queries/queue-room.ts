@@ -13,6 +13,8 @@
  * (`FOR UPDATE` re-reads a row changed since), so a job claimed by the claim
  * before is skipped.
  */
+
+import { epochMs } from './claim.js';
 import { GROUPED } from './queue-limits.js';
 import type { SchemaNames } from './schema-names.js';
 
@@ -115,5 +117,5 @@ export function claimedCtes(names: SchemaNames, kindMaxAttempts: string): string
 /** The columns every row of a limited claim returns: the room, the rate's wait, and a claimed job's (`c`). */
 export const LIMITED_CLAIM_COLUMNS = `r.concurrency_room, r.rate_room, r.grouped, r.read_committed, r.prefetchable,
    (SELECT (SELECT min(slot_end) FROM log) + q.period_ms - q.at_ms FROM q) AS rate_wait_ms,
-   c.id, c.queue, c.kind, c.payload, c.priority, c.run_at, c.attempts, c.max_attempts,
-   c.lease_seq, c.created_at, c.on_success, c.trace_context`;
+   c.id, c.queue, c.kind, c.payload, c.priority, ${epochMs('c.run_at')} AS run_at_ms, c.attempts,
+   c.max_attempts, c.lease_seq, ${epochMs('c.created_at')} AS created_at_ms, c.on_success, c.trace_context`;

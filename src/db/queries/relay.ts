@@ -14,7 +14,10 @@ import type { SchemaNames } from './schema-names.js';
  * claim returns (without the trace context and success policy), and the ones
  * a write-back needs.
  */
-export interface RelayRow extends Omit<ClaimRow, 'trace_context' | 'on_success'> {
+export interface RelayRow
+  extends Omit<ClaimRow, 'trace_context' | 'on_success' | 'run_at_ms' | 'created_at_ms'> {
+  run_at: Date;
+  created_at: Date;
   max_attempts_default: boolean;
   errors: unknown;
   tags: string[] | null;
