@@ -6,6 +6,7 @@
 import { Command } from 'commander';
 import { natsTarget } from '../../brokers/nats.js';
 import { rabbitmqTarget } from '../../brokers/rabbitmq.js';
+import { definedOnly } from '../../options.js';
 import { createRelay, type Relay, type RelayTarget } from '../../relay/relay.js';
 import { createMetrics, type MetricsServer, serveMetrics } from '../../telemetry/metrics.js';
 import { openDatabase } from '../database.js';
@@ -91,12 +92,14 @@ export function relayCommand(): Command {
           target,
           handleSignals: false,
           ...(flags.queue && { queues: flags.queue }),
-          ...(flags.batchSize !== undefined && { batchSize: flags.batchSize }),
-          ...(flags.maxBatchesInFlight !== undefined && { maxBatchesInFlight: flags.maxBatchesInFlight }),
-          ...(flags.lingerMs !== undefined && { lingerMs: flags.lingerMs }),
-          ...(flags.visibilityTimeoutMs !== undefined && { visibilityTimeoutMs: flags.visibilityTimeoutMs }),
-          ...(flags.publishTimeoutMs !== undefined && { publishTimeoutMs: flags.publishTimeoutMs }),
-          ...(flags.sweepIntervalMs !== undefined && { sweepIntervalMs: flags.sweepIntervalMs }),
+          ...definedOnly({
+            batchSize: flags.batchSize,
+            maxBatchesInFlight: flags.maxBatchesInFlight,
+            lingerMs: flags.lingerMs,
+            visibilityTimeoutMs: flags.visibilityTimeoutMs,
+            publishTimeoutMs: flags.publishTimeoutMs,
+            sweepIntervalMs: flags.sweepIntervalMs,
+          }),
         });
         if (flags.metricsPort !== undefined) {
           const registry = await createMetrics(db.skiplock);
