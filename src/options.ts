@@ -31,6 +31,22 @@ export function parseOptions<T>(schema: z.ZodType<T>, value: unknown, prefix: st
   throw new ValidationError(path || 'options', issue.message);
 }
 
+/**
+ * A copy of `values` without the entries that are `undefined`, keys in their
+ * order. Options built from flags or parsed input go through it because a
+ * field set to `undefined` is not a field left out: `exactOptionalPropertyTypes`
+ * refuses it, strict schemas still see the key, and "was anything given"
+ * checks count keys. `null` is kept (it means "remove" in some options).
+ * Never throws.
+ */
+export function definedOnly<T extends object>(values: T): { [K in keyof T]?: Exclude<T[K], undefined> } {
+  const defined: Partial<Record<keyof T, unknown>> = {};
+  for (const key of Object.keys(values) as (keyof T)[]) {
+    if (values[key] !== undefined) defined[key] = values[key];
+  }
+  return defined as { [K in keyof T]?: Exclude<T[K], undefined> };
+}
+
 /** An integer within [min, max]. */
 export function integerInRange(min: number, max: number) {
   return z

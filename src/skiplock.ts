@@ -46,7 +46,7 @@ import {
   type RateLimit,
   setQueueLimits,
 } from './operations/queue-limits.js';
-import { listQueues, pauseQueue, type QueueInfo, resumeQueue } from './operations/queues.js';
+import { listQueues, pauseOrResumeQueue, type QueueInfo } from './operations/queues.js';
 import { parseOptions } from './options.js';
 import { enqueueMany, enqueueOne } from './producer/enqueue.js';
 import type { ClientOption, EnqueueOptions, JobOptions } from './producer/job-options.js';
@@ -368,7 +368,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    */
   async pauseQueue(name: string, options: ClientOption = {}): Promise<boolean> {
     this.#assertOpen();
-    return pauseQueue(this.#queries, this.#pool, name, options);
+    return pauseOrResumeQueue(this.#queries, this.#pool, 'pause', name, options);
   }
 
   /**
@@ -380,7 +380,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    */
   async resumeQueue(name: string, options: ClientOption = {}): Promise<boolean> {
     this.#assertOpen();
-    return resumeQueue(this.#queries, this.#pool, name, options);
+    return pauseOrResumeQueue(this.#queries, this.#pool, 'resume', name, options);
   }
 
   /**

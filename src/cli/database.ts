@@ -133,3 +133,26 @@ export async function withDatabase<T>(
     await db.close();
   }
 }
+
+/**
+ * Opens the command's database and runs `setUp` on it (check it, build a
+ * worker or relay, start a server); when `setUp` throws, the database is
+ * closed before the error goes on, so a failed start leaves no pool or
+ * embedded server behind. Otherwise the caller closes it, once the service it
+ * set up has stopped.
+ *
+ * @returns what `setUp` returned, with the database as `db`.
+ * @throws what {@link openDatabase} throws, or what `setUp` threw.
+ */
+export async function openDatabaseWith<T extends object>(
+  flags: ConnectionFlags,
+  setUp: (db: CliDatabase) => Promise<T>,
+): Promise<T & { db: CliDatabase }> {
+  const db = await openDatabase(flags);
+  try {
+    return { ...(await setUp(db)), db };
+  } catch (error) {
+    await db.close();
+    throw error;
+  }
+}

@@ -9,7 +9,7 @@ import { z } from 'zod';
 import type { JobQueries } from '../db/queries/jobs.js';
 import type { QueueLimits, QueueLimitsChange, RateLimit } from '../db/queries/queue-limits.js';
 import { ValidationError } from '../errors.js';
-import { integerInRange, parseOptions } from '../options.js';
+import { definedOnly, integerInRange, parseOptions } from '../options.js';
 import { type ClientOption, queryable } from '../producer/job-options.js';
 import { queueName } from './queues.js';
 
@@ -80,12 +80,13 @@ export async function setQueueLimits(
     );
   }
   const parsed = parseOptions(limitsSchema, limits, '');
-  const change: QueueLimitsChange = {};
-  if (parsed.concurrency !== undefined) change.concurrency = parsed.concurrency;
-  if (parsed.rate !== undefined) change.rate = parsed.rate;
-  if (parsed.groupConcurrency !== undefined) change.groupConcurrency = parsed.groupConcurrency;
-  if (parsed.groupRate !== undefined) change.groupRate = parsed.groupRate;
-  if (parsed.strictOrder !== undefined) change.strictOrder = parsed.strictOrder;
+  const change: QueueLimitsChange = definedOnly({
+    concurrency: parsed.concurrency,
+    rate: parsed.rate,
+    groupConcurrency: parsed.groupConcurrency,
+    groupRate: parsed.groupRate,
+    strictOrder: parsed.strictOrder,
+  });
   if (Object.keys(change).length === 0) {
     throw new ValidationError(
       'limits',

@@ -22,37 +22,29 @@ export function queueName(name: unknown): string {
 }
 
 /**
- * Pauses a queue: within about a second no worker claims its jobs (workers
- * also give back jobs of it they hold in their prefetch buffer); running jobs
- * finish. Pausing a paused queue changes nothing.
+ * Pauses or resumes a queue: one function, as both check the name and the
+ * `client` option alike and differ only in the statement. Paused, within
+ * about a second no worker claims its jobs (workers also give back jobs of it
+ * they hold in their prefetch buffer) and running jobs finish; resumed,
+ * workers are woken at once. Pausing a paused queue, or resuming a running
+ * one, changes nothing.
  *
- * @returns true when the queue was running before, false when it was paused already.
- * @throws {ValidationError} (field `name`) when the name is empty, not storable text or longer than 1024 bytes.
+ * @param action - `'pause'` or `'resume'`.
+ * @param options - `{ client }`: the caller's connection, else `pool`.
+ * @returns true when the queue's state changed (it was running before a pause,
+ *   paused before a resume), false when it already was as asked.
+ * @throws {ValidationError} (field `name`) when the name is empty, not storable
+ *   text or longer than 1024 bytes; (field `options…`) on a bad option.
  */
-export async function pauseQueue(
+export async function pauseOrResumeQueue(
   queries: JobQueries,
   pool: pg.Pool,
+  action: 'pause' | 'resume',
   name: unknown,
   options: unknown,
 ): Promise<boolean> {
   const queue = queueName(name);
-  return queries.queues.pause(clientOrPool(pool, options), queue);
-}
-
-/**
- * Resumes a paused queue and wakes workers at once.
- *
- * @returns true when the queue was paused, false when it was not.
- * @throws {ValidationError} (field `name`) when the name is empty, not storable text or longer than 1024 bytes.
- */
-export async function resumeQueue(
-  queries: JobQueries,
-  pool: pg.Pool,
-  name: unknown,
-  options: unknown,
-): Promise<boolean> {
-  const queue = queueName(name);
-  return queries.queues.resume(clientOrPool(pool, options), queue);
+  return queries.queues[action](clientOrPool(pool, options), queue);
 }
 
 /** Every queue with jobs or settings: paused or not, and its queued and running counts. */

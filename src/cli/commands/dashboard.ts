@@ -3,7 +3,7 @@
  */
 import { Command, InvalidArgumentError } from 'commander';
 import { serveDashboard } from '../../dashboard/serve.js';
-import { openDatabase } from '../database.js';
+import { openDatabaseWith } from '../database.js';
 import { addConnectionFlags, type ConnectionFlags, examples, integer } from '../flags.js';
 import { printText } from '../output.js';
 import { UsageError } from '../usage-error.js';
@@ -65,21 +65,16 @@ export function dashboardCommand(): Command {
     .action(async (flags: DashboardFlags) => {
       const fromEnv = process.env.SKIPLOCK_DASHBOARD_AUTH;
       const basicAuth = flags.basicAuth ?? (fromEnv === undefined ? undefined : envCredentials(fromEnv));
-      const db = await openDatabase(flags);
-      let server: Awaited<ReturnType<typeof serveDashboard>>;
-      try {
-        server = await serveDashboard(db.skiplock, {
+      const { db, server } = await openDatabaseWith(flags, async (db) => ({
+        server: await serveDashboard(db.skiplock, {
           port: flags.port,
           host: flags.host,
           readOnly: flags.readOnly ?? false,
           ...(basicAuth ? { basicAuth } : {}),
           ...(flags.basePath === undefined ? {} : { basePath: flags.basePath }),
           ...(flags.allowedHost.length > 0 ? { allowedHosts: flags.allowedHost } : {}),
-        });
-      } catch (error) {
-        await db.close();
-        throw error;
-      }
+        }),
+      }));
       printText(`dashboard at ${server.url}${flags.readOnly ? ' (read-only)' : ''}`);
       await new Promise<void>((resolve) => {
         process.once('SIGINT', () => resolve());

@@ -2,6 +2,7 @@
  * `skiplock enqueue KIND [PAYLOAD_JSON]`: inserts one job.
  */
 import { Command } from 'commander';
+import { definedOnly } from '../../options.js';
 import { MAX_DELAY_MS } from '../../producer/job-options.js';
 import type { JobOptions } from '../../skiplock.js';
 import { withDatabase } from '../database.js';
@@ -56,14 +57,15 @@ export function enqueueCommand(): Command {
     `skiplock enqueue sync_account '{"accountId": 7}' --tag tenant:7 --tag import --start-within-ms 300000`,
   ]).action(async (kind: string, payloadJson: string, flags: EnqueueFlags) => {
     const payload = parsePayloadArgument(payloadJson);
-    const options: JobOptions = {};
-    if (flags.queue !== undefined) options.queue = flags.queue;
-    if (flags.priority !== undefined) options.priority = flags.priority;
-    if (flags.delayMs !== undefined) options.delayMs = flags.delayMs;
-    if (flags.maxAttempts !== undefined) options.maxAttempts = flags.maxAttempts;
-    if (flags.tag !== undefined) options.tags = flags.tag;
-    if (flags.startWithinMs !== undefined) options.startWithinMs = flags.startWithinMs;
-    if (flags.groupKey !== undefined) options.groupKey = flags.groupKey;
+    const options: JobOptions = definedOnly({
+      queue: flags.queue,
+      priority: flags.priority,
+      delayMs: flags.delayMs,
+      maxAttempts: flags.maxAttempts,
+      tags: flags.tag,
+      startWithinMs: flags.startWithinMs,
+      groupKey: flags.groupKey,
+    });
     await withDatabase(flags, async ({ skiplock }) => {
       const job = await skiplock.enqueue(kind, payload, options);
       if (flags.json) printJson(job);

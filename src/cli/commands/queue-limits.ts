@@ -5,6 +5,7 @@
  * when no flag is given.
  */
 import { Command, InvalidArgumentError } from 'commander';
+import { definedOnly } from '../../options.js';
 import type { QueueLimits, QueueLimitsOptions, RateLimit } from '../../skiplock.js';
 import { withDatabase } from '../database.js';
 import { type ConnectionFlags, examples, integer } from '../flags.js';
@@ -19,6 +20,11 @@ type Flags = ConnectionFlags & {
   groupRate?: RateLimit | 'none';
   strictOrder?: boolean;
 };
+
+/** A limit flag's value for `setQueueLimits`: `none` removes the limit (null); a flag not given stays undefined. */
+function noneAsNull<T>(value: T | 'none' | undefined): T | null | undefined {
+  return value === 'none' ? null : value;
+}
 
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
@@ -84,15 +90,13 @@ export function queueLimitsCommand(): Command {
   sub.action(async (name: string) => {
     const flags = sub.optsWithGlobals<Flags>();
     await withDatabase(flags, async ({ skiplock }) => {
-      const change: QueueLimitsOptions = {};
-      if (flags.concurrency !== undefined)
-        change.concurrency = flags.concurrency === 'none' ? null : flags.concurrency;
-      if (flags.rate !== undefined) change.rate = flags.rate === 'none' ? null : flags.rate;
-      if (flags.groupConcurrency !== undefined)
-        change.groupConcurrency = flags.groupConcurrency === 'none' ? null : flags.groupConcurrency;
-      if (flags.groupRate !== undefined)
-        change.groupRate = flags.groupRate === 'none' ? null : flags.groupRate;
-      if (flags.strictOrder !== undefined) change.strictOrder = flags.strictOrder;
+      const change: QueueLimitsOptions = definedOnly({
+        concurrency: noneAsNull(flags.concurrency),
+        rate: noneAsNull(flags.rate),
+        groupConcurrency: noneAsNull(flags.groupConcurrency),
+        groupRate: noneAsNull(flags.groupRate),
+        strictOrder: flags.strictOrder,
+      });
       const changing = Object.keys(change).length > 0;
       const limits = changing
         ? await skiplock.setQueueLimits(name, change)

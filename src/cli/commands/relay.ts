@@ -6,9 +6,10 @@
 import { Command } from 'commander';
 import { natsTarget } from '../../brokers/nats.js';
 import { rabbitmqTarget } from '../../brokers/rabbitmq.js';
+import { definedOnly } from '../../options.js';
 import { createRelay, type Relay, type RelayTarget } from '../../relay/relay.js';
 import { createMetrics, type MetricsServer, serveMetrics } from '../../telemetry/metrics.js';
-import { openDatabase } from '../database.js';
+import { openDatabaseWith } from '../database.js';
 import { maskUrl } from '../embedded.js';
 import { addServiceFlags, collect, examples, integer, milliseconds, type ServiceFlags } from '../flags.js';
 import { createLogger, type Logger } from '../logger.js';
@@ -82,31 +83,29 @@ export function relayCommand(): Command {
     .action(async (flags: RelayFlags) => {
       const target = targetOf(flags);
       const logger = createLogger(flags.logLevel);
-      const db = await openDatabase(flags);
-      let relay: Relay;
-      let metrics: MetricsServer | undefined;
-      try {
+      const { db, relay, metrics } = await openDatabaseWith(flags, async (db) => {
         await assertDatabaseUsable(db);
-        relay = createRelay(db.skiplock, {
+        const relay = createRelay(db.skiplock, {
           target,
           handleSignals: false,
           ...(flags.queue && { queues: flags.queue }),
-          ...(flags.batchSize !== undefined && { batchSize: flags.batchSize }),
-          ...(flags.maxBatchesInFlight !== undefined && { maxBatchesInFlight: flags.maxBatchesInFlight }),
-          ...(flags.lingerMs !== undefined && { lingerMs: flags.lingerMs }),
-          ...(flags.visibilityTimeoutMs !== undefined && { visibilityTimeoutMs: flags.visibilityTimeoutMs }),
-          ...(flags.publishTimeoutMs !== undefined && { publishTimeoutMs: flags.publishTimeoutMs }),
-          ...(flags.sweepIntervalMs !== undefined && { sweepIntervalMs: flags.sweepIntervalMs }),
+          ...definedOnly({
+            batchSize: flags.batchSize,
+            maxBatchesInFlight: flags.maxBatchesInFlight,
+            lingerMs: flags.lingerMs,
+            visibilityTimeoutMs: flags.visibilityTimeoutMs,
+            publishTimeoutMs: flags.publishTimeoutMs,
+            sweepIntervalMs: flags.sweepIntervalMs,
+          }),
         });
+        let metrics: MetricsServer | undefined;
         if (flags.metricsPort !== undefined) {
           const registry = await createMetrics(db.skiplock);
           registry.observeRelay(relay);
           metrics = await serveMetrics(registry, { port: flags.metricsPort, host: flags.metricsHost });
         }
-      } catch (error) {
-        await db.close();
-        throw error;
-      }
+        return { relay, metrics };
+      });
       logEvents(relay, logger);
       const stopped = stopOnSignals(
         (signal) => {

@@ -3,6 +3,7 @@
  * schedule that enqueues one job of KIND per slot of CRON.
  */
 import { Command } from 'commander';
+import { definedOnly } from '../../options.js';
 import type { ScheduleOptions } from '../../schedule/schedule-options.js';
 import { withDatabase } from '../database.js';
 import {
@@ -63,14 +64,15 @@ export function scheduleCommand(): Command {
     "skiplock schedule heartbeat '*/10 * * * * *' ping --overlap allow",
   ]).action(async (name: string, cron: string, kind: string, payloadJson: string, flags: ScheduleFlags) => {
     const payload = parsePayloadArgument(payloadJson);
-    const options: ScheduleOptions = {};
-    if (flags.timezone !== undefined) options.timezone = flags.timezone;
-    if (flags.queue !== undefined) options.queue = flags.queue;
-    if (flags.priority !== undefined) options.priority = flags.priority;
-    if (flags.maxAttempts !== undefined) options.maxAttempts = flags.maxAttempts;
-    if (flags.overlap !== undefined) options.overlap = flags.overlap;
-    if (flags.catchUp !== undefined) options.catchUp = flags.catchUp;
-    if (flags.catchUpMs !== undefined) options.catchUpMs = flags.catchUpMs;
+    const options: ScheduleOptions = definedOnly({
+      timezone: flags.timezone,
+      queue: flags.queue,
+      priority: flags.priority,
+      maxAttempts: flags.maxAttempts,
+      overlap: flags.overlap,
+      catchUp: flags.catchUp,
+      catchUpMs: flags.catchUpMs,
+    });
     await withDatabase(flags, async ({ skiplock }) => {
       const info = await skiplock.schedule(name, cron, kind, payload, options);
       if (flags.json) printJson(info);

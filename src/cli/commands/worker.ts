@@ -6,7 +6,7 @@ import { Command } from 'commander';
 import pg from 'pg';
 import type { Job } from '../../job/job.js';
 import { assertMigrated } from '../../migrations/migrator.js';
-import { type MetricsServer, serveWorkerMetrics } from '../../telemetry/metrics.js';
+import { serveWorkerMetrics } from '../../telemetry/metrics.js';
 import {
   kebabCase,
   WORKER_CHOICE_OPTIONS,
@@ -16,7 +16,7 @@ import {
 } from '../../worker/option-specs.js';
 import type { WorkerOptions } from '../../worker/options.js';
 import type { Worker } from '../../worker/worker.js';
-import { type CliDatabase, openDatabase } from '../database.js';
+import { type CliDatabase, openDatabaseWith } from '../database.js';
 import { maskUrl } from '../embedded.js';
 import { errorMessage } from '../error-report.js';
 import { addServiceFlags, choice, collect, examples, integer, type ServiceFlags } from '../flags.js';
@@ -81,26 +81,23 @@ export function workerCommand(): Command {
         throw new UsageError('give --handlers FILE (or --maintenance-only for a worker that runs no jobs)');
       const handlers = flags.handlers === undefined ? {} : await loadHandlersFile(flags.handlers);
       const logger = createLogger(flags.logLevel);
-      const db = await openDatabase(flags);
-      let worker: Worker;
-      let metrics: MetricsServer | undefined;
-      try {
+      const { db, worker, metrics } = await openDatabaseWith(flags, async (db) => {
         await assertDatabaseUsable(db);
-        worker = db.skiplock.worker({
+        const worker = db.skiplock.worker({
           ...workerOptions(flags),
           handlers,
           handleSignals: false,
           ...(flags.maintenanceOnly && { maintenanceOnly: true }),
         });
-        if (flags.metricsPort !== undefined)
-          metrics = await serveWorkerMetrics(db.skiplock, worker, {
-            port: flags.metricsPort,
-            host: flags.metricsHost,
-          });
-      } catch (error) {
-        await db.close();
-        throw error;
-      }
+        const metrics =
+          flags.metricsPort === undefined
+            ? undefined
+            : await serveWorkerMetrics(db.skiplock, worker, {
+                port: flags.metricsPort,
+                host: flags.metricsHost,
+              });
+        return { worker, metrics };
+      });
       logEvents(worker, logger);
       const started = worker.start();
       const stopped = stopOnSignals(

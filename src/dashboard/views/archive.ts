@@ -7,7 +7,7 @@ import type { ArchivedJobSummary } from '../../operations/archive.js';
 import type { Dashboard } from '../context.js';
 import { formatAge, formatTime } from './format.js';
 import { html } from './html.js';
-import { tagLinks } from './jobs.js';
+import { listLink, tagLinks } from './jobs.js';
 import { jobIdForm, type Page, statusPill } from './layout.js';
 
 /** The archive's filters as read from the query string (days as `YYYY-MM-DD`, UTC). */
@@ -54,15 +54,8 @@ ${jobIdForm(d)}
 <td class="mono">${job.payloadPreview}${job.payloadTruncated ? '…' : ''}</td></tr>`,
   );
   const last = jobs.at(-1);
-  const params = (extra: Record<string, string>) => {
-    const p = new URLSearchParams();
-    for (const key of ['kind', 'queue', 'since', 'until', 'payload'] as const)
-      if (query[key]) p.set(key, query[key]);
-    for (const tag of query.tags ?? []) p.append('tag', tag);
-    for (const [k, v] of Object.entries(extra)) p.set(k, v);
-    const text = p.toString();
-    return d.link(`/archive${text ? `?${text}` : ''}`);
-  };
+  const params = (extra: Record<string, string>) =>
+    listLink(d, '/archive', query, ['kind', 'queue', 'since', 'until', 'payload'], extra);
   const pager = html`<div class="pager">
 ${query.before ? html`<a href="${params({})}">← newest</a>` : ''}
 ${last && jobs.length >= d.options.pageSize ? html`<a href="${params({ before: last.cursor })}" rel="next">older →</a>` : ''}

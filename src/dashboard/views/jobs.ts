@@ -27,6 +27,30 @@ export function tagLinks(d: Dashboard, tags: readonly string[], page: '/jobs' | 
 }
 
 /**
+ * A link to a list page with its filters: the `keys` of `query` that are set,
+ * each of its tags as a `tag` parameter, then `extra` (a cursor) on top; the
+ * bare page when nothing is set. The pagers go through it so that an older
+ * page lists the same jobs. Never throws.
+ */
+export function listLink<Key extends string>(
+  d: Dashboard,
+  page: '/jobs' | '/archive',
+  query: { readonly [K in Key]?: string | undefined } & { readonly tags?: readonly string[] | undefined },
+  keys: readonly Key[],
+  extra: Record<string, string>,
+): string {
+  const p = new URLSearchParams();
+  for (const key of keys) {
+    const value = query[key];
+    if (value) p.set(key, value);
+  }
+  for (const tag of query.tags ?? []) p.append('tag', tag);
+  for (const [k, v] of Object.entries(extra)) p.set(k, v);
+  const text = p.toString();
+  return d.link(`${page}${text ? `?${text}` : ''}`);
+}
+
+/**
  * Buttons a job's state allows: requeue (dead, failed, cancelled), cancel
  * (queued, or running without a cancel asked for yet) and delete (anything not running).
  */
@@ -120,14 +144,8 @@ ${
 ${d.options.readOnly ? '' : html`<td class="nowrap">${jobActions(d, csrfToken, job, back)}</td>`}</tr>`,
   );
   const last = jobs.at(-1);
-  const params = (extra: Record<string, string>) => {
-    const p = new URLSearchParams();
-    for (const key of ['status', 'queue', 'kind'] as const) if (query[key]) p.set(key, query[key]);
-    for (const tag of query.tags ?? []) p.append('tag', tag);
-    for (const [k, v] of Object.entries(extra)) p.set(k, v);
-    const text = p.toString();
-    return d.link(`/jobs${text ? `?${text}` : ''}`);
-  };
+  const params = (extra: Record<string, string>) =>
+    listLink(d, '/jobs', query, ['status', 'queue', 'kind'], extra);
   const pager = html`<div class="pager">
 ${query.before ? html`<a href="${params({})}">← newest</a>` : ''}
 ${last && jobs.length >= d.options.pageSize ? html`<a href="${params({ before: last.id })}" rel="next">older →</a>` : ''}
