@@ -216,22 +216,17 @@ describe('group keys and group limits', () => {
 
   it('claims keys round-robin: a small key enqueued behind a big backlog starts before the big key’s 100th job', async () => {
     await t.skiplock.setQueueLimits('fair', { groupConcurrency: 100 });
-    await t.skiplock.enqueueMany(
-      Array.from({ length: 2000 }, (_, i) => ({
-        kind: 'step',
-        payload: { key: 'big', i },
-        queue: 'fair',
-        groupKey: 'big',
-      })),
-    );
-    await t.skiplock.enqueueMany(
-      Array.from({ length: 10 }, (_, i) => ({
-        kind: 'step',
-        payload: { key: 'small', i },
-        queue: 'fair',
-        groupKey: 'small',
-      })),
-    );
+    const enqueueKey = (key: string, count: number) =>
+      t.skiplock.enqueueMany(
+        Array.from({ length: count }, (_, i) => ({
+          kind: 'step',
+          payload: { key, i },
+          queue: 'fair',
+          groupKey: key,
+        })),
+      );
+    await enqueueKey('big', 2000);
+    await enqueueKey('small', 10);
     const started: string[] = [];
     const worker = t.worker({
       queues: ['fair'],

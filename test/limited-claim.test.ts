@@ -20,22 +20,26 @@ const request = (queue: string): ClaimRequest => ({
   visibilityTimeoutMs: 60_000,
 });
 
+/** The limited claim of `queries` on `queue`, on the test's pool. */
+const limitedClaim = (queries: JobQueries, queue: string) =>
+  queries.limitedClaim.claim(t.db.pool, request(queue));
+
 /**
  * Runs `change` in a transaction that holds `queue`'s lock, as a claim in
- * flight would; starts `claim` meanwhile, commits once it waits for the lock,
- * and returns what the claim took.
+ * flight would; starts the limited claim of `queries` on `queue` meanwhile,
+ * commits once it waits for the lock, and returns what the claim took.
  */
-async function claimBehind<T>(
+async function claimBehind(
+  queries: JobQueries,
   queue: string,
   change: (client: pg.PoolClient) => Promise<unknown>,
-  claim: () => Promise<T>,
-): Promise<T> {
+) {
   const holder = await t.db.pool.connect();
   try {
     await holder.query('BEGIN');
     await holder.query(`SELECT FROM ${tableIn(t.schema, 'queues')} WHERE name = $1 FOR UPDATE`, [queue]);
     await change(holder);
-    const claimed = claim();
+    const claimed = limitedClaim(queries, queue);
     await waitFor(
       async () =>
         (
@@ -59,20 +63,16 @@ describe('the limited claim in one statement', () => {
     await t.skiplock.setQueueLimits('g', { groupConcurrency: 1 });
     const queries = new JobQueries(t.schema);
     // A first claim finds the queue's group limits: the next sends the grouped statement alone.
-    expect((await queries.limitedClaim.claim(t.db.pool, request('g'))).jobs).toEqual([]);
+    expect((await limitedClaim(queries, 'g')).jobs).toEqual([]);
     const [a1, , b1] = await t.skiplock.enqueueMany([
       { kind: 'step', payload: {}, queue: 'g', groupKey: 'a' },
       { kind: 'step', payload: {}, queue: 'g', groupKey: 'a' },
       { kind: 'step', payload: {}, queue: 'g', groupKey: 'b' },
     ]);
-    const claimed = await claimBehind(
-      'g',
-      (holder) =>
-        holder.query(
-          `UPDATE ${t.jobs} SET status = 'running', locked_at = now(), attempts = 1 WHERE id = $1`,
-          [a1!.id],
-        ),
-      () => queries.limitedClaim.claim(t.db.pool, request('g')),
+    const claimed = await claimBehind(queries, 'g', (holder) =>
+      holder.query(`UPDATE ${t.jobs} SET status = 'running', locked_at = now(), attempts = 1 WHERE id = $1`, [
+        a1!.id,
+      ]),
     );
     expect(claimed.jobs.map((j) => j.id)).toEqual([b1!.id]);
     expect(claimed.groupHeld).toBe(true);
@@ -81,21 +81,18 @@ describe('the limited claim in one statement', () => {
   it('strictOrder: a key whose first job went back to wait for a retry while the claim waited starts nothing', async () => {
     await t.skiplock.setQueueLimits('s', { strictOrder: true });
     const queries = new JobQueries(t.schema);
-    expect((await queries.limitedClaim.claim(t.db.pool, request('s'))).jobs).toEqual([]);
+    expect((await limitedClaim(queries, 's')).jobs).toEqual([]);
     const [first] = await t.skiplock.enqueueMany([
       { kind: 'step', payload: {}, queue: 's', groupKey: 'a' },
       { kind: 'step', payload: {}, queue: 's', groupKey: 'a' },
     ]);
     // The claim's snapshot sees both jobs queued and due; by the time it holds the lock, the first one was
     // claimed, failed and waits an hour to retry.
-    const claimed = await claimBehind(
-      's',
-      (holder) =>
-        holder.query(
-          `UPDATE ${t.jobs} SET attempts = 1, lease_seq = 1, run_at = now() + interval '1 hour' WHERE id = $1`,
-          [first!.id],
-        ),
-      () => queries.limitedClaim.claim(t.db.pool, request('s')),
+    const claimed = await claimBehind(queries, 's', (holder) =>
+      holder.query(
+        `UPDATE ${t.jobs} SET attempts = 1, lease_seq = 1, run_at = now() + interval '1 hour' WHERE id = $1`,
+        [first!.id],
+      ),
     );
     expect(claimed.jobs).toEqual([]);
     expect(await t.jobCount("status = 'queued'")).toBe(2);
@@ -146,7 +143,7 @@ describe('the limited claim in one statement', () => {
     await t.skiplock.setQueueLimits('g', { groupConcurrency: 1 });
     await t.skiplock.enqueue('step', {}, { queue: 'g', groupKey: 'a', onSuccess: 'keep' });
     const queries = new JobQueries(t.schema);
-    const claimed = await queries.limitedClaim.claim(t.db.pool, request('g'));
+    const claimed = await limitedClaim(queries, 'g');
     expect(claimed.jobs.map((j) => j.onSuccess)).toEqual(['keep']);
   });
 
@@ -154,7 +151,7 @@ describe('the limited claim in one statement', () => {
     const queries = new JobQueries(t.schema);
     const prefetchable = async (queue: string, limits: Parameters<typeof t.skiplock.setQueueLimits>[1]) => {
       await t.skiplock.setQueueLimits(queue, limits);
-      return (await queries.limitedClaim.claim(t.db.pool, request(queue))).prefetchable;
+      return (await limitedClaim(queries, queue)).prefetchable;
     };
     expect(await prefetchable('a', { groupConcurrency: 2 })).toBe(true);
     expect(await prefetchable('b', { groupConcurrency: 1, strictOrder: true })).toBe(false);

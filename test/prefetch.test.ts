@@ -7,7 +7,7 @@
  */
 import type { ChildProcess } from 'node:child_process';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { Worker } from '../src/index.js';
+import type { JobMap, Worker, WorkerOptions } from '../src/index.js';
 import { TEST_SCHEMA, waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
 import { useFileDatabase } from './support/file-database.js';
@@ -35,6 +35,11 @@ function track(worker: Worker): Worker {
   return worker;
 }
 
+/** A worker of `queue` with the file's defaults, stopped after the test. */
+function queueWorker(queue: string, options: Omit<WorkerOptions<JobMap>, 'queues'>): Worker {
+  return track(skiplock.worker({ ...base, queues: [queue], ...options }));
+}
+
 async function jobRows(queue: string) {
   return db.query<{ id: string; status: string; attempts: number; locked_by: string | null }>(
     `SELECT id, status, attempts, locked_by FROM ${db.jobs} WHERE queue = $1 ORDER BY id`,
@@ -51,16 +56,12 @@ async function slotBlockedOnceBuffered(
   options: { onSuccess?: 'keep'; prefetchTimeoutMs?: number },
 ) {
   const slot = blockOnceBuffered(() => worker);
-  const worker = track(
-    skiplock.worker({
-      ...base,
-      ...options,
-      queues: [queue],
-      concurrency: 1,
-      prefetch: 10,
-      handlers: { fast: slot.handler },
-    }),
-  );
+  const worker = queueWorker(queue, {
+    ...options,
+    concurrency: 1,
+    prefetch: 10,
+    handlers: { fast: slot.handler },
+  });
   await skiplock.enqueueMany(Array.from({ length: 40 }, (_, i) => ({ kind: 'fast', payload: { i }, queue })));
   return { worker, slot };
 }
@@ -130,25 +131,21 @@ describe('prefetch', () => {
     const neverStarted = stranded.filter((r) => !ranInVictim.has(r.id));
     expect(neverStarted.length).toBeGreaterThan(0);
 
-    const survivor = track(
-      skiplock.worker({
-        ...base,
-        queues: [queue],
-        concurrency: 20,
-        sweepIntervalMs: 200,
-        visibilityTimeoutMs: 1500,
-        onSuccess: 'keep',
-        handlers: {
-          effect: async (job) => {
-            await db.query('INSERT INTO effects (job_id, attempts, pid) VALUES ($1, $2, $3)', [
-              job.id,
-              job.attempts,
-              -1,
-            ]);
-          },
+    const survivor = queueWorker(queue, {
+      concurrency: 20,
+      sweepIntervalMs: 200,
+      visibilityTimeoutMs: 1500,
+      onSuccess: 'keep',
+      handlers: {
+        effect: async (job) => {
+          await db.query('INSERT INTO effects (job_id, attempts, pid) VALUES ($1, $2, $3)', [
+            job.id,
+            job.attempts,
+            -1,
+          ]);
         },
-      }),
-    );
+      },
+    });
     await survivor.start();
     await waitFor(
       async () => (await jobRows(queue)).every((r) => r.status === 'succeeded'),
@@ -170,20 +167,16 @@ describe('prefetch', () => {
     const queue = 'pf-share';
     const ranBy = new Map<string, number>();
     const make = (name: string) =>
-      track(
-        skiplock.worker({
-          ...base,
-          queues: [queue],
-          concurrency: 2,
-          prefetch: 50,
-          handlers: {
-            quick: async () => {
-              ranBy.set(name, (ranBy.get(name) ?? 0) + 1);
-              await new Promise((resolve) => setTimeout(resolve, 2));
-            },
+      queueWorker(queue, {
+        concurrency: 2,
+        prefetch: 50,
+        handlers: {
+          quick: async () => {
+            ranBy.set(name, (ranBy.get(name) ?? 0) + 1);
+            await new Promise((resolve) => setTimeout(resolve, 2));
           },
-        }),
-      );
+        },
+      });
     const a = make('a');
     const b = make('b');
     await Promise.all([a.start(), b.start()]);
@@ -209,21 +202,17 @@ describe('prefetch', () => {
     const slowBy = new Map<string, number>();
     const firstSlow = gate();
     const make = (name: string) =>
-      track(
-        skiplock.worker({
-          ...base,
-          queues: [queue],
-          concurrency: 2,
-          handlers: {
-            fast: async () => {},
-            slow: async () => {
-              firstSlow.open();
-              slowBy.set(name, (slowBy.get(name) ?? 0) + 1);
-              await new Promise((resolve) => setTimeout(resolve, 200));
-            },
+      queueWorker(queue, {
+        concurrency: 2,
+        handlers: {
+          fast: async () => {},
+          slow: async () => {
+            firstSlow.open();
+            slowBy.set(name, (slowBy.get(name) ?? 0) + 1);
+            await new Promise((resolve) => setTimeout(resolve, 200));
           },
-        }),
-      );
+        },
+      });
     const a = make('a');
     // Fast jobs first, so that worker a buffers (nearly) everything, then the slow ones behind them.
     await skiplock.enqueueMany([

@@ -3,6 +3,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { ValidationError } from '../src/index.js';
 import { quoteIdent, waitFor } from './support/database.js';
 import { useTestDatabase } from './support/fixture.js';
+import { rolledBack } from './support/transaction.js';
 
 const t = useTestDatabase();
 let listener: pg.Client;
@@ -110,15 +111,10 @@ describe('enqueue', () => {
   it('leaves nothing and wakes nobody when the transaction rolls back', async () => {
     await flushNotifications();
     const before = await t.jobCount();
-    const client = await t.db.pool.connect();
-    try {
-      await client.query('BEGIN');
+    await rolledBack(t.db.pool, async (client) => {
       await t.skiplock.enqueue('rolled_back', {}, { client });
       await t.skiplock.enqueueMany([{ kind: 'rolled_back', payload: {} }], { client });
-      await client.query('ROLLBACK');
-    } finally {
-      client.release();
-    }
+    });
     expect(await t.jobCount()).toBe(before);
     expect(await flushNotifications()).toEqual([]);
   });

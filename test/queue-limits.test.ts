@@ -2,7 +2,7 @@
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { JobQueries } from '../src/db/queries/jobs.js';
-import { ValidationError } from '../src/index.js';
+import { type JobMap, ValidationError, type Worker, type WorkerOptions } from '../src/index.js';
 import { drain } from '../src/testing/index.js';
 import { tableIn, waitFor } from './support/database.js';
 import { useTestDatabase } from './support/fixture.js';
@@ -17,6 +17,27 @@ async function statuses(queue: string): Promise<Record<string, number>> {
     [queue],
   );
   return Object.fromEntries(rows.map((r) => [r.status, r.n]));
+}
+
+/** A handler that waits until `held` opens, and counts how many of its calls ran at once (`max()`, the most). */
+function heldHandler() {
+  const held = gate();
+  let running = 0;
+  let max = 0;
+  return {
+    held,
+    max: () => max,
+    handle: async () => {
+      max = Math.max(max, ++running);
+      await held.opened;
+      running--;
+    },
+  };
+}
+
+/** A worker of the test that keeps its succeeded jobs: the tests count them by status. */
+function keepingWorker(options: WorkerOptions<JobMap>): Worker {
+  return t.worker({ onSuccess: 'keep', ...options });
 }
 
 /** Waits until `queue` holds `n` jobs of `status`; a timeout shows its jobs by status. */
@@ -167,20 +188,13 @@ describe('the limited claim', () => {
 describe('a worker with limited queues', () => {
   it('runs an unlimited queue at full speed while a limited queue of the same worker is saturated', async () => {
     await t.skiplock.setQueueLimits('slow', { concurrency: 1 });
-    const held = gate();
-    let slowRunning = 0;
-    let slowMax = 0;
-    const worker = t.worker({
+    const slow = heldHandler();
+    const worker = keepingWorker({
       queues: ['slow', 'fast'],
       concurrency: 5,
       pollIntervalMs: 200,
-      onSuccess: 'keep',
       handlers: {
-        slow: async () => {
-          slowMax = Math.max(slowMax, ++slowRunning);
-          await held.opened;
-          slowRunning--;
-        },
+        slow: slow.handle,
         fast: async () => {},
       },
     });
@@ -190,19 +204,18 @@ describe('a worker with limited queues', () => {
     await t.skiplock.enqueueMany(jobsOf(50, 'fast', 'fast'));
     await untilStatus('fast', 'succeeded', 50, 10_000, 'the fast queue to drain');
     expect(await statuses('slow')).toEqual({ running: 1, queued: 2 });
-    held.open();
+    slow.held.open();
     await untilStatus('slow', 'succeeded', 3, 10_000, 'the slow queue to drain');
-    expect(slowMax).toBe(1);
+    expect(slow.max()).toBe(1);
   });
 
   it("a limited queue gets the worker's slots while an unlimited backlog fills its prefetch buffer", async () => {
     await t.skiplock.setQueueLimits('lim', { concurrency: 2 });
     await t.skiplock.enqueueMany(jobsOf(2000, 'bulk', 'bulk'));
-    const worker = t.worker({
+    const worker = keepingWorker({
       queues: ['lim', 'bulk'],
       concurrency: 4,
       pollIntervalMs: 60_000,
-      onSuccess: 'keep',
       handlers: {
         bulk: () => new Promise((resolve) => setTimeout(resolve, 5)),
         lim: () => new Promise((resolve) => setTimeout(resolve, 5)),
@@ -217,22 +230,13 @@ describe('a worker with limited queues', () => {
   });
 
   it('a running worker is told of a new limit at once, and of its removal', async () => {
-    const held = gate();
-    let running = 0;
-    let max = 0;
-    const worker = t.worker({
+    const step = heldHandler();
+    const worker = keepingWorker({
       queues: ['told'],
       concurrency: 10,
       // A slow poll: the limits message, not the poll, must carry the change.
       pollIntervalMs: 60_000,
-      onSuccess: 'keep',
-      handlers: {
-        step: async () => {
-          max = Math.max(max, ++running);
-          await held.opened;
-          running--;
-        },
-      },
+      handlers: { step: step.handle },
     });
     await worker.start();
     await t.skiplock.setQueueLimits('told', { concurrency: 2 });
@@ -246,20 +250,19 @@ describe('a worker with limited queues', () => {
     await untilStatus('told', 'running', 6, 20_000, 'all six to run once unlimited');
     // Claimed is not started: a buffered job counts as running in the table before its handler starts.
     await waitFor(() => worker.activeCount === 6, 20_000, 'all six handlers to start');
-    held.open();
+    step.held.open();
     await untilStatus('told', 'succeeded', 6, 20_000, 'all six to finish');
-    expect(max).toBe(6);
+    expect(step.max()).toBe(6);
   });
 
   it('a worker gives back the buffered jobs of a queue that becomes limited', async () => {
     const held = gate();
     let blocked = false;
-    const worker = t.worker({
+    const worker = keepingWorker({
       queues: ['gb'],
       concurrency: 1,
       prefetch: 10,
       pollIntervalMs: 60_000,
-      onSuccess: 'keep',
       handlers: {
         step: async () => {
           if (!blocked && worker.bufferedCount > 0) {
@@ -288,10 +291,9 @@ describe('a worker with limited queues', () => {
     await t.skiplock.setQueueLimits('pl', { concurrency: 2 });
     await t.skiplock.pauseQueue('pl');
     const ran: string[] = [];
-    const worker = t.worker({
+    const worker = keepingWorker({
       queues: ['pl', 'open'],
       concurrency: 5,
-      onSuccess: 'keep',
       handlers: { step: async (job) => void ran.push(job.queue) },
     });
     await worker.start();

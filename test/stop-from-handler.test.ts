@@ -29,6 +29,12 @@ function patientWorker(
   return t.worker({ ...base, queues: [queue], shutdownTimeoutMs: NEVER_MS, ...options, handlers });
 }
 
+/** Enqueues a `kind` job of `queue` and resolves with it once `stopping` has stopped. */
+async function enqueueUntilStopped(stopping: Worker, kind: string, queue: string) {
+  const [job] = await eventOf(stopping, 'worker:stop', () => t.skiplock.enqueue(kind, {}, { queue }));
+  return job;
+}
+
 describe('stop() from a handler', () => {
   it('awaited: the job ends by its own result and the worker stops without waiting out the deadline', async () => {
     const worker: Worker = patientWorker('awaited', {
@@ -37,9 +43,7 @@ describe('stop() from a handler', () => {
       },
     });
     await worker.start();
-    const [job] = await eventOf(worker, 'worker:stop', () =>
-      t.skiplock.enqueue('quit', {}, { queue: 'awaited' }),
-    );
+    const job = await enqueueUntilStopped(worker, 'quit', 'awaited');
     expect(await t.row(job.id)).toEqual(SUCCEEDED_ONCE);
     expect([worker.activeCount, worker.bufferedCount]).toEqual([0, 0]);
   });
@@ -84,9 +88,7 @@ describe('stop() from a handler', () => {
     );
     const released = record(worker, 'job:released');
     await worker.start();
-    const [job] = await eventOf(worker, 'worker:stop', () =>
-      t.skiplock.enqueue('quitAndHang', {}, { queue: 'outlives' }),
-    );
+    const job = await enqueueUntilStopped(worker, 'quitAndHang', 'outlives');
     expect(await aborted.opened).toBeInstanceOf(ShutdownError);
     expect(released.map(([j]) => j.id)).toEqual([job.id]);
     // Given back without charging the attempt.
@@ -142,9 +144,7 @@ describe('stop() from a handler', () => {
       },
     });
     await worker.start();
-    const [job] = await eventOf(stopped, 'worker:stop', () =>
-      t.skiplock.enqueue('stopTheOther', {}, { queue: 'stopper' }),
-    );
+    const job = await enqueueUntilStopped(stopped, 'stopTheOther', 'stopper');
     await worker.stop();
     expect(await t.row(job.id)).toEqual(SUCCEEDED_ONCE);
   });

@@ -6,10 +6,12 @@
 import { beforeEach, describe, expect, it } from 'vitest';
 import {
   type JobMap,
+  type JobOptions,
   type TransactionalHandler,
   type TransactionalHandlerContext,
   ValidationError,
   type Worker,
+  type WorkerEvents,
   type WorkerOptions,
 } from '../src/index.js';
 import { drain } from '../src/testing/index.js';
@@ -46,6 +48,12 @@ function inserting(then: (jobId: string) => unknown = () => {}): TransactionalHa
   };
 }
 
+/** Expects no effect row of the job (its transaction rolled back) and the job `status` after `attempts`, unlocked. */
+async function expectRolledBack(jobId: string, status: string, attempts: number): Promise<void> {
+  expect(await effectRows(jobId)).toBe(0);
+  expect(await t.row(jobId)).toMatchObject({ status, attempts, locked_by: null });
+}
+
 /**
  * Starts `w`, enqueues a `txn` job, and waits for its first attempt to fail;
  * expects the attempt rolled back: no effect row, the job queued again for
@@ -57,8 +65,7 @@ async function rolledBackAttempt(w: Worker): Promise<{ id: string; thrown: Error
     t.skiplock.enqueue('txn', {}, { queue: 'txn' }),
   );
   expect(outcome.status).toBe('queued');
-  expect(await effectRows(job.id)).toBe(0);
-  expect(await t.row(job.id)).toMatchObject({ status: 'queued', attempts: 1, locked_by: null });
+  await expectRolledBack(job.id, 'queued', 1);
   return { id: job.id, thrown: thrown as Error };
 }
 
@@ -85,16 +92,34 @@ function parked(): { handle: TransactionalHandler<string, unknown>; inside: Gate
   return { handle, inside, go };
 }
 
+/** Leases that outlast a test with no heartbeat in it: only what the test does changes them. */
+const RARE_HEARTBEATS = { visibilityTimeoutMs: 600_000, heartbeatIntervalMs: 500_000 };
+
+/**
+ * Starts a worker (`options`) whose handler parks inside its transaction,
+ * enqueues a `txn` job (`jobOptions`), and waits until the handler holds it.
+ * `next` is the worker's next `event`, listened for from before the enqueue;
+ * `go` lets the handler finish.
+ */
+async function parkedJob<Name extends keyof WorkerEvents>(
+  event: Name,
+  options: Partial<WorkerOptions<JobMap>>,
+  jobOptions: JobOptions = {},
+) {
+  const { handle, inside, go } = parked();
+  const w = worker(handle, options);
+  await w.start();
+  const next = nextEvent(w, event);
+  const job = await t.skiplock.enqueue('txn', {}, { queue: 'txn', ...jobOptions });
+  await inside.opened;
+  return { w, job, go, next };
+}
+
 describe('transactional handlers', () => {
   it.each(['delete', 'keep', 'archive'] as const)(
     'commit the handler’s row and the job’s completion together (onSuccess %s)',
     async (onSuccess) => {
-      const { handle, inside, go } = parked();
-      const w = worker(handle, { onSuccess });
-      await w.start();
-      const succeeded = nextEvent(w, 'job:success');
-      const job = await t.skiplock.enqueue('txn', {}, { queue: 'txn' });
-      await inside.opened;
+      const { job, go, next: succeeded } = await parkedJob('job:success', { onSuccess });
       // Inserted but not committed: nobody else sees the row; the job is still running.
       expect(await effectRows(job.id)).toBe(0);
       expect(await t.row(job.id)).toMatchObject({ status: 'running', attempts: 1 });
@@ -123,13 +148,8 @@ describe('transactional handlers', () => {
   });
 
   it('roll back when the lease was reclaimed meanwhile: no row, and the job is left to its next claim', async () => {
-    const { handle, inside, go } = parked();
     // Heartbeats too rare to notice: the completion's fence is what finds the lease gone.
-    const w = worker(handle, { visibilityTimeoutMs: 600_000, heartbeatIntervalMs: 500_000 });
-    await w.start();
-    const stale = nextEvent(w, 'job:stale');
-    const job = await t.skiplock.enqueue('txn', {}, { queue: 'txn' });
-    await inside.opened;
+    const { job, go, next: stale } = await parkedJob('job:stale', RARE_HEARTBEATS);
     // What the sweeper does to a lease it reclaims (and keep it from being claimed again at once).
     await t.query(
       `UPDATE ${t.jobs} SET status = 'queued', locked_by = NULL, locked_at = NULL,
@@ -150,16 +170,8 @@ describe('transactional handlers', () => {
   });
 
   it('roll back when the sweeper reclaims the job while the handler holds it', async () => {
-    const { handle, inside, go } = parked();
-    const holder = worker(handle, {
-      visibilityTimeoutMs: 600_000,
-      heartbeatIntervalMs: 500_000,
-      sweepIntervalMs: 600_000,
-    });
-    await holder.start();
-    const stale = nextEvent(holder, 'job:stale');
-    const job = await t.skiplock.enqueue('txn', {}, { queue: 'txn', maxAttempts: 1 });
-    await inside.opened;
+    const noSweeps = { ...RARE_HEARTBEATS, sweepIntervalMs: 600_000 };
+    const { job, go, next: stale } = await parkedJob('job:stale', noSweeps, { maxAttempts: 1 });
     // As if its heartbeats had stopped: the lease expired, and a sweep reclaims it (dead: out of attempts).
     await t.query(`UPDATE ${t.jobs} SET locked_at = now() - interval '1 hour' WHERE id = $1`, [job.id]);
     // Swept here, or by the worker's own first sweep should that come later under load.
@@ -173,8 +185,7 @@ describe('transactional handlers', () => {
     );
     go.open();
     await stale;
-    expect(await effectRows(job.id)).toBe(0);
-    expect(await t.row(job.id)).toMatchObject({ status: 'dead', attempts: 1, locked_by: null });
+    await expectRolledBack(job.id, 'dead', 1);
   });
 
   it('roll back when the job is cancelled while it runs: no row, and it ends cancelled', async () => {
@@ -191,23 +202,16 @@ describe('transactional handlers', () => {
     await inside.opened;
     expect(await t.skiplock.cancel({ ids: [job.id] })).toEqual({ cancelled: 0, running: 1 });
     await cancelled;
-    expect(await effectRows(job.id)).toBe(0);
-    expect(await t.row(job.id)).toMatchObject({ status: 'cancelled', attempts: 1, locked_by: null });
+    await expectRolledBack(job.id, 'cancelled', 1);
   });
 
   it('roll back a success whose cancel was requested unheard: the completion’s fence refuses it', async () => {
-    const { handle, inside, go } = parked();
-    const w = worker(handle, { visibilityTimeoutMs: 600_000, heartbeatIntervalMs: 500_000 });
-    await w.start();
-    const cancelled = nextEvent(w, 'job:cancelled');
-    const job = await t.skiplock.enqueue('txn', {}, { queue: 'txn' });
-    await inside.opened;
+    const { job, go, next: cancelled } = await parkedJob('job:cancelled', RARE_HEARTBEATS);
     // The flag without the message (as if the message was lost and no heartbeat came yet).
     await t.query(`UPDATE ${t.jobs} SET cancel_requested_at = now() WHERE id = $1`, [job.id]);
     go.open();
     await cancelled;
-    expect(await effectRows(job.id)).toBe(0);
-    expect(await t.row(job.id)).toMatchObject({ status: 'cancelled', attempts: 1, locked_by: null });
+    await expectRolledBack(job.id, 'cancelled', 1);
   });
 
   it('roll back at the timeout; a handler that writes after it finds its connection closed', async () => {
@@ -238,21 +242,14 @@ describe('transactional handlers', () => {
     );
     expect((thrown as Error).name).toBe('JobTimeoutError');
     expect(await lateWrite.opened).toBeInstanceOf(Error);
-    expect(await effectRows(job.id)).toBe(0);
-    expect(await t.row(job.id)).toMatchObject({ status: 'queued', attempts: 1, locked_by: null });
+    await expectRolledBack(job.id, 'queued', 1);
   });
 
   it('roll back what a stopped worker’s handler wrote, and give its job back', async () => {
-    const { handle, inside } = parked();
-    const w = worker(handle, { shutdownTimeoutMs: 100 });
-    await w.start();
-    const released = nextEvent(w, 'job:released');
-    const job = await t.skiplock.enqueue('txn', {}, { queue: 'txn' });
-    await inside.opened;
+    const { w, job, next: released } = await parkedJob('job:released', { shutdownTimeoutMs: 100 });
     await w.stop();
     await released;
-    expect(await effectRows(job.id)).toBe(0);
-    expect(await t.row(job.id)).toMatchObject({ status: 'queued', attempts: 0, locked_by: null });
+    await expectRolledBack(job.id, 'queued', 0);
   });
 
   it('never return a connection inside a transaction; the handler may choose its isolation level', async () => {

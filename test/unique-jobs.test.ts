@@ -14,6 +14,12 @@ async function jobsWithKey(key: string) {
   );
 }
 
+/** Begins a transaction on `holder` and enqueues a `report` job with `uniqueKey` in it, left uncommitted. */
+async function enqueueUncommitted(holder: pg.Client, uniqueKey: string): Promise<EnqueuedJob> {
+  await holder.query('BEGIN');
+  return skiplock.enqueue('report', { from: 'holder' }, { uniqueKey, client: holder });
+}
+
 async function lastId(): Promise<bigint> {
   const [row] = await db.query<{ id: string }>(`SELECT max(id)::text AS id FROM ${db.jobs}`);
   return BigInt(row!.id);
@@ -38,12 +44,7 @@ describe('unique keys', () => {
 
   it('a producer that inserts a key and rolls back lets the waiting producer insert its job', async () => {
     await withClient(db.url, async (holder) => {
-      await holder.query('BEGIN');
-      const mine = await skiplock.enqueue(
-        'report',
-        { from: 'holder' },
-        { uniqueKey: 'rb-1', client: holder },
-      );
+      const mine = await enqueueUncommitted(holder, 'rb-1');
       let settled = false;
       const waiting = skiplock.enqueue('report', { from: 'other' }, { uniqueKey: 'rb-1' }).finally(() => {
         settled = true;
@@ -72,12 +73,7 @@ describe('unique keys', () => {
 
   it('a producer that commits makes the waiting producer a duplicate of its job', async () => {
     await withClient(db.url, async (holder) => {
-      await holder.query('BEGIN');
-      const mine = await skiplock.enqueue(
-        'report',
-        { from: 'holder' },
-        { uniqueKey: 'commit-1', client: holder },
-      );
+      const mine = await enqueueUncommitted(holder, 'commit-1');
       const waiting = skiplock.enqueue('report', { from: 'other' }, { uniqueKey: 'commit-1' });
       await new Promise((r) => setImmediate(r));
       await holder.query('COMMIT');

@@ -11,6 +11,7 @@ import { useTestDatabase } from '../support/fixture.js';
 import { gate } from '../support/gate.js';
 import { until } from '../support/nats.js';
 import { deleteQueues, drainQueue, RABBITMQ_URL } from '../support/rabbitmq.js';
+import { rolledBack } from '../support/transaction.js';
 import { brokerTest } from './support.js';
 
 const t = useTestDatabase();
@@ -31,14 +32,9 @@ describe('the relay to RabbitMQ', () => {
       { kind: 'a', payload: { n: 1 }, queue: 'relayed' },
       { kind: 'b', payload: { n: 2 }, queue: 'relayed' },
     ]);
-    const client = await t.db.pool.connect();
-    try {
-      await client.query('BEGIN');
-      await t.skiplock.enqueue('rolled_back', {}, { queue: 'relayed', client });
-      await client.query('ROLLBACK');
-    } finally {
-      client.release();
-    }
+    await rolledBack(t.db.pool, (client) =>
+      t.skiplock.enqueue('rolled_back', {}, { queue: 'relayed', client }),
+    );
     const prefix = relayed('relayed');
     await until(async () => (await t.jobCount()) === 0, 'relayed jobs removed');
     const messages = await drainQueue(rabbitmqQueueName(prefix, 'relayed'));

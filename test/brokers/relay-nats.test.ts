@@ -5,6 +5,7 @@ import { fakeClock } from '../support/fake-clock.js';
 import { useTestDatabase } from '../support/fixture.js';
 import { NATS_URL, streamMessages, until } from '../support/nats.js';
 import { exited, forkScript, sent } from '../support/processes.js';
+import { rolledBack } from '../support/transaction.js';
 import { brokerTest } from './support.js';
 
 const t = useTestDatabase();
@@ -28,14 +29,9 @@ describe('the relay to NATS JetStream', () => {
       { kind: 'b', payload: { n: 2 }, queue: 'relayed' },
     ]);
     const other = await t.skiplock.enqueue('c', {}, { queue: 'kept' });
-    const client = await t.db.pool.connect();
-    try {
-      await client.query('BEGIN');
-      await t.skiplock.enqueue('rolled_back', {}, { queue: 'relayed', client });
-      await client.query('ROLLBACK');
-    } finally {
-      client.release();
-    }
+    await rolledBack(t.db.pool, (client) =>
+      t.skiplock.enqueue('rolled_back', {}, { queue: 'relayed', client }),
+    );
     relayTo(stream, ['relayed']).start();
     await until(async () => (await t.jobCount("queue = 'relayed'")) === 0, 'relayed jobs removed');
     const messages = await streamMessages(stream);

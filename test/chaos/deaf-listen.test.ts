@@ -12,10 +12,8 @@ import { startNetProxy } from '../support/net-proxy.js';
 import {
   expectEveryJobDone,
   startWorker,
-  tally,
   tallyFigure,
   useChaosDatabase,
-  waitUntilSettled,
   workerConfig,
 } from './support/cluster.js';
 
@@ -55,7 +53,7 @@ describe('chaos: deaf LISTEN socket', () => {
     // A backlog drains through the poll alone.
     const jobs = Array.from({ length: 300 }, (_, n) => ({ kind: 'effect', payload: { n } }));
     const ids = (await t.skiplock.enqueueMany(jobs)).map((j) => j.id);
-    await waitUntilSettled(t.db.pool, t.schema, ids, 60_000);
+    await t.settle(ids, 60_000);
 
     // New jobs, one at a time on an idle worker: each waits for at most one poll.
     let slowestMs = 0;
@@ -71,7 +69,7 @@ describe('chaos: deaf LISTEN socket', () => {
       ids.push(job.id);
       slowestMs = Math.max(slowestMs, Date.now() - enqueued);
     }
-    const counted = await tally(t.db.pool, t.schema, ids);
+    const counted = await t.tally(ids);
     tallyFigure('deaf-listen', counted, {
       kills: 0,
       restarts: 0,

@@ -8,16 +8,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { waitFor } from '../support/database.js';
-import {
-  effectTables,
-  startWorker,
-  tally,
-  tallyFigure,
-  useChaosDatabase,
-  type WorkerProcess,
-  waitUntilSettled,
-  workerConfig,
-} from './support/cluster.js';
+import { effectTables, tallyFigure, useChaosDatabase, type WorkerProcess } from './support/cluster.js';
 
 const t = useChaosDatabase();
 
@@ -59,16 +50,13 @@ async function deliveriesBy(pid: number, ids: string[]) {
 
 /** A worker holding CONCURRENCY blocked jobs of JOBS, the rest queued. */
 async function busyWorker(queue: string, cooperative: boolean, shutdownTimeoutMs: number) {
-  const worker = await startWorker(
-    t,
-    workerConfig(t, {
-      queues: [queue],
-      concurrency: CONCURRENCY,
-      shutdownTimeoutMs,
-      visibilityTimeoutMs: VISIBILITY_MS,
-      sweepIntervalMs: SWEEP_MS,
-    }),
-  );
+  const worker = await t.startWorker({
+    queues: [queue],
+    concurrency: CONCURRENCY,
+    shutdownTimeoutMs,
+    visibilityTimeoutMs: VISIBILITY_MS,
+    sweepIntervalMs: SWEEP_MS,
+  });
   const jobs = Array.from({ length: JOBS }, () => ({ kind: 'block', payload: { cooperative }, queue }));
   const ids = (await t.skiplock.enqueueMany(jobs)).map((j) => j.id);
   await waitFor(
@@ -87,9 +75,9 @@ async function busyWorker(queue: string, cooperative: boolean, shutdownTimeoutMs
 
 /** Runs the rest in a fresh worker and checks every job ends succeeded. */
 async function finishElsewhere(queue: string, ids: string[]) {
-  const other = await startWorker(t, workerConfig(t, { queues: [queue], concurrency: JOBS }));
+  const other = await t.startWorker({ queues: [queue], concurrency: JOBS });
   other.autoFinish();
-  await waitUntilSettled(t.db.pool, t.schema, ids, 30_000);
+  await t.settle(ids, 30_000);
   expect(new Set((await jobsOf(ids)).map((j) => j.status))).toEqual(new Set(['succeeded']));
   await other.shutdown();
 }
@@ -121,7 +109,7 @@ describe('chaos: graceful shutdown', () => {
       expect((await deliveriesBy(worker.pid, ids)).map((d) => d.job_id)).toEqual(started);
       expect(worker.reported('job:start')).toHaveLength(CONCURRENCY);
       await finishElsewhere(queue, ids);
-      const counted = await tally(t.db.pool, t.schema, ids);
+      const counted = await t.tally(ids);
       tallyFigure(`graceful-shutdown-${kind}`, counted, {
         kills: 0,
         restarts: 1,
@@ -145,15 +133,12 @@ describe('chaos: graceful shutdown', () => {
     const graceMs = 1000;
     const { worker, ids, started } = await busyWorker(queue, false, 30_000);
     // The surviving replica takes the queued jobs while the busy one holds its four.
-    const survivor = await startWorker(
-      t,
-      workerConfig(t, {
-        queues: [queue],
-        concurrency: JOBS,
-        visibilityTimeoutMs: VISIBILITY_MS,
-        sweepIntervalMs: SWEEP_MS,
-      }),
-    );
+    const survivor = await t.startWorker({
+      queues: [queue],
+      concurrency: JOBS,
+      visibilityTimeoutMs: VISIBILITY_MS,
+      sweepIntervalMs: SWEEP_MS,
+    });
     survivor.autoFinish();
     await waitFor(
       async () => (await jobsOf(ids)).filter((j) => j.status === 'succeeded').length === JOBS - CONCURRENCY,
@@ -172,13 +157,13 @@ describe('chaos: graceful shutdown', () => {
       () => jobsOf(ids),
     );
     const reclaimedMs = Date.now() - killedAt;
-    await waitUntilSettled(t.db.pool, t.schema, ids, 30_000);
+    await t.settle(ids, 30_000);
     const state = await jobsOf(ids);
     expect(state.map((j) => j.status)).toEqual(ids.map(() => 'succeeded'));
     // The four it held were charged once for the crash and succeeded on their second attempt.
     expect(state.filter((j) => started.includes(j.id)).map((j) => j.attempts)).toEqual(started.map(() => 2));
     expect((await deliveriesBy(worker.pid, ids)).map((d) => d.job_id)).toEqual(started);
-    const counted = await tally(t.db.pool, t.schema, ids);
+    const counted = await t.tally(ids);
     tallyFigure('graceful-shutdown-killed', counted, {
       kills: 1,
       restarts: 0,

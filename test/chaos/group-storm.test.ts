@@ -13,17 +13,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { countRows } from '../support/database.js';
-import {
-  attemptsOf,
-  effectTables,
-  expectEveryJobDone,
-  tally,
-  tallyFigure,
-  useChaosDatabase,
-  waitUntilSettled,
-  workerConfig,
-} from './support/cluster.js';
+import { expectEveryJobDone, tallyFigure, useChaosDatabase, workerConfig } from './support/cluster.js';
 import type { SleepPayload } from './support/protocol.js';
 import { chaosSeed, SeededRandom } from './support/random.js';
 import { WorkerFleet } from './support/worker-fleet.js';
@@ -39,9 +29,6 @@ const JOBS_PER_PRODUCER = 400;
 const JOB_COUNT = PRODUCERS * JOBS_PER_PRODUCER;
 const WORKER_COUNT = 4;
 const KILLS = 6;
-
-/** Deliveries so far (the test's schema holds only its own jobs). */
-const deliveries = () => countRows(t.db.pool, effectTables(t.schema).deliveries);
 
 describe('chaos: group storm', () => {
   it('groupConcurrency 1 holds while workers are SIGKILLed and replaced and producers enqueue; every job succeeds', async () => {
@@ -101,18 +88,18 @@ describe('chaos: group storm', () => {
     await fleet.killAlong({
       count: KILLS,
       total: JOB_COUNT,
-      progress: deliveries,
+      progress: t.deliveries,
       unit: 'deliveries',
       timeoutMs: 120_000,
     });
     await producing;
     expect(ids).toHaveLength(JOB_COUNT);
-    await waitUntilSettled(t.db.pool, t.schema, ids, 180_000);
+    await t.settle(ids, 180_000);
     sampling = false;
     await sampled;
 
-    const counted = await tally(t.db.pool, t.schema, ids);
-    const attempts = await attemptsOf(t.db.pool, t.schema, ids);
+    const counted = await t.tally(ids);
+    const attempts = await t.attempts(ids);
     tallyFigure('group-storm', counted, {
       kills: fleet.kills,
       restarts: fleet.spawned.length - WORKER_COUNT,

@@ -22,16 +22,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { NO_LIMITS } from '../support/queue-limits.js';
 import { tableIn } from '../support/sql.js';
-import {
-  effectTables,
-  figure,
-  spawnWorker,
-  tally,
-  useChaosDatabase,
-  type WorkerProcess,
-  waitUntilSettled,
-  workerConfig,
-} from './support/cluster.js';
+import { effectTables, figure, useChaosDatabase, type WorkerProcess } from './support/cluster.js';
 import { enqueueInBatches } from './support/enqueue-batches.js';
 import type { SleepPayload } from './support/protocol.js';
 import { chaosSeed, SeededRandom } from './support/random.js';
@@ -88,7 +79,7 @@ describe('chaos: pause storm', () => {
     const claims = await recordClaims(t.schema);
     const workers: WorkerProcess[] = [];
     for (let i = 0; i < WORKER_COUNT; i++) {
-      workers.push(spawnWorker(t, workerConfig(t, { queues: QUEUES, concurrency: 4, sleepKinds: [KIND] })));
+      workers.push(t.spawnWorker({ queues: QUEUES, concurrency: 4, sleepKinds: [KIND] }));
     }
     await Promise.all(workers.map((p) => p.ready()));
     const ids = await enqueue(random);
@@ -139,7 +130,7 @@ describe('chaos: pause storm', () => {
     }
     const drainedDuringStorm = JOB_COUNT - (await unfinished());
     for (const queue of [...pausedSince.keys()]) await resume(queue);
-    await waitUntilSettled(t.db.pool, t.schema, ids, 60_000, 'every job to finish after the final resume');
+    await t.settle(ids, 60_000, 'every job to finish after the final resume');
 
     const claimedWhilePaused = await t.query<{ job_id: string; queue: string }>(
       `SELECT c.job_id::text, c.queue, extract(epoch FROM c.tx_at) * 1000 - w.from_ms AS after_pause_ms,
@@ -165,7 +156,7 @@ describe('chaos: pause storm', () => {
         else startedInGrace++;
       }
     }
-    const counted = await tally(t.db.pool, t.schema, ids);
+    const counted = await t.tally(ids);
     const [claimCount] = await t.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${claims}`);
     // A lease lost to a starved worker process (no kills here) is the only way to a second delivery.
     const [swept] = await t.query<{ n: number }>(

@@ -8,26 +8,12 @@
  * `dead` after max_attempts (the sweeper does it) while other jobs flow.
  */
 import { describe, expect, it } from 'vitest';
-import { countRows, waitFor } from '../support/database.js';
-import {
-  attemptsOf,
-  effectTables,
-  expectEveryJobDone,
-  spawnWorker,
-  tally,
-  tallyFigure,
-  useChaosDatabase,
-  type WorkerProcess,
-  waitUntilSettled,
-  workerConfig,
-} from './support/cluster.js';
+import { waitFor } from '../support/database.js';
+import { expectEveryJobDone, tallyFigure, useChaosDatabase, type WorkerProcess } from './support/cluster.js';
 import { enqueueInBatches } from './support/enqueue-batches.js';
 import { CRASH_RUN_KILLS, CRASH_RUN_WORKERS, crashRun } from './support/worker-fleet.js';
 
 const t = useChaosDatabase();
-
-/** Deliveries so far (the test's schema holds only its own jobs). */
-const deliveries = () => countRows(t.db.pool, effectTables(t.schema).deliveries);
 
 const enqueueEffects = (queue: string, count: number) =>
   enqueueInBatches(t.skiplock, count, (n) => ({ kind: 'effect', payload: { n }, queue }));
@@ -39,11 +25,11 @@ describe('chaos: worker crash', () => {
       queue: 'crash',
       kind: 'effect',
       jobs: jobCount,
-      progress: deliveries,
+      progress: t.deliveries,
       unit: 'deliveries',
     });
-    const counted = await tally(t.db.pool, t.schema, ids);
-    const attempts = await attemptsOf(t.db.pool, t.schema, ids);
+    const counted = await t.tally(ids);
+    const attempts = await t.attempts(ids);
     const restarts = fleet.spawned.length - CRASH_RUN_WORKERS;
     tallyFigure('worker-crash', counted, {
       kills: fleet.kills,
@@ -75,7 +61,7 @@ describe('chaos: poison job', () => {
     let stopping = false;
     // The orchestrator: a worker that dies is replaced.
     const spawn = (): WorkerProcess => {
-      const p = spawnWorker(t, workerConfig(t, { queues: [queue], concurrency: 4 }));
+      const p = t.spawnWorker({ queues: [queue], concurrency: 4 });
       alive.add(p);
       void p.exited.then((exit) => {
         alive.delete(p);
@@ -95,10 +81,10 @@ describe('chaos: poison job', () => {
       60_000,
       'the poison job to be dead',
     );
-    await waitUntilSettled(t.db.pool, t.schema, ids, 60_000);
+    await t.settle(ids, 60_000);
     stopping = true;
     const job = await t.skiplock.getJob(poison.id);
-    const counted = await tally(t.db.pool, t.schema, ids);
+    const counted = await t.tally(ids);
     tallyFigure('poison-job', counted, {
       jobs: counted.jobs + 1,
       kills: deaths,

@@ -138,3 +138,22 @@ export async function runCliEach(
   await Promise.all(Array.from({ length: Math.min(parallel, runs.length) }, lane));
   return results;
 }
+
+/** The flags that point a command at a database and schema. */
+export function connectionFlags(url: string, schema: string): string[] {
+  return ['--database-url', url, '--schema', schema];
+}
+
+/**
+ * `runCli` for one database and schema: the function returned runs
+ * `skiplock ...args` with the connection flags after `args`. `target` is read
+ * at each run, so a database or schema made after the call is the one used.
+ */
+export function cliOn(
+  target: () => { url: string; schema: string },
+): (...args: string[]) => Promise<CliResult> {
+  return (...args) => {
+    const { url, schema } = target();
+    return runCli([...args, ...connectionFlags(url, schema)]);
+  };
+}

@@ -2,31 +2,21 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { useTestDatabase } from '../support/fixture.js';
 import { deleteStream, NATS_URL, streamMessages, uniqueStream, until } from '../support/nats.js';
 import { deleteQueues, drainQueue, RABBITMQ_URL, uniquePrefix } from '../support/rabbitmq.js';
-import { runCli, spawnCli } from './cli-process.js';
+import { connectionFlags, runCli, spawnCli } from './cli-process.js';
 
 const t = useTestDatabase();
 const stream = uniqueStream('cli_relay');
+
+/** Starts `skiplock relay --to <to> ...flags` on the test's schema. */
+const startRelay = (to: string, ...flags: string[]) =>
+  spawnCli(['relay', '--to', to, ...flags, ...connectionFlags(t.url, t.schema)]);
 
 afterAll(() => deleteStream(stream));
 
 describe('skiplock relay', () => {
   it('relays the jobs of its queues to NATS JetStream and stops on SIGTERM with exit 0', async () => {
     const job = await t.skiplock.enqueue('send_email', { to: 'a@example.com' }, { queue: 'emails' });
-    const relay = spawnCli([
-      'relay',
-      '--to',
-      NATS_URL,
-      '--stream',
-      stream,
-      '--queue',
-      'emails',
-      '--metrics-port',
-      '0',
-      '--database-url',
-      t.url,
-      '--schema',
-      t.schema,
-    ]);
+    const relay = startRelay(NATS_URL, '--stream', stream, '--queue', 'emails', '--metrics-port', '0');
     await relay.waitForOutput(/relay started on queues emails/);
     await until(async () => (await t.jobCount()) === 0, 'the job relayed');
     await relay.waitForOutput(/metrics at http/);
@@ -45,9 +35,7 @@ describe('skiplock relay', () => {
   it('relays to RabbitMQ with --to amqp://', async () => {
     const prefix = uniquePrefix('cli_relay');
     const job = await t.skiplock.enqueue('send_email', { to: 'b@example.com' }, { queue: 'emails' });
-    const relay = spawnCli([
-      'relay',
-      '--to',
+    const relay = startRelay(
       RABBITMQ_URL,
       '--rabbitmq-queue',
       prefix,
@@ -55,11 +43,7 @@ describe('skiplock relay', () => {
       'emails',
       '--max-batches-in-flight',
       '1',
-      '--database-url',
-      t.url,
-      '--schema',
-      t.schema,
-    ]);
+    );
     try {
       await until(async () => (await t.jobCount()) === 0, 'the job relayed');
       relay.child.kill('SIGTERM');

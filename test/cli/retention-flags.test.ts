@@ -3,12 +3,14 @@
  * library's `retention` option; a bad value is exit 2 naming the flag.
  */
 import { describe, expect, it } from 'vitest';
+import { archiveThreeDaysAgo } from '../support/archive-day.js';
 import { TEST_SCHEMA, waitFor } from '../support/database.js';
 import { useFileDatabase } from '../support/file-database.js';
-import { runCli, runCliEach, spawnCli } from './cli-process.js';
+import { cliOn, connectionFlags, runCliEach, spawnCli } from './cli-process.js';
 
 const { db } = useFileDatabase();
-const conn = ['--database-url', db.url, '--schema', TEST_SCHEMA];
+const conn = connectionFlags(db.url, TEST_SCHEMA);
+const cli = cliOn(() => ({ url: db.url, schema: TEST_SCHEMA }));
 
 /** Inserts one finished job per [status, minutes ago] in `queue`; returns their ids in order. */
 async function finished(queue: string, rows: [string, number][]): Promise<string[]> {
@@ -41,7 +43,7 @@ describe('retention flags', () => {
       ['dead', 10],
       ['cancelled', 120],
     ]);
-    const pruned = await runCli(['prune', '--retention-dead', '3600000', ...conn, '--json']);
+    const pruned = await cli('prune', '--retention-dead', '3600000', '--json');
     expect(pruned.code, pruned.stderr).toBe(0);
     expect(JSON.parse(pruned.stdout)).toEqual({ jobs: 1, archive: 0, archivePartitions: 0 });
     expect(await left('rf-a')).toEqual([succeeded, failed, newDead, cancelled]);
@@ -57,22 +59,15 @@ describe('retention flags', () => {
       ['cancelled', 120],
       ['dead', 10],
     ]);
-    await db.query(`SELECT "${TEST_SCHEMA}".archive_partition(current_date - 3)`);
-    await db.query(
-      `INSERT INTO ${db.archive} (id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
-                                  created_at, lease_seq, finished_at)
-       SELECT 800000 + n, 'rf-b', 'k', '{}', 'succeeded', 0, now(), 1, 1, now(), 1, now() - interval '3 days'
-       FROM generate_series(1, 2) n`,
-    );
-    const pruned = await runCli([
+    await archiveThreeDaysAgo(db, 'rf-b', 800000);
+    const pruned = await cli(
       'prune',
       '--older-than-ms',
       '3600000',
       '--retention-succeeded',
       '86400000',
-      ...conn,
       '--json',
-    ]);
+    );
     expect(pruned.code, pruned.stderr).toBe(0);
     // failed and cancelled (2 h > 1 h) deleted; succeeded kept for a day; the 3-day-old archive day dropped.
     expect(JSON.parse(pruned.stdout)).toEqual({ jobs: 2, archive: 0, archivePartitions: 1 });

@@ -1,14 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import { TEST_SCHEMA } from '../support/database.js';
 import { useFileDatabase } from '../support/file-database.js';
-import { runCli } from './cli-process.js';
+import { cliOn } from './cli-process.js';
 
 const { db } = useFileDatabase();
-const conn = ['--database-url', db.url, '--schema', TEST_SCHEMA];
+const cli = cliOn(() => ({ url: db.url, schema: TEST_SCHEMA }));
 
 describe('skiplock schedule, schedules, unschedule', () => {
   it('creates a schedule, lists it (table and JSON), and removes it', async () => {
-    const created = await runCli([
+    const created = await cli(
       'schedule',
       'nightly-report',
       '30 2 * * *',
@@ -21,8 +21,7 @@ describe('skiplock schedule, schedules, unschedule', () => {
       '--overlap',
       'allow',
       '--json',
-      ...conn,
-    ]);
+    );
     expect(created.code, created.stderr).toBe(0);
     expect(JSON.parse(created.stdout)).toMatchObject({
       name: 'nightly-report',
@@ -35,18 +34,18 @@ describe('skiplock schedule, schedules, unschedule', () => {
       catchUp: 'latest',
     });
 
-    const table = await runCli(['schedules', ...conn]);
+    const table = await cli('schedules');
     expect(table.code, table.stderr).toBe(0);
     expect(table.stdout).toMatch(/nightly-report\s+30 2 \* \* \*\s+Europe\/Berlin\s+send_report\s+reports/);
-    const listed = await runCli(['schedules', '--json', ...conn]);
+    const listed = await cli('schedules', '--json');
     expect(JSON.parse(listed.stdout).map((s: { name: string }) => s.name)).toEqual(['nightly-report']);
 
-    const removed = await runCli(['unschedule', 'nightly-report', ...conn]);
+    const removed = await cli('unschedule', 'nightly-report');
     expect([removed.code, removed.stdout.trim()]).toEqual([0, 'removed schedule nightly-report']);
-    const again = await runCli(['unschedule', 'nightly-report', ...conn]);
+    const again = await cli('unschedule', 'nightly-report');
     expect(again.code).toBe(1);
     expect(again.stderr).toMatch(/no schedule named "nightly-report"/);
-    expect((await runCli(['schedules', ...conn])).stdout.trim()).toBe('no schedules');
+    expect((await cli('schedules')).stdout.trim()).toBe('no schedules');
   });
 
   it('lists a parked schedule as parked, with the reason', async () => {
@@ -56,13 +55,13 @@ describe('skiplock schedule, schedules, unschedule', () => {
        VALUES ('broken', 'every day', 'k', now(), 'invalid cron: must have 5 or 6 fields (or be a nickname such as @hourly), got 2')`,
     );
     try {
-      const table = await runCli(['schedules', ...conn]);
+      const table = await cli('schedules');
       expect(table.code, table.stderr).toBe(0);
       expect(table.stdout.split('\n')[0]).toMatch(/next run\s+last run\s+parked$/);
       expect(table.stdout).toMatch(
         /broken\s+every day\s+UTC\s+k\s+default\s+skip\s+latest\s+parked\s+-\s+invalid cron: must have 5 or 6 fields \(or be a nickname such as @hourly\), got 2$/m,
       );
-      const listed = await runCli(['schedules', '--json', ...conn]);
+      const listed = await cli('schedules', '--json');
       expect(JSON.parse(listed.stdout)).toMatchObject([
         {
           name: 'broken',
@@ -75,10 +74,10 @@ describe('skiplock schedule, schedules, unschedule', () => {
   });
 
   it('refuses a bad cron or time zone naming it (exit 2), storing nothing', async () => {
-    const badCron = await runCli(['schedule', 'x', '61 * * * *', 'k', ...conn]);
+    const badCron = await cli('schedule', 'x', '61 * * * *', 'k');
     expect(badCron.code).toBe(2);
     expect(badCron.stderr).toMatch(/invalid CRON: Invalid value for minute: 61/);
-    const badZone = await runCli(['schedule', 'x', '* * * * *', 'k', '--timezone', 'Nowhere/City', ...conn]);
+    const badZone = await cli('schedule', 'x', '* * * * *', 'k', '--timezone', 'Nowhere/City');
     expect(badZone.code).toBe(2);
     expect(badZone.stderr).toMatch(/invalid --timezone: unknown time zone "Nowhere\/City"/);
     expect(await db.query(`SELECT name FROM ${db.jobs.replace(/\.jobs$/, '.schedules')}`)).toEqual([]);

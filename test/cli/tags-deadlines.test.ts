@@ -2,18 +2,17 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type JobRecord, Skiplock } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/database.js';
-import { runCli } from './cli-process.js';
+import { cliOn } from './cli-process.js';
 
 let db: TestDatabase;
 let skiplock: Skiplock;
-let conn: string[];
 const schema = 'cli_tags';
+const cli = cliOn(() => ({ url: db.url, schema }));
 
 beforeAll(async () => {
   db = await createTestDatabase(false);
   skiplock = new Skiplock({ pool: db.pool, schema });
   await skiplock.migrate();
-  conn = ['--database-url', db.url, '--schema', schema];
 });
 afterAll(async () => {
   await skiplock?.close();
@@ -22,7 +21,7 @@ afterAll(async () => {
 
 describe('skiplock CLI: tags and start deadlines', () => {
   it('enqueue --tag (repeatable) and --start-within-ms (database clock)', async () => {
-    const result = await runCli([
+    const result = await cli(
       'enqueue',
       'k',
       '{}',
@@ -33,8 +32,7 @@ describe('skiplock CLI: tags and start deadlines', () => {
       '--start-within-ms',
       '60000',
       '--json',
-      ...conn,
-    ]);
+    );
     expect(result.code, result.stderr).toBe(0);
     const { id } = JSON.parse(result.stdout) as { id: string };
     expect((await skiplock.getJob(id))?.tags).toEqual(['tenant:7', 'import']);
@@ -44,7 +42,7 @@ describe('skiplock CLI: tags and start deadlines', () => {
     );
     expect(row?.within_ms).toBe(60_000);
 
-    const shown = await runCli(['jobs', 'show', id, ...conn]);
+    const shown = await cli('jobs', 'show', id);
     expect(shown.code, shown.stderr).toBe(0);
     expect(shown.stdout).toContain('tags          tenant:7, import');
     expect(shown.stdout).toMatch(/start_by {6}\d{4}-\d\d-\d\dT/);
@@ -52,20 +50,20 @@ describe('skiplock CLI: tags and start deadlines', () => {
 
   it('refuses bad tags and deadlines with exit code 2, naming the flag, inserting nothing', async () => {
     const before = await skiplock.listJobs({ limit: 1000 });
-    const empty = await runCli(['enqueue', 'k', '--tag', '', ...conn]);
+    const empty = await cli('enqueue', 'k', '--tag', '');
     expect(empty.code).toBe(2);
     expect(empty.stderr).toContain('invalid --tag: must not be empty');
-    const twice = await runCli(['enqueue', 'k', '--tag', 'a', '--tag', 'a', ...conn]);
+    const twice = await cli('enqueue', 'k', '--tag', 'a', '--tag', 'a');
     expect(twice.code).toBe(2);
     expect(twice.stderr).toContain('invalid --tag: repeats the tag "a"');
-    const negative = await runCli(['enqueue', 'k', '--start-within-ms', '-5', ...conn]);
+    const negative = await cli('enqueue', 'k', '--start-within-ms', '-5');
     expect(negative.code).toBe(2);
     expect(await skiplock.listJobs({ limit: 1000 })).toHaveLength(before.length);
   });
 
   it('takes deadlines and delays longer than 24.8 days, as the library does', async () => {
     const thirtyDaysMs = 30 * 86_400_000;
-    const result = await runCli([
+    const result = await cli(
       'enqueue',
       'k',
       '--start-within-ms',
@@ -73,8 +71,7 @@ describe('skiplock CLI: tags and start deadlines', () => {
       '--delay-ms',
       String(thirtyDaysMs - 1000),
       '--json',
-      ...conn,
-    ]);
+    );
     expect(result.code, result.stderr).toBe(0);
     const { id } = JSON.parse(result.stdout) as { id: string };
     const [row] = await db.query<{ within_ms: number; delay_ms: number }>(
@@ -93,31 +90,25 @@ describe('skiplock CLI: tags and start deadlines', () => {
       { kind: 'k', payload: {}, queue: 'cli-tags', tags: ['y'] },
     ]);
     const list = async (...tags: string[]) => {
-      const result = await runCli([
-        'jobs',
-        '--oldest-first',
-        '--json',
-        ...tags.flatMap((t) => ['--tag', t]),
-        ...conn,
-      ]);
+      const result = await cli('jobs', '--oldest-first', '--json', ...tags.flatMap((t) => ['--tag', t]));
       expect(result.code, result.stderr).toBe(0);
       return (JSON.parse(result.stdout) as JobRecord[]).map((j) => j.id);
     };
     expect(await list('x')).toEqual([ab!.id, a!.id]);
     expect(await list('x', 'y')).toEqual([ab!.id]);
 
-    const table = await runCli(['jobs', '--tag', 'y', ...conn]);
+    const table = await cli('jobs', '--tag', 'y');
     expect(table.code, table.stderr).toBe(0);
     expect(table.stdout).toContain('x, y');
 
-    const cancelled = await runCli(['cancel', '--tag', 'x', '--tag', 'y', '--json', ...conn]);
+    const cancelled = await cli('cancel', '--tag', 'x', '--tag', 'y', '--json');
     expect(cancelled.code, cancelled.stderr).toBe(0);
     expect(JSON.parse(cancelled.stdout)).toEqual({ cancelled: 1, running: 0 });
     expect((await skiplock.getJob(ab!.id))?.status).toBe('cancelled');
     expect((await skiplock.getJob(a!.id))?.status).toBe('queued');
     expect((await skiplock.getJob(b!.id))?.status).toBe('queued');
 
-    const requeued = await runCli(['requeue', '--tag', 'x', '--status', 'cancelled', '--json', ...conn]);
+    const requeued = await cli('requeue', '--tag', 'x', '--status', 'cancelled', '--json');
     expect(requeued.code, requeued.stderr).toBe(0);
     expect(JSON.parse(requeued.stdout)).toEqual({ requeued: 1 });
     expect((await skiplock.getJob(ab!.id))?.status).toBe('queued');

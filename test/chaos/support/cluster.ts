@@ -7,7 +7,7 @@ import { type ChildProcess, fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { beforeEach, expect } from 'vitest';
-import { waitFor } from '../../support/database.js';
+import { countRows, waitFor } from '../../support/database.js';
 import { type TestContext, useTestDatabase } from '../../support/fixture.js';
 import { tableIn } from '../../support/sql.js';
 import type { ChildMessage, ParentMessage, WorkerProcessConfig } from './protocol.js';
@@ -213,13 +213,41 @@ export function effectTables(schema: string) {
   return { effects: tableIn(schema, 'chaos_effects'), deliveries: tableIn(schema, 'chaos_deliveries') };
 }
 
+/**
+ * The test fixture with the scenario helpers bound to the test's database and
+ * schema, which nearly every scenario would otherwise pass each time.
+ */
+export interface ChaosContext extends TestContext {
+  /** Starts a worker process on the test's schema ({@link workerConfig} with `overrides`) and waits until it runs. */
+  startWorker(overrides?: Partial<WorkerProcessConfig>): Promise<WorkerProcess>;
+  /** Forks a worker process on the test's schema ({@link workerConfig} with `overrides`) without waiting. */
+  spawnWorker(overrides?: Partial<WorkerProcessConfig>): WorkerProcess;
+  /** {@link waitUntilSettled} for the test's jobs `ids`. */
+  settle(ids: string[], timeoutMs: number, what?: string): Promise<void>;
+  /** {@link tally} of the test's jobs `ids`. */
+  tally(ids: string[]): Promise<Tally>;
+  /** {@link attemptsOf} the test's jobs `ids`. */
+  attempts(ids: string[]): Promise<{ max: number; reclaimed: number }>;
+  /** Deliveries so far (the test's schema holds only its own jobs). */
+  deliveries(): Promise<number>;
+}
+
 /** The test fixture (a schema per test), with the effect tables made in each test's schema. */
-export function useChaosDatabase(): TestContext {
+export function useChaosDatabase(): ChaosContext {
   const t = useTestDatabase();
   beforeEach(async () => {
     await createEffectTables(t.db.pool, t.schema);
   });
-  return t;
+  // Added to the fixture itself: its fields are getters that only answer inside a test.
+  return Object.assign(t, {
+    startWorker: (overrides: Partial<WorkerProcessConfig> = {}) => startWorker(t, workerConfig(t, overrides)),
+    spawnWorker: (overrides: Partial<WorkerProcessConfig> = {}) => spawnWorker(t, workerConfig(t, overrides)),
+    settle: (ids: string[], timeoutMs: number, what?: string) =>
+      waitUntilSettled(t.db.pool, t.schema, ids, timeoutMs, what),
+    tally: (ids: string[]) => tally(t.db.pool, t.schema, ids),
+    attempts: (ids: string[]) => attemptsOf(t.db.pool, t.schema, ids),
+    deliveries: () => countRows(t.db.pool, effectTables(t.schema).deliveries),
+  });
 }
 
 /**
