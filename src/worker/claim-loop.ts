@@ -39,7 +39,9 @@
  * more claim follows it.
  *
  * How many jobs a claim asks for: the free slots, plus while prefetching the
- * buffer, topped up once half empty, never more than `batchSize`. Nothing while
+ * buffer, topped up once half empty, never more than `batchSize`. A large
+ * claim ({@link CLAIM_PART_MIN}) is sent as two halves at once (each skips the
+ * rows the other locked), and counts as one claim: full when both are. Nothing while
  * every slot is busy and no handler started within the horizon (the handlers
  * are slow: the jobs are left to other workers), nor while results lag behind.
  * Queues without limits are claimed in one ordinary claim; each limited queue
@@ -74,6 +76,13 @@ export const HINT_COOLDOWN_MAX_MS = 100;
 
 /** Most due times remembered; later ones are left to the poll. */
 export const MAX_DUE_TIMES = 1000;
+
+/**
+ * A claim of at least twice this many jobs is sent as two statements at once,
+ * on two connections: PostgreSQL writes the two halves' leases on two cores,
+ * where one statement's rows are written one after another.
+ */
+export const CLAIM_PART_MIN = 128;
 
 /** Due times closer than this share one wake-up (milliseconds). */
 const DUE_TIME_GRAIN_MS = 5;
@@ -551,7 +560,19 @@ export class ClaimLoop extends Service {
   #claimUnlimited(limit: number): Promise<ClaimedJob[]> {
     const queues = this.#unlimited;
     if (queues.length === 0) return Promise.resolve([]);
-    return this.#options.queries.claim.claim(this.#options.pool, { ...this.#options.request, queues, limit });
+    const claim = (n: number) =>
+      this.#options.queries.claim.claim(this.#options.pool, { ...this.#options.request, queues, limit: n });
+    if (limit < 2 * CLAIM_PART_MIN) return claim(limit);
+    const half = Math.ceil(limit / 2);
+    return Promise.allSettled([claim(half), claim(limit - half)]).then(([first, second]) => {
+      if (first.status === 'rejected' && second.status === 'rejected') throw first.reason;
+      const jobs = first.status === 'fulfilled' ? first.value : [];
+      if (second.status === 'fulfilled') for (const job of second.value) jobs.push(job);
+      // The other half's jobs are leased: keep them, and report the failure.
+      const failed = first.status === 'rejected' ? first : second.status === 'rejected' ? second : undefined;
+      if (failed) this.#host.onError(translateError(failed.reason));
+      return jobs;
+    });
   }
 
   /**

@@ -12,6 +12,7 @@ import type { LimitedClaim } from '../../src/db/queries/claim-limited.js';
 import type { SkiplockError } from '../../src/errors.js';
 import type { Clock } from '../../src/runtime/clock.js';
 import {
+  CLAIM_PART_MIN,
   ClaimLoop,
   HINT_COOLDOWN_MAX_MS,
   HINT_COOLDOWN_MS,
@@ -267,6 +268,63 @@ describe('ClaimLoop', () => {
     // 100 ms jobs: 2 slots start 2 within the horizon.
     for (let i = 0; i < 100; i++) loop.jobFinished(100);
     expect(loop.bufferLimit()).toBe(2 * 2 + 2);
+    await loop.stop();
+  });
+
+  it(`a claim of ${2 * CLAIM_PART_MIN} jobs or more goes as two halves at once, and counts as one claim`, async () => {
+    const { clock, loop, claims, dispatched, free, hold, release } = setup({
+      available: Array.from({ length: 1000 }, (_, i) => i + 1),
+      concurrency: 2,
+      prefetch: 600,
+    });
+    loop.start();
+    await settle(clock);
+    expect(claims).toEqual([2]);
+    // Fast jobs: the buffer is prefetch's 600, so the next claim asks for 601 (2 + 600 − 1 running).
+    loop.jobFinished(0.01);
+    hold();
+    free(1);
+    await settle(clock);
+    // Both halves are in flight before either answers.
+    expect(claims).toEqual([2, 301, 300]);
+    expect(dispatched).toHaveLength(1);
+    release();
+    await settle(clock);
+    expect(dispatched.map((d) => d.length)).toEqual([2, 601]);
+    expect(new Set(dispatched.flat()).size).toBe(603);
+    expect(loop.backlog).toBe(true);
+    await loop.stop();
+    // At the threshold and one below it.
+    for (const [concurrency, sent] of [
+      [2 * CLAIM_PART_MIN, [CLAIM_PART_MIN, CLAIM_PART_MIN]],
+      [2 * CLAIM_PART_MIN - 1, [2 * CLAIM_PART_MIN - 1]],
+    ] as const) {
+      const at = setup({ available: Array.from({ length: 1000 }, (_, i) => i + 1), concurrency });
+      at.loop.start();
+      await settle(at.clock);
+      expect(at.claims).toEqual(sent);
+      await at.loop.stop();
+    }
+  });
+
+  it('a failed half of a claim is reported, and the jobs of the other half are handed over', async () => {
+    const { clock, loop, claims, dispatched, errors, free, failNext } = setup({
+      available: Array.from({ length: 1000 }, (_, i) => i + 1),
+      concurrency: 2,
+      prefetch: 600,
+    });
+    loop.start();
+    await settle(clock);
+    loop.jobFinished(0.01);
+    failNext(1);
+    free(1);
+    await settle(clock);
+    expect(claims).toEqual([2, 301, 300]);
+    expect(errors.map((e) => e.message)).toEqual(['connection refused']);
+    // The failed half took nothing; the other half's 300 are leased and handed over.
+    expect(dispatched.map((d) => d.length)).toEqual([2, 300]);
+    expect(loop.backlog).toBe(false);
+    expect(loop.mode).not.toBe('backing-off');
     await loop.stop();
   });
 
