@@ -21,9 +21,8 @@ import type { Job, JobMap } from '../job/job.js';
 import { type RelayedJob, toHandlerJob } from '../relay/message.js';
 import { emitError, emitGuarded } from '../runtime/guarded-events.js';
 import type { Skiplock } from '../skiplock.js';
-import { AttemptControl } from '../worker/attempt-control.js';
 import type { FailureOutcomeInfo } from '../worker/events.js';
-import { failure, type RunOutcome, runJob } from '../worker/executor.js';
+import { AttemptControl, failure, type RunOutcome, runJob } from '../worker/executor.js';
 import { kindRetryDelayMs, type ResolvedHandler, resolveHandlers } from '../worker/handler-definition.js';
 import type { Handlers } from '../worker/options.js';
 

@@ -28,9 +28,15 @@ import { DEFAULT_VISIBILITY_TIMEOUT_MS } from '../job/defaults.js';
 import type { Job, JobMap, JobRecord } from '../job/job.js';
 import { KEPT_PARENTS_BATCH_LIMIT } from '../maintenance/kept-parents.js';
 import type { Skiplock } from '../skiplock.js';
-import { AttemptControl } from '../worker/attempt-control.js';
 import { attemptResult } from '../worker/completer.js';
-import { failure, type Middleware, type RunOutcome, runJob, withMiddleware } from '../worker/executor.js';
+import {
+  AttemptControl,
+  failure,
+  type Middleware,
+  type RunOutcome,
+  runJob,
+  withMiddleware,
+} from '../worker/executor.js';
 import { kindMaxAttemptsOf, kindRetryDelayMs, resolveHandlers } from '../worker/handler-definition.js';
 import type { Handlers } from '../worker/options.js';
 import { DEFAULT_MAX_RESULT_BYTES, successToWrite } from '../workflow/job-output.js';

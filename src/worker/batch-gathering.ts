@@ -4,7 +4,7 @@
  * is full or when its wait (`maxWaitMs`, on the worker's clock) ends.
  */
 import type { Clock, TimerHandle } from '../runtime/clock.js';
-import type { AttemptControl } from './attempt-control.js';
+import type { AttemptControl } from './executor.js';
 
 interface OpenBatch<T> {
   items: T[];

@@ -7,7 +7,7 @@ import type { ClaimedJob } from '../db/queries/claim.js';
 import type { SuccessPolicy } from '../db/queries/finish.js';
 import type { Job } from '../job/job.js';
 import { type Clock, systemClock } from '../runtime/clock.js';
-import { AttemptControl } from './attempt-control.js';
+import { AttemptControl } from './executor.js';
 
 /** One claimed job from buffer to result, with what its lease is fenced by. */
 export interface Execution {

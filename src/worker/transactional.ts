@@ -32,15 +32,13 @@ import { SettledLeaseQueries } from '../db/queries/settled-lease.js';
 import type { Job } from '../job/job.js';
 import { successToWrite } from '../workflow/job-output.js';
 import type { ProgressSink } from '../workflow/progress-writer.js';
-import type { AttemptControl } from './attempt-control.js';
-import type { SuccessToWrite } from './completer.js';
+import { reportSuccess, type SuccessToWrite } from './completer.js';
 import type { EventReporter } from './events.js';
 import type { Execution } from './executions.js';
-import { failure, permanentFailure, type RunOutcome, runJob } from './executor.js';
+import { type AttemptControl, failure, permanentFailure, type RunOutcome, runJob } from './executor.js';
 import type { TransactionalHandler } from './handler-definition.js';
 import { loopBackoffMs } from './loop-backoff.js';
 import type { ResolvedWorkerOptions } from './options.js';
-import { reportSuccess } from './result-writer.js';
 import { transactionPool, type WorkerPool } from './worker-pool.js';
 
 /** What transactional attempts need from their worker. */

@@ -7,9 +7,14 @@
 import { describe, expect, it } from 'vitest';
 import { JobTimeoutError, PermanentError, SnoozeError } from '../../src/errors.js';
 import type { Job } from '../../src/job/job.js';
-import { AttemptControl } from '../../src/worker/attempt-control.js';
 import { BatchGathering } from '../../src/worker/batch-gathering.js';
-import { type Middleware, type RunOutcome, runBatch, withMiddleware } from '../../src/worker/executor.js';
+import {
+  AttemptControl,
+  type Middleware,
+  type RunOutcome,
+  runBatch,
+  withMiddleware,
+} from '../../src/worker/executor.js';
 import { resolveHandlers } from '../../src/worker/handler-definition.js';
 import { fakeClock } from '../support/fake-clock.js';
 import { sampleJob } from '../support/sample-job.js';

@@ -5,8 +5,7 @@
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { Job } from '../../src/job/job.js';
-import { AttemptControl } from '../../src/worker/attempt-control.js';
-import { type Middleware, runJob, withMiddleware } from '../../src/worker/executor.js';
+import { AttemptControl, type Middleware, runJob, withMiddleware } from '../../src/worker/executor.js';
 import type { Handler, ResolvedHandler } from '../../src/worker/handler-definition.js';
 import { sampleJob } from '../support/sample-job.js';
 
