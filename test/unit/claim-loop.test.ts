@@ -186,6 +186,24 @@ function setup(s: Setup = {}) {
   };
 }
 
+/**
+ * A started loop of 2 slots over 1,000 jobs, with prefetch 600 and fast jobs:
+ * its first claim took 2, and the next asks for 601 (2 + 600 − 1 running)
+ * once a slot frees.
+ */
+async function prefetchingFastJobs() {
+  const s = setup({
+    available: Array.from({ length: 1000 }, (_, i) => i + 1),
+    concurrency: 2,
+    prefetch: 600,
+  });
+  s.loop.start();
+  await settle(s.clock);
+  expect(s.claims).toEqual([2]);
+  s.loop.jobFinished(0.01);
+  return s;
+}
+
 describe('ClaimLoop', () => {
   it('idle: claims once at start, then not again until woken, polled or due; the poll comes every pollIntervalMs', async () => {
     const { clock, loop, claims, add } = setup({ available: [1, 2] });
@@ -272,16 +290,7 @@ describe('ClaimLoop', () => {
   });
 
   it(`a claim of ${2 * CLAIM_PART_MIN} jobs or more goes as two halves at once, and counts as one claim`, async () => {
-    const { clock, loop, claims, dispatched, free, hold, release } = setup({
-      available: Array.from({ length: 1000 }, (_, i) => i + 1),
-      concurrency: 2,
-      prefetch: 600,
-    });
-    loop.start();
-    await settle(clock);
-    expect(claims).toEqual([2]);
-    // Fast jobs: the buffer is prefetch's 600, so the next claim asks for 601 (2 + 600 − 1 running).
-    loop.jobFinished(0.01);
+    const { clock, loop, claims, dispatched, free, hold, release } = await prefetchingFastJobs();
     hold();
     free(1);
     await settle(clock);
@@ -308,14 +317,7 @@ describe('ClaimLoop', () => {
   });
 
   it('a failed half of a claim is reported, and the jobs of the other half are handed over', async () => {
-    const { clock, loop, claims, dispatched, errors, free, failNext } = setup({
-      available: Array.from({ length: 1000 }, (_, i) => i + 1),
-      concurrency: 2,
-      prefetch: 600,
-    });
-    loop.start();
-    await settle(clock);
-    loop.jobFinished(0.01);
+    const { clock, loop, claims, dispatched, errors, free, failNext } = await prefetchingFastJobs();
     failNext(1);
     free(1);
     await settle(clock);
