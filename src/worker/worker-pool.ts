@@ -14,8 +14,8 @@ import pg from 'pg';
 import { DEFAULT_CONNECT_TIMEOUT_MS } from '../job/defaults.js';
 import { type Clock, systemClock } from '../runtime/clock.js';
 
-/** Most connections a worker's own pool opens: claim, results, heartbeat, maintenance, release. */
-const WORKER_POOL_SIZE = 6;
+/** Most connections a worker's own pool opens: claim (two halves of a large one), results, heartbeat, maintenance, release. */
+const WORKER_POOL_SIZE = 7;
 
 /** A worker's pool and how to close it within a deadline. */
 export interface WorkerPool {
