@@ -246,4 +246,29 @@ describe('prefetch', () => {
     expect(rows.filter((r) => r.status === 'queued').every((r) => r.attempts === 0)).toBe(true);
     slot.release();
   });
+
+  it('the jobs of a large claim start highest priority first, then oldest', async () => {
+    const queue = 'claim-order';
+    // 600 low-priority jobs first (earlier on disk), then 40 urgent ones.
+    await skiplock.enqueueMany(
+      Array.from({ length: 600 }, (_, i) => ({ kind: 'ordered', payload: { i }, queue })),
+    );
+    await skiplock.enqueueMany(
+      Array.from({ length: 40 }, (_, i) => ({ kind: 'ordered', payload: { i }, queue, priority: 5 })),
+    );
+    const started: number[] = [];
+    const worker = queueWorker(queue, {
+      concurrency: 1,
+      handlers: {
+        ordered: (job) => {
+          started.push(job.priority);
+        },
+      },
+    });
+    await worker.start();
+    await waitFor(() => started.length === 640, 60_000, '640 jobs started');
+    // One slot: the first claims take one job each, then one claim buffers the rest (two halves at once).
+    expect(started.slice(0, 40)).toEqual(new Array(40).fill(5));
+    expect(started.slice(40)).toEqual(new Array(600).fill(0));
+  });
 });

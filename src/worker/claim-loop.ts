@@ -54,7 +54,7 @@
  */
 import type pg from 'pg';
 import { translateError } from '../db/executor.js';
-import type { ClaimedJob, ClaimRequest } from '../db/queries/claim.js';
+import { type ClaimedJob, type ClaimRequest, inClaimOrder } from '../db/queries/claim.js';
 import type { LimitedClaim } from '../db/queries/claim-limited.js';
 import type { JobQueries } from '../db/queries/jobs.js';
 import type { SkiplockError } from '../errors.js';
@@ -571,7 +571,8 @@ export class ClaimLoop extends Service {
       // The other half's jobs are leased: keep them, and report the failure.
       const failed = first.status === 'rejected' ? first : second.status === 'rejected' ? second : undefined;
       if (failed) this.#host.onError(translateError(failed.reason));
-      return jobs;
+      // Each half is in claim order; the halves took turns at the rows.
+      return jobs.sort(inClaimOrder);
     });
   }
 

@@ -153,8 +153,9 @@ export class ClaimQueries {
   }
 
   /**
-   * Claims up to `limit` due jobs: attempts + 1, lease stamped. Sent as a named
-   * prepared statement unless `request.prepared` is false.
+   * Claims up to `limit` due jobs: attempts + 1, lease stamped; returned in
+   * claim order ({@link inClaimOrder}). Sent as a named prepared statement
+   * unless `request.prepared` is false.
    *
    * @throws {DatabaseError} from the database.
    */
@@ -164,7 +165,7 @@ export class ClaimQueries {
     const { rows } = await send<ClaimRow>(pool, statement, params);
     const jobs = new Array<ClaimedJob>(rows.length);
     for (let i = 0; i < rows.length; i++) jobs[i] = claimedJob(rows[i]!, request.traceContext);
-    return jobs;
+    return jobs.sort(inClaimOrder);
   }
 
   /** The statement and parameters {@link claim} sends for `request` (also what the benchmark's ceiling runs). */
@@ -182,6 +183,16 @@ export class ClaimQueries {
     const statement = this.#variants[(policy ? 1 : 0) + (request.traceContext ? 2 : 0)]![single ? 0 : 1];
     return { statement, params };
   }
+}
+
+/**
+ * Claim order, for `Array.prototype.sort`: higher priority first, then earlier
+ * `run_at` (to the millisecond; the sort is stable, so ties keep the order
+ * PostgreSQL returned them in). The claim statement picks its rows in this
+ * order but returns them in the order it updated them.
+ */
+export function inClaimOrder(a: ClaimedJob, b: ClaimedJob): number {
+  return b.priority - a.priority || a.runAt.getTime() - b.runAt.getTime();
 }
 
 /** A claimed row as its handler sees it; the trace context only when asked for (tracing on). */
