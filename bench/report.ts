@@ -154,7 +154,7 @@ export function renderTargets(measurements: readonly Measurement[], peers: Targe
   const best = fig('drain.best', 'skiplock');
   const ceiling = fig('ceiling.same-statements-large', 'raw-pg');
   targets.push({
-    goal: "drain, skiplock's best row ≥ 80 % of the bare-SQL ceiling (skiplock's own statements, claims of 1,010)",
+    goal: "drain, skiplock's best row ≥ 80 % of the bare-SQL ceiling (skiplock's own statements, claims of 510)",
     value: ratio(best, ceiling),
     limit: 0.8,
     kind: 'min',

@@ -20,8 +20,8 @@ import {
 } from '../systems/raw-pg.js';
 import { type BenchContext, namespaceFor, type Scenario } from './scenario.js';
 
-/** Claim sizes of the ceiling rows: 100, and what skiplock's defaults claim at concurrency 10 (10 + 1,000). */
-const CEILING_BATCHES = [100, 1010] as const;
+/** Claim sizes of the ceiling rows: 100, and what skiplock's defaults claim at concurrency 10 (10 + 500). */
+const CEILING_BATCHES = [100, 510] as const;
 const CEILING_CONNECTIONS = 4;
 
 export const ceilingScenario: Scenario = {

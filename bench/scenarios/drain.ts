@@ -140,8 +140,8 @@ export const DRAIN_SHAPES: readonly DrainShape[] = [
 
 /**
  * skiplock-only rows: options beyond the defaults, for "skiplock's best". The
- * first claims up to 2,050 jobs at a time (the defaults claim up to 1,010 at
- * concurrency 10; graphile-worker's best row has a local queue of 500).
+ * first claims up to 2,050 jobs at a time (the defaults claim up to 510 at
+ * concurrency 10, like graphile-worker's local queue of 500).
  */
 export const TUNED_SHAPES: readonly DrainShape[] = [
   { processes: 1, concurrency: 50, tuning: { prefetch: 2000 } },
