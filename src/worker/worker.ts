@@ -112,6 +112,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   #resolveHandlersDone!: () => void;
   /** Handlers that called stop(): stop does not wait for them before releasing the others. */
   readonly #stopCallers = new Set<Execution>();
+  /** Releases in flight (buffer trims, expiries, a claim that returned during stop). */
+  readonly #releasing = new Set<Promise<void>>();
   /**
    * The execution whose handler is being called, while the call has not
    * returned: a `stop()` made then comes from that handler. Set around the
@@ -556,11 +558,15 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   /** Gives held jobs back; each is reported `job:released`, or `job:cancelled` when its cancel was requested. */
   #release(executions: Execution[], deadlineMs = 10_000): Promise<void> {
-    return releaseExecutions(executions, deadlineMs, {
+    const releasing = releaseExecutions(executions, deadlineMs, {
       release: (leases) => this.#ctx.queries.results.releaseWithStatus(this.#pool.pool, leases, this.id),
       events: this.#events,
       clock: this.#clock,
     });
+    // Stop waits for every release before it closes the pool, which would drop a queued one.
+    this.#releasing.add(releasing);
+    void releasing.finally(() => this.#releasing.delete(releasing));
+    return releasing;
   }
 
   /**
@@ -631,6 +637,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       graceLeft(),
       clock,
     );
+    await settlesWithin(Promise.all(this.#releasing), graceLeft(), clock);
     this.#events.quiet = remaining() === 0;
     // The reserve, and whatever the steps above left of the grace: the listener and the pools close side by side.
     const closeMs = Math.max(CLOSE_RESERVE_MS, hardDeadline - clock.monotonic());
