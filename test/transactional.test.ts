@@ -3,10 +3,13 @@
  * completion commit together, or neither does (failure, lost lease, cancel,
  * timeout).
  */
+import { randomBytes } from 'node:crypto';
 import { beforeEach, describe, expect, it } from 'vitest';
 import {
   type JobMap,
   type JobOptions,
+  Skiplock,
+  type SkiplockError,
   type TransactionalHandler,
   type TransactionalHandlerContext,
   ValidationError,
@@ -15,7 +18,7 @@ import {
   type WorkerOptions,
 } from '../src/index.js';
 import { drain } from '../src/testing/index.js';
-import { countRows, tableIn, waitFor } from './support/database.js';
+import { countRows, onServer, quoteIdent, tableIn, waitFor } from './support/database.js';
 import { eventOf, nextEvent } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
 import { type Gate, gate } from './support/gate.js';
@@ -374,5 +377,85 @@ describe('transactional handlers', () => {
     expect(await t.jobCount('id = $1', [ok.id])).toBe(0);
     expect(await t.row(bad.id)).toMatchObject({ status: 'queued', attempts: 1 });
     expect((await t.row(bad.id))!.last_error).toMatch(/^Error: no\n/);
+  });
+});
+
+describe('a transactional handler without a connection', () => {
+  it('waits, uncharged, and reports an error, until a connection comes; then its job runs once', async () => {
+    const role = {
+      name: `skiplock_txlimit_${randomBytes(4).toString('hex')}`,
+      password: randomBytes(8).toString('hex'),
+    };
+    const quoted = quoteIdent(role.name);
+    const schema = quoteIdent(t.schema);
+    await onServer(`CREATE ROLE ${quoted} LOGIN PASSWORD '${role.password}'`);
+    const url = new URL(t.url);
+    url.username = role.name;
+    url.password = role.password;
+    const remote = new Skiplock({ connectionString: url.toString(), schema: t.schema });
+    try {
+      await t.query(`GRANT USAGE ON SCHEMA ${schema} TO ${quoted}`);
+      await t.query(`GRANT ALL ON ALL TABLES IN SCHEMA ${schema} TO ${quoted}`);
+      await t.query(`GRANT ALL ON ALL SEQUENCES IN SCHEMA ${schema} TO ${quoted}`);
+      await t.query(`GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA ${schema} TO ${quoted}`);
+      const ran: string[] = [];
+      const holding = gate();
+      const release = gate();
+      const errors: SkiplockError[] = [];
+      const worker = remote.worker({
+        handleSignals: false,
+        queues: ['no-connection'],
+        concurrency: 2,
+        pollIntervalMs: 200,
+        handlers: {
+          txn: {
+            transactional: true,
+            handle: async (job) => {
+              ran.push(`${(job.payload as { name: string }).name}:${job.attempts}`);
+              if ((job.payload as { name: string }).name === 'holder') {
+                holding.open();
+                await release.opened;
+              }
+            },
+          },
+        },
+      });
+      worker.on('error', (error, source) => {
+        if (source === 'transaction') errors.push(error);
+      });
+      await worker.start();
+      const options = { queue: 'no-connection', maxAttempts: 1 };
+      // A first job opens the transactional pool's first connection; the holder then keeps it.
+      const warm = await t.skiplock.enqueue('txn', { name: 'warm' }, options);
+      await waitFor(async () => (await t.row(warm.id)) === undefined, 20_000, 'the first job to finish');
+      await t.skiplock.enqueue('txn', { name: 'holder' }, options);
+      await holding.opened;
+      // The role may open no more connections: the next job's transaction cannot start.
+      const [open] = await t.query<{ n: number }>(
+        'SELECT count(*)::int AS n FROM pg_stat_activity WHERE usename = $1',
+        [role.name],
+      );
+      await onServer(`ALTER ROLE ${quoted} CONNECTION LIMIT ${Number(open!.n)}`);
+      const waiting = await t.skiplock.enqueue('txn', { name: 'waiting' }, options);
+      await waitFor(() => errors.length >= 2, 20_000, 'two refused connections reported');
+      expect(errors[0]!.message).toMatch(/SQLSTATE 53300/);
+      // It holds its slot and lease; its one attempt is not charged again, and it is not dead.
+      expect(ran).toEqual(['warm:1', 'holder:1']);
+      expect(await t.row(waiting.id)).toMatchObject({ status: 'running', attempts: 1 });
+      await onServer(`ALTER ROLE ${quoted} CONNECTION LIMIT -1`);
+      await waitFor(() => ran.length === 3, 20_000, 'the waiting job to run');
+      release.open();
+      await waitFor(
+        async () => (await t.jobCount(`queue = 'no-connection'`)) === 0,
+        20_000,
+        'every job to finish',
+      );
+      expect(ran).toEqual(['warm:1', 'holder:1', 'waiting:1']);
+      await worker.stop();
+    } finally {
+      await remote.close();
+      await t.query(`DROP OWNED BY ${quoted}`);
+      await onServer(`DROP ROLE ${quoted}`);
+    }
   });
 });

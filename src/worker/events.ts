@@ -25,7 +25,9 @@ export type WorkerErrorSource =
   | 'archive'
   | 'parents'
   | 'progress'
-  | 'listener';
+  | 'listener'
+  /** A transactional handler's connection could not be had: its job waits, uncharged, and tries again. */
+  | 'transaction';
 
 /** What a failed attempt led to, as written to the database. */
 export interface FailureOutcomeInfo {

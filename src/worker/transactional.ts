@@ -137,10 +137,19 @@ async function runTransactional(
 ): Promise<RunOutcome | null> {
   const { signal } = e.control!;
   let tx: HeldTransaction;
-  try {
-    tx = await HeldTransaction.checkOut(deps.pool, deps.statementTimeoutMs, deps.workerPool);
-  } catch (error) {
-    return failure(error);
+  for (let failures = 0; ; failures++) {
+    try {
+      tx = await HeldTransaction.checkOut(deps.pool, deps.statementTimeoutMs, deps.workerPool);
+      break;
+    } catch (error) {
+      // No connection (the server's or the role's limit, a restart): the handler has not
+      // started, so the attempt is not charged; the job keeps its slot and lease, and
+      // waits with the loops' backoff until a connection comes or it is aborted.
+      if (signal.aborted) return failure(signal.reason);
+      if (!isTransient(error)) return failure(error);
+      deps.events.error(translateError(error), 'transaction');
+      await sleep(loopBackoffMs(failures), undefined, { signal }).catch(() => {});
+    }
   }
   const onAbort = () => tx.destroy(signal.reason, true);
   signal.addEventListener('abort', onAbort, { once: true });
