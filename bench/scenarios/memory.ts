@@ -50,7 +50,7 @@ export const memoryScenario: Scenario = {
         rec('RSS max', 'MB (lower is better)', mb(max));
         rec('RSS at the end', 'MB (lower is better)', mb(end));
         rec(
-          `RSS spread from 10 % on (max / min − 1, ${warm.length} samples every 500 ms)`,
+          'RSS spread from 10 % on (max / min − 1, samples every 500 ms)',
           '% (lower is better)',
           spread,
           'memory.spread',
