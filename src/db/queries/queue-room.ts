@@ -13,7 +13,6 @@
  * (`FOR UPDATE` re-reads a row changed since), so a job claimed by the claim
  * before is skipped.
  */
-
 import { epochMs } from './claim.js';
 import { GROUPED } from './queue-limits.js';
 import type { SchemaNames } from './schema-names.js';
