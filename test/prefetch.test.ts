@@ -236,6 +236,16 @@ describe('prefetch', () => {
   it('a buffered job not started within prefetchTimeoutMs is given back for any worker', async () => {
     const queue = 'pf-timeout';
     const { worker, slot } = await slotBlockedOnceBuffered(queue, { prefetchTimeoutMs: 300 });
+    const runAt = async () =>
+      new Map(
+        (
+          await db.query<{ id: string; run_at: string }>(
+            `SELECT id, run_at::text FROM ${db.jobs} WHERE queue = $1 AND status = 'queued'`,
+            [queue],
+          )
+        ).map((r) => [r.id, r.run_at]),
+      );
+    const enqueuedRunAt = await runAt();
     const releasedEvent = nextEvent(worker, 'job:released', 20_000);
     await worker.start();
     await waitFor(() => slot.blocked, 20_000, 'a job to block while others are buffered');
@@ -243,7 +253,13 @@ describe('prefetch', () => {
     await waitFor(() => worker.bufferedCount === 0, 10_000, 'the buffer to be given back');
     const rows = await jobRows(queue);
     expect(rows.filter((r) => r.status === 'running')).toHaveLength(1);
-    expect(rows.filter((r) => r.status === 'queued').every((r) => r.attempts === 0)).toBe(true);
+    const queued = rows.filter((r) => r.status === 'queued');
+    expect(queued.length).toBeGreaterThan(0);
+    expect(queued.every((r) => r.attempts === 0)).toBe(true);
+    // Given back in place: each keeps the run_at it was enqueued with.
+    const releasedRunAt = await runAt();
+    expect(releasedRunAt.size).toBe(queued.length);
+    for (const [id, at] of releasedRunAt) expect(at).toBe(enqueuedRunAt.get(id));
     slot.release();
   });
 

@@ -115,6 +115,8 @@ export class ResultQueries {
     // Gives jobs back without charging the attempt, and wakes other workers for
     // them; a job whose cancel was requested ends `cancelled` instead, charged
     // when its handler had started ($5), as every cancel of a running job is.
+    // run_at is kept, so a given-back job keeps its place among its priority's
+    // (and its key's) due jobs instead of going behind every job due by now.
     this.#release = statement(
       'release',
       `WITH released AS (
@@ -123,7 +125,6 @@ export class ResultQueries {
              locked_at = NULL, locked_by = NULL,
              attempts = CASE WHEN j.cancel_requested_at IS NOT NULL AND ($5::bool[])[${AT}]
                              THEN j.attempts ELSE j.attempts - 1 END,
-             run_at = CASE WHEN j.cancel_requested_at IS NULL THEN now() ELSE j.run_at END,
              finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL THEN now() END
          ${LEASE_FENCE}
          RETURNING j.id, j.lease_seq, j.queue, j.status
