@@ -77,11 +77,17 @@ export interface MaintainerDeps {
   lock: MaintenanceLock;
   services: readonly MaintenanceService[];
   onError(error: SkiplockError, service: MaintenanceTask): void;
+  /**
+   * How long after start each service first runs, in milliseconds; a service
+   * whose interval is shorter first runs after its interval. @default 0
+   */
+  startDelayMs?: number;
 }
 
 /**
- * The loop: every service once at start, then each when its interval (from
- * the end of its last run) comes round, one at a time.
+ * The loop: every service once shortly after start (`startDelayMs`, or its
+ * interval when shorter), then each when its interval (from the end of its
+ * last run) comes round, one at a time.
  */
 export class Maintainer extends Service {
   readonly #deps: MaintainerDeps;
@@ -107,7 +113,10 @@ export class Maintainer extends Service {
 
   protected async run(): Promise<void> {
     const startedAt = this.clock.monotonic();
-    for (const service of this.#deps.services) this.#dueAt.set(service, startedAt);
+    const delayMs = this.#deps.startDelayMs ?? 0;
+    for (const service of this.#deps.services) {
+      this.#dueAt.set(service, startedAt + Math.min(delayMs, service.intervalMs));
+    }
     while (!this.stopped) {
       await this.#runDue();
       // A service that came due during another's run runs now.

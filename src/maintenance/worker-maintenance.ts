@@ -35,7 +35,15 @@ export interface WorkerMaintenanceOptions {
   onWarning(message: string): void;
 }
 
-/** Makes the worker's maintenance loop (not started). */
+/**
+ * How long a starting worker's maintenance waits before its first pass: its
+ * passes (a sweep, the schedules, the pruner) would otherwise run beside the
+ * worker's first claims and slow the start of a backlog, for nothing a
+ * second's wait loses.
+ */
+export const MAINTENANCE_START_DELAY_MS = 1_000;
+
+/** Makes the worker's maintenance loop (not started); its first pass runs {@link MAINTENANCE_START_DELAY_MS} after start. */
 export function workerMaintenance(options: WorkerMaintenanceOptions): Maintainer {
   const { queries } = options;
   const sweeper = sweeperService(
@@ -65,5 +73,6 @@ export function workerMaintenance(options: WorkerMaintenanceOptions): Maintainer
       keptParentsService(queries, { intervalMs: options.sweepIntervalMs }),
     ],
     onError: options.onError,
+    startDelayMs: MAINTENANCE_START_DELAY_MS,
   });
 }

@@ -21,6 +21,11 @@ type Service = [name: MaintenanceTask, intervalMs: number, body?: () => Promise<
  * (`name@ms since start`) and the errors it saw.
  */
 function maintainer(clock: FakeClock, ...services: Service[]) {
+  return delayedMaintainer(clock, 0, ...services);
+}
+
+/** {@link maintainer} whose services first run `startDelayMs` after start. */
+function delayedMaintainer(clock: FakeClock, startDelayMs: number, ...services: Service[]) {
   const runs: string[] = [];
   const errors: [string, MaintenanceTask][] = [];
   const startedAt = clock.monotonic();
@@ -36,6 +41,7 @@ function maintainer(clock: FakeClock, ...services: Service[]) {
         },
       })),
       onError: (error: SkiplockError, task) => errors.push([error.message, task]),
+      startDelayMs,
     },
     clock,
   );
@@ -67,6 +73,22 @@ describe('Maintainer', () => {
     ]);
     await m.stop();
     expect(m.state).toBe('stopped');
+    expect(clock.pending()).toBe(0);
+  });
+
+  it('with a start delay, runs each service first after the delay, or after its interval when shorter', async () => {
+    const clock = fakeClock();
+    const { m, runs } = delayedMaintainer(clock, 1_000, ['sweep', 300], ['prune', 5_000]);
+    m.start();
+    await clock.tick(299);
+    expect(runs).toEqual([]);
+    await clock.tick(1);
+    expect(runs).toEqual(['sweep@300']);
+    await clock.tick(699);
+    expect(runs).toEqual(['sweep@300', 'sweep@600', 'sweep@900']);
+    await clock.tick(1);
+    expect(runs).toEqual(['sweep@300', 'sweep@600', 'sweep@900', 'prune@1000']);
+    await m.stop();
     expect(clock.pending()).toBe(0);
   });
 
