@@ -57,7 +57,7 @@ import { translateError } from '../db/executor.js';
 import { type ClaimedJob, type ClaimRequest, inClaimOrder } from '../db/queries/claim.js';
 import type { LimitedClaim } from '../db/queries/claim-limited.js';
 import type { JobQueries } from '../db/queries/jobs.js';
-import type { SkiplockError } from '../errors.js';
+import { DatabaseError, type SkiplockError } from '../errors.js';
 import { type Clock, MAX_TIMER_MS } from '../runtime/clock.js';
 import { Service } from '../runtime/service.js';
 import { CONTROL_READ_INTERVAL_MS } from './coalesced.js';
@@ -83,6 +83,13 @@ export const MAX_DUE_TIMES = 1000;
  * where one statement's rows are written one after another.
  */
 export const CLAIM_PART_MIN = 128;
+
+/**
+ * After a claim statement timed out, claims ask for at most half as many jobs
+ * for this long (milliseconds), then twice as many again, and so on: a
+ * deadline that a full claim cannot meet costs one timeout a minute.
+ */
+export const CLAIM_CAP_RECOVERY_MS = 60_000;
 
 /** Due times closer than this share one wake-up (milliseconds). */
 const DUE_TIME_GRAIN_MS = 5;
@@ -217,6 +224,14 @@ export class ClaimLoop extends Service {
   #averageRunMs = Number.POSITIVE_INFINITY;
   /** Monotonic time when a handler last started. */
   #lastStartAt = Number.NEGATIVE_INFINITY;
+  /**
+   * The most jobs one claim may ask for: halved when a claim statement times
+   * out (its rows took longer to lock and write than the statement deadline
+   * allows), doubled back after {@link CLAIM_CAP_RECOVERY_MS} without one.
+   */
+  #statementCap = Number.POSITIVE_INFINITY;
+  /** Monotonic time of the last change of {@link #statementCap}. */
+  #statementCapAt = Number.NEGATIVE_INFINITY;
 
   /** @param clock - defaults to the process's clock. */
   constructor(options: ClaimLoopOptions, host: ClaimLoopHost, clock?: Clock) {
@@ -342,7 +357,7 @@ export class ClaimLoop extends Service {
     if (held.running >= concurrency && now - this.#lastStartAt > PREFETCH_HORIZON_MS) return 0;
     // Top the buffer up once it is half empty, so that each claim takes a worthwhile batch.
     if ((held.buffered === 0 && held.running < concurrency) || (ahead > 0 && held.buffered * 2 <= ahead))
-      return Math.min(batchSize, room);
+      return Math.min(batchSize, room, this.#statementCap);
     return 0;
   }
 
@@ -414,6 +429,14 @@ export class ClaimLoop extends Service {
       this.#trusted = true;
       return false;
     }
+    if (
+      this.#statementCap !== Number.POSITIVE_INFINITY &&
+      sentAt - this.#statementCapAt >= CLAIM_CAP_RECOVERY_MS
+    ) {
+      const cap = this.#statementCap * 2;
+      this.#statementCap = cap >= this.#options.batchSize ? Number.POSITIVE_INFINITY : cap;
+      this.#statementCapAt = sentAt;
+    }
     // A slot freed while the claim was in flight may not have counted yet.
     if (this.#retryOnSlot && this.#slotsFreed !== slotsFreed) {
       this.#retryOnSlot = false;
@@ -436,6 +459,17 @@ export class ClaimLoop extends Service {
     }
     if (jobs.length > 0) this.#host.dispatch(jobs, sentAt);
     return true;
+  }
+
+  /**
+   * After a claim statement of `limit` jobs timed out, the next claims ask
+   * for half as many, so that a claim slower than the statement deadline does
+   * not fail again and again at one size.
+   */
+  #noteTimeout(error: unknown, limit: number): void {
+    if (!isTimeout(error)) return;
+    this.#statementCap = Math.min(this.#statementCap, Math.max(1, Math.floor(limit / 2)));
+    this.#statementCapAt = this.clock.monotonic();
   }
 
   /** Waits `delayMs` after a failed claim; wake-ups do not end it, `stop()` does. */
@@ -561,7 +595,12 @@ export class ClaimLoop extends Service {
     const queues = this.#unlimited;
     if (queues.length === 0) return Promise.resolve([]);
     const claim = (n: number) =>
-      this.#options.queries.claim.claim(this.#options.pool, { ...this.#options.request, queues, limit: n });
+      this.#options.queries.claim
+        .claim(this.#options.pool, { ...this.#options.request, queues, limit: n })
+        .catch((error: unknown) => {
+          this.#noteTimeout(error, n);
+          throw error;
+        });
     if (limit < 2 * CLAIM_PART_MIN) return claim(limit);
     const half = Math.ceil(limit / 2);
     return Promise.allSettled([claim(half), claim(limit - half)]).then(([first, second]) => {
@@ -598,4 +637,17 @@ export class ClaimLoop extends Service {
     if (claim.groupRateWaitMs !== null) this.wakeAfter(claim.groupRateWaitMs + 1);
     return byLimits > requested;
   }
+}
+
+/**
+ * Whether a statement failed on a deadline: the worker's own client-side one
+ * (node-postgres's read timeout) or the server's `statement_timeout` (SQLSTATE
+ * 57014, also a cancel).
+ */
+function isTimeout(error: unknown): boolean {
+  const failure = translateError(error);
+  return (
+    (failure instanceof DatabaseError && failure.sqlState === '57014') ||
+    failure.message.startsWith('Query read timeout')
+  );
 }

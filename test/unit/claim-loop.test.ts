@@ -12,6 +12,7 @@ import type { LimitedClaim } from '../../src/db/queries/claim-limited.js';
 import type { SkiplockError } from '../../src/errors.js';
 import type { Clock } from '../../src/runtime/clock.js';
 import {
+  CLAIM_CAP_RECOVERY_MS,
   CLAIM_PART_MIN,
   ClaimLoop,
   HINT_COOLDOWN_MAX_MS,
@@ -68,6 +69,8 @@ interface Setup {
   prefetchable?: boolean;
   /** A clock whose monotonic time runs `skew()` ahead of its timers (a late timer). */
   skew?: () => number;
+  /** Claim statements asking for more jobs than this fail on the server's statement_timeout. */
+  timeoutAbove?: number;
 }
 
 /**
@@ -98,6 +101,9 @@ function setup(s: Setup = {}) {
         if (failures > 0) {
           failures--;
           throw new Error('connection refused');
+        }
+        if (request.limit > (s.timeoutAbove ?? Number.POSITIVE_INFINITY)) {
+          throw Object.assign(new Error('canceling statement due to statement timeout'), { code: '57014' });
         }
         const taken = table.slice(0, request.limit);
         table = table.slice(request.limit);
@@ -494,6 +500,38 @@ describe('ClaimLoop', () => {
     await settle(clock);
     expect(claims).toHaveLength(3);
     expect(loop.mode).toBe('idle');
+    await loop.stop();
+  });
+
+  it(`a claim that times out is retried at half the size; the size doubles back after ${CLAIM_CAP_RECOVERY_MS} ms without a timeout`, async () => {
+    const { clock, loop, claims, errors, free } = setup({
+      available: Array.from({ length: 1000 }, (_, i) => i + 1),
+      concurrency: 4,
+      timeoutAbove: 2,
+    });
+    const timedOut = 'canceling statement due to statement timeout (SQLSTATE 57014)';
+    loop.start();
+    await settle(clock);
+    await clock.tick(100);
+    await settle(clock);
+    // 4 timed out (reported); after the back-off, claims of 2 fill the slots.
+    expect(claims).toEqual([4, 2, 2]);
+    expect(errors.map((e) => e.message)).toEqual([timedOut]);
+    free(4);
+    await settle(clock);
+    expect(claims).toEqual([4, 2, 2, 2, 2]);
+    await clock.tick(CLAIM_CAP_RECOVERY_MS);
+    free(4);
+    await settle(clock);
+    // A minute on, a claim doubles the size back…
+    expect(claims).toEqual([4, 2, 2, 2, 2, 2, 2]);
+    free(4);
+    await settle(clock);
+    await clock.tick(100);
+    await settle(clock);
+    // …and 4 times out again: half the size for another minute.
+    expect(claims).toEqual([4, 2, 2, 2, 2, 2, 2, 4, 2, 2]);
+    expect(errors.map((e) => e.message)).toEqual([timedOut, timedOut]);
     await loop.stop();
   });
 
