@@ -235,6 +235,17 @@ describe('bad input (SPEC §9)', () => {
 });
 
 describe('plain SQL insert', () => {
+  it('refuses an infinite run_at with a constraint that names the column, inserting nothing', async () => {
+    const before = await t.jobCount();
+    for (const runAt of ['infinity', '-infinity']) {
+      const error = await t
+        .query(`INSERT INTO ${t.jobs} (kind, run_at) VALUES ('from_psql', $1)`, [runAt])
+        .catch((e: unknown) => e);
+      expect(error).toMatchObject({ code: '23514', constraint: 'jobs_run_at_chk' });
+    }
+    expect(await t.jobCount()).toBe(before);
+  });
+
   it('is picked up at once by a worker (NOTIFY trigger), not by the slow poll', async () => {
     let ran: unknown;
     const worker = t.worker({
