@@ -67,7 +67,9 @@ describe("the library's own pool", () => {
     try {
       const { error, ms } = await failure(() => skiplock.enqueue('k', {}));
       expect(error).toBeInstanceOf(DatabaseError);
-      expect((error as DatabaseError).message).toBe('Query read timeout');
+      expect((error as DatabaseError).message).toBe(
+        'Query read timeout: no answer within the statement deadline (statementTimeoutMs)',
+      );
       expect(ms).toBeGreaterThanOrEqual(450);
       expect(ms).toBeLessThan(10_000);
     } finally {
@@ -130,6 +132,8 @@ describe('the command line', () => {
       /^skiplock: error: (timeout exceeded when trying to connect|Connection terminated due to connection timeout)$/m,
     );
     expect(enqueue.code, enqueue.stderr).toBe(1);
-    expect(enqueue.stderr).toMatch(/^skiplock: error: Query read timeout$/m);
+    expect(enqueue.stderr).toMatch(
+      /^skiplock: error: Query read timeout: no answer within the statement deadline \(statementTimeoutMs\)$/m,
+    );
   }, 90_000);
 });

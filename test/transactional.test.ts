@@ -326,7 +326,10 @@ describe('transactional handlers', () => {
     expect(await reported).toBe('success');
     // Then the worker's read may itself wait past the deadline for the COMMIT's lock: it reads again.
     expect(errors[0]).toBe('complete: COMMIT did not answer within 300 ms');
-    for (const error of errors.slice(1)) expect(error).toBe('complete: Query read timeout');
+    for (const error of errors.slice(1))
+      expect(error).toBe(
+        'complete: Query read timeout: no answer within the statement deadline (statementTimeoutMs)',
+      );
     expect(await effectRows(job.id)).toBe(1);
     expect(await t.row(job.id)).toMatchObject({ status: 'succeeded', attempts: 1, locked_by: null });
   });

@@ -89,6 +89,9 @@ export function translateError(error: unknown): SkiplockError {
   const err = error as { code?: unknown; message?: unknown };
   const sqlState = typeof err?.code === 'string' && /^[0-9A-Z]{5}$/.test(err.code) ? err.code : undefined;
   let message = typeof err?.message === 'string' ? err.message : String(error);
+  // node-postgres's statement deadline, named after the option that sets it.
+  if (message === 'Query read timeout')
+    message += ': no answer within the statement deadline (statementTimeoutMs)';
   // undefined_table: almost always a schema nobody migrated.
   if (sqlState === '42P01')
     message += '; is the skiplock schema migrated? run migrate() or `skiplock migrate`';
