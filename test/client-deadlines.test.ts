@@ -3,10 +3,13 @@
  * the dashboard and the command line fail within their documented deadlines
  * with a typed error, instead of hanging.
  */
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDashboard } from '../src/dashboard/index.js';
 import { DatabaseError, Skiplock, ValidationError } from '../src/index.js';
+import { workerPool } from '../src/worker/worker-pool.js';
 import { runCli } from './cli/cli-process.js';
+import { waitFor } from './support/database.js';
 import { useTestDatabase } from './support/fixture.js';
 import { type SilentServer, startSilentServer } from './support/silent-server.js';
 
@@ -32,6 +35,64 @@ async function failure(call: () => Promise<unknown>): Promise<{ error: unknown; 
   );
   return { error, ms: Date.now() - started };
 }
+
+describe("a worker's statement past its deadline", () => {
+  it('a claim held up past statementTimeoutMs is cancelled by the server: its jobs stay queued, then run on their first attempt', async () => {
+    const worker = t.worker({
+      queues: ['held-up'],
+      statementTimeoutMs: 300,
+      pollIntervalMs: 200,
+      // Jobs a claim leased to nobody would wait this long for the sweeper.
+      visibilityTimeoutMs: 120_000,
+      onSuccess: 'keep',
+      handlers: { k: () => {} },
+    });
+    const errors: string[] = [];
+    worker.on('error', (error, source) => errors.push(`${source}: ${error.message}`));
+    await worker.start();
+    const locker = new pg.Client({ connectionString: t.url });
+    await locker.connect();
+    t.defer(() => locker.end());
+    await locker.query('BEGIN');
+    const inserted = await locker.query<{ id: string }>(
+      `INSERT INTO ${t.jobs} (kind, queue) SELECT 'k', 'held-up' FROM generate_series(1, 5) RETURNING id::text`,
+    );
+    // Blocks the claim's update (not its read) until the COMMIT, past the deadline.
+    await locker.query(`LOCK TABLE ${t.jobs} IN SHARE MODE`);
+    await waitFor(() => errors.some((e) => e.startsWith('claim: ')), 10_000, 'a claim to time out');
+    await locker.query('COMMIT');
+    const ids = inserted.rows.map((r) => r.id);
+    await waitFor(
+      async () => (await t.jobCount(`id = ANY($1::bigint[]) AND status = 'succeeded'`, [ids])) === 5,
+      15_000,
+      'the five jobs to succeed',
+    );
+    expect(await t.jobCount(`id = ANY($1::bigint[]) AND attempts = 1`, [ids])).toBe(5);
+    expect(errors[0]).toBe('claim: canceling statement due to statement timeout (SQLSTATE 57014)');
+  });
+});
+
+describe("a worker session's server-side deadline", () => {
+  it('is a little under statementTimeoutMs, unless the role or database has a lower statement_timeout', async () => {
+    const show = async (statementTimeoutMs: number, options?: string) => {
+      const { pool, close } = workerPool(
+        { connectionString: t.url, ...(options ? { options } : {}) },
+        statementTimeoutMs,
+      );
+      try {
+        return (await pool.query<{ statement_timeout: string }>('SHOW statement_timeout')).rows[0]
+          ?.statement_timeout;
+      } finally {
+        await close(5_000);
+      }
+    };
+    expect(await show(30_000)).toBe('29s');
+    expect(await show(300)).toBe('270ms');
+    // As if set for the role or database (the startup options stand in for them here).
+    expect(await show(30_000, '-c statement_timeout=2000')).toBe('2s');
+    expect(await show(1_000, '-c statement_timeout=60000')).toBe('900ms');
+  });
+});
 
 describe("the library's own pool", () => {
   it('fails enqueue with a DatabaseError within connectTimeoutMs when the server never answers the handshake', async () => {

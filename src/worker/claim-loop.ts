@@ -57,12 +57,12 @@ import { translateError } from '../db/executor.js';
 import { type ClaimedJob, type ClaimRequest, inClaimOrder } from '../db/queries/claim.js';
 import type { LimitedClaim } from '../db/queries/claim-limited.js';
 import type { JobQueries } from '../db/queries/jobs.js';
-import { DatabaseError, type SkiplockError } from '../errors.js';
+import type { SkiplockError } from '../errors.js';
 import { type Clock, MAX_TIMER_MS } from '../runtime/clock.js';
 import { Service } from '../runtime/service.js';
 import { CONTROL_READ_INTERVAL_MS } from './coalesced.js';
 import { kindMaxAttemptsOf } from './handler-definition.js';
-import { loopBackoffMs } from './loop-backoff.js';
+import { loopBackoffMs, SizeCap } from './loop-backoff.js';
 import type { ResolvedWorkerOptions } from './options.js';
 
 /** Buffered jobs should start within this many milliseconds, judged by recent run times. */
@@ -83,13 +83,6 @@ export const MAX_DUE_TIMES = 1000;
  * where one statement's rows are written one after another.
  */
 export const CLAIM_PART_MIN = 128;
-
-/**
- * After a claim statement timed out, claims ask for at most half as many jobs
- * for this long (milliseconds), then twice as many again, and so on: a
- * deadline that a full claim cannot meet costs one timeout a minute.
- */
-export const CLAIM_CAP_RECOVERY_MS = 60_000;
 
 /** Due times closer than this share one wake-up (milliseconds). */
 const DUE_TIME_GRAIN_MS = 5;
@@ -224,20 +217,15 @@ export class ClaimLoop extends Service {
   #averageRunMs = Number.POSITIVE_INFINITY;
   /** Monotonic time when a handler last started. */
   #lastStartAt = Number.NEGATIVE_INFINITY;
-  /**
-   * The most jobs one claim may ask for: halved when a claim statement times
-   * out (its rows took longer to lock and write than the statement deadline
-   * allows), doubled back after {@link CLAIM_CAP_RECOVERY_MS} without one.
-   */
-  #statementCap = Number.POSITIVE_INFINITY;
-  /** Monotonic time of the last change of {@link #statementCap}. */
-  #statementCapAt = Number.NEGATIVE_INFINITY;
+  /** The most jobs one claim may ask for, after claim statements that timed out. */
+  readonly #sizeCap: SizeCap;
 
   /** @param clock - defaults to the process's clock. */
   constructor(options: ClaimLoopOptions, host: ClaimLoopHost, clock?: Clock) {
     super(clock);
     this.#options = options;
     this.#host = host;
+    this.#sizeCap = new SizeCap(this.clock, options.batchSize);
     this.#unlimited = options.queues;
   }
 
@@ -357,7 +345,7 @@ export class ClaimLoop extends Service {
     if (held.running >= concurrency && now - this.#lastStartAt > PREFETCH_HORIZON_MS) return 0;
     // Top the buffer up once it is half empty, so that each claim takes a worthwhile batch.
     if ((held.buffered === 0 && held.running < concurrency) || (ahead > 0 && held.buffered * 2 <= ahead))
-      return Math.min(batchSize, room, this.#statementCap);
+      return Math.min(batchSize, room, this.#sizeCap.value);
     return 0;
   }
 
@@ -429,14 +417,7 @@ export class ClaimLoop extends Service {
       this.#trusted = true;
       return false;
     }
-    if (
-      this.#statementCap !== Number.POSITIVE_INFINITY &&
-      sentAt - this.#statementCapAt >= CLAIM_CAP_RECOVERY_MS
-    ) {
-      const cap = this.#statementCap * 2;
-      this.#statementCap = cap >= this.#options.batchSize ? Number.POSITIVE_INFINITY : cap;
-      this.#statementCapAt = sentAt;
-    }
+    this.#sizeCap.succeeded();
     // A slot freed while the claim was in flight may not have counted yet.
     if (this.#retryOnSlot && this.#slotsFreed !== slotsFreed) {
       this.#retryOnSlot = false;
@@ -459,17 +440,6 @@ export class ClaimLoop extends Service {
     }
     if (jobs.length > 0) this.#host.dispatch(jobs, sentAt);
     return true;
-  }
-
-  /**
-   * After a claim statement of `limit` jobs timed out, the next claims ask
-   * for half as many, so that a claim slower than the statement deadline does
-   * not fail again and again at one size.
-   */
-  #noteTimeout(error: unknown, limit: number): void {
-    if (!isTimeout(error)) return;
-    this.#statementCap = Math.min(this.#statementCap, Math.max(1, Math.floor(limit / 2)));
-    this.#statementCapAt = this.clock.monotonic();
   }
 
   /** Waits `delayMs` after a failed claim; wake-ups do not end it, `stop()` does. */
@@ -569,11 +539,12 @@ export class ClaimLoop extends Service {
           if (this.#short.has(queue)) starved = true;
           continue;
         }
-        const claim = await this.#options.queries.limitedClaim.claim(this.#options.pool, {
-          ...this.#options.request,
-          queues: [queue],
-          limit: wanted,
-        });
+        const claim = await this.#options.queries.limitedClaim
+          .claim(this.#options.pool, { ...this.#options.request, queues: [queue], limit: wanted })
+          .catch((error: unknown) => {
+            this.#sizeCap.failed(error, wanted);
+            throw error;
+          });
         if (claim.prefetchable) this.#prefetchable.add(queue);
         else this.#prefetchable.delete(queue);
         if (this.#afterLimitedClaim(queue, claim, wanted)) starved = true;
@@ -598,7 +569,7 @@ export class ClaimLoop extends Service {
       this.#options.queries.claim
         .claim(this.#options.pool, { ...this.#options.request, queues, limit: n })
         .catch((error: unknown) => {
-          this.#noteTimeout(error, n);
+          this.#sizeCap.failed(error, n);
           throw error;
         });
     if (limit < 2 * CLAIM_PART_MIN) return claim(limit);
@@ -637,17 +608,4 @@ export class ClaimLoop extends Service {
     if (claim.groupRateWaitMs !== null) this.wakeAfter(claim.groupRateWaitMs + 1);
     return byLimits > requested;
   }
-}
-
-/**
- * Whether a statement failed on a deadline: the worker's own client-side one
- * (node-postgres's read timeout) or the server's `statement_timeout` (SQLSTATE
- * 57014, also a cancel).
- */
-function isTimeout(error: unknown): boolean {
-  const failure = translateError(error);
-  return (
-    (failure instanceof DatabaseError && failure.sqlState === '57014') ||
-    failure.message.startsWith('Query read timeout')
-  );
 }

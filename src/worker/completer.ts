@@ -24,7 +24,7 @@ import { type Clock, sleep } from '../runtime/clock.js';
 import { Service } from '../runtime/service.js';
 import type { EventReporter } from './events.js';
 import type { Execution } from './executions.js';
-import { loopBackoffMs } from './loop-backoff.js';
+import { loopBackoffMs, SizeCap } from './loop-backoff.js';
 
 /** A failed attempt to write: what the handler threw, the text stored, and whether it is permanent. */
 export interface FailureToWrite<T> {
@@ -95,11 +95,14 @@ export class Completer<T extends LeasedJob> extends Service {
   #queued: Pending<T>[] = [];
   /** Set by a drain past its deadline: stop retrying. */
   readonly #giveUp = new AbortController();
+  /** The most results one statement may write, after writes that timed out (large results, a low `statement_timeout`). */
+  readonly #sizeCap: SizeCap;
 
   /** @param clock - the clock retries wait on; defaults to the process's. */
   constructor(deps: CompleterDeps<T>, clock?: Clock) {
     super(clock);
     this.#deps = deps;
+    this.#sizeCap = new SizeCap(this.clock, MAX_BATCH);
   }
 
   /** Number of results waiting for the next batch (the batch being written is not counted). */
@@ -128,7 +131,7 @@ export class Completer<T extends LeasedJob> extends Service {
       }
       // Handlers that settle in this turn of the event loop join the batch.
       await new Promise((resolve) => setImmediate(resolve));
-      await this.#write(this.#queued.splice(0, MAX_BATCH));
+      await this.#write(this.#queued.splice(0, Math.min(MAX_BATCH, this.#sizeCap.value)));
       this.#deps.onBatchWritten?.();
     }
   }
@@ -166,7 +169,15 @@ export class Completer<T extends LeasedJob> extends Service {
         if (read) pending = await this.#unwritten(pending, read === 'lost', misses > MAX_REWRITES);
         read = undefined;
         if (pending.length === 0) return;
-        const written = await this.#deps.finish(pending.map(finishing));
+        // After a write timed out, what is left waits for the next batches, at the front.
+        if (pending.length > this.#sizeCap.value)
+          this.#queued.unshift(...pending.splice(this.#sizeCap.value));
+        const size = pending.length;
+        const written = await this.#deps.finish(pending.map(finishing)).catch((error: unknown) => {
+          this.#sizeCap.failed(error, size);
+          throw error;
+        });
+        this.#sizeCap.succeeded();
         const missed: Pending<T>[] = [];
         for (const p of pending) {
           const row = written.get(leaseKey(p.job));

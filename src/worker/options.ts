@@ -78,7 +78,12 @@ export interface WorkerOptions<Jobs extends JobMap> {
   /**
    * Client-side deadline of every statement the worker sends: a claim stuck
    * behind a lock, or a connection that stopped answering, fails after this long
-   * and is retried on a new connection. @default 30_000
+   * and is retried on a new connection. With `sessionSettings`, the worker's
+   * sessions also get a `statement_timeout` a little under it (a tenth less, at
+   * most a second; a lower one set for the role or database is kept), so that
+   * the server rolls back a statement past it rather than committing it after
+   * the worker gave up. A claim that times out is tried again at half the
+   * size, as is a batch of results. @default 30_000
    */
   statementTimeoutMs?: number;
   /** Safety-net poll interval, for notifications that never came. @default 2000 */

@@ -17,6 +17,28 @@ import { type Clock, systemClock } from '../runtime/clock.js';
 /** Most connections a worker's own pool opens: claim (two halves of a large one), results, heartbeat, maintenance, release. */
 const WORKER_POOL_SIZE = 7;
 
+/**
+ * The server-side deadline of a worker session's statements (milliseconds): a
+ * little under the client-side one, so that the server cancels a statement
+ * past it, rolling back what it did, before the client gives up on it. A
+ * client that gave up first would drop the connection while the server went
+ * on: a claim committed then would hold its jobs for nobody until the
+ * visibility timeout, their attempt charged.
+ */
+export function serverDeadlineMs(statementTimeoutMs: number): number {
+  const deadline = statementTimeoutMs - Math.min(1_000, Math.ceil(statementTimeoutMs / 10));
+  return Math.min(2_147_483_647, Math.max(1, deadline));
+}
+
+/**
+ * Sets a session's `statement_timeout` to `$1` milliseconds, unless the
+ * server's setting for the role or database is already lower (it is kept).
+ */
+const SERVER_DEADLINE_SQL = `SELECT pg_catalog.set_config('statement_timeout',
+  (CASE WHEN s.ms > 0 AND s.ms < $1::pg_catalog.int8 THEN s.ms ELSE $1::pg_catalog.int8 END)::pg_catalog.text, false)
+FROM (SELECT (pg_catalog.date_part('epoch',
+        pg_catalog.current_setting('statement_timeout')::pg_catalog.interval) * 1000)::pg_catalog.int8 AS ms) s`;
+
 /** A worker's pool and how to close it within a deadline. */
 export interface WorkerPool {
   pool: pg.Pool;
@@ -31,7 +53,9 @@ export interface WorkerPool {
  * Opens the worker's pool.
  *
  * @param statementTimeoutMs - client-side deadline of every statement: past it
- *   the statement fails and its connection is discarded.
+ *   the statement fails and its connection is discarded. With session
+ *   settings, the server's own deadline ({@link serverDeadlineMs}) ends it
+ *   first.
  * @param sessionSettings - send the session settings in the startup packet;
  *   false behind a pooler that refuses startup options (PgBouncer).
  * @param clock - times close()'s deadline; defaults to the process's clock.
@@ -42,7 +66,7 @@ export function workerPool(
   sessionSettings = true,
   clock: Clock = systemClock,
 ): WorkerPool {
-  return openPool(
+  const opened = openPool(
     config,
     sessionSettings ? ['-c synchronous_commit=off', '-c idle_in_transaction_session_timeout=60000'] : [],
     {
@@ -53,6 +77,15 @@ export function workerPool(
     },
     clock,
   );
+  if (sessionSettings) {
+    // Queued before the statement the connection was opened for. A failure
+    // leaves the session as the server set it: the client's deadline still holds.
+    const deadline = serverDeadlineMs(statementTimeoutMs);
+    opened.pool.on('connect', (client) => {
+      client.query(SERVER_DEADLINE_SQL, [deadline]).catch(() => {});
+    });
+  }
+  return opened;
 }
 
 /**

@@ -12,7 +12,6 @@ import type { LimitedClaim } from '../../src/db/queries/claim-limited.js';
 import type { SkiplockError } from '../../src/errors.js';
 import type { Clock } from '../../src/runtime/clock.js';
 import {
-  CLAIM_CAP_RECOVERY_MS,
   CLAIM_PART_MIN,
   ClaimLoop,
   HINT_COOLDOWN_MAX_MS,
@@ -20,6 +19,7 @@ import {
   MAX_DUE_TIMES,
 } from '../../src/worker/claim-loop.js';
 import { Coalesced } from '../../src/worker/coalesced.js';
+import { SIZE_CAP_RECOVERY_MS } from '../../src/worker/loop-backoff.js';
 import { type FakeClock, fakeClock } from '../support/fake-clock.js';
 
 function job(id: number, queue = 'q'): ClaimedJob {
@@ -35,6 +35,11 @@ function job(id: number, queue = 'q'): ClaimedJob {
     createdAt: new Date(0),
     leaseSeq: '1',
   };
+}
+
+/** The error of a statement the server cancelled on its `statement_timeout`, as pg raises it. */
+function statementTimeout(): Error {
+  return Object.assign(new Error('canceling statement due to statement timeout'), { code: '57014' });
 }
 
 /** Runs pending promise callbacks and immediates without moving the clock. */
@@ -102,9 +107,7 @@ function setup(s: Setup = {}) {
           failures--;
           throw new Error('connection refused');
         }
-        if (request.limit > (s.timeoutAbove ?? Number.POSITIVE_INFINITY)) {
-          throw Object.assign(new Error('canceling statement due to statement timeout'), { code: '57014' });
-        }
+        if (request.limit > (s.timeoutAbove ?? Number.POSITIVE_INFINITY)) throw statementTimeout();
         const taken = table.slice(0, request.limit);
         table = table.slice(request.limit);
         return taken.map((id) => job(id));
@@ -113,6 +116,7 @@ function setup(s: Setup = {}) {
     limitedClaim: {
       claim: async (_pool: unknown, request: ClaimRequest): Promise<LimitedClaim> => {
         requests.push(request);
+        if (request.limit > (s.timeoutAbove ?? Number.POSITIVE_INFINITY)) throw statementTimeout();
         const queue = request.queues[0]!;
         const room = s.limitedRoom ?? 1;
         const waiting = s.limitedJobs?.get(queue) ?? [];
@@ -503,7 +507,7 @@ describe('ClaimLoop', () => {
     await loop.stop();
   });
 
-  it(`a claim that times out is retried at half the size; the size doubles back after ${CLAIM_CAP_RECOVERY_MS} ms without a timeout`, async () => {
+  it(`a claim that times out is retried at half the size; the size doubles back after ${SIZE_CAP_RECOVERY_MS} ms without a timeout`, async () => {
     const { clock, loop, claims, errors, free } = setup({
       available: Array.from({ length: 1000 }, (_, i) => i + 1),
       concurrency: 4,
@@ -520,7 +524,7 @@ describe('ClaimLoop', () => {
     free(4);
     await settle(clock);
     expect(claims).toEqual([4, 2, 2, 2, 2]);
-    await clock.tick(CLAIM_CAP_RECOVERY_MS);
+    await clock.tick(SIZE_CAP_RECOVERY_MS);
     free(4);
     await settle(clock);
     // A minute on, a claim doubles the size back…
@@ -532,6 +536,30 @@ describe('ClaimLoop', () => {
     // …and 4 times out again: half the size for another minute.
     expect(claims).toEqual([4, 2, 2, 2, 2, 2, 2, 4, 2, 2]);
     expect(errors.map((e) => e.message)).toEqual([timedOut, timedOut]);
+    await loop.stop();
+  });
+
+  it('a limited queue’s claim that times out is also retried at half the size', async () => {
+    const { clock, loop, requests, errors } = setup({
+      concurrency: 8,
+      limited: ['lim'],
+      limitedJobs: new Map([['lim', Array.from({ length: 100 }, (_, i) => i + 1)]]),
+      limitedRoom: 100,
+      timeoutAbove: 2,
+    });
+    await loop.readLimits();
+    loop.start();
+    await settle(clock);
+    await clock.tick(100);
+    await settle(clock);
+    await clock.tick(200);
+    await settle(clock);
+    expect(requests.map((r) => `${r.queues.join()}:${r.limit}`).slice(0, 3)).toEqual([
+      'lim:8',
+      'lim:4',
+      'lim:2',
+    ]);
+    expect(errors).toHaveLength(2);
     await loop.stop();
   });
 

@@ -125,6 +125,36 @@ describe('Completer', () => {
     expect(clock.pending()).toBe(0);
   });
 
+  it('after a write timed out, writes the same results in batches of half the size', async () => {
+    const { c, clock, batches, reported } = completer(
+      async (jobs) => {
+        if (jobs.length > 2) throw new DatabaseError('canceling statement due to statement timeout', '57014');
+        return new Map(jobs.map((j) => wrote(j, 'succeeded')));
+      },
+      (ids) => ids.map((id) => state(Number(id), 'running', 'w')),
+    );
+    for (let id = 1; id <= 5; id++) c.succeeded(lease(id));
+    await turn(clock);
+    await clock.tick(100);
+    await turn(clock);
+    expect(batches.map((b) => b.map((j) => j.id))).toEqual([
+      ['1', '2', '3', '4', '5'],
+      ['1', '2'],
+      ['3', '4'],
+      ['5'],
+    ]);
+    expect(reported).toEqual([
+      'error canceling statement due to statement timeout',
+      '1 success',
+      '2 success',
+      '3 success',
+      '4 success',
+      '5 success',
+    ]);
+    await c.drain(1000);
+    expect(clock.pending()).toBe(0);
+  });
+
   it('writes again a job the write left alone while its lease is held (a cancel requested meanwhile); one that is gone is stale', async () => {
     const { c, clock, batches, reads, reported } = completer(
       async (jobs, call) => new Map(call === 1 ? [] : jobs.map((j) => wrote(j, 'cancelled'))),
