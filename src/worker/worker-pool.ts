@@ -66,7 +66,8 @@ export function workerPool(
   sessionSettings = true,
   clock: Clock = systemClock,
 ): WorkerPool {
-  const opened = openPool(
+  const deadline = serverDeadlineMs(statementTimeoutMs);
+  return openPool(
     config,
     sessionSettings ? ['-c synchronous_commit=off', '-c idle_in_transaction_session_timeout=60000'] : [],
     {
@@ -74,19 +75,20 @@ export function workerPool(
       query_timeout: statementTimeoutMs,
       // A server that accepts TCP and never answers fails start() as soon as a Skiplock's own pool would.
       connectionTimeoutMillis: Math.min(statementTimeoutMs, DEFAULT_CONNECT_TIMEOUT_MS),
+      // Before the connection serves its first statement. A failure leaves the
+      // session as the server set it: the client's deadline still holds.
+      ...(sessionSettings
+        ? {
+            onConnect: (client: pg.ClientBase) =>
+              client.query(SERVER_DEADLINE_SQL, [deadline]).then(noop, noop),
+          }
+        : {}),
     },
     clock,
   );
-  if (sessionSettings) {
-    // Queued before the statement the connection was opened for. A failure
-    // leaves the session as the server set it: the client's deadline still holds.
-    const deadline = serverDeadlineMs(statementTimeoutMs);
-    opened.pool.on('connect', (client) => {
-      client.query(SERVER_DEADLINE_SQL, [deadline]).catch(() => {});
-    });
-  }
-  return opened;
 }
+
+function noop(): void {}
 
 /**
  * Opens the pool of transactional handlers, beside the worker's own so that a
