@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { SchemaVersionError, Skiplock } from '../src/index.js';
 import { loadMigrations, migrate } from '../src/migrations/migrator.js';
-import { createTestDatabase, TEST_SCHEMA, tableIn } from './support/database.js';
+import { beforeMigration, TEST_SCHEMA, tableIn } from './support/database.js';
 import { useFileDatabase } from './support/file-database.js';
 
 const { db } = useFileDatabase({ migrate: false });
@@ -41,24 +41,17 @@ describe('migration versions with gaps', () => {
 
 describe('a job whose run_at an UPDATE made infinite before the run_at constraint', () => {
   it('keeps its meaning: never due stays out of reach, due since ever is due since its creation', async () => {
-    const old = await createTestDatabase(false);
-    try {
-      const finite = loadMigrations().find((m) => m.name === 'run_at_finite')!;
-      await migrate(
-        old.pool,
-        TEST_SCHEMA,
-        loadMigrations().filter((m) => m.version < finite.version),
-      );
+    await beforeMigration('run_at_finite', async (old, version) => {
       const jobs = tableIn(TEST_SCHEMA, 'jobs');
       await old.query(
         `INSERT INTO ${jobs} (kind, payload, created_at) VALUES
-           ('parked', '{}', '2026-01-02 03:04:05.678+00'), ('overdue', '{}', '2026-01-02 03:04:05.678+00'),
-           ('plain', '{}', '2026-01-02 03:04:05.678+00')`,
+         ('parked', '{}', '2026-01-02 03:04:05.678+00'), ('overdue', '{}', '2026-01-02 03:04:05.678+00'),
+         ('plain', '{}', '2026-01-02 03:04:05.678+00')`,
       );
       await old.query(`UPDATE ${jobs} SET run_at = 'infinity' WHERE kind = 'parked'`);
       await old.query(`UPDATE ${jobs} SET run_at = '-infinity' WHERE kind = 'overdue'`);
       await old.query(`UPDATE ${jobs} SET run_at = '2026-05-06 07:08:09+00' WHERE kind = 'plain'`);
-      expect((await migrate(old.pool, TEST_SCHEMA)).applied).toContain(finite.version);
+      expect((await migrate(old.pool, TEST_SCHEMA)).applied).toContain(version);
       expect(
         await old.query(
           `SELECT kind, to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS') AS run_at FROM ${jobs} ORDER BY kind`,
@@ -70,8 +63,6 @@ describe('a job whose run_at an UPDATE made infinite before the run_at constrain
       ]);
       // Their rows can still change (a cancel, say) under the new constraint.
       await old.query(`UPDATE ${jobs} SET status = 'cancelled', finished_at = now() WHERE kind <> 'plain'`);
-    } finally {
-      await old.close();
-    }
+    });
   });
 });

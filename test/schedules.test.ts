@@ -2,14 +2,14 @@ import { beforeEach, describe, expect, it } from 'vitest';
 import { withTransaction } from '../src/db/executor.js';
 import { JobQueries } from '../src/db/queries/jobs.js';
 import { type ScheduleOptions, ValidationError } from '../src/index.js';
-import { loadMigrations, migrate } from '../src/migrations/migrator.js';
+import { migrate } from '../src/migrations/migrator.js';
 import {
   MAX_JOBS_PER_TURN,
   runDueSchedules,
   SCHEDULE_CHECK_MS,
   schedulerService,
 } from '../src/schedule/scheduler.js';
-import { createTestDatabase, TEST_SCHEMA, tableIn } from './support/database.js';
+import { beforeMigration, TEST_SCHEMA, tableIn } from './support/database.js';
 import { useFileDatabase } from './support/file-database.js';
 
 const { db, skiplock } = useFileDatabase();
@@ -333,22 +333,15 @@ describe('rows the scheduler cannot use', () => {
 
 describe('upgrading', () => {
   it('the bounds migration brings rows stored before it inside the bounds, and applies', async () => {
-    const old = await createTestDatabase(false);
-    try {
-      const bounds = loadMigrations().find((m) => m.name === 'schedule_bounds')!;
-      await migrate(
-        old.pool,
-        TEST_SCHEMA,
-        loadMigrations().filter((m) => m.version < bounds.version),
-      );
+    await beforeMigration('schedule_bounds', async (old, version) => {
       const table = tableIn(TEST_SCHEMA, 'schedules');
       await old.query(
         `INSERT INTO ${table} (name, cron, kind, catch_up_ms, next_run_at, last_run_at) VALUES
-           ('centuries', '* * * * *', 'k', 31536000000000, now(), '-infinity'),
-           ('never', '* * * * *', 'k', 0, 'infinity', NULL)`,
+         ('centuries', '* * * * *', 'k', 31536000000000, now(), '-infinity'),
+         ('never', '* * * * *', 'k', 0, 'infinity', NULL)`,
       );
       const applied = await migrate(old.pool, TEST_SCHEMA);
-      expect(applied.applied).toContain(bounds.version);
+      expect(applied.applied).toContain(version);
       const rows = await old.query<Record<string, unknown>>(
         `SELECT name, catch_up_ms, isfinite(next_run_at) AS finite, last_run_at, parked_reason FROM ${table} ORDER BY name`,
       );
@@ -362,8 +355,6 @@ describe('upgrading', () => {
         },
         { name: 'never', catch_up_ms: '0', finite: true, last_run_at: null, parked_reason: null },
       ]);
-    } finally {
-      await old.close();
-    }
+    });
   });
 });

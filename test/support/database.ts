@@ -11,6 +11,7 @@ import pg from 'pg';
 import { inject } from 'vitest';
 import { Skiplock } from '../../src/index.js';
 import type { JobMap } from '../../src/job/job.js';
+import { loadMigrations, migrate } from '../../src/migrations/migrator.js';
 import { tableIn } from './sql.js';
 
 export const TEST_SCHEMA = process.env.SKIPLOCK_TEST_SCHEMA ?? 'skiplock';
@@ -116,6 +117,31 @@ export async function createTestDatabase(migrateIt = true): Promise<TestDatabase
   const { db, create } = planTestDatabase();
   await create(migrateIt);
   return db;
+}
+
+/**
+ * Runs `test` on a fresh database migrated (in TEST_SCHEMA) up to just before
+ * the shipped migration `name`, where it stores rows as an older release
+ * would, given that migration's version; drops the database after.
+ */
+export async function beforeMigration(
+  name: string,
+  test: (old: TestDatabase, version: number) => Promise<void>,
+): Promise<void> {
+  const migrations = loadMigrations();
+  const target = migrations.find((m) => m.name === name);
+  if (!target) throw new Error(`no shipped migration named ${name}`);
+  const old = await createTestDatabase(false);
+  try {
+    await migrate(
+      old.pool,
+      TEST_SCHEMA,
+      migrations.filter((m) => m.version < target.version),
+    );
+    await test(old, target.version);
+  } finally {
+    await old.close();
+  }
 }
 
 type Truthy<T> = Exclude<T, undefined | null | false | 0 | ''>;
