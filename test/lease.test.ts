@@ -180,12 +180,15 @@ describe('lease', () => {
       )[0]!.ms;
     await waitFor(async () => (await ageMs(locked!.id)) > 2000, 20_000, 'the locked lease to go stale');
     const unlockedBefore = await lockedAt(locked!.id);
+    const committing = (await holder.query<{ at: Date }>('SELECT clock_timestamp() AS at')).rows[0]!.at;
     await holder.query('COMMIT');
     await waitFor(
       async () => (await lockedAt(locked!.id)) > unlockedBefore,
       20_000,
       'the locked lease renewed',
     );
+    // Stamped when written, not when its wait for the lock began (already stale by then).
+    expect(await lockedAt(locked!.id)).toBeGreaterThanOrEqual(committing.getTime());
     const succeeded = nextEvent(worker, 'job:success');
     release.open();
     await succeeded;

@@ -107,10 +107,15 @@ export class ResultQueries {
     );
     // The renewal of leases a beat skipped because their rows were locked: it
     // waits for the locks, so that the lease is renewed the moment the other
-    // transaction ends, before a sweep could find it stale.
+    // transaction ends, before a sweep could find it stale. The rows are
+    // locked first (the array is built before the update reads a row), then
+    // stamped with the time of the write: now(), the statement's start, or a
+    // time taken before the wait, would already be stale after a wait longer
+    // than the visibility timeout.
     this.#renewLocked = statement(
       'heartbeat_locked',
-      `UPDATE ${jobs} j SET locked_at = now() ${LEASE_FENCE}`,
+      `UPDATE ${jobs} j SET locked_at = pg_catalog.clock_timestamp()
+       WHERE j.id = ANY(ARRAY(SELECT j.id FROM ${jobs} j ${LEASE_FENCE} FOR UPDATE))`,
     );
     // Gives jobs back without charging the attempt, and wakes other workers for
     // them; a job whose cancel was requested ends `cancelled` instead, charged
