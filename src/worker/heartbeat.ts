@@ -15,6 +15,7 @@ import type { HeartbeatResult } from '../db/queries/results.js';
 import type { SkiplockError } from '../errors.js';
 import type { Clock } from '../runtime/clock.js';
 import { Service } from '../runtime/service.js';
+import { isTimeout } from './loop-backoff.js';
 
 /** What the heartbeat needs from its worker. */
 export interface HeartbeatDeps<T extends LeasedJob> {
@@ -51,10 +52,18 @@ export class Heartbeat<T extends LeasedJob> extends Service {
       const { held, cancelRequested, locked } = await this.#deps.beat(jobs);
       for (const job of jobs) if (!held.has(leaseKey(job))) this.#deps.onLost(job);
       if (locked.size > 0 && !this.#renewing) {
-        // Best effort, beside the beats: a deadline or a failure here leaves it to the next beat.
+        // Best effort, beside the beats: a failure here leaves it to the next
+        // beat. A wait the statement deadline cut beats again at once, so
+        // that a lock ending now finds a renewal waiting, not an interval's
+        // gap in which the sweeper could take a lease gone stale meanwhile.
         this.#renewing = this.#deps
           .renewLocked(jobs.filter((job) => locked.has(leaseKey(job))))
-          .catch(() => {})
+          .then(
+            () => {},
+            (error: unknown) => {
+              if (isTimeout(error)) this.wake();
+            },
+          )
           .finally(() => {
             this.#renewing = undefined;
           });

@@ -70,7 +70,7 @@ export class SizeCap {
  * (node-postgres's read timeout) or the server's `statement_timeout` (SQLSTATE
  * 57014, also a cancel).
  */
-function isTimeout(error: unknown): boolean {
+export function isTimeout(error: unknown): boolean {
   const failure = translateError(error);
   return (
     (failure instanceof DatabaseError && failure.sqlState === '57014') ||

@@ -266,6 +266,45 @@ describe('Heartbeat', () => {
     expect(beats).toHaveLength(2);
   });
 
+  it('a renewal of a locked lease cut by the statement deadline beats again at once; one that failed otherwise waits for the next beat', async () => {
+    const clock = fakeClock();
+    const job: LeasedJob = { id: '1', attempts: 1, leaseSeq: '1' };
+    const beats: number[] = [];
+    const failures = [
+      new DatabaseError('canceling statement due to statement timeout', '57014'),
+      new DatabaseError('connection lost', '08006'),
+    ];
+    const h = new Heartbeat<LeasedJob>(
+      {
+        intervalMs: 100,
+        leased: () => [job],
+        beat: async () => {
+          beats.push(clock.monotonic());
+          const key = leaseKey(job);
+          return { held: new Set([key]), cancelRequested: new Set<string>(), locked: new Set([key]) };
+        },
+        renewLocked: async () => {
+          const failure = failures.shift();
+          if (failure) throw failure;
+        },
+        onLost: () => {},
+        onCancelRequested: () => {},
+        onError: () => {},
+      },
+      clock,
+    );
+    const start = clock.monotonic();
+    h.start();
+    await clock.tick(100);
+    for (let i = 0; i < 5; i++) await clock.tick(0);
+    // The timed-out renewal brought a beat at once; the connection failure did not.
+    expect(beats.map((at) => at - start)).toEqual([100, 100]);
+    await clock.tick(100);
+    expect(beats.map((at) => at - start)).toEqual([100, 100, 200]);
+    await h.stop();
+    expect(clock.pending()).toBe(0);
+  });
+
   it('waits for a beat in flight when stopped, and beats no more', async () => {
     const clock = fakeClock();
     let finish: (() => void) | undefined;
