@@ -83,6 +83,22 @@ export function isTransient(error: unknown): boolean {
   return !(error instanceof SkiplockError);
 }
 
+/** What node-postgres says when a statement passes the client-side deadline (`query_timeout`). */
+const READ_TIMEOUT_MESSAGE = 'Query read timeout';
+
+/**
+ * Whether a statement failed on a deadline: the client-side one
+ * (node-postgres's read timeout) or the server's `statement_timeout` (SQLSTATE
+ * 57014, also a cancel).
+ */
+export function isTimeout(error: unknown): boolean {
+  const failure = translateError(error);
+  return (
+    (failure instanceof DatabaseError && failure.sqlState === '57014') ||
+    failure.message.startsWith(READ_TIMEOUT_MESSAGE)
+  );
+}
+
 /** Turns a pg or socket error into a {@link DatabaseError}; skiplock errors pass through. */
 export function translateError(error: unknown): SkiplockError {
   if (error instanceof SkiplockError) return error;
@@ -90,7 +106,7 @@ export function translateError(error: unknown): SkiplockError {
   const sqlState = typeof err?.code === 'string' && /^[0-9A-Z]{5}$/.test(err.code) ? err.code : undefined;
   let message = typeof err?.message === 'string' ? err.message : String(error);
   // node-postgres's statement deadline, named after the option that sets it.
-  if (message === 'Query read timeout')
+  if (message === READ_TIMEOUT_MESSAGE)
     message += ': no answer within the statement deadline (statementTimeoutMs)';
   // undefined_table: almost always a schema nobody migrated.
   if (sqlState === '42P01')

@@ -539,12 +539,14 @@ export class ClaimLoop extends Service {
           if (this.#short.has(queue)) starved = true;
           continue;
         }
-        const claim = await this.#options.queries.limitedClaim
-          .claim(this.#options.pool, { ...this.#options.request, queues: [queue], limit: wanted })
-          .catch((error: unknown) => {
-            this.#sizeCap.failed(error, wanted);
-            throw error;
-          });
+        const claim = await this.#sizeCap.watch(
+          wanted,
+          this.#options.queries.limitedClaim.claim(this.#options.pool, {
+            ...this.#options.request,
+            queues: [queue],
+            limit: wanted,
+          }),
+        );
         if (claim.prefetchable) this.#prefetchable.add(queue);
         else this.#prefetchable.delete(queue);
         if (this.#afterLimitedClaim(queue, claim, wanted)) starved = true;
@@ -566,12 +568,10 @@ export class ClaimLoop extends Service {
     const queues = this.#unlimited;
     if (queues.length === 0) return Promise.resolve([]);
     const claim = (n: number) =>
-      this.#options.queries.claim
-        .claim(this.#options.pool, { ...this.#options.request, queues, limit: n })
-        .catch((error: unknown) => {
-          this.#sizeCap.failed(error, n);
-          throw error;
-        });
+      this.#sizeCap.watch(
+        n,
+        this.#options.queries.claim.claim(this.#options.pool, { ...this.#options.request, queues, limit: n }),
+      );
     if (limit < 2 * CLAIM_PART_MIN) return claim(limit);
     const half = Math.ceil(limit / 2);
     return Promise.allSettled([claim(half), claim(limit - half)]).then(([first, second]) => {

@@ -172,11 +172,7 @@ export class Completer<T extends LeasedJob> extends Service {
         // After a write timed out, what is left waits for the next batches, at the front.
         if (pending.length > this.#sizeCap.value)
           this.#queued.unshift(...pending.splice(this.#sizeCap.value));
-        const size = pending.length;
-        const written = await this.#deps.finish(pending.map(finishing)).catch((error: unknown) => {
-          this.#sizeCap.failed(error, size);
-          throw error;
-        });
+        const written = await this.#sizeCap.watch(pending.length, this.#deps.finish(pending.map(finishing)));
         this.#sizeCap.succeeded();
         const missed: Pending<T>[] = [];
         for (const p of pending) {

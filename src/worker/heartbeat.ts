@@ -9,13 +9,12 @@
  * waits for the lock.
  */
 
-import { translateError } from '../db/executor.js';
+import { isTimeout, translateError } from '../db/executor.js';
 import { type LeasedJob, leaseKey } from '../db/queries/job-row.js';
 import type { HeartbeatResult } from '../db/queries/results.js';
 import type { SkiplockError } from '../errors.js';
 import type { Clock } from '../runtime/clock.js';
 import { Service } from '../runtime/service.js';
-import { isTimeout } from './loop-backoff.js';
 
 /** What the heartbeat needs from its worker. */
 export interface HeartbeatDeps<T extends LeasedJob> {

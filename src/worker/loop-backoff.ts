@@ -2,8 +2,7 @@
  * How background loops answer database errors: a pause before they retry,
  * and a smaller statement after one timed out.
  */
-import { translateError } from '../db/executor.js';
-import { DatabaseError } from '../errors.js';
+import { isTimeout } from '../db/executor.js';
 import type { Clock } from '../runtime/clock.js';
 
 /**
@@ -47,11 +46,22 @@ export class SizeCap {
     return this.#cap;
   }
 
-  /** A statement of `size` rows failed with `error`: after a timeout, the cap halves below it. */
-  failed(error: unknown, size: number): void {
-    if (!isTimeout(error)) return;
-    this.#cap = Math.min(this.#cap, Math.max(1, Math.floor(size / 2)));
-    this.#changedAt = this.#clock.monotonic();
+  /**
+   * What `statement`, sent for `size` rows, resolves to; when it fails on a
+   * timeout, the cap halves below `size` first.
+   *
+   * @throws whatever `statement` rejects with.
+   */
+  async watch<T>(size: number, statement: Promise<T>): Promise<T> {
+    try {
+      return await statement;
+    } catch (error) {
+      if (isTimeout(error)) {
+        this.#cap = Math.min(this.#cap, Math.max(1, Math.floor(size / 2)));
+        this.#changedAt = this.#clock.monotonic();
+      }
+      throw error;
+    }
   }
 
   /** A statement succeeded: a cap a recovery period old doubles. */
@@ -63,17 +73,4 @@ export class SizeCap {
     this.#cap = cap >= this.#full ? Number.POSITIVE_INFINITY : cap;
     this.#changedAt = now;
   }
-}
-
-/**
- * Whether a statement failed on a deadline: the worker's own client-side one
- * (node-postgres's read timeout) or the server's `statement_timeout` (SQLSTATE
- * 57014, also a cancel).
- */
-export function isTimeout(error: unknown): boolean {
-  const failure = translateError(error);
-  return (
-    (failure instanceof DatabaseError && failure.sqlState === '57014') ||
-    failure.message.startsWith('Query read timeout')
-  );
 }
