@@ -217,8 +217,13 @@ export class ClaimLoop extends Service {
   #averageRunMs = Number.POSITIVE_INFINITY;
   /** Monotonic time when a handler last started. */
   #lastStartAt = Number.NEGATIVE_INFINITY;
-  /** The most jobs one claim may ask for, after claim statements that timed out. */
+  /**
+   * The most jobs one claim statement may ask for, after such statements
+   * timed out: one cap for the ordinary claim, one per limited queue, so
+   * that a slow statement of one queue does not shrink the others' claims.
+   */
   readonly #sizeCap: SizeCap;
+  readonly #limitedSizeCaps = new Map<string, SizeCap>();
 
   /** @param clock - defaults to the process's clock. */
   constructor(options: ClaimLoopOptions, host: ClaimLoopHost, clock?: Clock) {
@@ -345,7 +350,7 @@ export class ClaimLoop extends Service {
     if (held.running >= concurrency && now - this.#lastStartAt > PREFETCH_HORIZON_MS) return 0;
     // Top the buffer up once it is half empty, so that each claim takes a worthwhile batch.
     if ((held.buffered === 0 && held.running < concurrency) || (ahead > 0 && held.buffered * 2 <= ahead))
-      return Math.min(batchSize, room, this.#sizeCap.value);
+      return Math.min(batchSize, room, this.#limited.length === 0 ? this.#sizeCap.value : batchSize);
     return 0;
   }
 
@@ -365,6 +370,8 @@ export class ClaimLoop extends Service {
     this.#limited = limited;
     const now = new Set(limited);
     this.#unlimited = queues.filter((q) => !now.has(q));
+    for (const queue of this.#limitedSizeCaps.keys())
+      if (!now.has(queue)) this.#limitedSizeCaps.delete(queue);
     for (const queue of limited) {
       this.#short.add(queue);
       if (!before.has(queue)) this.#host.onLimited(queue);
@@ -417,7 +424,6 @@ export class ClaimLoop extends Service {
       this.#trusted = true;
       return false;
     }
-    this.#sizeCap.succeeded();
     // A slot freed while the claim was in flight may not have counted yet.
     if (this.#retryOnSlot && this.#slotsFreed !== slotsFreed) {
       this.#retryOnSlot = false;
@@ -531,15 +537,17 @@ export class ClaimLoop extends Service {
       for (let i = 0; i < limited.length; i++) {
         const queue = limited[(first + i) % limited.length]!;
         // A queue limited only per key is claimed like an unlimited one, ahead of the free slots.
-        const wanted = this.#prefetchable.has(queue)
-          ? limit - jobs.length
-          : Math.min(free, limit - jobs.length);
+        const sizeCap = this.#limitedSizeCap(queue);
+        const wanted = Math.min(
+          sizeCap.value,
+          this.#prefetchable.has(queue) ? limit - jobs.length : Math.min(free, limit - jobs.length),
+        );
         if (wanted <= 0) {
           this.#retryOnSlot = true;
           if (this.#short.has(queue)) starved = true;
           continue;
         }
-        const claim = await this.#sizeCap.watch(
+        const claim = await sizeCap.watch(
           wanted,
           this.#options.queries.limitedClaim.claim(this.#options.pool, {
             ...this.#options.request,
@@ -554,7 +562,10 @@ export class ClaimLoop extends Service {
         free -= claim.jobs.length;
       }
       // A limited queue waits for this worker's slots: no prefetch for the others meanwhile.
-      const rest = starved ? Math.min(limit - jobs.length, Math.max(0, free)) : limit - jobs.length;
+      const rest = Math.min(
+        this.#sizeCap.value,
+        starved ? Math.min(limit - jobs.length, Math.max(0, free)) : limit - jobs.length,
+      );
       if (rest > 0) for (const job of await this.#claimUnlimited(rest)) jobs.push(job);
     } catch (error) {
       if (jobs.length === 0) throw error;
@@ -562,6 +573,15 @@ export class ClaimLoop extends Service {
       this.#host.onError(translateError(error));
     }
     return jobs;
+  }
+
+  #limitedSizeCap(queue: string): SizeCap {
+    let sizeCap = this.#limitedSizeCaps.get(queue);
+    if (!sizeCap) {
+      sizeCap = new SizeCap(this.clock, this.#options.batchSize);
+      this.#limitedSizeCaps.set(queue, sizeCap);
+    }
+    return sizeCap;
   }
 
   #claimUnlimited(limit: number): Promise<ClaimedJob[]> {

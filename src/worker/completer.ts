@@ -173,7 +173,6 @@ export class Completer<T extends LeasedJob> extends Service {
         if (pending.length > this.#sizeCap.value)
           this.#queued.unshift(...pending.splice(this.#sizeCap.value));
         const written = await this.#sizeCap.watch(pending.length, this.#deps.finish(pending.map(finishing)));
-        this.#sizeCap.succeeded();
         const missed: Pending<T>[] = [];
         for (const p of pending) {
           const row = written.get(leaseKey(p.job));

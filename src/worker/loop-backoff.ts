@@ -48,13 +48,16 @@ export class SizeCap {
 
   /**
    * What `statement`, sent for `size` rows, resolves to; when it fails on a
-   * timeout, the cap halves below `size` first.
+   * timeout, the cap halves below `size` first, and when it succeeds a cap a
+   * recovery period old doubles.
    *
    * @throws whatever `statement` rejects with.
    */
   async watch<T>(size: number, statement: Promise<T>): Promise<T> {
     try {
-      return await statement;
+      const result = await statement;
+      this.#succeeded();
+      return result;
     } catch (error) {
       if (isTimeout(error)) {
         this.#cap = Math.min(this.#cap, Math.max(1, Math.floor(size / 2)));
@@ -64,8 +67,7 @@ export class SizeCap {
     }
   }
 
-  /** A statement succeeded: a cap a recovery period old doubles. */
-  succeeded(): void {
+  #succeeded(): void {
     if (this.#cap === Number.POSITIVE_INFINITY) return;
     const now = this.#clock.monotonic();
     if (now - this.#changedAt < SIZE_CAP_RECOVERY_MS) return;

@@ -76,6 +76,8 @@ interface Setup {
   skew?: () => number;
   /** Claim statements asking for more jobs than this fail on the server's statement_timeout. */
   timeoutAbove?: number;
+  /** The same for the limited queues' claim statements only. */
+  limitedTimeoutAbove?: number;
 }
 
 /**
@@ -116,7 +118,8 @@ function setup(s: Setup = {}) {
     limitedClaim: {
       claim: async (_pool: unknown, request: ClaimRequest): Promise<LimitedClaim> => {
         requests.push(request);
-        if (request.limit > (s.timeoutAbove ?? Number.POSITIVE_INFINITY)) throw statementTimeout();
+        if (request.limit > (s.limitedTimeoutAbove ?? s.timeoutAbove ?? Number.POSITIVE_INFINITY))
+          throw statementTimeout();
         const queue = request.queues[0]!;
         const room = s.limitedRoom ?? 1;
         const waiting = s.limitedJobs?.get(queue) ?? [];
@@ -545,7 +548,7 @@ describe('ClaimLoop', () => {
       limited: ['lim'],
       limitedJobs: new Map([['lim', Array.from({ length: 100 }, (_, i) => i + 1)]]),
       limitedRoom: 100,
-      timeoutAbove: 2,
+      limitedTimeoutAbove: 2,
     });
     await loop.readLimits();
     loop.start();
@@ -559,6 +562,32 @@ describe('ClaimLoop', () => {
       'lim:4',
       'lim:2',
     ]);
+    expect(errors).toHaveLength(2);
+    await loop.stop();
+  });
+
+  it('a limited queue’s claim that times out shrinks its own claims, not the ordinary claim', async () => {
+    const { clock, loop, requests, errors, free } = setup({
+      available: Array.from({ length: 100 }, (_, i) => 1000 + i),
+      concurrency: 8,
+      limited: ['lim'],
+      limitedJobs: new Map([['lim', Array.from({ length: 100 }, (_, i) => i + 1)]]),
+      limitedRoom: 2,
+      limitedTimeoutAbove: 2,
+    });
+    await loop.readLimits();
+    loop.start();
+    await settle(clock);
+    await clock.tick(100);
+    await settle(clock);
+    await clock.tick(200);
+    await settle(clock);
+    free(8);
+    await settle(clock);
+    const claimed = requests.map((r) => `${r.queues.join()}:${r.limit}`);
+    // The limited claims of 8 and 4 time out (nothing claimed, retried after back-offs); then
+    // 'lim' is asked for 2 at most, and the ordinary claim still for every slot left.
+    expect(claimed).toEqual(['lim:8', 'lim:4', 'lim:2', 'q:6', 'lim:2', 'q:6']);
     expect(errors).toHaveLength(2);
     await loop.stop();
   });
