@@ -1,11 +1,14 @@
 /**
  * Migration versions need not be consecutive: every shipped version not yet
  * recorded is applied, in order, whatever higher versions a database already
- * has; and a worker refuses a schema that lacks any of them.
+ * has; and a worker refuses a schema that lacks any of them. The function
+ * files run after every run that applies a version, so an upgrade from any
+ * version ends where a fresh install does.
  */
+import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { SchemaVersionError, Skiplock } from '../src/index.js';
-import { loadMigrations, migrate } from '../src/migrations/migrator.js';
+import { loadFunctions, loadMigrations, migrate } from '../src/migrations/migrator.js';
 import { beforeMigration, TEST_SCHEMA, tableIn } from './support/database.js';
 import { useFileDatabase } from './support/file-database.js';
 
@@ -36,6 +39,90 @@ describe('migration versions with gaps', () => {
     // wake_up is back, and the functions of 5 that call it work.
     expect(await db.query(`SELECT ${s}.requeue(all_jobs => true) AS n`)).toEqual([{ n: 0 }]);
     await skiplock.close();
+  });
+
+  it('run the function files again whenever they apply a version', async () => {
+    const skiplock = new Skiplock({ pool: db.pool, schema: TEST_SCHEMA });
+    await skiplock.migrate();
+    await db.query(`ALTER FUNCTION ${s}.sweep(int) SET search_path = public`);
+    await db.query(`DROP TRIGGER jobs_notify ON ${s}.jobs`);
+    await db.query(`DELETE FROM ${s}.migrations WHERE version = 2`);
+    await db.query(`DROP FUNCTION ${s}.wake_up(text, text, text, bigint)`);
+    expect(await skiplock.migrate()).toEqual({ applied: [2], version: LATEST });
+    expect(
+      await db.query(
+        `SELECT p.proconfig AS config, (SELECT count(*)::int FROM pg_trigger t
+                                        WHERE t.tgrelid = $1::regclass AND t.tgname = 'jobs_notify') AS triggers
+         FROM pg_proc p WHERE p.oid = $2::regprocedure`,
+        [`${s}.jobs`, `${s}.sweep(int)`],
+      ),
+    ).toEqual([{ config: ['search_path=pg_catalog, pg_temp'], triggers: 1 }]);
+    await skiplock.close();
+  });
+});
+
+/** What a schema holds, as text: columns, constraints, indexes, functions and triggers, with their definitions. */
+async function catalog(schema: string): Promise<string[]> {
+  const rows = await db.query<{ item: string }>(
+    `SELECT 'column ' || c.relname || '.' || a.attname || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod)
+            || ' ' || a.attnotnull || ' ' || COALESCE(pg_catalog.pg_get_expr(d.adbin, d.adrelid), '') AS item
+     FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+     LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+     WHERE c.relnamespace = (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = $1) AND a.attnum > 0 AND NOT a.attisdropped
+     UNION ALL
+     SELECT 'constraint ' || c.conrelid::regclass || ' ' || c.conname || ' ' || pg_catalog.pg_get_constraintdef(c.oid)
+     FROM pg_catalog.pg_constraint c WHERE c.connamespace = (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = $1)
+     UNION ALL
+     SELECT 'index ' || pg_catalog.pg_get_indexdef(i.indexrelid)
+     FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+     WHERE c.relnamespace = (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = $1)
+     UNION ALL
+     SELECT 'function ' || pg_catalog.pg_get_functiondef(p.oid) || ' ' || COALESCE(p.proacl::text, '')
+     FROM pg_catalog.pg_proc p WHERE p.pronamespace = (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = $1)
+     UNION ALL
+     SELECT 'trigger ' || pg_catalog.pg_get_triggerdef(t.oid)
+     FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_class c ON c.oid = t.tgrelid
+     WHERE c.relnamespace = (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = $1) AND NOT t.tgisinternal
+     ORDER BY 1`,
+    [schema],
+  );
+  // Each schema names itself in its definitions, quoted or as text.
+  const quoted = `"${schema.replaceAll('"', '""')}"`;
+  return rows.map((r) => r.item.replaceAll(quoted, '<schema>').replaceAll(schema, '<schema>'));
+}
+
+describe('upgrades', () => {
+  it('from every shipped version end at the schema a fresh install makes', async () => {
+    const fresh = `${TEST_SCHEMA}_fresh`;
+    await migrate(db.pool, fresh);
+    const expected = await catalog(fresh);
+    expect(expected.filter((item) => item.startsWith('function ')).length).toBeGreaterThan(20);
+    for (const { version } of loadMigrations().slice(0, -1)) {
+      const schema = `${TEST_SCHEMA}_from_${version}`;
+      await migrate(
+        db.pool,
+        schema,
+        loadMigrations().filter((m) => m.version <= version),
+        [],
+      );
+      await migrate(db.pool, schema);
+      expect(await catalog(schema), `upgraded from version ${version}`).toEqual(expected);
+    }
+  });
+
+  it('get changed function files only through a new version', () => {
+    // A database at the newest version runs the function files again only when
+    // a new version is applied: after changing one, add a migration (a comment
+    // is enough) and update both values here.
+    const functions = createHash('sha256')
+      .update(
+        loadFunctions()
+          .map((f) => `${f.name}\n${f.sql}`)
+          .join('\n'),
+      )
+      .digest('hex')
+      .slice(0, 16);
+    expect({ version: LATEST, functions }).toEqual({ version: 25, functions: '0c55a1e054dfd7df' });
   });
 });
 

@@ -51,6 +51,9 @@ describe('package', () => {
       ]),
     );
     expect(files.filter((f) => /^dist\/migrations\/\d+_.*\.sql$/.test(f)).length).toBeGreaterThan(0);
+    expect(files.filter((f) => /^dist\/migrations\/functions\/[a-z-]+\.sql$/.test(f)).length).toBeGreaterThan(
+      0,
+    );
     expect(files.filter((f) => f.startsWith('test/') || f.startsWith('bench/'))).toEqual([]);
   });
 

@@ -79,31 +79,5 @@ CREATE TABLE jobs_archive (
     CHECK (status IN ('queued','running','succeeded','failed','dead'))
 );
 
--- Wake workers when jobs are inserted, by any means (the library, psql, a
--- trigger, another language). NOTIFY is delivered on commit and dropped on
--- rollback. One notification per queue per statement: the payload names the
--- queue (null when too long for a payload) and how long until its earliest job
--- is due, on the database clock.
-CREATE FUNCTION jobs_notify() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  PERFORM pg_catalog.pg_notify(
-    'skiplock:' || TG_TABLE_SCHEMA,
-    pg_catalog.json_build_object(
-      'queue', CASE WHEN pg_catalog.octet_length(q.queue) <= 1024 THEN q.queue END,
-      'delayMs', q.delay_ms
-    )::text)
-  FROM (
-    SELECT n.queue,
-           GREATEST(0, CEIL(EXTRACT(EPOCH FROM MIN(n.run_at) - now()) * 1000))::bigint AS delay_ms
-    FROM new_jobs n
-    WHERE n.status = 'queued'
-    GROUP BY n.queue, n.run_at <= now()
-  ) q;
-  RETURN NULL;
-END
-$$;
-
-CREATE TRIGGER jobs_notify
-  AFTER INSERT ON jobs
-  REFERENCING NEW TABLE AS new_jobs
-  FOR EACH STATEMENT EXECUTE FUNCTION jobs_notify();
+-- The insert trigger that wakes workers (jobs_notify) is in
+-- functions/notifications.sql.

@@ -20,27 +20,4 @@ AS $$
     )::text)
 $$;
 
--- The insert trigger now sends the same message. One wake-up per queue per
--- statement, with the delay until its earliest job is due (database clock).
-CREATE OR REPLACE FUNCTION jobs_notify() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  PERFORM wake_up('skiplock:' || TG_TABLE_SCHEMA, 'insert', q.queue, q.delay_ms)
-  FROM (
-    SELECT n.queue,
-           GREATEST(0, CEIL(EXTRACT(EPOCH FROM MIN(n.run_at) - now()) * 1000))::bigint AS delay_ms
-    FROM new_jobs n
-    WHERE n.status = 'queued'
-    GROUP BY n.queue, n.run_at <= now()
-  ) q;
-  RETURN NULL;
-END
-$$;
-
--- The trigger runs with the inserting session's search_path; pin it to this
--- schema so that wake_up is this schema's.
-DO $$
-BEGIN
-  EXECUTE pg_catalog.format(
-    'ALTER FUNCTION jobs_notify() SET search_path = %I, pg_catalog, pg_temp', pg_catalog.current_schema());
-END
-$$;
+-- The insert trigger sends the same message: functions/notifications.sql.

@@ -16,39 +16,8 @@ BEGIN
   -- no exact match for) is ever called by another role's insert or call. Their
   -- bodies name this schema's objects qualified.
 
-  -- The insert trigger: as in migration 2, with wake_up qualified.
-  EXECUTE pg_catalog.format($f$
-    CREATE OR REPLACE FUNCTION %1$I.jobs_notify() RETURNS trigger
-    LANGUAGE plpgsql
-    SET search_path = pg_catalog, pg_temp
-    AS %2$L $f$, s, pg_catalog.format($body$
-    BEGIN
-      PERFORM %1$I.wake_up('skiplock:' || TG_TABLE_SCHEMA::text, 'insert', q.queue, q.delay_ms)
-      FROM (
-        SELECT n.queue,
-               GREATEST(0, CEIL(EXTRACT(EPOCH FROM MIN(n.run_at) - now()) * 1000))::bigint AS delay_ms
-        FROM new_jobs n
-        WHERE n.status = 'queued'
-        GROUP BY n.queue, n.run_at <= now()
-      ) q;
-      RETURN NULL;
-    END
-    $body$, s));
-
-  -- The SQL functions of migrations 5 and 8 already name every table and
-  -- function of this schema qualified.
-  EXECUTE pg_catalog.format(
-    'ALTER FUNCTION %1$I.enqueue(pg_catalog.text, pg_catalog.jsonb, pg_catalog.text, pg_catalog.int4,'
-    ' pg_catalog.timestamptz, pg_catalog.int4, pg_catalog.text, pg_catalog.text[])'
-    ' SET search_path = pg_catalog, pg_temp', s);
-  EXECUTE pg_catalog.format(
-    'ALTER FUNCTION %1$I.requeue(pg_catalog.int8[], pg_catalog.text[], pg_catalog.text[], pg_catalog.text[],'
-    ' pg_catalog.bool) SET search_path = pg_catalog, pg_temp', s);
-  EXECUTE pg_catalog.format(
-    'ALTER FUNCTION %1$I.cancel(pg_catalog.int8[], pg_catalog.text[], pg_catalog.text[], pg_catalog.text[])'
-    ' SET search_path = pg_catalog, pg_temp', s);
-  EXECUTE pg_catalog.format(
-    'ALTER FUNCTION %1$I.sweep(pg_catalog.int4) SET search_path = pg_catalog, pg_temp', s);
+  -- The insert trigger and the SQL functions of migrations 5 and 8: see
+  -- functions/notifications.sql and functions/sql-api.sql.
 
   -- A plain INSERT that leaves max_attempts out behaves as enqueue() without
   -- it: the row reads 20, marked as a default, so a kind's maxAttempts replaces

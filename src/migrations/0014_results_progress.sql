@@ -27,23 +27,5 @@ ALTER TABLE jobs_archive
   ADD COLUMN logs jsonb,
   ADD COLUMN awaited boolean;
 
--- The completion message: the wake-up format with type 'done' and the job's id,
--- on the sibling channel 'skiplock:<schema>:done'. Waiters read the job's state
--- from the table; a job gone from both tables ended by its success. Its
--- search_path holds pg_catalog only, so nothing planted in this schema is called.
-CREATE FUNCTION jobs_done_notify() RETURNS trigger LANGUAGE plpgsql
-  SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-  PERFORM pg_notify('skiplock:' || TG_TABLE_SCHEMA || ':done',
-                    json_build_object('type', 'done', 'queue', NULL, 'delayMs', 0,
-                                      'ids', json_build_array(OLD.id::text))::text);
-  RETURN NULL;
-END $$;
-
-CREATE TRIGGER jobs_done_update AFTER UPDATE OF status ON jobs FOR EACH ROW
-  WHEN (OLD.awaited AND NEW.status IN ('succeeded', 'failed', 'dead', 'cancelled'))
-  EXECUTE FUNCTION jobs_done_notify();
-
-CREATE TRIGGER jobs_done_delete AFTER DELETE ON jobs FOR EACH ROW
-  WHEN (OLD.awaited AND OLD.status NOT IN ('succeeded', 'failed', 'dead', 'cancelled'))
-  EXECUTE FUNCTION jobs_done_notify();
+-- The completion message of an awaited job (jobs_done_notify, and its two
+-- triggers) is in functions/notifications.sql.

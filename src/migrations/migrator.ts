@@ -6,6 +6,13 @@
  * Versions need not be consecutive: every shipped version not yet recorded is
  * applied, in version order, so a version number left free and filled by a
  * later release is still applied to databases that already have higher ones.
+ *
+ * The versioned files hold the tables, indexes and data; the SQL functions
+ * that change between versions, and their triggers, live once each, as they
+ * are now, in `functions/*.sql`, which every run that applies a version runs
+ * last in its transaction (each statement there replaces what it finds). A
+ * change to them therefore ships with a new version, even one that holds only
+ * a comment, so that databases already at the newest version get it.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import type pg from 'pg';
@@ -21,6 +28,21 @@ export interface Migration {
 }
 
 const MIGRATIONS_DIR = new URL('.', import.meta.url);
+
+/** One file of `functions/`: the current definition of some functions and their triggers. */
+export interface FunctionsFile {
+  name: string;
+  sql: string;
+}
+
+/** The function files this library ships, in name order. */
+export function loadFunctions(): FunctionsFile[] {
+  const dir = new URL('functions/', MIGRATIONS_DIR);
+  return readdirSync(dir)
+    .filter((file) => /^[a-z0-9-]+\.sql$/.test(file))
+    .sort()
+    .map((file) => ({ name: file, sql: readFileSync(new URL(file, dir), 'utf8') }));
+}
 
 /** The migrations this library ships, in version order. */
 export function loadMigrations(): Migration[] {
@@ -46,14 +68,17 @@ export interface MigrateResult {
  * Brings `schema` up to the newest version this library ships.
  *
  * @param migrations - what to apply, in version order (the shipped files; tests pass their own).
+ * @param functions - run after the migrations when any was applied (the shipped
+ *   function files; tests that stop at an older version pass none).
  * @throws {SchemaVersionError} when the database's schema is newer than the
- *   library, or when a migration fails (nothing of it is kept).
+ *   library, or when a migration or a function file fails (nothing of the run is kept).
  * @throws {DatabaseError} when the database cannot be reached.
  */
 export async function migrate(
   pool: pg.Pool,
   schema: string,
   migrations: readonly Migration[] = loadMigrations(),
+  functions: readonly FunctionsFile[] = loadFunctions(),
 ): Promise<MigrateResult> {
   const latest = migrations.at(-1)?.version ?? 0;
   const s = quoteIdent(schema);
@@ -90,24 +115,25 @@ export async function migrate(
     assertNotNewer(version, latest);
     const applied: number[] = [];
     for (const migration of migrations.filter((m) => !done.has(m.version))) {
-      try {
-        await client.query(migration.sql);
-      } catch (error) {
-        throw new SchemaVersionError(
-          `migration ${migration.version} (${migration.name}) failed: ${String(error)}`,
-          {
-            cause: error,
-          },
-        );
-      }
+      await runFile(client, migration.sql, `migration ${migration.version} (${migration.name})`);
       await client.query(`INSERT INTO ${table} (version, name) VALUES ($1, $2)`, [
         migration.version,
         migration.name,
       ]);
       applied.push(migration.version);
     }
+    if (applied.length > 0)
+      for (const file of functions) await runFile(client, file.sql, `functions/${file.name}`);
     return { applied, version: Math.max(version, latest) };
   });
+}
+
+async function runFile(client: pg.PoolClient, sql: string, what: string): Promise<void> {
+  try {
+    await client.query(sql);
+  } catch (error) {
+    throw new SchemaVersionError(`${what} failed: ${String(error)}`, { cause: error });
+  }
 }
 
 /**
