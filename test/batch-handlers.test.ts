@@ -146,6 +146,37 @@ describe('a batch handler', () => {
     }
   });
 
+  it('reads the holes of a sparse array of outcomes as successes (only the failures filled in)', async () => {
+    const worker = t.worker({
+      ...base,
+      concurrency: 1,
+      handlers: {
+        sparse: {
+          maxAttempts: 1,
+          maxBatchSize: 3,
+          maxWaitMs: 50,
+          handleBatch: (jobs: Job[]) => {
+            const outcomes = new Array<Error | undefined>(jobs.length);
+            const bounced = jobs.findIndex((job) => (job.payload as { n: number }).n === 2);
+            if (bounced >= 0) outcomes[bounced] = new PermanentError('the second one bounced');
+            return outcomes;
+          },
+        },
+        single: () => 'after',
+      },
+    });
+    const ids = (
+      await t.skiplock.enqueueMany([1, 2, 3].map((n) => ({ kind: 'sparse', payload: { n }, priority: 1 })))
+    ).map((j) => j.id);
+    const [after] = await t.skiplock.enqueueMany([{ kind: 'single', payload: {} }]);
+    await worker.start();
+    const byId = await settled([...ids, after!.id]);
+    expect(ids.map((id) => byId.get(id)!.status)).toEqual(['succeeded', 'failed', 'succeeded']);
+    expect(byId.get(ids[1]!)!.last_error).toContain('the second one bounced');
+    // The batch's slot was freed: a job after it ran.
+    expect(byId.get(after!.id)).toMatchObject({ status: 'succeeded', attempts: 1 });
+  });
+
   it('fails every job, with a clear error, when it returns the wrong number of outcomes', async () => {
     const worker = t.worker({
       ...base,

@@ -272,8 +272,9 @@ export async function runBatch(
   const outcome = await runJob(call, jobs[0]!, control, timeoutMs);
   if (outcome.ok) {
     try {
-      // A value is the job's result, as a single handler's return value is.
-      return batchOutcomes(returned, jobs.length).map((o) =>
+      // A value is the job's result, as a single handler's return value is. Array.from
+      // visits the holes of a sparse array (`new Array(n)`, only failures filled in) as undefined.
+      return Array.from(batchOutcomes(returned, jobs.length), (o) =>
         o instanceof Error ? failure(o) : o === undefined ? SUCCESS : { ok: true, value: o },
       );
     } catch (error) {
