@@ -2,6 +2,7 @@
  * Every error skiplock throws or reports is a {@link SkiplockError} with a stable
  * string `code`, so callers can branch on `err.code` rather than on message text.
  */
+import { MAX_DELAY_MS } from './job/defaults.js';
 
 /** Stable error codes. New codes may be added; existing ones never change meaning. */
 export type SkiplockErrorCode =
@@ -180,17 +181,22 @@ export class SnoozeError extends SkiplockError {
   readonly delayMs: number;
 
   /**
-   * @param delayMs - milliseconds until the job is due again: a finite number ≥ 0.
-   * @throws {ValidationError} (field `delayMs`) when it is negative, not finite or not a number.
+   * @param delayMs - milliseconds until the job is due again: a number from 0 to 10,000 years.
+   * @throws {ValidationError} (field `delayMs`) when it is negative, not finite, not a
+   *   number, or longer than 10,000 years (a time the database cannot hold).
    */
   constructor(delayMs: number) {
-    if (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0) {
-      throw new ValidationError('delayMs', 'must be a finite number of milliseconds ≥ 0');
+    if (!isSnoozeDelay(delayMs)) {
+      throw new ValidationError('delayMs', 'must be a finite number of milliseconds from 0 to 10,000 years');
     }
     super('SNOOZE', `snoozed for ${delayMs} ms`);
     this.name = 'SnoozeError';
     this.delayMs = delayMs;
   }
+}
+
+function isSnoozeDelay(delayMs: unknown): delayMs is number {
+  return typeof delayMs === 'number' && Number.isFinite(delayMs) && delayMs >= 0 && delayMs <= MAX_DELAY_MS;
 }
 
 /**
@@ -202,9 +208,7 @@ export function snoozeDelayMs(error: unknown): number | undefined {
     if (error instanceof SnoozeError) return error.delayMs;
     if (!(error instanceof Error) || error.name !== 'SnoozeError') return undefined;
     const { code, delayMs } = error as { code?: unknown; delayMs?: unknown };
-    return code === 'SNOOZE' && typeof delayMs === 'number' && Number.isFinite(delayMs) && delayMs >= 0
-      ? delayMs
-      : undefined;
+    return code === 'SNOOZE' && isSnoozeDelay(delayMs) ? delayMs : undefined;
   } catch {
     return undefined;
   }

@@ -83,6 +83,16 @@ export function isTransient(error: unknown): boolean {
   return !(error instanceof SkiplockError);
 }
 
+/**
+ * Whether the server refused a statement for a value in it (SQLSTATE class 22,
+ * data exception: an interval out of range, say; or 23, integrity constraint
+ * violation): the statement failed, wrote nothing, and another without that
+ * row may succeed.
+ */
+export function isRowDataError(error: unknown): boolean {
+  return error instanceof DatabaseError && /^2[23]/.test(error.sqlState ?? '');
+}
+
 /** What node-postgres says when a statement passes the client-side deadline (`query_timeout`). */
 const READ_TIMEOUT_MESSAGE = 'Query read timeout';
 

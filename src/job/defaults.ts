@@ -11,6 +11,9 @@ export const DEFAULT_MAX_ATTEMPTS = 20;
 /** Deadline of opening a connection of a pool skiplock makes, in milliseconds. */
 export const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
 
+/** Longest delay accepted (enqueue's `delayMs`, a snooze), in milliseconds: 10,000 years. */
+export const MAX_DELAY_MS = 315_360_000_000_000;
+
 /** Age of a lease after which the sweeper reclaims its job: 5 minutes. */
 export const DEFAULT_VISIBILITY_TIMEOUT_MS = 300_000;
 

@@ -8,7 +8,7 @@ import { z } from 'zod';
 import type { Queryable } from '../db/executor.js';
 import type { NewJob } from '../db/queries/insert.js';
 import { ValidationError } from '../errors.js';
-import { DEFAULT_QUEUE } from '../job/defaults.js';
+import { DEFAULT_QUEUE, MAX_DELAY_MS } from '../job/defaults.js';
 import { assertName, assertStorableString, serializePayload } from '../job/job.js';
 import { toTags } from '../job/tags.js';
 import { toUniqueSpec, type UniqueOptions } from '../job/unique.js';
@@ -121,9 +121,6 @@ const maxAttempts = z
   .int({ error: 'must be an integer' })
   .min(1, { error: 'must be ≥ 1' })
   .max(2_147_483_647, { error: 'must fit a 32-bit integer' });
-
-/** Longest delay accepted, in milliseconds: 10,000 years. */
-export const MAX_DELAY_MS = 315_360_000_000_000;
 
 const delayMs = z
   .number({ error: 'must be a number of milliseconds' })

@@ -14,7 +14,7 @@
  * {@link resultWriter} wires one to a worker: its statements and its events.
  */
 import type pg from 'pg';
-import { isTransient, translateError } from '../db/executor.js';
+import { isRowDataError, isTransient, translateError } from '../db/executor.js';
 import type { AttemptResult, FinishedJob, FinishingJob, SuccessPolicy } from '../db/queries/finish.js';
 import { type LeasedJob, leaseKey } from '../db/queries/job-row.js';
 import type { JobQueries } from '../db/queries/jobs.js';
@@ -186,6 +186,14 @@ export class Completer<T extends LeasedJob> extends Service {
       } catch (error) {
         const translated = translateError(error);
         this.#deps.onError(translated);
+        // One job's value (a snooze past what a timestamp holds, say) fails the whole statement:
+        // write the halves apart, so that the results finished beside it are not held back with
+        // it. Alone, it fails the same way every time: given up at once.
+        if (isRowDataError(translated)) {
+          if (pending.length === 1) return;
+          this.#queued.unshift(...pending.splice(Math.ceil(pending.length / 2)));
+          continue;
+        }
         if (!isTransient(translated)) permanentErrors++;
         // Give up only when retrying cannot help, or when shutting down past its deadline:
         // the sweeper brings the jobs back after the visibility timeout (at-least-once).

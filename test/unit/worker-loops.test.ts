@@ -155,6 +155,35 @@ describe('Completer', () => {
     expect(clock.pending()).toBe(0);
   });
 
+  it('writes apart the halves of a batch one value of which the server refuses, until that job is alone', async () => {
+    const { c, clock, batches, reported } = completer(
+      async (jobs) => {
+        if (jobs.some((j) => j.id === '4')) throw new DatabaseError('interval out of range', '22008');
+        return new Map(jobs.map((j) => wrote(j, 'succeeded')));
+      },
+      (ids) => ids.map((id) => state(Number(id), 'running', 'w')),
+    );
+    for (let id = 1; id <= 5; id++) c.succeeded(lease(id));
+    await turn(clock);
+    // Alone, the job that fails would fail again: it is given up (the sweeper brings it back).
+    expect(batches.map((b) => b.map((j) => j.id))).toEqual([
+      ['1', '2', '3', '4', '5'],
+      ['1', '2', '3'],
+      ['4', '5'],
+      ['4'],
+      ['5'],
+    ]);
+    expect(reported.filter((r) => !r.startsWith('error'))).toEqual([
+      '1 success',
+      '2 success',
+      '3 success',
+      '5 success',
+    ]);
+    expect(reported.filter((r) => r.startsWith('error'))).toHaveLength(3);
+    await c.drain(1000);
+    expect(clock.pending()).toBe(0);
+  });
+
   it('writes again a job the write left alone while its lease is held (a cancel requested meanwhile); one that is gone is stale', async () => {
     const { c, clock, batches, reads, reported } = completer(
       async (jobs, call) => new Map(call === 1 ? [] : jobs.map((j) => wrote(j, 'cancelled'))),

@@ -2,8 +2,8 @@
  * `skiplock enqueue KIND [PAYLOAD_JSON]`: inserts one job.
  */
 import { Command } from 'commander';
+import { MAX_DELAY_MS } from '../../job/defaults.js';
 import { definedOnly } from '../../options.js';
-import { MAX_DELAY_MS } from '../../producer/job-options.js';
 import type { JobOptions } from '../../skiplock.js';
 import { withDatabase } from '../database.js';
 import {
