@@ -53,12 +53,16 @@ export async function loadHandlersFile(file: string): Promise<LoadedHandlers> {
   if (kinds.length === 0)
     fail('its default export has no handlers (use --maintenance-only for a worker that runs no jobs)');
   for (const [kind, handler] of kinds) {
-    const definition = handler as { handle?: unknown } | null;
+    const definition = handler as { handle?: unknown; handleBatch?: unknown } | null;
     if (
       typeof handler !== 'function' &&
-      (typeof definition !== 'object' || definition === null || typeof definition.handle !== 'function')
+      (typeof definition !== 'object' ||
+        definition === null ||
+        (typeof definition.handle !== 'function' && typeof definition.handleBatch !== 'function'))
     )
-      fail(`the handler of kind ${JSON.stringify(kind)} is neither a function nor { handle, … }`);
+      fail(
+        `the handler of kind ${JSON.stringify(kind)} is neither a function nor { handle, … } nor { handleBatch, … }`,
+      );
   }
   return handlers as LoadedHandlers;
 }

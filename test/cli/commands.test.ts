@@ -184,7 +184,7 @@ describe('skiplock CLI commands', { timeout: 240_000 }, () => {
       ],
       [
         'test/cli/fixtures/not-handlers.mjs',
-        /cannot load handlers file test\/cli\/fixtures\/not-handlers\.mjs: the handler of kind "echo" is neither a function nor \{ handle, … \}\n/,
+        /cannot load handlers file test\/cli\/fixtures\/not-handlers\.mjs: the handler of kind "echo" is neither a function nor \{ handle, … \} nor \{ handleBatch, … \}\n/,
       ],
     ];
     const results = await runCliEach(cases.map(([file]) => ['worker', '--handlers', file, ...conn()]));

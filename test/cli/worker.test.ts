@@ -90,6 +90,40 @@ describe('skiplock worker', () => {
     expect(await run.exited).toBe(0);
   }, 120_000);
 
+  it('runs a batch handler ({ handleBatch }) of the handlers file', async () => {
+    const echoFile = join(scratch, 'echo-batch.txt');
+    const ids = (
+      await t.skiplock.enqueueMany(
+        [1, 2, 3].map((n) => ({ kind: 'echo_batch', payload: { n }, queue: 'cli-batch' })),
+      )
+    ).map((j) => j.id);
+    const run = worker(
+      ['--handlers', 'test/cli/fixtures/handlers.mjs', '--queue', 'cli-batch', '--on-success', 'keep'],
+      { ECHO_FILE: echoFile },
+    );
+    try {
+      await waitFor(
+        async () =>
+          (
+            await t.query(
+              `SELECT count(*)::int AS n FROM ${t.jobs} WHERE id = ANY($1::bigint[]) AND status = 'succeeded'`,
+              [ids],
+            )
+          )[0]?.n === 3,
+        30_000,
+        'the batch to succeed',
+      );
+      expect(readFileSync(echoFile, 'utf8').trim().split('\n').sort()).toEqual([
+        '{"n":1}',
+        '{"n":2}',
+        '{"n":3}',
+      ]);
+    } finally {
+      run.child.kill('SIGTERM');
+    }
+    expect(await run.exited).toBe(0);
+  }, 120_000);
+
   it('loads a TypeScript handlers file and logs a failure with its outcome', async () => {
     const run = worker(['--handlers', 'test/cli/fixtures/handlers-ts.ts', '--queue', 'cli-ts']);
     try {
@@ -204,9 +238,9 @@ describe('skiplock worker', () => {
             .find((l) => l.includes('worker started'))!,
         ) as Record<string, unknown>;
       // The first line names the kinds loaded, not an empty `"handlers":{}`.
-      expect(started(worker)).toMatchObject({ kinds: ['echo', 'slow', 'boom'] });
+      expect(started(worker)).toMatchObject({ kinds: ['echo', 'slow', 'boom', 'echo_batch'] });
       expect(started(worker)).not.toHaveProperty('handlers');
-      expect(started(worker).msg).toBe('worker started on queues cli-pooler for kinds echo, slow, boom');
+      expect(started(worker).msg).toBe('worker started on queues cli-pooler for kinds echo, slow, boom, echo_batch');
       expect(started(worker)).toMatchObject({
         listen: true,
         listenProbeIntervalMs: 5000,
