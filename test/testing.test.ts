@@ -8,6 +8,7 @@ import {
   SkiplockError,
   SnoozeError,
   type TransactionalHandlerContext,
+  ValidationError,
 } from '../src/index.js';
 import { drain, enqueued } from '../src/testing/index.js';
 import { useFileDatabase } from './support/file-database.js';
@@ -137,6 +138,30 @@ describe('drain()', () => {
     expect((await enqueued(skiplock)).map((j) => [j.kind, j.queue])).toEqual([
       ['send_email', 'default'],
       ['charge', 'mail'],
+    ]);
+  });
+
+  it('refuses bad options naming the field, claiming nothing', async () => {
+    const { id } = await skiplock.enqueue('charge', { cents: 5 });
+    const cases: [Record<string, unknown>, string, RegExp][] = [
+      [{ onSuccess: 'x' }, 'options.onSuccess', /'delete', 'keep' or 'archive'/],
+      [{ kinds: 'charge' }, 'options.kinds', /array of kinds/],
+      [{ kinds: ['charge', ''] }, 'options.kinds[1]', /must not be empty/],
+      [{ maxJobs: 0 }, 'options.maxJobs', /≥ 1/],
+      [{ maxJobs: 1.5 }, 'options.maxJobs', /integer/],
+      [{ queue: 5 }, 'options.queue', /queue name/],
+      [{ queue: [] }, 'options.queue', /non-empty array/],
+      [{ queue: ['a', 7] }, 'options.queue[1]', /must be a string/],
+      [{ onSucess: 'keep' }, 'options.onSucess', /unknown option/],
+    ];
+    for (const [options, field, message] of cases) {
+      const error = await drain(skiplock, { charge: () => {} }, options as never).catch((e: unknown) => e);
+      expect(error, field).toBeInstanceOf(ValidationError);
+      expect(error, field).toMatchObject({ field });
+      expect((error as Error).message, field).toMatch(message);
+    }
+    expect(await db.query(`SELECT status, attempts FROM ${db.jobs} WHERE id = $1`, [id])).toEqual([
+      { status: 'queued', attempts: 0 },
     ]);
   });
 

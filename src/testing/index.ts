@@ -18,6 +18,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type pg from 'pg';
+import { z } from 'zod';
 import { type Queryable, withTransaction } from '../db/executor.js';
 import type { ClaimedJob, KindMaxAttempts } from '../db/queries/claim.js';
 import type { FinishOutcome, SuccessPolicy } from '../db/queries/finish.js';
@@ -25,8 +26,9 @@ import { leaseKey } from '../db/queries/job-row.js';
 import { JobQueries } from '../db/queries/jobs.js';
 import { SkiplockError, ValidationError } from '../errors.js';
 import { DEFAULT_VISIBILITY_TIMEOUT_MS } from '../job/defaults.js';
-import type { Job, JobMap, JobRecord } from '../job/job.js';
+import { assertName, type Job, type JobMap, type JobRecord } from '../job/job.js';
 import { KEPT_PARENTS_BATCH_LIMIT } from '../maintenance/kept-parents.js';
+import { integerInRange, parseOptions } from '../options.js';
 import type { Skiplock } from '../skiplock.js';
 import { attemptResult } from '../worker/completer.js';
 import {
@@ -101,6 +103,30 @@ export interface DrainResult {
 /** Jobs claimed per round trip. */
 const DRAIN_BATCH = 100;
 
+const drainOptionsSchema = z.strictObject({
+  kinds: z.array(z.unknown(), { error: 'must be an array of kinds' }).optional(),
+  queue: z
+    .union([z.string(), z.array(z.unknown()).min(1, { error: 'must be a non-empty array of queue names' })], {
+      error: 'must be a queue name or a non-empty array of queue names',
+    })
+    .optional(),
+  onSuccess: z
+    .enum(['delete', 'keep', 'archive'], { error: "must be 'delete', 'keep' or 'archive'" })
+    .optional(),
+  maxJobs: integerInRange(1, Number.MAX_SAFE_INTEGER).optional(),
+  middleware: z.unknown().optional(),
+  client: z.unknown().optional(),
+});
+
+/** @throws {ValidationError} naming the option (`options.maxJobs`, `options.kinds[1]`…). */
+function assertDrainOptions(options: unknown): void {
+  const parsed = parseOptions(drainOptionsSchema, options, 'options');
+  parsed.kinds?.forEach((kind, i) => assertName(kind, `options.kinds[${i}]`));
+  if (Array.isArray(parsed.queue))
+    parsed.queue.forEach((queue, i) => assertName(queue, `options.queue[${i}]`));
+  else if (parsed.queue !== undefined) assertName(parsed.queue, 'options.queue');
+}
+
 /**
  * Runs every due job of the given kinds to completion, one at a time, in this
  * process: claims them as a worker does (attempts count, leases, results and
@@ -123,8 +149,10 @@ const DRAIN_BATCH = 100;
  * await client.query('ROLLBACK');
  *
  * @throws {SkiplockError} (code `DRAIN_LIMIT`) after `maxJobs` attempts.
- * @throws {ValidationError} naming `options.middleware` when it is not an array of functions, or
- *   `options.client` when it has no `query` method.
+ * @throws {ValidationError} naming the option, before anything is claimed: an unknown one,
+ *   `options.kinds` or `options.queue` not names, `options.onSuccess` not a policy,
+ *   `options.maxJobs` not an integer ≥ 1, `options.middleware` not an array of functions,
+ *   `options.client` without a `query` method.
  * @throws {DatabaseError} from the database.
  */
 export async function drain<Jobs extends JobMap>(
@@ -132,6 +160,7 @@ export async function drain<Jobs extends JobMap>(
   handlers: Handlers<Jobs>,
   options: DrainOptions<Jobs> = {},
 ): Promise<DrainResult> {
+  assertDrainOptions(options);
   const queries = new JobQueries(skiplock.schema);
   const client = options.client;
   if (client !== undefined && typeof (client as Partial<Queryable>)?.query !== 'function')
