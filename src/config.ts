@@ -31,7 +31,10 @@ export interface SkiplockConfig {
    * ROLLBACK waits as long. `migrate()` is not bound by it
    * (a migration of a large table may take long) but by `connectTimeoutMs`
    * only. Workers have their own (`statementTimeoutMs` of `worker()`). Only
-   * with `connectionString`.
+   * with `connectionString`. The deadline is the client's: a call that fails on
+   * it may still commit on the server (set a `statement_timeout` on the role to
+   * have the server give up too), so an enqueue retried after such a failure
+   * may insert a second job unless it has a `uniqueKey`.
    * @default 30_000
    */
   statementTimeoutMs?: number;
