@@ -143,6 +143,23 @@ describe('a transactional handler that misuses its client', () => {
     expect(await countRows(t.db.pool, effects())).toBe(1);
   });
 
+  it.each([
+    ['COMMIT; BEGIN', 1],
+    ['ROLLBACK; BEGIN', 0],
+  ])('a hidden "%s", which leaves a transaction open, also ends the job failed', async (control, kept) => {
+    const w = worker(async (job, { client }) => {
+      await client.query(`INSERT INTO ${effects()} VALUES (${Number(job.id)}, 'sneaky'); ${control}`);
+    });
+    await w.start();
+    const [job, [, thrown, outcome]] = await eventOf(w, 'job:failure', () =>
+      t.skiplock.enqueue('txn', {}, { queue: 'misuse' }),
+    );
+    expect((thrown as Error).name).toBe('TransactionMisuseError');
+    expect(outcome.status).toBe('failed');
+    expect(await t.row(job.id)).toMatchObject({ status: 'failed', attempts: 1 });
+    expect(await countRows(t.db.pool, effects())).toBe(kept);
+  });
+
   it('SAVEPOINT and ROLLBACK TO SAVEPOINT pass', async () => {
     const w = worker(async (job, { client }) => {
       await client.query('SAVEPOINT s');

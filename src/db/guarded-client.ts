@@ -21,6 +21,26 @@ import { SkiplockError } from '../errors.js';
 const TRANSACTION_CONTROL =
   /^(?:\s|;|--[^\n]*(?:\n|$)|\/\*[\s\S]*?\*\/)*(?:BEGIN|START\s+TRANSACTION|COMMIT|END|ABORT|PREPARE\s+TRANSACTION|ROLLBACK(?!\s+(?:TO|PREPARED)\b)|COMMIT\s+PREPARED|ROLLBACK\s+PREPARED)\b/i;
 
+/**
+ * Command tags of statements that end or start a transaction, as node-postgres
+ * reports them. Not ROLLBACK, which `ROLLBACK TO SAVEPOINT` reports too: a
+ * ROLLBACK that stays hidden is followed by a BEGIN, or leaves no transaction.
+ */
+const TRANSACTION_CONTROL_COMMANDS = new Set(['BEGIN', 'START', 'COMMIT']);
+
+/**
+ * Connections on which a handler's multi-statement string ended or started a
+ * transaction (`…; COMMIT; BEGIN` leaves one open, so the status alone does not tell).
+ */
+const hiddenControl = new WeakSet<pg.PoolClient>();
+
+function endsOrStarts(result: unknown): boolean {
+  const results = Array.isArray(result) ? result : [result];
+  return results.some((r) =>
+    TRANSACTION_CONTROL_COMMANDS.has((r as { command?: unknown } | null)?.command as string),
+  );
+}
+
 /** The error a misuse gets; the attempt fails with it (and rolls back) unless the handler catches it. */
 export class TransactionMisuseError extends SkiplockError {
   constructor(message: string) {
@@ -51,6 +71,7 @@ function textOf(config: unknown): string | undefined {
  *   passed to the callback).
  */
 export function guardedClient(client: pg.PoolClient, signal: AbortSignal): pg.PoolClient {
+  hiddenControl.delete(client);
   const release = () => {
     throw new TransactionMisuseError(
       "a transactional handler's client is released by the worker, after its transaction ends; do not release it",
@@ -73,7 +94,13 @@ export function guardedClient(client: pg.PoolClient, signal: AbortSignal): pg.Po
       }
       return Promise.reject(error);
     }
-    return (client.query as (...a: unknown[]) => unknown).apply(client, args);
+    const result = (client.query as (...a: unknown[]) => unknown).apply(client, args);
+    // A string of several statements may hide one the test above did not see: read their command tags.
+    if (text !== undefined && typeof (result as Promise<unknown> | undefined)?.then === 'function')
+      (result as Promise<unknown>).then((r) => {
+        if (endsOrStarts(r)) hiddenControl.add(client);
+      }, noop);
+    return result;
   };
   return new Proxy(client, {
     get(target, property) {
@@ -88,12 +115,16 @@ export function guardedClient(client: pg.PoolClient, signal: AbortSignal): pg.Po
 /**
  * The misuse a handler's own COMMIT or ROLLBACK leaves behind, when the guard
  * did not see it (inside a multi-statement string): the connection is no
- * longer in a transaction when the handler returns. Undefined while it is.
+ * longer in a transaction when the handler returns, or a statement of such a
+ * string ended or started one (`…; COMMIT; BEGIN`). Undefined otherwise.
  */
 export function transactionEnded(client: pg.PoolClient): TransactionMisuseError | undefined {
   const status = (client as { getTransactionStatus?: () => string | null }).getTransactionStatus?.();
-  if (status === undefined || status === null || status === 'T' || status === 'E') return undefined;
+  const open = status === undefined || status === null || status === 'T' || status === 'E';
+  if (open && !hiddenControl.has(client)) return undefined;
   return new TransactionMisuseError(
     "the handler's transaction was ended by the handler (a COMMIT or ROLLBACK sent on its client): the job is not completed, and what the handler committed stays",
   );
 }
+
+function noop(): void {}
