@@ -387,4 +387,40 @@ describe('progress and log lines', () => {
     const shown = await t.skiplock.getJob(job.id);
     expect([shown?.progress, shown?.logs?.map((l) => l.line)]).toEqual([{ step: 1 }, ['before']]);
   });
+
+  it('drops a refused report the handler did not await, without an unhandled rejection', async () => {
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      const worker = t.worker({
+        pollIntervalMs: 100,
+        onSuccess: 'keep',
+        handlers: {
+          p: async (_job, { progress, log }) => {
+            void progress({ n: 1n });
+            void log(42 as unknown as string);
+            void progress({ step: 2 });
+            return 'done';
+          },
+        },
+      });
+      await worker.start();
+      const job = await t.skiplock.enqueue('p', {});
+      const shown = await waitFor(
+        async () => {
+          const j = await t.skiplock.getJob(job.id);
+          return j?.status === 'succeeded' ? j : undefined;
+        },
+        10_000,
+        'the job to succeed',
+      );
+      expect([shown.result, shown.progress]).toEqual(['done', { step: 2 }]);
+      // Unhandled rejections are reported after a turn of the event loop.
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+  });
 });

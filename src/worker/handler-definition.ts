@@ -42,14 +42,16 @@ export interface HandlerContext {
    * to know it was written. Resolves false when nothing was written: the lease
    * is gone (the job was reclaimed, cancelled or finished) or the write failed.
    *
-   * @throws {ValidationError} (rejects) naming `progress` when the value is not JSON or too large.
+   * @throws {ValidationError} (rejects) naming `progress` when the value is not JSON or too large;
+   *   not awaited, the refused report is dropped (the process does not see an unhandled rejection).
    */
   progress(value: unknown): Promise<boolean>;
   /**
    * Appends a line to the job's log (the newest 50 lines are kept, each cut
    * after 1,000 characters), written like {@link HandlerContext.progress}.
    *
-   * @throws {ValidationError} (rejects) naming `line` when it is not a string.
+   * @throws {ValidationError} (rejects) naming `line` when it is not a string; not awaited,
+   *   the refused line is dropped.
    */
   log(line: string): Promise<boolean>;
 }

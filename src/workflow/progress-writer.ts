@@ -49,7 +49,7 @@ export class ProgressWriter {
     try {
       this.#progress = serializeProgress(value);
     } catch (error) {
-      return Promise.reject(error);
+      return refused(error);
     }
     return this.#queue();
   }
@@ -59,7 +59,7 @@ export class ProgressWriter {
     try {
       this.#lines.push(logLine(line));
     } catch (error) {
-      return Promise.reject(error);
+      return refused(error);
     }
     if (this.#lines.length > MAX_LOG_LINES) this.#lines.splice(0, this.#lines.length - MAX_LOG_LINES);
     return this.#queue();
@@ -137,4 +137,14 @@ export class ProgressWriter {
     for (const resolve of waiting) resolve(outcome === 'written');
     if (!last) this.#schedule();
   }
+}
+
+/**
+ * A rejected report: awaited, it throws in the handler; left unawaited (`void
+ * progress(…)`), it is dropped rather than crash the process as an unhandled rejection.
+ */
+function refused(error: unknown): Promise<boolean> {
+  const rejected = Promise.reject(error);
+  rejected.catch(() => {});
+  return rejected;
 }
