@@ -49,11 +49,12 @@ export function definedOnly<T extends object>(values: T): { [K in keyof T]?: Exc
 
 /** An integer within [min, max]. */
 export function integerInRange(min: number, max: number) {
+  // The range first: a number past it (2 ** 53, say) is told so, not that it is no (safe) integer.
   return z
     .number({ error: 'must be a number' })
-    .int({ error: 'must be an integer' })
     .min(min, { error: `must be ≥ ${min}` })
-    .max(max, { error: `must be ≤ ${max}` });
+    .max(max, { error: `must be ≤ ${max}` })
+    .int({ error: 'must be an integer' });
 }
 
 /** A 32-bit signed integer, as PostgreSQL's `int`. */

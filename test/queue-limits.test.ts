@@ -121,6 +121,15 @@ describe('setQueueLimits', () => {
     }
     expect(await queueRow('v')).toEqual({ concurrency_limit: 3, rate_count: 5, rate_period_ms: 100 });
   });
+
+  it('names the range, not integrality, for a number past it', async () => {
+    await expect(t.skiplock.setQueueLimits('v', { rate: { count: 5, periodMs: 2 ** 53 } })).rejects.toThrow(
+      'rate.periodMs: must be ≤ 2147483647',
+    );
+    await expect(t.skiplock.setQueueLimits('v', { concurrency: 1.5 })).rejects.toThrow(
+      'concurrency: must be an integer',
+    );
+  });
 });
 
 describe('the limited claim', () => {
