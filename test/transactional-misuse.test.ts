@@ -127,26 +127,12 @@ describe('a transactional handler that misuses its client', () => {
     expect(await t.row(job.id)).toMatchObject({ status: 'queued', attempts: 1 });
   });
 
-  it('a COMMIT hidden in a multi-statement string: the job is not completed, and ends failed (no retry)', async () => {
-    const w = worker(async (job, { client }) => {
-      await client.query(`INSERT INTO ${effects()} VALUES (${Number(job.id)}, 'sneaky'); COMMIT`);
-    });
-    await w.start();
-    const [job, [, thrown, outcome]] = await eventOf(w, 'job:failure', () =>
-      t.skiplock.enqueue('txn', {}, { queue: 'misuse' }),
-    );
-    expect((thrown as Error).name).toBe('TransactionMisuseError');
-    expect(outcome.status).toBe('failed');
-    expect(await t.row(job.id)).toMatchObject({ status: 'failed', attempts: 1 });
-    // What the handler committed itself stays: the error says so.
-    expect((await t.row(job.id))!.last_error).toMatch(/what the handler committed stays/);
-    expect(await countRows(t.db.pool, effects())).toBe(1);
-  });
-
+  // Hidden in a multi-statement string, where the refusal above cannot see it; the last two leave a transaction open.
   it.each([
+    ['COMMIT', 1],
     ['COMMIT; BEGIN', 1],
     ['ROLLBACK; BEGIN', 0],
-  ])('a hidden "%s", which leaves a transaction open, also ends the job failed', async (control, kept) => {
+  ])('a hidden "%s": the job is not completed, and ends failed (no retry)', async (control, kept) => {
     const w = worker(async (job, { client }) => {
       await client.query(`INSERT INTO ${effects()} VALUES (${Number(job.id)}, 'sneaky'); ${control}`);
     });
@@ -157,6 +143,8 @@ describe('a transactional handler that misuses its client', () => {
     expect((thrown as Error).name).toBe('TransactionMisuseError');
     expect(outcome.status).toBe('failed');
     expect(await t.row(job.id)).toMatchObject({ status: 'failed', attempts: 1 });
+    // What the handler committed itself stays: the error says so.
+    expect((await t.row(job.id))!.last_error).toMatch(/what the handler committed stays/);
     expect(await countRows(t.db.pool, effects())).toBe(kept);
   });
 

@@ -46,8 +46,13 @@ afterAll(() => {
 });
 
 describe('skiplock worker', () => {
-  it('runs enqueued jobs with the handlers of an ES module, logging each state change', async () => {
+  it('runs enqueued jobs with the handlers of an ES module (a batch handler too), logging each state change', async () => {
     const echoFile = join(scratch, 'echo.txt');
+    const batch = (
+      await t.skiplock.enqueueMany(
+        [1, 2].map((n) => ({ kind: 'echo_batch', payload: { n }, queue: 'cli-a' })),
+      )
+    ).map((j) => j.id);
     const enqueued = await runCli([
       'enqueue',
       'echo',
@@ -68,56 +73,35 @@ describe('skiplock worker', () => {
     try {
       await waitFor(
         async () =>
-          (await t.query(`SELECT status FROM ${t.jobs} WHERE id = $1`, [id]))[0]?.status === 'succeeded',
-        30_000,
-        'the job to succeed',
-      );
-      expect(readFileSync(echoFile, 'utf8')).toBe('{"hello":"world"}\n');
-      await run.waitForOutput(/"msg":"job succeeded"/);
-      const lines = run
-        .stdout()
-        .trim()
-        .split('\n')
-        .map((l) => JSON.parse(l) as { msg: string; level: number; jobId?: string });
-      expect(lines.find((l) => l.msg === 'job started')).toMatchObject({ level: 30, jobId: id });
-      expect(lines.find((l) => l.msg === 'job succeeded')).toMatchObject({ level: 20, jobId: id });
-      // The database it uses is named with the password masked, and the password is nowhere else.
-      expectMasked(run.stderr());
-      expect(run.stdout()).not.toContain(PASSWORD);
-    } finally {
-      run.child.kill('SIGTERM');
-    }
-    expect(await run.exited).toBe(0);
-  }, 120_000);
-
-  it('runs a batch handler ({ handleBatch }) of the handlers file', async () => {
-    const echoFile = join(scratch, 'echo-batch.txt');
-    const ids = (
-      await t.skiplock.enqueueMany(
-        [1, 2, 3].map((n) => ({ kind: 'echo_batch', payload: { n }, queue: 'cli-batch' })),
-      )
-    ).map((j) => j.id);
-    const run = worker(
-      ['--handlers', 'test/cli/fixtures/handlers.mjs', '--queue', 'cli-batch', '--on-success', 'keep'],
-      { ECHO_FILE: echoFile },
-    );
-    try {
-      await waitFor(
-        async () =>
           (
             await t.query(
               `SELECT count(*)::int AS n FROM ${t.jobs} WHERE id = ANY($1::bigint[]) AND status = 'succeeded'`,
-              [ids],
+              [[id, ...batch]],
             )
           )[0]?.n === 3,
         30_000,
-        'the batch to succeed',
+        'the jobs to succeed',
       );
-      expect(readFileSync(echoFile, 'utf8').trim().split('\n').sort()).toEqual([
+      expect(readFileSync(echoFile, 'utf8').split('\n').sort()).toEqual([
+        '',
+        '{"hello":"world"}',
         '{"n":1}',
         '{"n":2}',
-        '{"n":3}',
       ]);
+      const logged = () =>
+        run
+          .stdout()
+          .trim()
+          .split('\n')
+          .map((l) => JSON.parse(l) as { msg: string; level: number; jobId?: string });
+      const lineOf = (msg: string) => logged().find((l) => l.msg === msg && l.jobId === id);
+      await waitFor(() => lineOf('job succeeded'), 10_000, 'the job’s success to be logged');
+      const started = lineOf('job started');
+      const succeeded = lineOf('job succeeded');
+      expect([started?.level, succeeded?.level]).toEqual([30, 20]);
+      // The database it uses is named with the password masked, and the password is nowhere else.
+      expectMasked(run.stderr());
+      expect(run.stdout()).not.toContain(PASSWORD);
     } finally {
       run.child.kill('SIGTERM');
     }
@@ -240,7 +224,9 @@ describe('skiplock worker', () => {
       // The first line names the kinds loaded, not an empty `"handlers":{}`.
       expect(started(worker)).toMatchObject({ kinds: ['echo', 'slow', 'boom', 'echo_batch'] });
       expect(started(worker)).not.toHaveProperty('handlers');
-      expect(started(worker).msg).toBe('worker started on queues cli-pooler for kinds echo, slow, boom, echo_batch');
+      expect(started(worker).msg).toBe(
+        'worker started on queues cli-pooler for kinds echo, slow, boom, echo_batch',
+      );
       expect(started(worker)).toMatchObject({
         listen: true,
         listenProbeIntervalMs: 5000,

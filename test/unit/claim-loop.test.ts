@@ -542,31 +542,7 @@ describe('ClaimLoop', () => {
     await loop.stop();
   });
 
-  it('a limited queue’s claim that times out is also retried at half the size', async () => {
-    const { clock, loop, requests, errors } = setup({
-      concurrency: 8,
-      limited: ['lim'],
-      limitedJobs: new Map([['lim', Array.from({ length: 100 }, (_, i) => i + 1)]]),
-      limitedRoom: 100,
-      limitedTimeoutAbove: 2,
-    });
-    await loop.readLimits();
-    loop.start();
-    await settle(clock);
-    await clock.tick(100);
-    await settle(clock);
-    await clock.tick(200);
-    await settle(clock);
-    expect(requests.map((r) => `${r.queues.join()}:${r.limit}`).slice(0, 3)).toEqual([
-      'lim:8',
-      'lim:4',
-      'lim:2',
-    ]);
-    expect(errors).toHaveLength(2);
-    await loop.stop();
-  });
-
-  it('a limited queue’s claim that times out shrinks its own claims, not the ordinary claim', async () => {
+  it('a limited queue’s claim that times out is retried at half the size; it shrinks its own claims, not the ordinary claim', async () => {
     const { clock, loop, requests, errors, free } = setup({
       available: Array.from({ length: 100 }, (_, i) => 1000 + i),
       concurrency: 8,
