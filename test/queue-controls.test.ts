@@ -227,7 +227,9 @@ describe('snooze', () => {
     expect(() => new SnoozeError(-1)).toThrow(ValidationError);
     expect(() => new SnoozeError(Number.NaN)).toThrow(/delayMs/);
     // Longer than a timestamp holds: refused here, not by the statement that writes the results of other jobs too.
-    expect(() => new SnoozeError(1e20)).toThrow('delayMs: must be a finite number of milliseconds from 0 to 10,000 years');
+    expect(() => new SnoozeError(1e20)).toThrow(
+      'delayMs: must be a finite number of milliseconds from 0 to 10,000 years',
+    );
     expect(new SnoozeError(315_360_000_000_000).delayMs).toBe(315_360_000_000_000);
     expect(new SnoozeError(0).code).toBe('SNOOZE');
   });

@@ -121,10 +121,10 @@ const drainOptionsSchema = z.strictObject({
 /** @throws {ValidationError} naming the option (`options.maxJobs`, `options.kinds[1]`…). */
 function assertDrainOptions(options: unknown): void {
   const parsed = parseOptions(drainOptionsSchema, options, 'options');
-  parsed.kinds?.forEach((kind, i) => assertName(kind, `options.kinds[${i}]`));
-  if (Array.isArray(parsed.queue))
-    parsed.queue.forEach((queue, i) => assertName(queue, `options.queue[${i}]`));
-  else if (parsed.queue !== undefined) assertName(parsed.queue, 'options.queue');
+  for (const [i, kind] of (parsed.kinds ?? []).entries()) assertName(kind, `options.kinds[${i}]`);
+  if (typeof parsed.queue === 'string') assertName(parsed.queue, 'options.queue');
+  for (const [i, queue] of (Array.isArray(parsed.queue) ? parsed.queue : []).entries())
+    assertName(queue, `options.queue[${i}]`);
 }
 
 /**
