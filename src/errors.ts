@@ -205,7 +205,8 @@ function isSnoozeDelay(delayMs: unknown): delayMs is number {
  */
 export function snoozeDelayMs(error: unknown): number | undefined {
   try {
-    if (error instanceof SnoozeError) return error.delayMs;
+    // Checked again: the field can be changed after the constructor checked it.
+    if (error instanceof SnoozeError) return isSnoozeDelay(error.delayMs) ? error.delayMs : undefined;
     if (!(error instanceof Error) || error.name !== 'SnoozeError') return undefined;
     const { code, delayMs } = error as { code?: unknown; delayMs?: unknown };
     return code === 'SNOOZE' && isSnoozeDelay(delayMs) ? delayMs : undefined;

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { snoozeDelayMs } from '../src/errors.js';
 import { SnoozeError, ValidationError } from '../src/index.js';
 import { PAUSE_RECHECK_MS } from '../src/worker/cancellation.js';
 import { waitFor } from './support/database.js';
@@ -231,6 +232,9 @@ describe('snooze', () => {
       'delayMs: must be a finite number of milliseconds from 0 to 10,000 years',
     );
     expect(new SnoozeError(315_360_000_000_000).delayMs).toBe(315_360_000_000_000);
+    // …and changed after the constructor: not a snooze (the attempt fails, retried as any error).
+    expect(snoozeDelayMs(Object.assign(new SnoozeError(0), { delayMs: 1e17 }))).toBeUndefined();
+    expect(snoozeDelayMs(new SnoozeError(5))).toBe(5);
     expect(new SnoozeError(0).code).toBe('SNOOZE');
   });
 });

@@ -147,6 +147,7 @@ describe('drain()', () => {
       [{ onSuccess: 'x' }, 'options.onSuccess', /'delete', 'keep' or 'archive'/],
       [{ kinds: 'charge' }, 'options.kinds', /array of kinds/],
       [{ kinds: ['charge', ''] }, 'options.kinds[1]', /must not be empty/],
+      [{ kinds: ['charge', 'refund'] }, 'options.kinds[1]', /has no handler/],
       [{ maxJobs: 0 }, 'options.maxJobs', /≥ 1/],
       [{ maxJobs: 1.5 }, 'options.maxJobs', /integer/],
       [{ queue: 5 }, 'options.queue', /queue name/],
@@ -160,6 +161,7 @@ describe('drain()', () => {
       expect(error, field).toMatchObject({ field });
       expect((error as Error).message, field).toMatch(message);
     }
+    await expect(drain(skiplock, null as never)).rejects.toMatchObject({ field: 'handlers' });
     expect(await db.query(`SELECT status, attempts FROM ${db.jobs} WHERE id = $1`, [id])).toEqual([
       { status: 'queued', attempts: 0 },
     ]);

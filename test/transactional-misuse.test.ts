@@ -5,6 +5,7 @@
  * client or ends its transaction itself (refused at the call; the worker
  * keeps running).
  */
+import pg from 'pg';
 import { beforeEach, describe, expect, it } from 'vitest';
 import type { TransactionalHandlerContext } from '../src/index.js';
 import { countRows, tableIn, waitFor } from './support/database.js';
@@ -127,26 +128,46 @@ describe('a transactional handler that misuses its client', () => {
     expect(await t.row(job.id)).toMatchObject({ status: 'queued', attempts: 1 });
   });
 
-  // Hidden in a multi-statement string, where the refusal above cannot see it; the last two leave a transaction open.
+  // Hidden in a multi-statement string, where the refusal above cannot see it (the last ones leave a
+  // transaction open), sent in each form query() takes, and whatever the handler does next.
   it.each([
-    ['COMMIT', 1],
-    ['COMMIT; BEGIN', 1],
-    ['ROLLBACK; BEGIN', 0],
-  ])('a hidden "%s": the job is not completed, and ends failed (no retry)', async (control, kept) => {
-    const w = worker(async (job, { client }) => {
-      await client.query(`INSERT INTO ${effects()} VALUES (${Number(job.id)}, 'sneaky'); ${control}`);
-    });
-    await w.start();
-    const [job, [, thrown, outcome]] = await eventOf(w, 'job:failure', () =>
-      t.skiplock.enqueue('txn', {}, { queue: 'misuse' }),
-    );
-    expect((thrown as Error).name).toBe('TransactionMisuseError');
-    expect(outcome.status).toBe('failed');
-    expect(await t.row(job.id)).toMatchObject({ status: 'failed', attempts: 1 });
-    // What the handler committed itself stays: the error says so.
-    expect((await t.row(job.id))!.last_error).toMatch(/what the handler committed stays/);
-    expect(await countRows(t.db.pool, effects())).toBe(kept);
-  });
+    ['COMMIT', 'awaited', 1],
+    ['COMMIT; BEGIN', 'awaited', 1],
+    ['ROLLBACK; BEGIN', 'awaited', 0],
+    ['COMMIT; BEGIN', 'awaited, then the handler throws', 1],
+    ['COMMIT', 'awaited, then the handler throws', 1],
+    ['COMMIT; BEGIN', 'with a callback', 1],
+    ['COMMIT; BEGIN', 'as a query object', 1],
+  ])(
+    'a hidden "%s" sent %s: the job is not completed, and ends failed (no retry)',
+    async (control, how, kept) => {
+      const w = worker(async (job, { client }) => {
+        const sql = `INSERT INTO ${effects()} VALUES (${Number(job.id)}, 'sneaky'); ${control}`;
+        if (how === 'with a callback')
+          await new Promise<void>((resolve, reject) =>
+            client.query(sql, (e: Error) => (e ? reject(e) : resolve())),
+          );
+        else if (how === 'as a query object')
+          await new Promise<void>((resolve, reject) => {
+            const query = client.query(new pg.Query(sql) as never) as unknown as pg.Query;
+            query.on('end', () => resolve());
+            query.on('error', reject);
+          });
+        else await client.query(sql);
+        if (how.endsWith('throws')) throw new Error('later');
+      });
+      await w.start();
+      const [job, [, thrown, outcome]] = await eventOf(w, 'job:failure', () =>
+        t.skiplock.enqueue('txn', {}, { queue: 'misuse' }),
+      );
+      expect((thrown as Error).name).toBe('TransactionMisuseError');
+      expect(outcome.status).toBe('failed');
+      expect(await t.row(job.id)).toMatchObject({ status: 'failed', attempts: 1 });
+      // What the handler committed itself stays: the error says so.
+      expect((await t.row(job.id))!.last_error).toMatch(/what the handler committed stays/);
+      expect(await countRows(t.db.pool, effects())).toBe(kept);
+    },
+  );
 
   it('SAVEPOINT and ROLLBACK TO SAVEPOINT pass', async () => {
     const w = worker(async (job, { client }) => {

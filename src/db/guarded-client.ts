@@ -22,23 +22,37 @@ const TRANSACTION_CONTROL =
   /^(?:\s|;|--[^\n]*(?:\n|$)|\/\*[\s\S]*?\*\/)*(?:BEGIN|START\s+TRANSACTION|COMMIT|END|ABORT|PREPARE\s+TRANSACTION|ROLLBACK(?!\s+(?:TO|PREPARED)\b)|COMMIT\s+PREPARED|ROLLBACK\s+PREPARED)\b/i;
 
 /**
- * Command tags of statements that end or start a transaction, as node-postgres
- * reports them. Not ROLLBACK, which `ROLLBACK TO SAVEPOINT` reports too: a
- * ROLLBACK that stays hidden is followed by a BEGIN, or leaves no transaction.
+ * Command tags of statements that end or start a transaction. Not ROLLBACK,
+ * which `ROLLBACK TO SAVEPOINT` sends too: a hidden ROLLBACK is followed by a
+ * BEGIN, or leaves no transaction open.
  */
-const TRANSACTION_CONTROL_COMMANDS = new Set(['BEGIN', 'START', 'COMMIT']);
+const TRANSACTION_CONTROL_TAG = /^(?:BEGIN|START|COMMIT)\b/;
+
+/** What a connection's protocol layer emits as each statement completes (node-postgres). */
+type TagSource = { on(event: 'commandComplete', listener: (message: { text?: string }) => void): unknown } & {
+  off(event: 'commandComplete', listener: (message: { text?: string }) => void): unknown;
+};
 
 /**
- * Connections on which a handler's multi-statement string ended or started a
- * transaction (`…; COMMIT; BEGIN` leaves one open, so the status alone does not tell).
+ * The handler's connections, and whether a statement sent on one ended or
+ * started a transaction: `…; COMMIT; BEGIN` in one string leaves a
+ * transaction open, so the status alone does not tell. Read from every
+ * statement's command tag, whatever form of query() sent it.
  */
-const hiddenControl = new WeakSet<pg.PoolClient>();
+const watched = new WeakMap<pg.PoolClient, { controlled: boolean; stop: () => void }>();
 
-function endsOrStarts(result: unknown): boolean {
-  const results = Array.isArray(result) ? result : [result];
-  return results.some((r) =>
-    TRANSACTION_CONTROL_COMMANDS.has((r as { command?: unknown } | null)?.command as string),
-  );
+function watchCommandTags(client: pg.PoolClient): void {
+  watched.get(client)?.stop();
+  const connection = (client as { connection?: TagSource }).connection;
+  const watch = { controlled: false, stop: () => {} };
+  if (connection) {
+    const onComplete = (message: { text?: string }) => {
+      if (TRANSACTION_CONTROL_TAG.test(message.text ?? '')) watch.controlled = true;
+    };
+    connection.on('commandComplete', onComplete);
+    watch.stop = () => connection.off('commandComplete', onComplete);
+  }
+  watched.set(client, watch);
 }
 
 /** The error a misuse gets; the attempt fails with it (and rolls back) unless the handler catches it. */
@@ -71,7 +85,7 @@ function textOf(config: unknown): string | undefined {
  *   passed to the callback).
  */
 export function guardedClient(client: pg.PoolClient, signal: AbortSignal): pg.PoolClient {
-  hiddenControl.delete(client);
+  watchCommandTags(client);
   const release = () => {
     throw new TransactionMisuseError(
       "a transactional handler's client is released by the worker, after its transaction ends; do not release it",
@@ -94,13 +108,7 @@ export function guardedClient(client: pg.PoolClient, signal: AbortSignal): pg.Po
       }
       return Promise.reject(error);
     }
-    const result = (client.query as (...a: unknown[]) => unknown).apply(client, args);
-    // A string of several statements may hide one the test above did not see: read their command tags.
-    if (text !== undefined && typeof (result as Promise<unknown> | undefined)?.then === 'function')
-      (result as Promise<unknown>).then((r) => {
-        if (endsOrStarts(r)) hiddenControl.add(client);
-      }, noop);
-    return result;
+    return (client.query as (...a: unknown[]) => unknown).apply(client, args);
   };
   return new Proxy(client, {
     get(target, property) {
@@ -117,14 +125,16 @@ export function guardedClient(client: pg.PoolClient, signal: AbortSignal): pg.Po
  * did not see it (inside a multi-statement string): the connection is no
  * longer in a transaction when the handler returns, or a statement of such a
  * string ended or started one (`…; COMMIT; BEGIN`). Undefined otherwise.
+ * Ends the watch {@link guardedClient} began: call it once the handler is done.
  */
 export function transactionEnded(client: pg.PoolClient): TransactionMisuseError | undefined {
+  const watch = watched.get(client);
+  watch?.stop();
+  watched.delete(client);
   const status = (client as { getTransactionStatus?: () => string | null }).getTransactionStatus?.();
   const open = status === undefined || status === null || status === 'T' || status === 'E';
-  if (open && !hiddenControl.has(client)) return undefined;
+  if (open && !watch?.controlled) return undefined;
   return new TransactionMisuseError(
     "the handler's transaction was ended by the handler (a COMMIT or ROLLBACK sent on its client): the job is not completed, and what the handler committed stays",
   );
 }
-
-function noop(): void {}

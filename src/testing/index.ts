@@ -150,9 +150,9 @@ function assertDrainOptions(options: unknown): void {
  *
  * @throws {SkiplockError} (code `DRAIN_LIMIT`) after `maxJobs` attempts.
  * @throws {ValidationError} naming the option, before anything is claimed: an unknown one,
- *   `options.kinds` or `options.queue` not names, `options.onSuccess` not a policy,
+ *   `options.kinds` or `options.queue` not names (or a kind without a handler), `options.onSuccess` not a policy,
  *   `options.maxJobs` not an integer ≥ 1, `options.middleware` not an array of functions,
- *   `options.client` without a `query` method.
+ *   `options.client` without a `query` method; `handlers` (naming the kind) as `worker()` does.
  * @throws {DatabaseError} from the database.
  */
 export async function drain<Jobs extends JobMap>(
@@ -169,9 +169,13 @@ export async function drain<Jobs extends JobMap>(
   const middleware = options.middleware ?? [];
   if (!Array.isArray(middleware) || middleware.some((m) => typeof m !== 'function'))
     throw new ValidationError('options.middleware', 'must be an array of functions');
+  if (typeof handlers !== 'object' || handlers === null || Array.isArray(handlers))
+    throw new ValidationError('handlers', 'must be an object mapping kinds to handlers');
   const byKind = withMiddleware(resolveHandlers(handlers as Record<string, unknown>, 'handlers'), middleware);
   const kindMaxAttempts = kindMaxAttemptsOf(byKind);
   const kinds: string[] = options.kinds ?? [...byKind.keys()];
+  for (const [i, kind] of kinds.entries())
+    if (!byKind.has(kind)) throw new ValidationError(`options.kinds[${i}]`, `has no handler among handlers`);
   const maxJobs = options.maxJobs ?? 10_000;
   const workerId = `skiplock-testing:${process.pid}:${randomBytes(4).toString('hex')}`;
   const onSuccess = options.onSuccess ?? 'delete';

@@ -223,7 +223,7 @@ export async function runInTransaction(
     sink,
     attempt,
   );
-  if (!outcome.ok) return outcome;
+  // Whatever the handler's outcome: a retry would repeat what it committed.
   const ended = transactionEnded(connection);
   return ended ? permanentFailure(ended) : outcome;
 }
