@@ -504,5 +504,9 @@ describe('batch handler options', () => {
     expect(() =>
       resolveBrokerWorkerOptions({ handlers: { bulk: { handleBatch } } } as never, 'natsWorker'),
     ).toThrow(/natsWorker\.handlers\.bulk.*batch handlers \(handleBatch\) run only in PostgreSQL workers/);
+    // Handlers that are no object at all are named as a field too, not a TypeError.
+    expect(() => resolveBrokerWorkerOptions({ handlers: null } as never, 'natsWorker')).toThrow(
+      expect.objectContaining({ field: 'natsWorker.handlers' }),
+    );
   });
 });

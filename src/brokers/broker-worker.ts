@@ -113,7 +113,7 @@ export function resolveBrokerWorkerOptions(
   options: BrokerWorkerOptions<JobMap>,
   field: string,
 ): BrokerWorkerSettings {
-  const handlers = resolveHandlers(options.handlers as Record<string, unknown>, `${field}.handlers`);
+  const handlers = resolveHandlers(options.handlers, `${field}.handlers`);
   for (const [kind, handler] of handlers)
     if (handler.transactional)
       throw new ValidationError(

@@ -9,6 +9,7 @@
  * starting the transaction with a statement of its own. Everything else passes
  * through unchanged.
  */
+import type { EventEmitter } from 'node:events';
 import type pg from 'pg';
 import { SkiplockError } from '../errors.js';
 
@@ -28,10 +29,8 @@ const TRANSACTION_CONTROL =
  */
 const TRANSACTION_CONTROL_TAG = /^(?:BEGIN|START|COMMIT)\b/;
 
-/** What a connection's protocol layer emits as each statement completes (node-postgres). */
-type TagSource = { on(event: 'commandComplete', listener: (message: { text?: string }) => void): unknown } & {
-  off(event: 'commandComplete', listener: (message: { text?: string }) => void): unknown;
-};
+/** A connection's protocol layer (node-postgres), which emits each statement's command tag. */
+type TagSource = Pick<EventEmitter, 'on' | 'off'>;
 
 /**
  * The handler's connections, and whether a statement sent on one ended or

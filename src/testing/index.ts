@@ -114,8 +114,16 @@ const drainOptionsSchema = z.strictObject({
     .enum(['delete', 'keep', 'archive'], { error: "must be 'delete', 'keep' or 'archive'" })
     .optional(),
   maxJobs: integerInRange(1, Number.MAX_SAFE_INTEGER).optional(),
-  middleware: z.unknown().optional(),
-  client: z.unknown().optional(),
+  client: z
+    .custom((v) => typeof (v as Partial<Queryable> | null)?.query === 'function', {
+      error: 'must be a connection with a query(text, values) method',
+    })
+    .optional(),
+  middleware: z
+    .custom((v) => Array.isArray(v) && v.every((m) => typeof m === 'function'), {
+      error: 'must be an array of functions',
+    })
+    .optional(),
 });
 
 /** @throws {ValidationError} naming the option (`options.maxJobs`, `options.kinds[1]`…). */
@@ -163,15 +171,9 @@ export async function drain<Jobs extends JobMap>(
   assertDrainOptions(options);
   const queries = new JobQueries(skiplock.schema);
   const client = options.client;
-  if (client !== undefined && typeof (client as Partial<Queryable>)?.query !== 'function')
-    throw new ValidationError('options.client', 'must be a connection with a query(text, values) method');
   const db: Queryable = client ?? skiplock.pool;
   const middleware = options.middleware ?? [];
-  if (!Array.isArray(middleware) || middleware.some((m) => typeof m !== 'function'))
-    throw new ValidationError('options.middleware', 'must be an array of functions');
-  if (typeof handlers !== 'object' || handlers === null || Array.isArray(handlers))
-    throw new ValidationError('handlers', 'must be an object mapping kinds to handlers');
-  const byKind = withMiddleware(resolveHandlers(handlers as Record<string, unknown>, 'handlers'), middleware);
+  const byKind = withMiddleware(resolveHandlers(handlers, 'handlers'), middleware);
   const kindMaxAttempts = kindMaxAttemptsOf(byKind);
   const kinds: string[] = options.kinds ?? [...byKind.keys()];
   for (const [i, kind] of kinds.entries())

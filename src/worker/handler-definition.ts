@@ -351,12 +351,12 @@ export function batchOutcomes(returned: unknown, count: number): readonly BatchO
  *
  * @param field - the option's name in errors, e.g. `worker.handlers`.
  * @returns handlers by kind, in a map (kinds like `__proto__` are safe).
- * @throws {ValidationError} naming the field (`worker.handlers.send_email.maxAttempts`…).
+ * @throws {ValidationError} naming the field (`worker.handlers.send_email.maxAttempts`…),
+ *   or `field` itself when `handlers` is not an object.
  */
-export function resolveHandlers(
-  handlers: Record<string, unknown>,
-  field: string,
-): Map<string, ResolvedHandler> {
+export function resolveHandlers(handlers: unknown, field: string): Map<string, ResolvedHandler> {
+  if (typeof handlers !== 'object' || handlers === null || Array.isArray(handlers))
+    throw new ValidationError(field, 'must be an object mapping kinds to handlers');
   const resolved = new Map<string, ResolvedHandler>();
   for (const [kind, entry] of Object.entries(handlers)) {
     assertName(kind, `${field} key`);
