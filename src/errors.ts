@@ -34,7 +34,8 @@ export class SkiplockError extends Error {
 
   constructor(code: SkiplockErrorCode, message: string, options?: { cause?: unknown }) {
     super(message, options);
-    this.name = 'SkiplockError';
+    // Each subclass's own name, without restating it.
+    this.name = new.target.name;
     this.code = code;
   }
 }
@@ -52,7 +53,6 @@ export class ValidationError extends SkiplockError {
 
   constructor(field: string, reason: string) {
     super('VALIDATION', `invalid ${field}: ${reason}`);
-    this.name = 'ValidationError';
     this.field = field;
     this.reason = reason;
   }
@@ -64,7 +64,6 @@ export class UnknownKindError extends SkiplockError {
 
   constructor(kind: string) {
     super('UNKNOWN_KIND', `no handler for kind ${JSON.stringify(kind)} in this worker`);
-    this.name = 'UnknownKindError';
     this.kind = kind;
   }
 }
@@ -81,7 +80,6 @@ export class SchemaVersionError extends SkiplockError {
     options?: { cause?: unknown; databaseVersion?: number; libraryVersion?: number },
   ) {
     super('SCHEMA_VERSION', message, options);
-    this.name = 'SchemaVersionError';
     this.databaseVersion = options?.databaseVersion;
     this.libraryVersion = options?.libraryVersion;
   }
@@ -93,7 +91,6 @@ export class JobTimeoutError extends SkiplockError {
 
   constructor(timeoutMs: number) {
     super('JOB_TIMEOUT', `job timed out after ${timeoutMs} ms`);
-    this.name = 'JobTimeoutError';
     this.timeoutMs = timeoutMs;
   }
 }
@@ -108,7 +105,6 @@ export class JobTimeoutError extends SkiplockError {
 export class PermanentError extends SkiplockError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('PERMANENT', message, options);
-    this.name = 'PermanentError';
   }
 }
 
@@ -135,7 +131,6 @@ export function isPermanentError(error: unknown): boolean {
 export class ShutdownError extends SkiplockError {
   constructor() {
     super('SHUTDOWN', 'worker is shutting down; the job goes back to queued');
-    this.name = 'ShutdownError';
   }
 }
 
@@ -146,7 +141,6 @@ export class LeaseLostError extends SkiplockError {
 
   constructor(jobId: string) {
     super('LEASE_LOST', `lease of job ${jobId} was lost (reclaimed after the visibility timeout)`);
-    this.name = 'LeaseLostError';
     this.jobId = jobId;
   }
 }
@@ -162,7 +156,6 @@ export class CancelledError extends SkiplockError {
 
   constructor(jobId: string) {
     super('CANCELLED', `job ${jobId} was cancelled`);
-    this.name = 'CancelledError';
     this.jobId = jobId;
   }
 }
@@ -190,7 +183,6 @@ export class SnoozeError extends SkiplockError {
       throw new ValidationError('delayMs', 'must be a finite number of milliseconds from 0 to 10,000 years');
     }
     super('SNOOZE', `snoozed for ${delayMs} ms`);
-    this.name = 'SnoozeError';
     this.delayMs = delayMs;
   }
 }
@@ -221,7 +213,6 @@ export class DatabaseError extends SkiplockError {
 
   constructor(message: string, sqlState: string | undefined, options?: { cause?: unknown }) {
     super('DATABASE', message, options);
-    this.name = 'DatabaseError';
     this.sqlState = sqlState;
   }
 }
@@ -237,7 +228,6 @@ export class MissingDependencyError extends SkiplockError {
 
   constructor(packageName: string, message: string, options?: { cause?: unknown }) {
     super('MISSING_DEPENDENCY', message, options);
-    this.name = 'MissingDependencyError';
     this.packageName = packageName;
   }
 }
@@ -249,7 +239,6 @@ export class JobNotFoundError extends SkiplockError {
 
   constructor(jobId: string) {
     super('JOB_NOT_FOUND', `job ${jobId} does not exist`);
-    this.name = 'JobNotFoundError';
     this.jobId = jobId;
   }
 }
@@ -263,7 +252,6 @@ export class WaitTimeoutError extends SkiplockError {
 
   constructor(jobId: string, timeoutMs: number) {
     super('WAIT_TIMEOUT', `job ${jobId} did not reach a final status within ${timeoutMs} ms`);
-    this.name = 'WaitTimeoutError';
     this.jobId = jobId;
     this.timeoutMs = timeoutMs;
   }

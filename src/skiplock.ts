@@ -48,7 +48,7 @@ import {
 } from './operations/queue-limits.js';
 import { listQueues, pauseOrResumeQueue, type QueueInfo } from './operations/queues.js';
 import { parseOptions } from './options.js';
-import { enqueueMany, enqueueOne } from './producer/enqueue.js';
+import { enqueueMany, enqueueOne, type Producer } from './producer/enqueue.js';
 import type { ClientOption, EnqueueOptions, JobOptions } from './producer/job-options.js';
 import { clientOrPool } from './producer/job-options.js';
 import type { ScheduleInfo, ScheduleOptions } from './schedule/schedule-options.js';
@@ -223,17 +223,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
     payload: Jobs[Kind],
     options: EnqueueOptions = {},
   ): Promise<EnqueuedJob<Kind, Jobs[Kind]>> {
-    this.#assertOpen();
-    const tracing = this.#tracingOn ? await this.#loadTracing() : undefined;
-    return (await enqueueOne(
-      this.#queries,
-      this.#pool,
-      kind,
-      payload,
-      options,
-      tracing,
-      this.#maxPayloadBytes,
-    )) as never;
+    return (await enqueueOne(await this.#producer(), kind, payload, options)) as never;
   }
 
   /**
@@ -256,16 +246,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
     jobs: EnqueueManyItem<Jobs>[],
     options: ClientOption = {},
   ): Promise<EnqueuedJob<keyof Jobs & string, Jobs[keyof Jobs & string]>[]> {
-    this.#assertOpen();
-    const tracing = this.#tracingOn ? await this.#loadTracing() : undefined;
-    return (await enqueueMany(
-      this.#queries,
-      this.#pool,
-      jobs,
-      options,
-      tracing,
-      this.#maxPayloadBytes,
-    )) as never;
+    return (await enqueueMany(await this.#producer(), jobs, options)) as never;
   }
 
   /**
@@ -552,6 +533,13 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   }
 
   /** `@opentelemetry/api`, loaded once; a missing install fails every call alike. */
+  /** What the enqueue calls run with, once this client is known to be open. */
+  async #producer(): Promise<Producer> {
+    this.#assertOpen();
+    const tracing = this.#tracingOn ? await this.#loadTracing() : undefined;
+    return { queries: this.#queries, pool: this.#pool, tracing, maxPayloadBytes: this.#maxPayloadBytes };
+  }
+
   #loadTracing(): Promise<JobTracing> {
     this.#tracing ??= loadTracing();
     return this.#tracing;

@@ -20,7 +20,6 @@ export interface RunAs {
 export class EmbeddedServerError extends SkiplockError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('EMBEDDED_SERVER', message, options);
-    this.name = 'EmbeddedServerError';
   }
 }
 

@@ -58,7 +58,6 @@ function watchCommandTags(client: pg.PoolClient): void {
 export class TransactionMisuseError extends SkiplockError {
   constructor(message: string) {
     super('USAGE', message);
-    this.name = 'TransactionMisuseError';
   }
 }
 

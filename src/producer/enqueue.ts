@@ -11,7 +11,7 @@ import type { NewJob } from '../db/queries/insert.js';
 import type { JobQueries } from '../db/queries/jobs.js';
 import { ValidationError } from '../errors.js';
 import { DEFAULT_MAX_ATTEMPTS } from '../job/defaults.js';
-import { assertPayloadSize, DEFAULT_MAX_PAYLOAD_BYTES, toJob } from '../job/job.js';
+import { assertPayloadSize, toJob } from '../job/job.js';
 import type { EnqueuedJob } from '../job/unique.js';
 import { parseOptions } from '../options.js';
 import type { JobTracing } from '../telemetry/tracing.js';
@@ -26,6 +26,14 @@ import {
   toNewJobOfMany,
 } from './job-options.js';
 
+/** What the enqueue calls run with: a client's statements and pool, its tracing when on, its payload bound in bytes. */
+export interface Producer {
+  queries: JobQueries;
+  pool: pg.Pool;
+  tracing: JobTracing | undefined;
+  maxPayloadBytes: number;
+}
+
 /**
  * Validates and inserts one job; with a unique key, returns the job holding
  * the key instead when there is one (`duplicate: true`). With `tracing`, the
@@ -35,13 +43,10 @@ import {
  * @throws {DatabaseError} from the database.
  */
 export async function enqueueOne(
-  queries: JobQueries,
-  pool: pg.Pool,
+  { queries, pool, tracing, maxPayloadBytes }: Producer,
   kind: unknown,
   payload: unknown,
   options: EnqueueOptions,
-  tracing?: JobTracing,
-  maxPayloadBytes = DEFAULT_MAX_PAYLOAD_BYTES,
 ): Promise<EnqueuedJob> {
   const parsed = parseOptions(enqueueOptionsSchema, options, 'options');
   const job = toNewJob(kind, payload, parsed, { kind: 'kind', payload: 'payload', options: 'options.' });
@@ -113,12 +118,9 @@ async function insertChild(
  * @throws {DatabaseError} from the database.
  */
 export async function enqueueMany(
-  queries: JobQueries,
-  pool: pg.Pool,
+  { queries, pool, tracing, maxPayloadBytes }: Producer,
   items: unknown,
   options: unknown,
-  tracing?: JobTracing,
-  maxPayloadBytes = DEFAULT_MAX_PAYLOAD_BYTES,
 ): Promise<EnqueuedJob[]> {
   if (!Array.isArray(items)) throw new ValidationError('jobs', 'must be an array');
   const parsed = parseOptions(clientOptionsSchema, options, 'options');

@@ -16,6 +16,7 @@ import { translateError } from '../db/executor.js';
 import { RelayQueries } from '../db/queries/relay.js';
 import { schemaNames } from '../db/queries/schema-names.js';
 import { SkiplockError, ValidationError } from '../errors.js';
+import { DEFAULT_QUEUE } from '../job/defaults.js';
 import { describeFailure } from '../job/failure.js';
 import { assertName, type JobMap } from '../job/job.js';
 import { durationMs, integerInRange, parseOptions } from '../options.js';
@@ -135,15 +136,15 @@ const optionsSchema = z.strictObject({
       typeof (v as RelayTarget).connect === 'function',
     { error: 'must be a relay target (natsTarget(…) or rabbitmqTarget(…))' },
   ),
-  queues: z.array(z.string()).min(1, { error: 'must name at least one queue' }).optional(),
-  batchSize: integerInRange(1, 10_000).optional(),
-  maxBatchesInFlight: integerInRange(1, 64).optional(),
-  lingerMs: durationMs(1).optional(),
-  visibilityTimeoutMs: durationMs(1000).optional(),
-  publishTimeoutMs: durationMs(1).optional(),
-  retryDelayMs: durationMs(1).optional(),
-  sweepIntervalMs: durationMs(1).optional(),
-  handleSignals: z.boolean({ error: 'must be a boolean' }).optional(),
+  queues: z.array(z.string()).min(1, { error: 'must name at least one queue' }).default([DEFAULT_QUEUE]),
+  batchSize: integerInRange(1, 10_000).default(100),
+  maxBatchesInFlight: integerInRange(1, 64).default(4),
+  lingerMs: durationMs(1).default(200),
+  visibilityTimeoutMs: durationMs(1000).default(60_000),
+  publishTimeoutMs: durationMs(1).default(10_000),
+  retryDelayMs: durationMs(1).default(1000),
+  sweepIntervalMs: durationMs(1).default(60_000),
+  handleSignals: z.boolean({ error: 'must be a boolean' }).default(true),
   relayId: z.string().min(1, { error: 'must not be empty' }).max(200).optional(),
   clock: z.custom<Clock>((v) => typeof v === 'object' && v !== null).optional(),
 });
@@ -162,33 +163,19 @@ export class Relay extends EventEmitter<RelayEvents> {
   constructor(skiplock: Skiplock, options: RelayOptions) {
     super();
     const parsed = parseOptions(optionsSchema, options, 'relay');
-    const queues = parsed.queues ?? ['default'];
+    const { queues, visibilityTimeoutMs, publishTimeoutMs } = parsed;
     for (const [i, queue] of queues.entries()) assertName(queue, `relay.queues[${i}]`);
     this.id = parsed.relayId ?? `relay:${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
-    const visibilityTimeoutMs = parsed.visibilityTimeoutMs ?? 60_000;
-    const publishTimeoutMs = parsed.publishTimeoutMs ?? 10_000;
     // A batch must be published and removed well within its lease, or the sweeper gives it back meanwhile.
     if (publishTimeoutMs * 2 > visibilityTimeoutMs)
       throw new ValidationError(
         'relay.publishTimeoutMs',
         `must be at most half of visibilityTimeoutMs (${visibilityTimeoutMs} ms)`,
       );
-    this.#handleSignals = parsed.handleSignals ?? true;
+    this.#handleSignals = parsed.handleSignals;
     this.#targetName = parsed.target.name;
     this.#loop = new RelayLoop(
-      {
-        skiplock,
-        target: parsed.target,
-        queues: [...new Set(queues)],
-        batchSize: parsed.batchSize ?? 100,
-        maxBatchesInFlight: parsed.maxBatchesInFlight ?? 4,
-        lingerMs: parsed.lingerMs ?? 200,
-        visibilityTimeoutMs,
-        publishTimeoutMs,
-        retryDelayMs: parsed.retryDelayMs ?? 1000,
-        sweepIntervalMs: parsed.sweepIntervalMs ?? 60_000,
-        relay: this,
-      },
+      { ...parsed, skiplock, queues: [...new Set(queues)], relay: this },
       parsed.clock,
     );
   }

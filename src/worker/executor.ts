@@ -49,6 +49,9 @@ export type RunOutcome =
 
 const SUCCESS: RunOutcome = { ok: true };
 
+/** {@link runJob}'s arguments after the handler, for runners that wrap it. */
+export type AttemptArgs = Parameters<typeof runJob> extends [unknown, ...infer Rest] ? Rest : never;
+
 /**
  * Runs `handler` on `job`. With `timeoutMs`, an attempt still running then
  * fails with {@link JobTimeoutError} and is aborted; a handler that ignores its

@@ -29,13 +29,12 @@ import { type LeasedJob, leaseKey } from '../db/queries/job-row.js';
 import type { JobQueries } from '../db/queries/jobs.js';
 import type { LeaseState } from '../db/queries/results.js';
 import { SettledLeaseQueries } from '../db/queries/settled-lease.js';
-import type { Job } from '../job/job.js';
 import { successToWrite } from '../workflow/job-output.js';
 import type { ProgressSink } from '../workflow/progress-writer.js';
 import { reportSuccess, type SuccessToWrite } from './completer.js';
 import type { EventReporter } from './events.js';
 import type { Execution } from './executions.js';
-import { type AttemptControl, failure, permanentFailure, type RunOutcome, runJob } from './executor.js';
+import { type AttemptArgs, failure, permanentFailure, type RunOutcome, runJob } from './executor.js';
 import type { TransactionalHandler } from './handler-definition.js';
 import { loopBackoffMs } from './loop-backoff.js';
 import type { ResolvedWorkerOptions } from './options.js';
@@ -208,21 +207,11 @@ export function finishing(lease: LeasedJob, outcome: 'succeeded' | 'cancelled'):
 export async function runInTransaction(
   connection: pg.PoolClient,
   handle: TransactionalHandler<string, unknown>,
-  job: Job,
-  control: AttemptControl,
-  timeoutMs: number | undefined,
-  sink?: ProgressSink,
-  attempt?: unknown,
+  ...attempt: AttemptArgs
 ): Promise<RunOutcome> {
+  const [, control] = attempt;
   const client = guardedClient(connection, control.signal);
-  const outcome = await runJob(
-    (j, context) => handle(j, { ...context, client }),
-    job,
-    control,
-    timeoutMs,
-    sink,
-    attempt,
-  );
+  const outcome = await runJob((j, context) => handle(j, { ...context, client }), ...attempt);
   // Whatever the handler's outcome: a retry would repeat what it committed.
   const ended = transactionEnded(connection);
   return ended ? permanentFailure(ended) : outcome;

@@ -4,13 +4,24 @@
  */
 import type { JobRecord } from '../../job/job.js';
 import type { UniqueSpec } from '../../job/unique.js';
+import type { JobOptions } from '../../producer/job-options.js';
 import { type Queryable, run, type Statement } from '../executor.js';
 import { UniqueInsertQueries } from './insert-unique.js';
 import { JOB_COLUMNS, type JobRow, toJobRecord } from './job-row.js';
 import type { SchemaNames } from './schema-names.js';
 
-/** One job to insert, already validated and serialised. */
-export interface NewJob {
+/**
+ * One job to insert, already validated and serialised. The options it takes
+ * as the producer gave them are validated: tags non-empty, dependsOn job ids.
+ * A job with tags, a start deadline, a group key or its own success policy
+ * goes through the extended statements; one with parents through
+ * DependencyQueries.insertChild.
+ */
+export interface NewJob
+  extends Pick<
+    JobOptions,
+    'tags' | 'startBy' | 'startWithinMs' | 'groupKey' | 'dependsOn' | 'onParentFailure' | 'onSuccess'
+  > {
   kind: string;
   queue: string;
   payloadJson: string;
@@ -31,21 +42,6 @@ export interface NewJob {
    * it are inserted by the statements that leave the column out.
    */
   traceContext?: string | undefined;
-  /** The job's tags (validated, non-empty); jobs without them are inserted by the plain statements. */
-  tags?: string[] | undefined;
-  /** Start deadline as an instant; with it (or `startWithinMs`) the job goes through the extended statements. */
-  startBy?: Date | undefined;
-  /** Start deadline in milliseconds from the insert (database clock). */
-  startWithinMs?: number | undefined;
-  /** The job's group key; with it the job goes through the extended statements. */
-  groupKey?: string | undefined;
-  // Dependencies: jobs with parents go through DependencyQueries.insertChild.
-  /** The ids of the job's parents; with them the job starts `waiting`. */
-  dependsOn?: string[] | undefined;
-  /** What a parent that ends failed, dead or cancelled does to this job. @default 'cancel' */
-  onParentFailure?: 'cancel' | 'run' | undefined;
-  /** The job's own success policy (`on_success`); with it the job goes through the extended statements. */
-  onSuccess?: 'delete' | 'keep' | 'archive' | undefined;
 }
 
 /**

@@ -3,18 +3,13 @@
  * the scheduler's lock-and-advance of due rows. Row locks, not a leader in
  * memory, make each slot enqueued once.
  */
+import type { ScheduleInfo } from '../../schedule/schedule-options.js';
 import { type Queryable, run, type Statement } from '../executor.js';
 import type { SchemaNames } from './schema-names.js';
 
 /** A schedule row as selected (snake_case, as PostgreSQL returns it). */
-export interface ScheduleRow {
-  name: string;
-  cron: string;
-  timezone: string;
-  kind: string;
-  payload: unknown;
-  queue: string;
-  priority: number;
+export interface ScheduleRow
+  extends Pick<ScheduleInfo, 'name' | 'cron' | 'timezone' | 'kind' | 'payload' | 'queue' | 'priority'> {
   max_attempts: number;
   /** max_attempts was not given: its jobs leave it out too. */
   max_attempts_default: boolean;
