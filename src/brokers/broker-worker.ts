@@ -9,7 +9,7 @@
  */
 
 import { randomBytes } from 'node:crypto';
-import type { EventEmitter } from 'node:events';
+import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
 import { translateError } from '../db/executor.js';
 import { RelayQueries } from '../db/queries/relay.js';
@@ -19,12 +19,16 @@ import { MAX_ATTEMPT_ERROR_CHARS, MAX_ATTEMPT_ERRORS } from '../job/attempt-hist
 import { backoffDelayMs } from '../job/backoff.js';
 import type { Job, JobMap } from '../job/job.js';
 import { type RelayedJob, toHandlerJob } from '../relay/message.js';
+
+export { brokerMessageId, decodeRelayedJob, encodeRelayedJob, type RelayedJob } from '../relay/message.js';
+
 import { emitError, emitGuarded } from '../runtime/guarded-events.js';
 import type { Skiplock } from '../skiplock.js';
 import type { FailureOutcomeInfo } from '../worker/events.js';
 import { AttemptControl, failure, type RunOutcome, runJob } from '../worker/executor.js';
 import { kindRetryDelayMs, type ResolvedHandler, resolveHandlers } from '../worker/handler-definition.js';
 import type { Handlers } from '../worker/options.js';
+import { forgetOnSignals, stopOnSignals } from '../worker/signals.js';
 
 /** Options every broker-side worker takes. */
 export interface BrokerWorkerOptions<Jobs extends JobMap> {
@@ -143,6 +147,81 @@ export function resolveBrokerWorkerOptions(
     handleSignals: options.handleSignals ?? true,
     workerId: options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`,
   };
+}
+
+/**
+ * What every broker-side worker shares: its id and settings, the runner of
+ * its deliveries, and `start()` and `stop()` with their signal handlers and
+ * `worker:stop` event. A broker's worker adds how it connects and consumes
+ * ({@link BrokerWorker.connect}) and how it stops ({@link BrokerWorker.disconnect}).
+ */
+export abstract class BrokerWorker extends EventEmitter<BrokerWorkerEvents> {
+  /** The id recorded in the attempt history. */
+  readonly id: string;
+  protected readonly settings: BrokerWorkerSettings;
+  protected readonly runner: DeliveryRunner;
+  #started = false;
+  #stopping: Promise<void> | undefined;
+
+  /**
+   * @param field the factory's name, for errors (`natsWorker`).
+   * @param heartbeatMs how often a running attempt keeps its delivery with the broker, in milliseconds.
+   * @throws {ValidationError} naming the field (`natsWorker.handlers.send_email.maxAttempts`…).
+   */
+  protected constructor(
+    skiplock: Skiplock,
+    options: BrokerWorkerOptions<JobMap>,
+    field: string,
+    heartbeatMs: number,
+  ) {
+    super();
+    this.settings = resolveBrokerWorkerOptions(options, field);
+    this.id = this.settings.workerId;
+    this.runner = new DeliveryRunner(skiplock, this.settings, this, heartbeatMs);
+  }
+
+  /** Handlers running now. */
+  get activeCount(): number {
+    return this.runner.activeCount;
+  }
+
+  /** Whether `stop()` was called. */
+  protected get stopping(): boolean {
+    return this.#stopping !== undefined;
+  }
+
+  /**
+   * Connects and starts consuming; resolves once it consumes. Nothing more
+   * once started or stopping.
+   *
+   * @throws the broker's error when it cannot connect or set up what it consumes.
+   */
+  async start(): Promise<void> {
+    if (this.#started || this.#stopping) return;
+    await this.connect();
+    this.#started = true;
+    if (this.settings.handleSignals) stopOnSignals(this);
+  }
+
+  /**
+   * Stops: no new deliveries; running handlers finish within
+   * `shutdownTimeoutMs`, then are aborted and their deliveries handed back
+   * (the attempt not charged); then the connection closes.
+   */
+  stop(): Promise<void> {
+    this.#stopping ??= (async () => {
+      await this.disconnect();
+      forgetOnSignals(this);
+      this.emit('worker:stop');
+    })();
+    return this.#stopping;
+  }
+
+  /** Connects and starts consuming, leaving nothing open when it throws. */
+  protected abstract connect(): Promise<void>;
+
+  /** Stops consuming, drains the runner within `shutdownTimeoutMs` and closes the connection, each step bounded. */
+  protected abstract disconnect(): Promise<void>;
 }
 
 /** Runs deliveries with the handlers: the part of a broker-side worker that knows no broker. */

@@ -7,26 +7,16 @@
  * packages loaded when a target or worker connects.
  */
 import { createHash } from 'node:crypto';
-import { EventEmitter } from 'node:events';
 import type { JsMsg } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { ValidationError } from '../errors.js';
 import type { JobMap } from '../job/job.js';
 import { importOptional } from '../optional-dependency.js';
-import { brokerMessageId, decodeRelayedJob, encodeRelayedJob, type RelayedJob } from '../relay/message.js';
 import type { RelayTarget } from '../relay/relay.js';
 import type { Skiplock } from '../skiplock.js';
-import { forgetOnSignals, stopOnSignals } from '../worker/signals.js';
-import {
-  type BrokerWorkerEvents,
-  type BrokerWorkerOptions,
-  DeliveryRunner,
-  resolveBrokerWorkerOptions,
-  withinMs,
-} from './broker-worker.js';
+import * as broker from './broker-worker.js';
 
-export type { RelayedJob } from '../relay/message.js';
-export type { BrokerWorkerEvents, BrokerWorkerOptions } from './broker-worker.js';
+export type { BrokerWorkerEvents, BrokerWorkerOptions, RelayedJob } from './broker-worker.js';
 
 /** Where relayed jobs go in NATS JetStream. */
 export interface NatsStreamOptions {
@@ -155,8 +145,8 @@ export function natsTarget(options: NatsStreamOptions): RelayTarget {
       // Sent back to back on one connection, so the stream stores them in this order.
       const acks = await Promise.allSettled(
         jobs.map((job) =>
-          js.publish(natsSubject(settings.subjectPrefix, job.queue), encodeRelayedJob(job), {
-            msgID: brokerMessageId(job),
+          js.publish(natsSubject(settings.subjectPrefix, job.queue), broker.encodeRelayedJob(job), {
+            msgID: broker.brokerMessageId(job),
             timeout: timeoutMs,
           }),
         ),
@@ -173,7 +163,7 @@ export function natsTarget(options: NatsStreamOptions): RelayTarget {
       client = undefined;
       if (!open) return;
       // drain() waits for the server's answer, which a deaf connection never sends.
-      await withinMs(
+      await broker.withinMs(
         open.drain().catch(() => {}),
         timeoutMs,
       );
@@ -183,7 +173,9 @@ export function natsTarget(options: NatsStreamOptions): RelayTarget {
 }
 
 /** Options of {@link natsWorker}. */
-export interface NatsWorkerOptions<Jobs extends JobMap> extends BrokerWorkerOptions<Jobs>, NatsStreamOptions {
+export interface NatsWorkerOptions<Jobs extends JobMap>
+  extends broker.BrokerWorkerOptions<Jobs>,
+    NatsStreamOptions {
   /** How long the broker waits for a delivery's ack before redelivering it, in milliseconds; running handlers extend it. @default 30000 */
   ackWaitMs?: number;
 }
@@ -198,44 +190,27 @@ export function natsConsumerName(subject: string): string {
 }
 
 /** A broker-side worker on NATS JetStream: `start()`, `stop()`, events. */
-export class NatsWorker extends EventEmitter<BrokerWorkerEvents> {
-  /** The id recorded in the attempt history. */
-  readonly id: string;
+export class NatsWorker extends broker.BrokerWorker {
   readonly #stream: Required<NatsStreamOptions>;
-  readonly #settings: ReturnType<typeof resolveBrokerWorkerOptions>;
   readonly #ackWaitMs: number;
-  readonly #runner: DeliveryRunner;
   readonly #slots: (() => void)[] = [];
   #connection: NatsConnection | undefined;
   readonly #subscriptions: { stop(): void }[] = [];
   readonly #consuming: Promise<void>[] = [];
-  #stopping: Promise<void> | undefined;
 
   /** Made by {@link natsWorker}. */
   constructor(skiplock: Skiplock, options: NatsWorkerOptions<JobMap>) {
-    super();
-    this.#stream = checkStreamOptions(options, 'natsWorker');
-    this.#settings = resolveBrokerWorkerOptions(options, 'natsWorker');
-    this.id = this.#settings.workerId;
-    this.#ackWaitMs = options.ackWaitMs ?? 30_000;
-    if (!Number.isInteger(this.#ackWaitMs) || this.#ackWaitMs < 1000)
+    const stream = checkStreamOptions(options, 'natsWorker');
+    const ackWaitMs = options.ackWaitMs ?? 30_000;
+    if (!Number.isInteger(ackWaitMs) || ackWaitMs < 1000)
       throw new ValidationError('natsWorker.ackWaitMs', 'must be an integer ≥ 1000');
-    this.#runner = new DeliveryRunner(skiplock, this.#settings, this, Math.floor(this.#ackWaitMs / 3));
+    super(skiplock, options, 'natsWorker', Math.floor(ackWaitMs / 3));
+    this.#stream = stream;
+    this.#ackWaitMs = ackWaitMs;
   }
 
-  /** Handlers running now. */
-  get activeCount(): number {
-    return this.#runner.activeCount;
-  }
-
-  /**
-   * Connects, creates or checks the stream and the durable consumer of each
-   * queue, and starts consuming. Resolves once it consumes.
-   *
-   * @throws the broker's error when it cannot connect or create a consumer.
-   */
-  async start(): Promise<void> {
-    if (this.#connection || this.#stopping) return;
+  /** Connects, creates or checks the stream and the durable consumer of each queue, and consumes. */
+  protected async connect(): Promise<void> {
     const { nats, jetstream } = await loadClients();
     const connection = await nats.connect({ servers: this.#stream.servers, maxReconnectAttempts: -1 });
     try {
@@ -246,15 +221,14 @@ export class NatsWorker extends EventEmitter<BrokerWorkerEvents> {
       throw error;
     }
     this.#connection = connection;
-    if (this.#settings.handleSignals) stopOnSignals(this);
   }
 
   async #subscribe(jetstream: JetStreamModule, connection: NatsConnection): Promise<void> {
     await ensureStream(jetstream, connection, this.#stream);
     const manager = await jetstream.jetstreamManager(connection);
     const client = jetstream.jetstream(connection);
-    const republish = (job: RelayedJob) => this.#republish(client, job);
-    for (const queue of this.#settings.queues) {
+    const republish = (job: broker.RelayedJob) => this.#republish(client, job);
+    for (const queue of this.settings.queues) {
       const subject = natsSubject(this.#stream.subjectPrefix, queue);
       const name = natsConsumerName(subject);
       try {
@@ -268,50 +242,53 @@ export class NatsWorker extends EventEmitter<BrokerWorkerEvents> {
           ack_wait: this.#ackWaitMs * 1_000_000,
           // Attempts are counted in the message and ended by the worker (dead letter), not by the broker.
           max_deliver: -1,
-          max_ack_pending: Math.max(1000, this.#settings.concurrency * 2),
+          max_ack_pending: Math.max(1000, this.settings.concurrency * 2),
         });
       }
       const consumer = await client.consumers.get(this.#stream.stream, name);
-      const messages = await consumer.consume({ max_messages: this.#settings.concurrency });
+      const messages = await consumer.consume({ max_messages: this.settings.concurrency });
       this.#subscriptions.push(messages);
       this.#consuming.push(this.#consume(messages, republish));
     }
   }
 
-  async #republish(client: import('@nats-io/jetstream').JetStreamClient, job: RelayedJob): Promise<void> {
-    await client.publish(natsSubject(this.#stream.subjectPrefix, job.queue), encodeRelayedJob(job), {
-      msgID: brokerMessageId(job),
+  async #republish(
+    client: import('@nats-io/jetstream').JetStreamClient,
+    job: broker.RelayedJob,
+  ): Promise<void> {
+    await client.publish(natsSubject(this.#stream.subjectPrefix, job.queue), broker.encodeRelayedJob(job), {
+      msgID: broker.brokerMessageId(job),
     });
   }
 
   async #consume(
     messages: AsyncIterable<JsMsg>,
-    republish: (job: RelayedJob) => Promise<void>,
+    republish: (job: broker.RelayedJob) => Promise<void>,
   ): Promise<void> {
     try {
       for await (const message of messages) {
-        if (this.#stopping) {
+        if (this.stopping) {
           message.nak();
           continue;
         }
-        let job: RelayedJob;
+        let job: broker.RelayedJob;
         try {
-          job = decodeRelayedJob(message.data);
+          job = broker.decodeRelayedJob(message.data);
         } catch (error) {
           // Not a skiplock job: kept out of the way, and reported.
           message.term('not a relayed skiplock job');
-          this.#runner.report(error, 'consume');
+          this.runner.report(error, 'consume');
           continue;
         }
         // The slots are shared by every queue's consumer.
-        if (this.#runner.activeCount >= this.#settings.concurrency) {
+        if (this.runner.activeCount >= this.settings.concurrency) {
           await new Promise<void>((resolve) => this.#slots.push(resolve));
-          if (this.#stopping) {
+          if (this.stopping) {
             message.nak();
             continue;
           }
         }
-        void this.#runner
+        void this.runner
           .run(
             {
               job,
@@ -324,35 +301,25 @@ export class NatsWorker extends EventEmitter<BrokerWorkerEvents> {
           .finally(() => this.#slots.shift()?.());
       }
     } catch (error) {
-      this.#runner.report(error, 'consume');
+      this.runner.report(error, 'consume');
     }
   }
 
-  /**
-   * Stops: no new deliveries; running handlers finish within
-   * `shutdownTimeoutMs`, then are aborted and their deliveries handed back
-   * (the attempt not charged); then the connection closes.
-   */
-  stop(): Promise<void> {
-    this.#stopping ??= (async () => {
-      for (const subscription of this.#subscriptions) subscription.stop();
-      for (const release of this.#slots.splice(0)) release();
-      await this.#runner.drain(this.#settings.shutdownTimeoutMs);
-      // A broker that stopped answering never ends the consumers or the drain:
-      // each is waited for up to shutdownTimeoutMs, then the connection is dropped.
-      await withinMs(Promise.allSettled(this.#consuming), this.#settings.shutdownTimeoutMs);
-      const connection = this.#connection;
-      if (connection) {
-        await withinMs(
-          connection.drain().catch(() => {}),
-          this.#settings.shutdownTimeoutMs,
-        );
-        await connection.close().catch(() => {});
-      }
-      forgetOnSignals(this);
-      this.emit('worker:stop');
-    })();
-    return this.#stopping;
+  protected async disconnect(): Promise<void> {
+    for (const subscription of this.#subscriptions) subscription.stop();
+    for (const release of this.#slots.splice(0)) release();
+    await this.runner.drain(this.settings.shutdownTimeoutMs);
+    // A broker that stopped answering never ends the consumers or the drain:
+    // each is waited for up to shutdownTimeoutMs, then the connection is dropped.
+    await broker.withinMs(Promise.allSettled(this.#consuming), this.settings.shutdownTimeoutMs);
+    const connection = this.#connection;
+    if (connection) {
+      await broker.withinMs(
+        connection.drain().catch(() => {}),
+        this.settings.shutdownTimeoutMs,
+      );
+      await connection.close().catch(() => {});
+    }
   }
 }
 

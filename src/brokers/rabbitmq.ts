@@ -7,26 +7,16 @@
  * messages expire back into the job's queue. The client, `amqplib`, is an
  * optional package loaded when a target or worker connects.
  */
-import { EventEmitter } from 'node:events';
 import type { ChannelModel, ConfirmChannel, ConsumeMessage } from 'amqplib';
 import { ValidationError } from '../errors.js';
 import { describeFailure } from '../job/failure.js';
 import type { JobMap } from '../job/job.js';
 import { importOptional } from '../optional-dependency.js';
-import { brokerMessageId, decodeRelayedJob, encodeRelayedJob, type RelayedJob } from '../relay/message.js';
 import type { RelayTarget } from '../relay/relay.js';
 import type { Skiplock } from '../skiplock.js';
-import { forgetOnSignals, stopOnSignals } from '../worker/signals.js';
-import {
-  type BrokerWorkerEvents,
-  type BrokerWorkerOptions,
-  DeliveryRunner,
-  resolveBrokerWorkerOptions,
-  withinMs,
-} from './broker-worker.js';
+import * as broker from './broker-worker.js';
 
-export type { RelayedJob } from '../relay/message.js';
-export type { BrokerWorkerEvents, BrokerWorkerOptions } from './broker-worker.js';
+export type { BrokerWorkerEvents, BrokerWorkerOptions, RelayedJob } from './broker-worker.js';
 
 /** Where relayed jobs go in RabbitMQ. */
 export interface RabbitmqQueueOptions {
@@ -75,14 +65,14 @@ async function assertQueues(channel: ConfirmChannel, name: string): Promise<void
 }
 
 /** Publishes one message and resolves on the broker's confirm. */
-function send(channel: ConfirmChannel, queue: string, job: RelayedJob, expirationMs?: number): Promise<void> {
+function send(channel: ConfirmChannel, queue: string, job: broker.RelayedJob, expirationMs?: number): Promise<void> {
   return new Promise((resolve, reject) => {
     channel.sendToQueue(
       queue,
-      Buffer.from(encodeRelayedJob(job)),
+      Buffer.from(broker.encodeRelayedJob(job)),
       {
         persistent: true,
-        messageId: brokerMessageId(job),
+        messageId: broker.brokerMessageId(job),
         contentType: 'application/json',
         type: job.kind,
         ...(expirationMs !== undefined && { expiration: String(Math.max(0, Math.round(expirationMs))) }),
@@ -118,7 +108,7 @@ async function open(
       throw error;
     }
   })();
-  const opened = await withinMs(opening, timeoutMs);
+  const opened = await broker.withinMs(opening, timeoutMs);
   if (opened !== 'late') return opened;
   // Opened after all, too late: closed (within the same bound) so it does not linger.
   void opening.then(
@@ -206,7 +196,7 @@ export function rabbitmqTarget(options: RabbitmqQueueOptions): RelayTarget {
  * its socket.
  */
 async function closeWithin(model: { close(): Promise<void> }, timeoutMs: number): Promise<void> {
-  const closed = await withinMs(
+  const closed = await broker.withinMs(
     model.close().catch(() => {}),
     timeoutMs,
   );
@@ -217,7 +207,7 @@ async function closeWithin(model: { close(): Promise<void> }, timeoutMs: number)
 
 /** Options of {@link rabbitmqWorker}. */
 export interface RabbitmqWorkerOptions<Jobs extends JobMap>
-  extends BrokerWorkerOptions<Jobs>,
+  extends broker.BrokerWorkerOptions<Jobs>,
     RabbitmqQueueOptions {}
 
 /** How many completed message ids a worker remembers, to drop a message delivered twice. */
@@ -241,12 +231,8 @@ interface Held {
  * `error` (source `consume`) and connects again by itself, with a pause that
  * doubles from 0.5 s up to 10 s, until it is stopped.
  */
-export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
-  /** The id recorded in the attempt history. */
-  readonly id: string;
+export class RabbitmqWorker extends broker.BrokerWorker {
   readonly #queues: Required<RabbitmqQueueOptions>;
-  readonly #settings: ReturnType<typeof resolveBrokerWorkerOptions>;
-  readonly #runner: DeliveryRunner;
   readonly #done = new Set<string>();
   /**
    * The deliveries running or waiting for a slot here, by message id. When the
@@ -260,42 +246,23 @@ export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
   #connection: { model: ChannelModel; channel: ConfirmChannel } | undefined;
   #consumerTags: string[] = [];
   #reconnectTimer: NodeJS.Timeout | undefined;
-  #stopping: Promise<void> | undefined;
 
   /** Made by {@link rabbitmqWorker}. */
   constructor(skiplock: Skiplock, options: RabbitmqWorkerOptions<JobMap>) {
-    super();
-    this.#queues = checkQueueOptions(options, 'rabbitmqWorker');
-    this.#settings = resolveBrokerWorkerOptions(options, 'rabbitmqWorker');
-    this.id = this.#settings.workerId;
+    const queues = checkQueueOptions(options, 'rabbitmqWorker');
     // RabbitMQ has no ack deadline to extend (quorum queues redeliver when the connection drops).
-    this.#runner = new DeliveryRunner(skiplock, this.#settings, this, 60_000);
+    super(skiplock, options, 'rabbitmqWorker', 60_000);
+    this.#queues = queues;
   }
 
-  /** Handlers running now. */
-  get activeCount(): number {
-    return this.#runner.activeCount;
-  }
-
-  /**
-   * Connects, declares the queues and starts consuming (`concurrency`
-   * unacknowledged deliveries at most). Resolves once it consumes.
-   *
-   * @throws the broker's error when it cannot connect or declare a queue.
-   */
-  async start(): Promise<void> {
-    if (this.#connection || this.#stopping) return;
-    await this.#connect();
-    if (this.#settings.handleSignals) stopOnSignals(this);
-  }
-
-  async #connect(): Promise<void> {
+  /** Connects, declares the queues and consumes (`concurrency` unacknowledged deliveries at most). */
+  protected async connect(): Promise<void> {
     const connection = await open(await loadClient(), this.#queues.url);
     const { channel } = connection;
     const tags: string[] = [];
     try {
-      await channel.prefetch(this.#settings.concurrency);
-      for (const queue of this.#settings.queues) {
+      await channel.prefetch(this.settings.concurrency);
+      for (const queue of this.settings.queues) {
         const name = rabbitmqQueueName(this.#queues.queue, queue);
         await assertQueues(channel, name);
         const { consumerTag } = await channel.consume(name, (message) => {
@@ -316,11 +283,11 @@ export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
 
   /** The broker closed `connection` (or its channel): report it and connect again, unless stopping. */
   #lost(connection: { model: ChannelModel }, error?: unknown): void {
-    if (this.#connection !== connection || this.#stopping) return;
+    if (this.#connection !== connection || this.stopping) return;
     this.#connection = undefined;
     this.#consumerTags = [];
     void connection.model.close().catch(() => {});
-    this.#runner.report(
+    this.runner.report(
       new Error(
         `the broker closed the connection${error ? `: ${describeFailure(error)}` : ''}; connecting again`,
         {
@@ -335,33 +302,33 @@ export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
   #reconnectAfter(delayMs: number): void {
     this.#reconnectTimer = setTimeout(async () => {
       this.#reconnectTimer = undefined;
-      if (this.#stopping) return;
+      if (this.stopping) return;
       try {
-        await this.#connect();
+        await this.connect();
         // Stopped while connecting: the stop saw no connection to close.
-        if (this.#stopping) await closeWithin(this.#connection!.model, this.#settings.shutdownTimeoutMs);
+        if (this.stopping) await closeWithin(this.#connection!.model, this.settings.shutdownTimeoutMs);
       } catch (error) {
-        this.#runner.report(error, 'consume');
-        if (!this.#stopping) this.#reconnectAfter(Math.min(delayMs * 2, RECONNECT_MAX_MS));
+        this.runner.report(error, 'consume');
+        if (!this.stopping) this.#reconnectAfter(Math.min(delayMs * 2, RECONNECT_MAX_MS));
       }
     }, delayMs);
   }
 
   #deliver(channel: ConfirmChannel, message: ConsumeMessage): void {
-    if (this.#stopping) {
+    if (this.stopping) {
       settle(() => channel.nack(message, false, true));
       return;
     }
-    let job: RelayedJob;
+    let job: broker.RelayedJob;
     try {
-      job = decodeRelayedJob(message.content);
+      job = broker.decodeRelayedJob(message.content);
     } catch (error) {
       // Not a skiplock job: dropped (dead-lettered where the queue has a policy for it), and reported.
       settle(() => channel.nack(message, false, false));
-      this.#runner.report(error, 'consume');
+      this.runner.report(error, 'consume');
       return;
     }
-    const messageId = brokerMessageId(job);
+    const messageId = broker.brokerMessageId(job);
     if (this.#done.has(messageId)) {
       settle(() => channel.ack(message));
       return;
@@ -380,13 +347,13 @@ export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
     const name = rabbitmqQueueName(this.#queues.queue, job.queue);
     // Each reads the delivery when the attempt ends: it may have been delivered again since.
     const delivery = () => this.#current.get(messageId) ?? { channel, message };
-    const republish = async (next: RelayedJob) => {
+    const republish = async (next: broker.RelayedJob) => {
       const waitMs = next.notBefore === undefined ? 0 : Date.parse(next.notBefore) - Date.now();
       const { channel } = delivery();
       await (waitMs > 0 ? send(channel, `${name}.delay`, next, waitMs) : send(channel, name, next));
     };
     const run = () =>
-      this.#runner
+      this.runner
         .run(
           {
             job,
@@ -416,13 +383,13 @@ export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
         });
     // The prefetch is per queue's consumer (quorum queues have no channel-wide one): the slots are shared here.
     const start = () => {
-      if (this.#stopping) {
+      if (this.stopping) {
         const { channel, message } = delivery();
         this.#current.delete(messageId);
         settle(() => channel.nack(message, false, true));
       } else void run();
     };
-    if (this.#runner.activeCount < this.#settings.concurrency) start();
+    if (this.runner.activeCount < this.settings.concurrency) start();
     else this.#waiting.push(start);
   }
 
@@ -431,30 +398,20 @@ export class RabbitmqWorker extends EventEmitter<BrokerWorkerEvents> {
     if (this.#done.size > REMEMBERED_MESSAGE_IDS) this.#done.delete(this.#done.values().next().value!);
   }
 
-  /**
-   * Stops: no new deliveries; running handlers finish within
-   * `shutdownTimeoutMs`, then are aborted and their deliveries handed back
-   * (the attempt not charged); then the connection closes.
-   */
-  stop(): Promise<void> {
-    this.#stopping ??= (async () => {
-      clearTimeout(this.#reconnectTimer);
-      const connection = this.#connection;
-      // Each broker round trip is bounded: a broker that stopped answering never holds the stop up.
-      for (const tag of this.#consumerTags) {
-        await withinMs(
-          connection?.channel.cancel(tag).catch(() => {}) ?? Promise.resolve(),
-          this.#settings.shutdownTimeoutMs,
-        );
-      }
-      // Deliveries still waiting for a slot go back to the broker.
-      for (const start of this.#waiting.splice(0)) start();
-      await this.#runner.drain(this.#settings.shutdownTimeoutMs);
-      if (connection) await closeWithin(connection.model, this.#settings.shutdownTimeoutMs);
-      forgetOnSignals(this);
-      this.emit('worker:stop');
-    })();
-    return this.#stopping;
+  protected async disconnect(): Promise<void> {
+    clearTimeout(this.#reconnectTimer);
+    const connection = this.#connection;
+    // Each broker round trip is bounded: a broker that stopped answering never holds the stop up.
+    for (const tag of this.#consumerTags) {
+      await broker.withinMs(
+        connection?.channel.cancel(tag).catch(() => {}) ?? Promise.resolve(),
+        this.settings.shutdownTimeoutMs,
+      );
+    }
+    // Deliveries still waiting for a slot go back to the broker.
+    for (const start of this.#waiting.splice(0)) start();
+    await this.runner.drain(this.settings.shutdownTimeoutMs);
+    if (connection) await closeWithin(connection.model, this.settings.shutdownTimeoutMs);
   }
 }
 

@@ -2,6 +2,7 @@
  * `skiplock requeue [ID...]`: puts dead/failed (and cancelled) jobs back to `queued`.
  */
 import { Command } from 'commander';
+import { REQUEUABLE_STATUSES } from '../../db/queries/requeue.js';
 import type { RequeueFilter, Skiplock } from '../../skiplock.js';
 import { withDatabase } from '../database.js';
 import {
@@ -27,7 +28,7 @@ export function requeueCommand(): Command {
         'Puts dead and failed jobs back to queued with attempts 0, run_at now and last_error cleared; cancelled jobs too when named by id or --status cancelled. Give job ids and/or filters; --all requeues every dead and failed job.',
       ),
     'only dead, failed or cancelled jobs',
-    ['dead', 'failed', 'cancelled'],
+    REQUEUABLE_STATUSES,
   ).option('--all', 'every dead and failed job, when no id or filter is given');
   return addDatabaseCommandFlags(command, [
     'skiplock requeue 42 43',

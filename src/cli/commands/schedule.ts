@@ -64,15 +64,9 @@ export function scheduleCommand(): Command {
     "skiplock schedule heartbeat '*/10 * * * * *' ping --overlap allow",
   ]).action(async (name: string, cron: string, kind: string, payloadJson: string, flags: ScheduleFlags) => {
     const payload = parsePayloadArgument(payloadJson);
-    const options: ScheduleOptions = definedOnly({
-      timezone: flags.timezone,
-      queue: flags.queue,
-      priority: flags.priority,
-      maxAttempts: flags.maxAttempts,
-      overlap: flags.overlap,
-      catchUp: flags.catchUp,
-      catchUpMs: flags.catchUpMs,
-    });
+    // The schedule's flags are named as its options.
+    const { databaseUrl, schema, allowSharedSchema, json, ...given } = flags;
+    const options: ScheduleOptions = definedOnly(given);
     await withDatabase(flags, async ({ skiplock }) => {
       const info = await skiplock.schedule(name, cron, kind, payload, options);
       if (flags.json) printJson(info);
