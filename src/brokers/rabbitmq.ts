@@ -65,7 +65,12 @@ async function assertQueues(channel: ConfirmChannel, name: string): Promise<void
 }
 
 /** Publishes one message and resolves on the broker's confirm. */
-function send(channel: ConfirmChannel, queue: string, job: broker.RelayedJob, expirationMs?: number): Promise<void> {
+function send(
+  channel: ConfirmChannel,
+  queue: string,
+  job: broker.RelayedJob,
+  expirationMs?: number,
+): Promise<void> {
   return new Promise((resolve, reject) => {
     channel.sendToQueue(
       queue,
