@@ -302,9 +302,15 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   async #start(): Promise<void> {
     try {
-      await assertMigrated(this.#pool.pool, this.#ctx.schema);
+      // Side by side: a schema that is not migrated fails the read of limits
+      // too, and then the version check's error is the one to report.
+      const [migrated, limits] = await Promise.allSettled([
+        assertMigrated(this.#pool.pool, this.#ctx.schema),
+        this.#claimLoop.readLimits(),
+      ]);
+      if (migrated.status === 'rejected') throw migrated.reason;
+      if (limits.status === 'rejected') throw limits.reason;
       if (this.#ctx.tracing) this.#tracing = await this.#ctx.tracing();
-      await this.#claimLoop.readLimits();
     } catch (error) {
       this.#state = 'stopped';
       this.#ctx.onStop(this);
@@ -315,11 +321,14 @@ export class Worker extends EventEmitter<WorkerEvents> {
     if (this.#options.handleSignals) stopOnSignals(this);
     this.#completer.start();
     this.#heartbeat.start();
-    if (this.#options.listen) await this.#notifier.start();
+    // Claims start while LISTEN connects: once it listens, the claim loop is
+    // woken and claims again, so a job inserted in between is not missed.
     this.#claimLoop.start();
+    const listening = this.#options.listen ? this.#notifier.start() : undefined;
     this.#maintainer.start();
     this.#expireBuffered();
     void this.#warnAboutServer();
+    await listening;
   }
 
   /** Buffers claimed jobs; `sentAt` (when their claim was sent) is their claim time. */
