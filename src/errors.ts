@@ -34,8 +34,7 @@ export class SkiplockError extends Error {
 
   constructor(code: SkiplockErrorCode, message: string, options?: { cause?: unknown }) {
     super(message, options);
-    // Each subclass's own name, without restating it.
-    this.name = new.target.name;
+    this.name = 'SkiplockError';
     this.code = code;
   }
 }
@@ -53,6 +52,7 @@ export class ValidationError extends SkiplockError {
 
   constructor(field: string, reason: string) {
     super('VALIDATION', `invalid ${field}: ${reason}`);
+    this.name = 'ValidationError';
     this.field = field;
     this.reason = reason;
   }
@@ -64,6 +64,7 @@ export class UnknownKindError extends SkiplockError {
 
   constructor(kind: string) {
     super('UNKNOWN_KIND', `no handler for kind ${JSON.stringify(kind)} in this worker`);
+    this.name = 'UnknownKindError';
     this.kind = kind;
   }
 }
@@ -80,6 +81,7 @@ export class SchemaVersionError extends SkiplockError {
     options?: { cause?: unknown; databaseVersion?: number; libraryVersion?: number },
   ) {
     super('SCHEMA_VERSION', message, options);
+    this.name = 'SchemaVersionError';
     this.databaseVersion = options?.databaseVersion;
     this.libraryVersion = options?.libraryVersion;
   }
@@ -91,6 +93,7 @@ export class JobTimeoutError extends SkiplockError {
 
   constructor(timeoutMs: number) {
     super('JOB_TIMEOUT', `job timed out after ${timeoutMs} ms`);
+    this.name = 'JobTimeoutError';
     this.timeoutMs = timeoutMs;
   }
 }
@@ -105,6 +108,7 @@ export class JobTimeoutError extends SkiplockError {
 export class PermanentError extends SkiplockError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('PERMANENT', message, options);
+    this.name = 'PermanentError';
   }
 }
 
@@ -131,6 +135,7 @@ export function isPermanentError(error: unknown): boolean {
 export class ShutdownError extends SkiplockError {
   constructor() {
     super('SHUTDOWN', 'worker is shutting down; the job goes back to queued');
+    this.name = 'ShutdownError';
   }
 }
 
@@ -141,6 +146,7 @@ export class LeaseLostError extends SkiplockError {
 
   constructor(jobId: string) {
     super('LEASE_LOST', `lease of job ${jobId} was lost (reclaimed after the visibility timeout)`);
+    this.name = 'LeaseLostError';
     this.jobId = jobId;
   }
 }
@@ -156,6 +162,7 @@ export class CancelledError extends SkiplockError {
 
   constructor(jobId: string) {
     super('CANCELLED', `job ${jobId} was cancelled`);
+    this.name = 'CancelledError';
     this.jobId = jobId;
   }
 }
@@ -183,6 +190,7 @@ export class SnoozeError extends SkiplockError {
       throw new ValidationError('delayMs', 'must be a finite number of milliseconds from 0 to 10,000 years');
     }
     super('SNOOZE', `snoozed for ${delayMs} ms`);
+    this.name = 'SnoozeError';
     this.delayMs = delayMs;
   }
 }
@@ -213,6 +221,7 @@ export class DatabaseError extends SkiplockError {
 
   constructor(message: string, sqlState: string | undefined, options?: { cause?: unknown }) {
     super('DATABASE', message, options);
+    this.name = 'DatabaseError';
     this.sqlState = sqlState;
   }
 }
@@ -228,6 +237,7 @@ export class MissingDependencyError extends SkiplockError {
 
   constructor(packageName: string, message: string, options?: { cause?: unknown }) {
     super('MISSING_DEPENDENCY', message, options);
+    this.name = 'MissingDependencyError';
     this.packageName = packageName;
   }
 }
@@ -239,6 +249,7 @@ export class JobNotFoundError extends SkiplockError {
 
   constructor(jobId: string) {
     super('JOB_NOT_FOUND', `job ${jobId} does not exist`);
+    this.name = 'JobNotFoundError';
     this.jobId = jobId;
   }
 }
@@ -252,6 +263,7 @@ export class WaitTimeoutError extends SkiplockError {
 
   constructor(jobId: string, timeoutMs: number) {
     super('WAIT_TIMEOUT', `job ${jobId} did not reach a final status within ${timeoutMs} ms`);
+    this.name = 'WaitTimeoutError';
     this.jobId = jobId;
     this.timeoutMs = timeoutMs;
   }

@@ -532,7 +532,6 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
     else unlistenForPoolErrors(this.#pool);
   }
 
-  /** `@opentelemetry/api`, loaded once; a missing install fails every call alike. */
   /** What the enqueue calls run with, once this client is known to be open. */
   async #producer(): Promise<Producer> {
     this.#assertOpen();
@@ -540,6 +539,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
     return { queries: this.#queries, pool: this.#pool, tracing, maxPayloadBytes: this.#maxPayloadBytes };
   }
 
+  /** `@opentelemetry/api`, loaded once; a missing install fails every call alike. */
   #loadTracing(): Promise<JobTracing> {
     this.#tracing ??= loadTracing();
     return this.#tracing;

@@ -160,7 +160,7 @@ export abstract class BrokerWorker extends EventEmitter<BrokerWorkerEvents> {
   readonly id: string;
   protected readonly settings: BrokerWorkerSettings;
   protected readonly runner: DeliveryRunner;
-  #started = false;
+  #starting: Promise<void> | undefined;
   #stopping: Promise<void> | undefined;
 
   /**
@@ -191,25 +191,36 @@ export abstract class BrokerWorker extends EventEmitter<BrokerWorkerEvents> {
   }
 
   /**
-   * Connects and starts consuming; resolves once it consumes. Nothing more
-   * once started or stopping.
+   * Connects and starts consuming; resolves once it consumes. A call while a
+   * start is under way shares it; after a start that failed, a call tries
+   * again; once started or stopping, nothing more.
    *
    * @throws the broker's error when it cannot connect or set up what it consumes.
    */
-  async start(): Promise<void> {
-    if (this.#started || this.#stopping) return;
-    await this.connect();
-    this.#started = true;
-    if (this.settings.handleSignals) stopOnSignals(this);
+  start(): Promise<void> {
+    if (this.#stopping) return Promise.resolve();
+    this.#starting ??= this.connect().then(
+      () => {
+        if (!this.#stopping && this.settings.handleSignals) stopOnSignals(this);
+      },
+      (error: unknown) => {
+        this.#starting = undefined;
+        throw error;
+      },
+    );
+    return this.#starting;
   }
 
   /**
    * Stops: no new deliveries; running handlers finish within
    * `shutdownTimeoutMs`, then are aborted and their deliveries handed back
-   * (the attempt not charged); then the connection closes.
+   * (the attempt not charged); then the connection closes. Called while
+   * `start()` is under way, it waits for that start to end first, so what
+   * the start opened is closed too.
    */
   stop(): Promise<void> {
     this.#stopping ??= (async () => {
+      await this.#starting?.catch(() => {});
       await this.disconnect();
       forgetOnSignals(this);
       this.emit('worker:stop');

@@ -20,6 +20,7 @@ export interface RunAs {
 export class EmbeddedServerError extends SkiplockError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('EMBEDDED_SERVER', message, options);
+    this.name = 'EmbeddedServerError';
   }
 }
 

@@ -7,5 +7,6 @@ import { SkiplockError } from '../errors.js';
 export class UsageError extends SkiplockError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('USAGE', message, options);
+    this.name = 'UsageError';
   }
 }

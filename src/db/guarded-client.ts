@@ -58,6 +58,7 @@ function watchCommandTags(client: pg.PoolClient): void {
 export class TransactionMisuseError extends SkiplockError {
   constructor(message: string) {
     super('USAGE', message);
+    this.name = 'TransactionMisuseError';
   }
 }
 

@@ -167,11 +167,17 @@ export class Relay extends EventEmitter<RelayEvents> {
     for (const [i, queue] of queues.entries()) assertName(queue, `relay.queues[${i}]`);
     this.id = parsed.relayId ?? `relay:${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
     // A batch must be published and removed well within its lease, or the sweeper gives it back meanwhile.
+    // The error names the option the caller gave, not the default it clashes with.
     if (publishTimeoutMs * 2 > visibilityTimeoutMs)
-      throw new ValidationError(
-        'relay.publishTimeoutMs',
-        `must be at most half of visibilityTimeoutMs (${visibilityTimeoutMs} ms)`,
-      );
+      throw options.publishTimeoutMs === undefined
+        ? new ValidationError(
+            'relay.visibilityTimeoutMs',
+            `must be at least twice publishTimeoutMs (${publishTimeoutMs} ms, its default)`,
+          )
+        : new ValidationError(
+            'relay.publishTimeoutMs',
+            `must be at most half of visibilityTimeoutMs (${visibilityTimeoutMs} ms)`,
+          );
     this.#handleSignals = parsed.handleSignals;
     this.#targetName = parsed.target.name;
     this.#loop = new RelayLoop(

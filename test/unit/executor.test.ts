@@ -111,3 +111,30 @@ describe('withMiddleware', () => {
     }
   });
 });
+
+describe('errors from another copy of the library', () => {
+  // A handlers file loaded through a TypeScript loader can bring its own copy
+  // of skiplock's modules: its errors fail `instanceof` here.
+  it('a PermanentError and a subclass of it still end the job without retry', async () => {
+    const secondCopy = '../../src/errors.ts?second-copy';
+    const copy = (await import(/* @vite-ignore */ secondCopy)) as typeof import('../../src/errors.js');
+    const { isPermanentError, PermanentError } = await import('../../src/errors.js');
+    expect(copy.PermanentError).not.toBe(PermanentError);
+    class OrderMissing extends copy.PermanentError {}
+    for (const error of [
+      new copy.PermanentError('gone'),
+      new OrderMissing('gone'),
+      new (class extends copy.PermanentError {})('gone'),
+    ]) {
+      expect(error).not.toBeInstanceOf(PermanentError);
+      expect(error.name).toBe('PermanentError');
+      expect(isPermanentError(error)).toBe(true);
+      const outcome = await runJob(() => Promise.reject(error), job, new AttemptControl(), undefined);
+      expect(outcome).toMatchObject({
+        ok: false,
+        permanent: true,
+        error: expect.stringMatching(/^PermanentError: gone\n/),
+      });
+    }
+  });
+});

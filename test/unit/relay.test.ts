@@ -50,6 +50,10 @@ describe('relay options', () => {
     expect(() =>
       createRelay(skiplock, { target, visibilityTimeoutMs: 10_000, publishTimeoutMs: 6000 }),
     ).toThrow(/relay\.publishTimeoutMs: must be at most half of visibilityTimeoutMs/);
+    // Only visibilityTimeoutMs given: it is the one named, against publishTimeoutMs's default.
+    expect(() => createRelay(skiplock, { target, visibilityTimeoutMs: 15_000 })).toThrow(
+      'invalid relay.visibilityTimeoutMs: must be at least twice publishTimeoutMs (10000 ms, its default)',
+    );
     expect(() => natsTarget({ servers: 'nats://h', stream: 'a.b' })).toThrow(/natsTarget\.stream/);
   });
 });
