@@ -108,15 +108,37 @@ export async function withinMs<T>(promise: Promise<T>, timeoutMs: number): Promi
   }
 }
 
+/** The keys of {@link BrokerWorkerOptions}. */
+const BROKER_WORKER_KEYS: readonly string[] = [
+  'handlers',
+  'queues',
+  'concurrency',
+  'jobTimeoutMs',
+  'shutdownTimeoutMs',
+  'handleSignals',
+  'workerId',
+];
+
 /**
- * Validates the options every broker-side worker shares.
+ * Validates the options every broker-side worker shares; `ownKeys` are the
+ * broker's own options (checked by it), any other key is refused.
  *
- * @throws {ValidationError} naming the field (`natsWorker.handlers.send_email.maxAttempts`…).
+ * @throws {ValidationError} naming the field (`natsWorker.handlers.send_email.maxAttempts`,
+ *   `natsWorker.concurency` as an unknown option…).
  */
 export function resolveBrokerWorkerOptions(
   options: BrokerWorkerOptions<JobMap>,
   field: string,
+  ownKeys: readonly string[] = [],
 ): BrokerWorkerSettings {
+  for (const key of Object.keys(options))
+    if (!BROKER_WORKER_KEYS.includes(key) && !ownKeys.includes(key))
+      throw new ValidationError(`${field}.${key}`, 'unknown option');
+  const { handleSignals = true, workerId } = options;
+  if (typeof handleSignals !== 'boolean')
+    throw new ValidationError(`${field}.handleSignals`, 'must be a boolean');
+  if (workerId !== undefined && (typeof workerId !== 'string' || workerId === '' || workerId.length > 200))
+    throw new ValidationError(`${field}.workerId`, 'must be a string of 1…200 characters');
   const handlers = resolveHandlers(options.handlers, `${field}.handlers`);
   for (const [kind, handler] of handlers)
     if (handler.transactional)
@@ -144,8 +166,8 @@ export function resolveBrokerWorkerOptions(
     concurrency: positive(options.concurrency, 'concurrency', 1000) ?? 10,
     jobTimeoutMs: positive(options.jobTimeoutMs, 'jobTimeoutMs', 2_147_483_647),
     shutdownTimeoutMs: positive(options.shutdownTimeoutMs, 'shutdownTimeoutMs', 2_147_483_647) ?? 30_000,
-    handleSignals: options.handleSignals ?? true,
-    workerId: options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`,
+    handleSignals,
+    workerId: workerId ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`,
   };
 }
 
@@ -165,6 +187,7 @@ export abstract class BrokerWorker extends EventEmitter<BrokerWorkerEvents> {
 
   /**
    * @param field the factory's name, for errors (`natsWorker`).
+   * @param ownKeys the broker's own options, which it checks itself.
    * @param heartbeatMs how often a running attempt keeps its delivery with the broker, in milliseconds.
    * @throws {ValidationError} naming the field (`natsWorker.handlers.send_email.maxAttempts`…).
    */
@@ -172,10 +195,11 @@ export abstract class BrokerWorker extends EventEmitter<BrokerWorkerEvents> {
     skiplock: Skiplock,
     options: BrokerWorkerOptions<JobMap>,
     field: string,
+    ownKeys: readonly string[],
     heartbeatMs: number,
   ) {
     super();
-    this.settings = resolveBrokerWorkerOptions(options, field);
+    this.settings = resolveBrokerWorkerOptions(options, field, ownKeys);
     this.id = this.settings.workerId;
     this.runner = new DeliveryRunner(skiplock, this.settings, this, heartbeatMs);
   }

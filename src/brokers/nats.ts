@@ -189,6 +189,9 @@ export function natsConsumerName(subject: string): string {
   return `skiplock_${createHash('sha256').update(subject).digest('hex').slice(0, 16)}`;
 }
 
+/** The options of {@link NatsWorkerOptions} beyond those every broker-side worker takes. */
+const NATS_WORKER_KEYS = ['servers', 'stream', 'subjectPrefix', 'duplicateWindowMs', 'ackWaitMs'];
+
 /** A broker-side worker on NATS JetStream: `start()`, `stop()`, events. */
 export class NatsWorker extends broker.BrokerWorker {
   readonly #stream: Required<NatsStreamOptions>;
@@ -204,7 +207,7 @@ export class NatsWorker extends broker.BrokerWorker {
     const ackWaitMs = options.ackWaitMs ?? 30_000;
     if (!Number.isInteger(ackWaitMs) || ackWaitMs < 1000)
       throw new ValidationError('natsWorker.ackWaitMs', 'must be an integer ≥ 1000');
-    super(skiplock, options, 'natsWorker', Math.floor(ackWaitMs / 3));
+    super(skiplock, options, 'natsWorker', NATS_WORKER_KEYS, Math.floor(ackWaitMs / 3));
     this.#stream = stream;
     this.#ackWaitMs = ackWaitMs;
   }

@@ -256,7 +256,7 @@ export class RabbitmqWorker extends broker.BrokerWorker {
   constructor(skiplock: Skiplock, options: RabbitmqWorkerOptions<JobMap>) {
     const queues = checkQueueOptions(options, 'rabbitmqWorker');
     // RabbitMQ has no ack deadline to extend (quorum queues redeliver when the connection drops).
-    super(skiplock, options, 'rabbitmqWorker', 60_000);
+    super(skiplock, options, 'rabbitmqWorker', ['url', 'queue'], 60_000);
     this.#queues = queues;
   }
 

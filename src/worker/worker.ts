@@ -321,14 +321,13 @@ export class Worker extends EventEmitter<WorkerEvents> {
     if (this.#options.handleSignals) stopOnSignals(this);
     this.#completer.start();
     this.#heartbeat.start();
-    // Claims start while LISTEN connects: once it listens, the claim loop is
-    // woken and claims again, so a job inserted in between is not missed.
+    // Listening before the first claim: a cancel or pause of a claimed job is
+    // a message, and one sent before LISTEN would not be heard.
+    if (this.#options.listen) await this.#notifier.start();
     this.#claimLoop.start();
-    const listening = this.#options.listen ? this.#notifier.start() : undefined;
     this.#maintainer.start();
     this.#expireBuffered();
     void this.#warnAboutServer();
-    await listening;
   }
 
   /** Buffers claimed jobs; `sentAt` (when their claim was sent) is their claim time. */

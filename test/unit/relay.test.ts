@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { natsSubject, natsTarget } from '../../src/brokers/nats.js';
+import { natsSubject, natsTarget, natsWorker } from '../../src/brokers/nats.js';
+import { rabbitmqWorker } from '../../src/brokers/rabbitmq.js';
 import { createRelay, Skiplock } from '../../src/index.js';
 import { brokerMessageId, relayMessageId, relayNamespace } from '../../src/relay/message.js';
 
@@ -55,5 +56,45 @@ describe('relay options', () => {
       'invalid relay.visibilityTimeoutMs: must be at least twice publishTimeoutMs (10000 ms, its default)',
     );
     expect(() => natsTarget({ servers: 'nats://h', stream: 'a.b' })).toThrow(/natsTarget\.stream/);
+  });
+});
+
+describe('broker-side worker options', () => {
+  const skiplock = new Skiplock({ connectionString: 'postgres://nobody@127.0.0.1:1/none' });
+  const handlers = { greet: () => {} };
+  const nats = { servers: 'nats://127.0.0.1:1', stream: 'jobs', handlers };
+  const rabbitmq = { url: 'amqp://127.0.0.1:1', handlers };
+
+  it('refuse an unknown option, a handleSignals that is no boolean and a bad workerId, naming each', () => {
+    expect(() => natsWorker(skiplock, { ...nats, concurency: 5 } as never)).toThrow(
+      'invalid natsWorker.concurency: unknown option',
+    );
+    expect(() => rabbitmqWorker(skiplock, { ...rabbitmq, stream: 'jobs' } as never)).toThrow(
+      'invalid rabbitmqWorker.stream: unknown option',
+    );
+    expect(() => natsWorker(skiplock, { ...nats, handleSignals: 'no' } as never)).toThrow(
+      'invalid natsWorker.handleSignals: must be a boolean',
+    );
+    for (const workerId of [5, '', 'w'.repeat(201)])
+      expect(() => rabbitmqWorker(skiplock, { ...rabbitmq, workerId } as never)).toThrow(
+        'invalid rabbitmqWorker.workerId: must be a string of 1…200 characters',
+      );
+  });
+
+  it('take every option of their own and the shared ones', () => {
+    const worker = natsWorker(skiplock, {
+      ...nats,
+      subjectPrefix: 'jobs',
+      duplicateWindowMs: 60_000,
+      ackWaitMs: 5000,
+      queues: ['q'],
+      concurrency: 2,
+      jobTimeoutMs: 1000,
+      shutdownTimeoutMs: 1000,
+      handleSignals: false,
+      workerId: 'w1',
+    });
+    expect(worker.id).toBe('w1');
+    expect(rabbitmqWorker(skiplock, { ...rabbitmq, queue: 'jobs', workerId: 'w2' }).id).toBe('w2');
   });
 });
