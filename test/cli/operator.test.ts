@@ -26,6 +26,21 @@ describe('skiplock CLI for operators', () => {
       requeued: 0,
       reasons: ['no dead or failed job with kind nothing-like-this'],
     });
+    const byStatus = await runCli([
+      'requeue',
+      '--status',
+      'cancelled',
+      '--status',
+      'dead',
+      '--queue',
+      'op-none',
+      ...conn,
+    ]);
+    expect(byStatus.code, byStatus.stderr).toBe(0);
+    expect(byStatus.stdout.trim().split('\n')).toEqual([
+      'requeued 0 jobs',
+      'no cancelled or dead job with queue op-none',
+    ]);
   });
 
   it('jobs lists newest first and pages with --after', async () => {

@@ -61,13 +61,14 @@ const MAX_EXPLAINED_IDS = 20;
  */
 async function whyNothingMatched(skiplock: Skiplock, filter: RequeueFilter): Promise<string[]> {
   if (filter.ids === undefined) {
+    // The statuses given name the jobs; without them, dead and failed ones.
+    const statuses = filter.status ? [filter.status].flat().join(' or ') : 'dead or failed';
     const what = [
-      filter.status && `status ${[filter.status].flat().join('/')}`,
       filter.kind && `kind ${[filter.kind].flat().join(', ')}`,
       filter.queue && `queue ${[filter.queue].flat().join(', ')}`,
       filter.tags && `tags ${[filter.tags].flat().join(', ')}`,
     ].filter(Boolean);
-    return [`no dead or failed job${what.length > 0 ? ` with ${what.join(' and ')}` : ''}`];
+    return [`no ${statuses} job${what.length > 0 ? ` with ${what.join(' and ')}` : ''}`];
   }
   const reasons: string[] = [];
   for (const id of filter.ids.slice(0, MAX_EXPLAINED_IDS)) {
