@@ -20,8 +20,6 @@ import { backoffDelayMs } from '../job/backoff.js';
 import type { Job, JobMap } from '../job/job.js';
 import { type RelayedJob, toHandlerJob } from '../relay/message.js';
 
-export { brokerMessageId, decodeRelayedJob, encodeRelayedJob, type RelayedJob } from '../relay/message.js';
-
 import { emitError, emitGuarded } from '../runtime/guarded-events.js';
 import type { Skiplock } from '../skiplock.js';
 import type { FailureOutcomeInfo } from '../worker/events.js';

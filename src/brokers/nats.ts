@@ -12,11 +12,13 @@ import type { NatsConnection } from '@nats-io/transport-node';
 import { ValidationError } from '../errors.js';
 import type { JobMap } from '../job/job.js';
 import { importOptional } from '../optional-dependency.js';
+import { brokerMessageId, decodeRelayedJob, encodeRelayedJob, type RelayedJob } from '../relay/message.js';
 import type { RelayTarget } from '../relay/relay.js';
 import type { Skiplock } from '../skiplock.js';
-import * as broker from './broker-worker.js';
+import { BrokerWorker, type BrokerWorkerOptions, withinMs } from './broker-worker.js';
 
-export type { BrokerWorkerEvents, BrokerWorkerOptions, RelayedJob } from './broker-worker.js';
+export type { RelayedJob } from '../relay/message.js';
+export type { BrokerWorkerEvents, BrokerWorkerOptions } from './broker-worker.js';
 
 /** Where relayed jobs go in NATS JetStream. */
 export interface NatsStreamOptions {
@@ -145,8 +147,8 @@ export function natsTarget(options: NatsStreamOptions): RelayTarget {
       // Sent back to back on one connection, so the stream stores them in this order.
       const acks = await Promise.allSettled(
         jobs.map((job) =>
-          js.publish(natsSubject(settings.subjectPrefix, job.queue), broker.encodeRelayedJob(job), {
-            msgID: broker.brokerMessageId(job),
+          js.publish(natsSubject(settings.subjectPrefix, job.queue), encodeRelayedJob(job), {
+            msgID: brokerMessageId(job),
             timeout: timeoutMs,
           }),
         ),
@@ -163,7 +165,7 @@ export function natsTarget(options: NatsStreamOptions): RelayTarget {
       client = undefined;
       if (!open) return;
       // drain() waits for the server's answer, which a deaf connection never sends.
-      await broker.withinMs(
+      await withinMs(
         open.drain().catch(() => {}),
         timeoutMs,
       );
@@ -173,9 +175,7 @@ export function natsTarget(options: NatsStreamOptions): RelayTarget {
 }
 
 /** Options of {@link natsWorker}. */
-export interface NatsWorkerOptions<Jobs extends JobMap>
-  extends broker.BrokerWorkerOptions<Jobs>,
-    NatsStreamOptions {
+export interface NatsWorkerOptions<Jobs extends JobMap> extends BrokerWorkerOptions<Jobs>, NatsStreamOptions {
   /** How long the broker waits for a delivery's ack before redelivering it, in milliseconds; running handlers extend it. @default 30000 */
   ackWaitMs?: number;
 }
@@ -193,7 +193,7 @@ export function natsConsumerName(subject: string): string {
 const NATS_WORKER_KEYS = ['servers', 'stream', 'subjectPrefix', 'duplicateWindowMs', 'ackWaitMs'];
 
 /** A broker-side worker on NATS JetStream: `start()`, `stop()`, events. */
-export class NatsWorker extends broker.BrokerWorker {
+export class NatsWorker extends BrokerWorker {
   readonly #stream: Required<NatsStreamOptions>;
   readonly #ackWaitMs: number;
   readonly #slots: (() => void)[] = [];
@@ -230,7 +230,7 @@ export class NatsWorker extends broker.BrokerWorker {
     await ensureStream(jetstream, connection, this.#stream);
     const manager = await jetstream.jetstreamManager(connection);
     const client = jetstream.jetstream(connection);
-    const republish = (job: broker.RelayedJob) => this.#republish(client, job);
+    const republish = (job: RelayedJob) => this.#republish(client, job);
     for (const queue of this.settings.queues) {
       const subject = natsSubject(this.#stream.subjectPrefix, queue);
       const name = natsConsumerName(subject);
@@ -255,18 +255,15 @@ export class NatsWorker extends broker.BrokerWorker {
     }
   }
 
-  async #republish(
-    client: import('@nats-io/jetstream').JetStreamClient,
-    job: broker.RelayedJob,
-  ): Promise<void> {
-    await client.publish(natsSubject(this.#stream.subjectPrefix, job.queue), broker.encodeRelayedJob(job), {
-      msgID: broker.brokerMessageId(job),
+  async #republish(client: import('@nats-io/jetstream').JetStreamClient, job: RelayedJob): Promise<void> {
+    await client.publish(natsSubject(this.#stream.subjectPrefix, job.queue), encodeRelayedJob(job), {
+      msgID: brokerMessageId(job),
     });
   }
 
   async #consume(
     messages: AsyncIterable<JsMsg>,
-    republish: (job: broker.RelayedJob) => Promise<void>,
+    republish: (job: RelayedJob) => Promise<void>,
   ): Promise<void> {
     try {
       for await (const message of messages) {
@@ -274,9 +271,9 @@ export class NatsWorker extends broker.BrokerWorker {
           message.nak();
           continue;
         }
-        let job: broker.RelayedJob;
+        let job: RelayedJob;
         try {
-          job = broker.decodeRelayedJob(message.data);
+          job = decodeRelayedJob(message.data);
         } catch (error) {
           // Not a skiplock job: kept out of the way, and reported.
           message.term('not a relayed skiplock job');
@@ -314,10 +311,10 @@ export class NatsWorker extends broker.BrokerWorker {
     await this.runner.drain(this.settings.shutdownTimeoutMs);
     // A broker that stopped answering never ends the consumers or the drain:
     // each is waited for up to shutdownTimeoutMs, then the connection is dropped.
-    await broker.withinMs(Promise.allSettled(this.#consuming), this.settings.shutdownTimeoutMs);
+    await withinMs(Promise.allSettled(this.#consuming), this.settings.shutdownTimeoutMs);
     const connection = this.#connection;
     if (connection) {
-      await broker.withinMs(
+      await withinMs(
         connection.drain().catch(() => {}),
         this.settings.shutdownTimeoutMs,
       );

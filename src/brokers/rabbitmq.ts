@@ -12,11 +12,13 @@ import { ValidationError } from '../errors.js';
 import { describeFailure } from '../job/failure.js';
 import type { JobMap } from '../job/job.js';
 import { importOptional } from '../optional-dependency.js';
+import { brokerMessageId, decodeRelayedJob, encodeRelayedJob, type RelayedJob } from '../relay/message.js';
 import type { RelayTarget } from '../relay/relay.js';
 import type { Skiplock } from '../skiplock.js';
-import * as broker from './broker-worker.js';
+import { BrokerWorker, type BrokerWorkerOptions, withinMs } from './broker-worker.js';
 
-export type { BrokerWorkerEvents, BrokerWorkerOptions, RelayedJob } from './broker-worker.js';
+export type { RelayedJob } from '../relay/message.js';
+export type { BrokerWorkerEvents, BrokerWorkerOptions } from './broker-worker.js';
 
 /** Where relayed jobs go in RabbitMQ. */
 export interface RabbitmqQueueOptions {
@@ -65,19 +67,14 @@ async function assertQueues(channel: ConfirmChannel, name: string): Promise<void
 }
 
 /** Publishes one message and resolves on the broker's confirm. */
-function send(
-  channel: ConfirmChannel,
-  queue: string,
-  job: broker.RelayedJob,
-  expirationMs?: number,
-): Promise<void> {
+function send(channel: ConfirmChannel, queue: string, job: RelayedJob, expirationMs?: number): Promise<void> {
   return new Promise((resolve, reject) => {
     channel.sendToQueue(
       queue,
-      Buffer.from(broker.encodeRelayedJob(job)),
+      Buffer.from(encodeRelayedJob(job)),
       {
         persistent: true,
-        messageId: broker.brokerMessageId(job),
+        messageId: brokerMessageId(job),
         contentType: 'application/json',
         type: job.kind,
         ...(expirationMs !== undefined && { expiration: String(Math.max(0, Math.round(expirationMs))) }),
@@ -113,7 +110,7 @@ async function open(
       throw error;
     }
   })();
-  const opened = await broker.withinMs(opening, timeoutMs);
+  const opened = await withinMs(opening, timeoutMs);
   if (opened !== 'late') return opened;
   // Opened after all, too late: closed (within the same bound) so it does not linger.
   void opening.then(
@@ -201,7 +198,7 @@ export function rabbitmqTarget(options: RabbitmqQueueOptions): RelayTarget {
  * its socket.
  */
 async function closeWithin(model: { close(): Promise<void> }, timeoutMs: number): Promise<void> {
-  const closed = await broker.withinMs(
+  const closed = await withinMs(
     model.close().catch(() => {}),
     timeoutMs,
   );
@@ -212,8 +209,11 @@ async function closeWithin(model: { close(): Promise<void> }, timeoutMs: number)
 
 /** Options of {@link rabbitmqWorker}. */
 export interface RabbitmqWorkerOptions<Jobs extends JobMap>
-  extends broker.BrokerWorkerOptions<Jobs>,
+  extends BrokerWorkerOptions<Jobs>,
     RabbitmqQueueOptions {}
+
+/** The options of {@link RabbitmqWorkerOptions} beyond those every broker-side worker takes. */
+const RABBITMQ_WORKER_KEYS = ['url', 'queue'];
 
 /** How many completed message ids a worker remembers, to drop a message delivered twice. */
 const REMEMBERED_MESSAGE_IDS = 10_000;
@@ -236,7 +236,7 @@ interface Held {
  * `error` (source `consume`) and connects again by itself, with a pause that
  * doubles from 0.5 s up to 10 s, until it is stopped.
  */
-export class RabbitmqWorker extends broker.BrokerWorker {
+export class RabbitmqWorker extends BrokerWorker {
   readonly #queues: Required<RabbitmqQueueOptions>;
   readonly #done = new Set<string>();
   /**
@@ -256,7 +256,7 @@ export class RabbitmqWorker extends broker.BrokerWorker {
   constructor(skiplock: Skiplock, options: RabbitmqWorkerOptions<JobMap>) {
     const queues = checkQueueOptions(options, 'rabbitmqWorker');
     // RabbitMQ has no ack deadline to extend (quorum queues redeliver when the connection drops).
-    super(skiplock, options, 'rabbitmqWorker', ['url', 'queue'], 60_000);
+    super(skiplock, options, 'rabbitmqWorker', RABBITMQ_WORKER_KEYS, 60_000);
     this.#queues = queues;
   }
 
@@ -324,16 +324,16 @@ export class RabbitmqWorker extends broker.BrokerWorker {
       settle(() => channel.nack(message, false, true));
       return;
     }
-    let job: broker.RelayedJob;
+    let job: RelayedJob;
     try {
-      job = broker.decodeRelayedJob(message.content);
+      job = decodeRelayedJob(message.content);
     } catch (error) {
       // Not a skiplock job: dropped (dead-lettered where the queue has a policy for it), and reported.
       settle(() => channel.nack(message, false, false));
       this.runner.report(error, 'consume');
       return;
     }
-    const messageId = broker.brokerMessageId(job);
+    const messageId = brokerMessageId(job);
     if (this.#done.has(messageId)) {
       settle(() => channel.ack(message));
       return;
@@ -352,7 +352,7 @@ export class RabbitmqWorker extends broker.BrokerWorker {
     const name = rabbitmqQueueName(this.#queues.queue, job.queue);
     // Each reads the delivery when the attempt ends: it may have been delivered again since.
     const delivery = () => this.#current.get(messageId) ?? { channel, message };
-    const republish = async (next: broker.RelayedJob) => {
+    const republish = async (next: RelayedJob) => {
       const waitMs = next.notBefore === undefined ? 0 : Date.parse(next.notBefore) - Date.now();
       const { channel } = delivery();
       await (waitMs > 0 ? send(channel, `${name}.delay`, next, waitMs) : send(channel, name, next));
@@ -408,7 +408,7 @@ export class RabbitmqWorker extends broker.BrokerWorker {
     const connection = this.#connection;
     // Each broker round trip is bounded: a broker that stopped answering never holds the stop up.
     for (const tag of this.#consumerTags) {
-      await broker.withinMs(
+      await withinMs(
         connection?.channel.cancel(tag).catch(() => {}) ?? Promise.resolve(),
         this.settings.shutdownTimeoutMs,
       );
