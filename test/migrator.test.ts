@@ -122,7 +122,7 @@ describe('upgrades', () => {
       )
       .digest('hex')
       .slice(0, 16);
-    expect({ version: LATEST, functions }).toEqual({ version: 25, functions: '0c55a1e054dfd7df' });
+    expect({ version: LATEST, functions }).toEqual({ version: 26, functions: '1a5d94dac3932587' });
   });
 });
 

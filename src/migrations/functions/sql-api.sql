@@ -34,6 +34,32 @@ DECLARE
           MESSAGE = '%2$s: must be at most 20 distinct tags of 1 to 100 characters each';
       END IF;
   $check$;
+  -- requeue and cancel act on a selection, which must name something and
+  -- whose statuses and tags (if given) must be allowed: %1$s is the
+  -- function's name, %2$s what else must hold to refuse a call naming nothing,
+  -- %3$s that refusal's message, %4$s the statuses it may name (a text[]
+  -- literal), %5$s their message.
+  selection_check text := $check$
+      IF %1$s.ids IS NULL AND %1$s.kinds IS NULL AND %1$s.queues IS NULL AND %1$s.statuses IS NULL
+         AND %1$s.tags IS NULL AND %2$s THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = %3$L;
+      END IF;
+      IF EXISTS (SELECT 1 FROM pg_catalog.unnest(%1$s.statuses) AS t(state)
+                 WHERE t.state IS NULL OR t.state <> ALL (%4$L::text[])) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = %5$L;
+      END IF;
+      IF %1$s.tags = '{}' THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'tags: must hold at least one tag';
+      END IF;
+  $check$;
+  -- The rows of that selection (jobs j), beside the statuses each function
+  -- reads its own way: the filters given combine, tags meaning every one.
+  selection_filter text := $filter$
+          AND (%1$s.ids IS NULL OR j.id = ANY(%1$s.ids))
+          AND (%1$s.kinds IS NULL OR j.kind = ANY(%1$s.kinds))
+          AND (%1$s.queues IS NULL OR j.queue = ANY(%1$s.queues))
+          AND (%1$s.tags IS NULL OR j.tags @> %1$s.tags)
+  $filter$;
 BEGIN
   -- enqueue: one job, the defaults of the jobs table; returns its id (the
   -- holder's id when its unique key is held). NULL for an optional argument
@@ -219,32 +245,18 @@ BEGIN
     DECLARE
       n int;
     BEGIN
-      IF requeue.ids IS NULL AND requeue.kinds IS NULL AND requeue.queues IS NULL AND requeue.statuses IS NULL
-         AND requeue.tags IS NULL AND NOT COALESCE(requeue.all_jobs, false) THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-          MESSAGE = 'give ids, kinds, queues, statuses or tags, or all_jobs => true for every dead and failed job';
-      END IF;
-      IF EXISTS (SELECT 1 FROM unnest(requeue.statuses) AS t(state)
-                 WHERE t.state IS NULL OR t.state NOT IN ('dead', 'failed', 'cancelled')) THEN
-        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'statuses: must be dead, failed or cancelled';
-      END IF;
-      IF requeue.tags = '{}' THEN
-        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'tags: must hold at least one tag';
-      END IF;
       %3$s
+      %4$s
       WITH requeued AS (
-        UPDATE %1$I.jobs
+        UPDATE %1$I.jobs j
         SET status = 'queued', attempts = 0, run_at = now(), last_error = NULL, finished_at = NULL,
             cancel_requested_at = NULL, start_by = NULL
-        WHERE status IN ('dead', 'failed', 'cancelled')
-          AND status = ANY(COALESCE(requeue.statuses,
-                                    CASE WHEN requeue.ids IS NULL THEN ARRAY['dead', 'failed']
-                                         ELSE ARRAY['dead', 'failed', 'cancelled'] END))
-          AND (requeue.ids IS NULL OR id = ANY(requeue.ids))
-          AND (requeue.kinds IS NULL OR kind = ANY(requeue.kinds))
-          AND (requeue.queues IS NULL OR queue = ANY(requeue.queues))
-          AND (requeue.tags IS NULL OR %1$I.jobs.tags @> requeue.tags)
-        RETURNING queue
+        WHERE j.status IN ('dead', 'failed', 'cancelled')
+          AND j.status = ANY(COALESCE(requeue.statuses,
+                                      CASE WHEN requeue.ids IS NULL THEN ARRAY['dead', 'failed']
+                                           ELSE ARRAY['dead', 'failed', 'cancelled'] END))
+          %5$s
+        RETURNING j.queue
       ), woken AS (
         SELECT %1$I.wake_up(%2$L, 'requeue', q.queue, 0) FROM (SELECT DISTINCT queue FROM requeued) q
       )
@@ -252,7 +264,12 @@ BEGIN
       SELECT r.n INTO n FROM (SELECT count(*)::int AS n FROM requeued) r, (SELECT count(*) FROM woken) w;
       RETURN n;
     END
-    $body$, s, 'skiplock:' || s, pg_catalog.format(tags_check, 'requeue.tags', 'tags')));
+    $body$, s, 'skiplock:' || s,
+      pg_catalog.format(selection_check, 'requeue', 'NOT COALESCE(requeue.all_jobs, false)',
+        'give ids, kinds, queues, statuses or tags, or all_jobs => true for every dead and failed job',
+        '{dead,failed,cancelled}', 'statuses: must be dead, failed or cancelled'),
+      pg_catalog.format(tags_check, 'requeue.tags', 'tags'),
+      pg_catalog.format(selection_filter, 'requeue')));
 
   -- cancel: waiting and queued jobs end cancelled at once (a waiting job's
   -- children that said 'cancel' follow it, by the triggers); running ones are
@@ -276,28 +293,8 @@ BEGIN
     DECLARE
       told_n bigint;
     BEGIN
-      IF cancel.ids IS NULL AND cancel.kinds IS NULL AND cancel.queues IS NULL AND cancel.statuses IS NULL
-         AND cancel.tags IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-          MESSAGE = 'give ids, kinds, queues, statuses or tags (cancel never means every job)';
-      END IF;
-      IF EXISTS (SELECT 1 FROM unnest(cancel.statuses) AS t(state)
-                 WHERE t.state IS NULL OR t.state NOT IN ('waiting', 'queued', 'running')) THEN
-        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'statuses: must be waiting, queued or running';
-      END IF;
-      IF cancel.tags = '{}' THEN
-        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'tags: must hold at least one tag';
-      END IF;
-      IF cancel.tags IS NOT NULL AND (
-           pg_catalog.array_ndims(cancel.tags) > 1
-           OR pg_catalog.cardinality(cancel.tags) > 20
-           OR EXISTS (SELECT 1 FROM pg_catalog.unnest(cancel.tags) AS t(tag)
-                      WHERE t.tag IS NULL OR t.tag = '' OR pg_catalog.char_length(t.tag) > 100)
-           OR (SELECT count(DISTINCT t.tag) FROM pg_catalog.unnest(cancel.tags) AS t(tag))
-              < pg_catalog.cardinality(cancel.tags)) THEN
-        RAISE EXCEPTION USING ERRCODE = '22023',
-          MESSAGE = 'tags: must be at most 20 distinct tags of 1 to 100 characters each';
-      END IF;
+      %3$s
+      %4$s
       -- One statement for all: a job that starts running meanwhile cannot slip through.
       WITH hit AS (
         UPDATE %1$I.jobs j
@@ -306,10 +303,7 @@ BEGIN
             cancel_requested_at = COALESCE(j.cancel_requested_at, now())
         WHERE j.status IN ('waiting', 'queued', 'running')
           AND j.status = ANY(COALESCE(cancel.statuses, ARRAY['waiting', 'queued', 'running']))
-          AND (cancel.ids IS NULL OR j.id = ANY(cancel.ids))
-          AND (cancel.kinds IS NULL OR j.kind = ANY(cancel.kinds))
-          AND (cancel.queues IS NULL OR j.queue = ANY(cancel.queues))
-          AND (cancel.tags IS NULL OR j.tags @> cancel.tags)
+          %5$s
         RETURNING j.id, j.status
       ), told AS (
         SELECT %1$I.control(%2$L, 'cancel', NULL, array_agg(hit.id)) FROM hit
@@ -322,7 +316,12 @@ BEGIN
       INTO cancel.cancelled, cancel.running, told_n
       FROM hit;
     END
-    $body$, s, 'skiplock:' || s));
+    $body$, s, 'skiplock:' || s,
+      pg_catalog.format(selection_check, 'cancel', 'true',
+        'give ids, kinds, queues, statuses or tags (cancel never means every job)',
+        '{waiting,queued,running}', 'statuses: must be waiting, queued or running'),
+      pg_catalog.format(tags_check, 'cancel.tags', 'tags'),
+      pg_catalog.format(selection_filter, 'cancel')));
 
   -- sweep: what the workers' sweeper does, under the same advisory lock:
   -- queued jobs past their start deadline end cancelled, expired, and leases
