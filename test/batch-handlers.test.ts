@@ -195,6 +195,70 @@ describe('a batch handler', () => {
       );
   });
 
+  it('ends each job by its own outcome even when the handler reorders or empties its array', async () => {
+    const worker = t.worker({
+      ...base,
+      handlers: {
+        sorted: {
+          maxAttempts: 1,
+          maxBatchSize: 3,
+          maxWaitMs: 10_000,
+          handleBatch: (jobs: Job<'sorted', { n: number }>[]) => {
+            jobs.sort((a, b) => b.payload.n - a.payload.n);
+            const outcomes = jobs.map((job) =>
+              job.payload.n === 1 ? new PermanentError('bad 1') : `ok ${job.payload.n}`,
+            );
+            // The outcomes are in the order of the array as it was given.
+            outcomes.reverse();
+            jobs.length = 0;
+            return outcomes;
+          },
+        },
+      },
+    });
+    const ids = (
+      await t.skiplock.enqueueMany([1, 2, 3].map((n) => ({ kind: 'sorted', payload: { n } })))
+    ).map((j) => j.id);
+    await worker.start();
+    const byId = await settled(ids);
+    expect(ids.map((id) => byId.get(id)!.status)).toEqual(['failed', 'succeeded', 'succeeded']);
+    expect(byId.get(ids[0]!)!.last_error).toContain('bad 1');
+    const results = await t.query<{ result: string }>(
+      `SELECT result #>> '{}' AS result FROM ${t.jobs} WHERE id = ANY($1::bigint[]) ORDER BY id`,
+      [ids.slice(1)],
+    );
+    expect(results).toEqual([{ result: 'ok 2' }, { result: 'ok 3' }]);
+  });
+
+  it('ends every job of the batch as a success when a middleware does not call next, as drain() does', async () => {
+    let calls = 0;
+    const handlers = {
+      skipped: {
+        maxAttempts: 1,
+        maxBatchSize: 2,
+        maxWaitMs: 10_000,
+        handleBatch: (jobs: Job[]) => {
+          calls++;
+          return jobs.map(() => 'ran');
+        },
+      },
+    };
+    const middleware = [async () => undefined];
+    const worker = t.worker({ ...base, middleware, handlers });
+    const ids = (await t.skiplock.enqueueMany([1, 2].map((n) => ({ kind: 'skipped', payload: { n } })))).map(
+      (j) => j.id,
+    );
+    await worker.start();
+    const byId = await settled(ids);
+    expect(ids.map((id) => byId.get(id)!.status)).toEqual(['succeeded', 'succeeded']);
+    await worker.stop();
+    const [id] = (await t.skiplock.enqueueMany([{ kind: 'skipped', payload: { n: 3 } }])).map((j) => j.id);
+    const drained = await drain(t.skiplock, handlers, { middleware, onSuccess: 'keep' });
+    expect(drained).toMatchObject({ succeeded: 1 });
+    expect((await rows([id!])).get(id!)).toMatchObject({ status: 'succeeded' });
+    expect(calls).toBe(0);
+  });
+
   it('gathers jobs that arrive while it waits, and runs as soon as it is full', async () => {
     const sizes: number[] = [];
     const worker = t.worker({

@@ -263,7 +263,8 @@ export async function runBatch(
 ): Promise<RunOutcome[]> {
   let returned: unknown;
   const call: Handler<string, unknown> = (_job, context) => {
-    const result = batch.handleBatch(jobs, context);
+    // A copy: what the handler does to its array must not move outcomes onto other jobs.
+    const result = batch.handleBatch(jobs.slice(), context);
     if (!isThenable(result)) {
       returned = result;
       return undefined;
@@ -292,7 +293,11 @@ function batchWithMiddleware(batch: ResolvedBatch, middleware: readonly Middlewa
   // The context runBatch passes is the first job's full handler context (a BatchContext to the handler).
   const handleBatch = (jobs: Job[], batchContext: BatchContext): unknown => {
     const context = batchContext as HandlerContext;
-    let next = () => Promise.resolve().then(() => batch.handleBatch(jobs, context));
+    let handlerRan = false;
+    let next = () => {
+      handlerRan = true;
+      return Promise.resolve().then(() => batch.handleBatch(jobs, context));
+    };
     for (let i = middleware.length - 1; i >= 0; i--) {
       const outer = middleware[i]!;
       const inner = next;
@@ -309,7 +314,9 @@ function batchWithMiddleware(batch: ResolvedBatch, middleware: readonly Middlewa
         );
       };
     }
-    return next();
+    // A chain that did not call next ends each job as it would end a single job:
+    // by the middleware's value (undefined: a success).
+    return next().then((value) => (handlerRan ? value : jobs.map(() => value)));
   };
   return { ...batch, handleBatch };
 }
