@@ -47,13 +47,14 @@ import {
   setQueueLimits,
 } from './operations/queue-limits.js';
 import { listQueues, pauseOrResumeQueue, type QueueInfo } from './operations/queues.js';
-import { parseOptions } from './options.js';
+import { integerInRange, parseOptions } from './options.js';
 import { enqueueMany, enqueueOne, type Producer } from './producer/enqueue.js';
 import type { ClientOption, EnqueueOptions, JobOptions } from './producer/job-options.js';
 import { clientOrPool } from './producer/job-options.js';
 import type { ScheduleInfo, ScheduleOptions } from './schedule/schedule-options.js';
 import { listSchedules, schedule, unschedule } from './schedule/schedules.js';
 import { type JobTracing, loadTracing } from './telemetry/tracing.js';
+import { WORKER_NUMBER_OPTIONS } from './worker/option-specs.js';
 import { resolveWorkerOptions, type WorkerOptions } from './worker/options.js';
 import { Worker } from './worker/worker.js';
 import { type JobOutcome, JobWaiter, type WaitForOptions } from './workflow/job-waiter.js';
@@ -513,10 +514,14 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    * whose lease outlived their visibility timeout, and ends queued jobs past
    * their start deadline as `cancelled` (expired).
    *
-   * @param defaultVisibilityTimeoutMs - for running rows with no timeout of their own. @default 300_000
+   * @param defaultVisibilityTimeoutMs - for running rows with no timeout of their own, in
+   *   milliseconds: an integer from 100 (a worker's shortest) to 2,147,483,647. @default 300_000
+   * @throws {ValidationError} naming `defaultVisibilityTimeoutMs` when it is out of that range.
    */
   async sweep(defaultVisibilityTimeoutMs = DEFAULT_VISIBILITY_TIMEOUT_MS): Promise<SweepResult> {
     this.#assertOpen();
+    const { min, max } = WORKER_NUMBER_OPTIONS.visibilityTimeoutMs;
+    parseOptions(integerInRange(min, max), defaultVisibilityTimeoutMs, 'defaultVisibilityTimeoutMs');
     return sweepOnce(this.#pool, this.#queries, defaultVisibilityTimeoutMs);
   }
 

@@ -262,6 +262,30 @@ describe('sweep()', () => {
     expect((await listener.settle()).map((w) => [w.type, w.queue])).toEqual([['sweep', 'q-sweep']]);
   });
 
+  it("refuses a default visibility timeout below a worker's shortest (100 ms), changing nothing", async () => {
+    const [job] = await db.query<{ id: string }>(
+      `INSERT INTO ${db.jobs} (kind, status, attempts, locked_at, locked_by)
+       VALUES ('fresh_lease', 'running', 1, now(), 'alive') RETURNING id`,
+    );
+    for (const ms of [0, 99, -2147483648]) {
+      await expect(db.query(`SELECT ${s}.sweep($1)`, [ms])).rejects.toMatchObject({
+        code: '22023',
+        message: 'default_visibility_timeout_ms: must be at least 100 (milliseconds)',
+      });
+      await expect(skiplock.sweep(ms)).rejects.toMatchObject({
+        name: 'ValidationError',
+        field: 'defaultVisibilityTimeoutMs',
+      });
+    }
+    await expect(skiplock.sweep(1.5e3 + 0.5)).rejects.toMatchObject({ field: 'defaultVisibilityTimeoutMs' });
+    expect(await db.query(`SELECT status, locked_by FROM ${db.jobs} WHERE id = $1`, [job!.id])).toEqual([
+      { status: 'running', locked_by: 'alive' },
+    ]);
+    // NULL means the default, as leaving it out does: a lease of now is not reclaimed.
+    expect(await psql(`SELECT ${s}.sweep(NULL)`)).toBe('0');
+    await db.query(`DELETE FROM ${db.jobs} WHERE id = $1`, [job!.id]);
+  });
+
   it('does nothing while another sweep holds the sweeper lock', async () => {
     const [job] = await db.query<{ id: string }>(
       `INSERT INTO ${db.jobs} (kind, status, attempts, locked_at, locked_by)

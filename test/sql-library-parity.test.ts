@@ -169,9 +169,13 @@ const cases: Case[] = [
   ...enqueues([{}], ''),
   ...enqueues([{}], 'é'.repeat(512)),
   ...enqueues([{}], 'é'.repeat(513)),
-  // The SQL requeue accepts all_jobs together with filters (they narrow it);
-  // the library refuses `all` with a filter, so that combination is left out.
   ...filtered('requeue', [
+    { all: true, kind: ['a'] },
+    { all: true, ids: ['4'] },
+    { ids: ['0'] },
+    { ids: [null as unknown as string] },
+    { kind: [''] },
+    { queue: [null as unknown as string] },
     { ids: ['4', '5', '6', '1', '2', '10'] },
     { ids: ['4', '5', '6'], status: ['dead'] },
     { kind: ['a'] },
@@ -189,6 +193,9 @@ const cases: Case[] = [
   ]),
   ...filtered('cancel', [
     { ids: ['1', '2', '3', '4'] },
+    { ids: ['-1'] },
+    { kind: [null as unknown as string] },
+    { queue: [''] },
     { kind: ['a'] },
     { queue: ['q1'] },
     { status: ['queued'] },
@@ -222,6 +229,9 @@ const cases: Case[] = [
   sweep('among jobs in every state', mixed),
   sweep('a shorter default visibility timeout', leases, { defaultVisibilityTimeoutMs: 60_000 }),
   sweep('another sweep holds the lock', leases, { lockHeld: true }),
+  sweep('the shortest default visibility timeout', leases, { defaultVisibilityTimeoutMs: 100 }),
+  sweep('a default visibility timeout below the shortest', leases, { defaultVisibilityTimeoutMs: 99 }),
+  sweep('a default visibility timeout of 0', leases, { defaultVisibilityTimeoutMs: 0 }),
   // Distinct lease times, so both sides take the same 1,000.
   sweep('1,000 per call, the oldest leases first', [
     { ...dead, lockedAgoS: 2000 },

@@ -44,6 +44,20 @@ DECLARE
          AND %1$s.tags IS NULL AND %2$s THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = %3$L;
       END IF;
+      IF pg_catalog.array_ndims(%1$s.ids) > 1 OR pg_catalog.array_ndims(%1$s.kinds) > 1
+         OR pg_catalog.array_ndims(%1$s.queues) > 1 OR pg_catalog.array_ndims(%1$s.statuses) > 1 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+          MESSAGE = 'ids, kinds, queues, statuses: must be one-dimensional arrays';
+      END IF;
+      IF EXISTS (SELECT 1 FROM pg_catalog.unnest(%1$s.ids) AS t(id) WHERE t.id IS NULL OR t.id < 1) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'ids: must be job ids (1 or more, not NULL)';
+      END IF;
+      IF EXISTS (SELECT 1 FROM pg_catalog.unnest(%1$s.kinds) AS t(kind) WHERE t.kind IS NULL) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'kinds: must not hold NULL';
+      END IF;
+      IF EXISTS (SELECT 1 FROM pg_catalog.unnest(%1$s.queues) AS t(queue) WHERE t.queue IS NULL) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'queues: must not hold NULL';
+      END IF;
       IF EXISTS (SELECT 1 FROM pg_catalog.unnest(%1$s.statuses) AS t(state)
                  WHERE t.state IS NULL OR t.state <> ALL (%4$L::text[])) THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = %5$L;
@@ -247,6 +261,11 @@ BEGIN
     BEGIN
       %3$s
       %4$s
+      IF COALESCE(requeue.all_jobs, false) AND (requeue.ids IS NOT NULL OR requeue.kinds IS NOT NULL
+           OR requeue.queues IS NOT NULL OR requeue.statuses IS NOT NULL OR requeue.tags IS NOT NULL) THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+          MESSAGE = 'all_jobs: cannot be combined with ids, kinds, queues, statuses or tags';
+      END IF;
       WITH requeued AS (
         UPDATE %1$I.jobs j
         SET status = 'queued', attempts = 0, run_at = now(), last_error = NULL, finished_at = NULL,
@@ -326,15 +345,24 @@ BEGIN
   -- sweep: what the workers' sweeper does, under the same advisory lock:
   -- queued jobs past their start deadline end cancelled, expired, and leases
   -- past their visibility timeout are reclaimed (up to 1000 of each per call).
-  -- Returns how many leases were reclaimed.
+  -- Returns how many leases were reclaimed. NULL means the default.
   EXECUTE pg_catalog.format($f$
     CREATE OR REPLACE FUNCTION %1$I.sweep(default_visibility_timeout_ms int DEFAULT 300000)
     RETURNS int
-    LANGUAGE sql
+    LANGUAGE plpgsql
     VOLATILE
     SECURITY INVOKER
     SET search_path = pg_catalog, pg_temp
     AS %2$L $f$, s, pg_catalog.format($body$
+    DECLARE
+      timeout_ms int := COALESCE(sweep.default_visibility_timeout_ms, 300000);
+      reclaimed int;
+    BEGIN
+      -- The workers' shortest visibility timeout; below it a sweep would take live leases.
+      IF timeout_ms < 100 THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+          MESSAGE = 'default_visibility_timeout_ms: must be at least 100 (milliseconds)';
+      END IF;
       WITH locked AS (
         SELECT pg_try_advisory_xact_lock(hashtextextended(%3$L, 0)) AS locked
       ), due AS (
@@ -355,7 +383,7 @@ BEGIN
         SELECT id FROM %1$I.jobs
         WHERE (SELECT locked FROM locked)
           AND status = 'running'
-          AND locked_at < now() - COALESCE(visibility_timeout_ms, sweep.default_visibility_timeout_ms)
+          AND locked_at < now() - COALESCE(visibility_timeout_ms, timeout_ms)
                                   * interval '1 millisecond'
         ORDER BY locked_at
         LIMIT 1000
@@ -380,8 +408,11 @@ BEGIN
         FROM (SELECT DISTINCT queue FROM swept WHERE status = 'queued') q
       )
       -- woken and expired_jobs are read so that they run.
-      SELECT s.n FROM (SELECT count(*)::int AS n FROM swept) s, (SELECT count(*) FROM woken) w,
-                      (SELECT count(*) FROM expired_jobs) x
+      SELECT s.n INTO reclaimed
+      FROM (SELECT count(*)::int AS n FROM swept) s, (SELECT count(*) FROM woken) w,
+           (SELECT count(*) FROM expired_jobs) x;
+      RETURN reclaimed;
+    END
     $body$, s, 'skiplock:' || s, 'skiplock:sweep:' || s));
 END
 $functions$;
