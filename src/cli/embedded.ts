@@ -170,9 +170,14 @@ export function maskUrl(url: string): string {
   try {
     const parsed = new URL(url);
     if (parsed.password) parsed.password = '****';
+    // The driver also reads a password from the query (`?password=…`, `?sslpassword=…`).
+    for (const key of [...parsed.searchParams.keys()])
+      if (/password/i.test(key)) parsed.searchParams.set(key, '****');
     return parsed.toString();
   } catch {
-    return url.replace(/\/\/([^:/@]*):[^@]*@/, '//$1:****@');
+    return url
+      .replace(/\/\/([^:/@]*):[^@]*@/, '//$1:****@')
+      .replace(/([?&][^=&]*password[^=&]*=)[^&]*/gi, '$1****');
   }
 }
 

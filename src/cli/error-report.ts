@@ -69,6 +69,7 @@ export function commanderOutputError(text: string, write: (text: string) => void
 /** The flag or argument a library field came from: `worker.heartbeatIntervalMs` → `--heartbeat-interval-ms`. */
 function flagOf(field: string): string {
   if (field === 'kind' || field === 'cron' || field === 'name') return field.toUpperCase();
+  if (/^(filter\.)?ids(\[\d+\])?$/.test(field)) return 'ID';
   if (/^payload($|[.[])/.test(field)) return `PAYLOAD_JSON${field.slice('payload'.length)}`;
   const name = field
     .replace(/^(worker|options|filter)\./, '')

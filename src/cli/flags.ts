@@ -201,6 +201,9 @@ export function addJobSelectionFlags(
     );
 }
 
+/** The largest job id: PostgreSQL's bigint. */
+const MAX_JOB_ID = 9_223_372_036_854_775_807n;
+
 /**
  * The filter the ID arguments and the selection flags name: only the fields
  * given are set (an empty object when none is).
@@ -212,8 +215,10 @@ export async function jobSelection<S extends string>(
   flags: JobSelectionFlags<S>,
 ): Promise<{ ids?: string[]; status?: S[]; kind?: string[]; queue?: string[]; tags?: string[] }> {
   const ids = flags.idsFrom === undefined ? args : [...args, ...(await readIdsFrom(flags.idsFrom))];
-  const bad = ids.find((id) => !/^[1-9][0-9]{0,18}$/.test(id));
-  if (bad !== undefined) throw new UsageError(`ID must be a job id (a positive integer), got ${bad}`);
+  const bad = ids.find((id) => !/^[1-9][0-9]{0,18}$/.test(id) || BigInt(id) > MAX_JOB_ID);
+  if (bad !== undefined) {
+    throw new UsageError(`ID must be a job id (a positive integer up to ${MAX_JOB_ID}), got ${bad}`);
+  }
   const filter: { ids?: string[]; status?: S[]; kind?: string[]; queue?: string[]; tags?: string[] } = {};
   if (ids.length > 0) filter.ids = ids;
   if (flags.status) filter.status = flags.status;

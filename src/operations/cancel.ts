@@ -48,6 +48,17 @@ const list = <T>(v: T | T[] | undefined): T[] | undefined =>
  * @throws {DatabaseError} from the database.
  */
 export async function cancel(queries: JobQueries, pool: pg.Pool, filter: unknown): Promise<CancelCounts> {
+  const { client, selection } = parseCancelFilter(filter);
+  return queries.cancel.cancel(client ?? pool, selection);
+}
+
+/**
+ * The checks of {@link cancel}, without the database: what it would cancel.
+ * The command line runs them before it connects.
+ *
+ * @throws {ValidationError} on a bad filter, or none at all.
+ */
+export function parseCancelFilter(filter: unknown) {
   const parsed = parseOptions(cancelSchema, filter, 'filter');
   const ids = parsed.ids;
   const status = list(parsed.status);
@@ -60,11 +71,12 @@ export async function cancel(queries: JobQueries, pool: pg.Pool, filter: unknown
       'give ids, status, kind, queue or tags (cancel never means every job)',
     );
   }
-  return queries.cancel.cancel(parsed.client ?? pool, {
+  const selection = {
     ...(ids && { ids }),
     ...(status && { status }),
     ...(kind && { kind }),
     ...(queue && { queue }),
     ...(tags && { tags }),
-  });
+  };
+  return { client: parsed.client, selection };
 }

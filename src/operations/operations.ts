@@ -5,6 +5,7 @@
  */
 import type pg from 'pg';
 import { z } from 'zod';
+import type { Queryable } from '../db/executor.js';
 import type { JobFilter, QueueStatsRow } from '../db/queries/inspect.js';
 import type { JobQueries } from '../db/queries/jobs.js';
 import { REQUEUABLE_STATUSES } from '../db/queries/requeue.js';
@@ -134,6 +135,17 @@ const listSchema = z.strictObject({
  * @throws {ValidationError} on a bad filter, or no filter without `all: true`.
  */
 export async function requeue(queries: JobQueries, pool: pg.Pool, filter: unknown): Promise<number> {
+  const { client, jobFilter } = parseRequeueFilter(filter);
+  return queries.requeue.requeue(client ?? pool, jobFilter);
+}
+
+/**
+ * The checks of {@link requeue}, without the database: what it would requeue.
+ * The command line runs them before it connects.
+ *
+ * @throws {ValidationError} on a bad filter, or no filter without `all: true`.
+ */
+export function parseRequeueFilter(filter: unknown): { client: Queryable | undefined; jobFilter: JobFilter } {
   const parsed = parseOptions(requeueSchema, filter, 'filter');
   const narrowed =
     parsed.ids !== undefined ||
@@ -153,7 +165,7 @@ export async function requeue(queries: JobQueries, pool: pg.Pool, filter: unknow
   const jobFilter = toFilter(parsed);
   // Jobs named by id are requeued from any requeuable status; a broad filter leaves cancelled ones be.
   if (jobFilter.ids && !jobFilter.status) jobFilter.status = [...REQUEUABLE_STATUSES];
-  return queries.requeue.requeue(parsed.client ?? pool, jobFilter);
+  return { client: parsed.client, jobFilter };
 }
 
 /**

@@ -112,4 +112,28 @@ describe('skiplock CLI for operators', () => {
     expect(missing.code).toBe(2);
     expect(missing.stderr).toMatch(/--ids-from \S+: no such file/);
   });
+
+  it('cancel and requeue refuse bad input before connecting, and never print a password', async () => {
+    // Nothing listens on port 1: a command that connected first would fail with exit 1.
+    const nowhere = ['--database-url', 'postgres://u@127.0.0.1:1/x?password=s3cret', '--schema', 'x'];
+    const cases: [string[], RegExp][] = [
+      [['cancel', '--tag', ''], /^skiplock: error: invalid --tag: /m],
+      [['requeue', '--tag', 'a', '--tag', 'a'], /^skiplock: error: invalid --tag: repeats the tag "a"/m],
+      [['requeue', '--all', '5'], /^skiplock: error: --all cannot be combined with job ids/m],
+      [['requeue', '--all', '--kind', 'k'], /^skiplock: error: --all cannot be combined with job ids/m],
+      [
+        ['cancel', '9223372036854775808'],
+        /^skiplock: error: ID must be a job id \(a positive integer up to 9223372036854775807\), got 9223372036854775808$/m,
+      ],
+    ];
+    for (const [args, message] of cases) {
+      const result = await runCli([...args, ...nowhere]);
+      expect({ args, code: result.code }).toEqual({ args, code: 2 });
+      expect(result.stderr).toMatch(message);
+    }
+    const refused = await runCli(['cancel', '--kind', 'k', ...nowhere]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain('password=****');
+    expect(refused.stderr).not.toContain('s3cret');
+  });
 });

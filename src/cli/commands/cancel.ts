@@ -4,7 +4,7 @@
  */
 import { Command } from 'commander';
 import { CANCELLABLE_STATUSES, type CancellableStatus } from '../../db/queries/cancel.js';
-import type { CancelFilter } from '../../operations/cancel.js';
+import { type CancelFilter, parseCancelFilter } from '../../operations/cancel.js';
 import { withDatabase } from '../database.js';
 import {
   addDatabaseCommandFlags,
@@ -40,6 +40,8 @@ export function cancelCommand(): Command {
     if (Object.keys(filter).length === 0) {
       throw new UsageError('give job ids, --status, --kind, --queue or --tag (cancel never means every job)');
     }
+    // Bad input is refused before connecting (or starting the embedded server).
+    parseCancelFilter(filter);
     await withDatabase(flags, async ({ skiplock }) => {
       const counts = await skiplock.cancel(filter);
       if (flags.json) printJson(counts);

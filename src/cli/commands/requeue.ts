@@ -3,6 +3,7 @@
  */
 import { Command } from 'commander';
 import { REQUEUABLE_STATUSES } from '../../db/queries/requeue.js';
+import { parseRequeueFilter } from '../../operations/operations.js';
 import type { RequeueFilter, Skiplock } from '../../skiplock.js';
 import { withDatabase } from '../database.js';
 import {
@@ -43,8 +44,14 @@ export function requeueCommand(): Command {
         'give job ids, --status, --kind, --queue or --tag, or --all to requeue every dead and failed job',
       );
     }
+    if (Object.keys(filter).length > 0 && flags.all) {
+      throw new UsageError('--all cannot be combined with job ids, --status, --kind, --queue or --tag');
+    }
+    const selection: RequeueFilter = Object.keys(filter).length === 0 ? { all: true } : filter;
+    // Bad input is refused before connecting (or starting the embedded server).
+    parseRequeueFilter(selection);
     await withDatabase(flags, async ({ skiplock }) => {
-      const requeued = await skiplock.requeue(Object.keys(filter).length === 0 ? { all: true } : filter);
+      const requeued = await skiplock.requeue(selection);
       const reasons = requeued === 0 ? await whyNothingMatched(skiplock, filter) : [];
       if (flags.json) printJson(reasons.length > 0 ? { requeued, reasons } : { requeued });
       else printText([`requeued ${requeued} job${requeued === 1 ? '' : 's'}`, ...reasons].join('\n'));
