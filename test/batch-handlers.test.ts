@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { resolveBrokerWorkerOptions } from '../src/brokers/broker-worker.js';
-import { type Job, PermanentError, SnoozeError, ValidationError } from '../src/index.js';
+import { type Job, PermanentError, SnoozeError, ValidationError, type Worker } from '../src/index.js';
 import { drain } from '../src/testing/index.js';
 import { resolveHandlers } from '../src/worker/handler-definition.js';
 import { waitFor } from './support/database.js';
@@ -463,6 +463,34 @@ describe('a batch handler', () => {
     await stopping;
     const byId = await rows(ids);
     for (const id of ids) expect(byId.get(id)).toMatchObject({ status: 'succeeded', attempts: 1 });
+  });
+
+  it('is not waited for by a stop() it calls before its first await: its jobs end by its outcomes', async () => {
+    const stopped = gate();
+    const worker: Worker = t.worker({
+      ...base,
+      shutdownTimeoutMs: 20_000,
+      handlers: {
+        stopper: {
+          maxBatchSize: 2,
+          maxWaitMs: 10_000,
+          handleBatch: async (jobs) => {
+            await worker.stop();
+            stopped.open();
+            return jobs.map(() => 'done');
+          },
+        },
+      },
+    });
+    const ids = (await t.skiplock.enqueueMany([1, 2].map((n) => ({ kind: 'stopper', payload: { n } })))).map(
+      (j) => j.id,
+    );
+    await worker.start();
+    // An ordinary stop would wait for the handler until shutdownTimeoutMs (20 s), then give the jobs back.
+    await stopped.opened;
+    const byId = await settled(ids, 10_000);
+    for (const id of ids) expect(byId.get(id)).toMatchObject({ status: 'succeeded', attempts: 1 });
+    await worker.stop();
   });
 
   it('runs in drain(), one job per call', async () => {

@@ -120,6 +120,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
    * synchronous call only, so knowing it costs a job nothing (no async context).
    */
   #calling: Execution | undefined;
+  /** The same for a batch handler: the jobs of the batch being called. */
+  #callingBatch: readonly Execution[] | undefined;
   /** Batches being gathered (batch handlers with `maxWaitMs`). */
   readonly #gathering: BatchGathering<Execution>;
   /** Slots held by batches, gathering or running: a batch takes one slot. */
@@ -477,12 +479,18 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
     const handler = this.#handlers.get(kind) as Extract<ResolvedHandler, { transactional: false }>;
     const startedAt = this.#clock.monotonic();
-    const running = runBatch(
-      handler.batch!,
-      live.map((e) => e.job),
-      control,
-      handler.timeoutMs ?? this.#options.jobTimeoutMs,
-    );
+    this.#callingBatch = live;
+    let running: Promise<RunOutcome[]>;
+    try {
+      running = runBatch(
+        handler.batch!,
+        live.map((e) => e.job),
+        control,
+        handler.timeoutMs ?? this.#options.jobTimeoutMs,
+      );
+    } finally {
+      this.#callingBatch = undefined;
+    }
     const tracing = this.#tracing;
     // Each job gets its `process` span, ended by its own outcome (spans the handler starts are not their children).
     const traced = tracing
@@ -587,8 +595,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
    * the jobs). Idempotent.
    *
    * Called by a handler of this worker before the handler's first `await`
-   * (as in `async (job) => { await worker.stop(); … }`), it does not wait for
-   * that handler: it resolves once the other handlers are done or given back,
+   * (as in `async (job) => { await worker.stop(); … }`; for a batch handler,
+   * all the jobs of its batch), it does not wait for that handler: it resolves once the other handlers are done or given back,
    * and the calling job ends by its handler's result, which stop waits for
    * until `shutdownTimeoutMs` (at least a second after the others are done)
    * before it aborts and gives back that job too. Called later in a handler
@@ -597,12 +605,12 @@ export class Worker extends EventEmitter<WorkerEvents> {
    * awaits it is aborted at the deadline, and its job given back.
    */
   stop(): Promise<void> {
-    const caller = this.#calling;
+    const callers = this.#calling ? [this.#calling] : this.#callingBatch;
     // No stop is under way while a handler is called (none starts once stop() was called).
-    if (caller !== undefined) this.#stopCallers.add(caller);
+    if (callers) for (const e of callers) this.#stopCallers.add(e);
     // A stop during start waits for the start to finish, then undoes it.
     this.#stopPromise ??= (this.#startPromise ?? Promise.resolve()).catch(() => {}).then(() => this.#stop());
-    return caller !== undefined ? this.#handlersDone : this.#stopPromise;
+    return callers ? this.#handlersDone : this.#stopPromise;
   }
 
   async #stop(): Promise<void> {
