@@ -173,6 +173,44 @@ describe('results', () => {
     expect(await firstLine(odd.id)).toMatch(/^ValidationError: invalid result(\.n)?: /);
   });
 
+  it('writes a result PostgreSQL refuses as a failure that says why; the results beside it are written', async () => {
+    // A getter that passes the worker's check, then yields what jsonb cannot hold.
+    const shifty = () => {
+      let reads = 0;
+      return {
+        get v() {
+          return reads++ === 0 ? 'fine' : 'a\u0000b';
+        },
+      };
+    };
+    const worker = t.worker({
+      pollIntervalMs: 100,
+      onSuccess: 'keep',
+      visibilityTimeoutMs: 600_000,
+      handlers: { shifty, plain: (job: Job) => ({ n: (job.payload as { n: number }).n }) },
+    });
+    const jobs = await t.skiplock.enqueueMany([
+      { kind: 'shifty', payload: {}, maxAttempts: 1 },
+      ...[1, 2, 3].map((n) => ({ kind: 'plain', payload: { n } })),
+    ]);
+    await worker.start();
+    const ids = jobs.map((j) => j.id);
+    await waitFor(
+      async () => (await t.jobCount("status IN ('dead', 'succeeded')")) === 4,
+      20_000,
+      'every job written (none left to the sweeper)',
+    );
+    const rows = await t.query<{ status: string; last_error: string | null; result: unknown }>(
+      `SELECT status, last_error, result FROM ${t.jobs} WHERE id = ANY($1::bigint[]) ORDER BY id`,
+      [ids],
+    );
+    expect(rows.slice(1)).toEqual(
+      [1, 2, 3].map((n) => ({ status: 'succeeded', last_error: null, result: { n } })),
+    );
+    expect(rows[0]).toMatchObject({ status: 'dead', result: null });
+    expect(rows[0]!.last_error).toMatch(/^its outcome could not be stored: /);
+  });
+
   it('sends exactly the plain statement for successes without results or per-job policies', async () => {
     const sent: string[] = [];
     const recording: Queryable = {

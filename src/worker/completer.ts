@@ -190,8 +190,17 @@ export class Completer<T extends LeasedJob> extends Service {
         // write the halves apart, so that the results finished beside it are not held back with
         // it. Alone, it fails the same way every time: given up at once.
         if (isRowDataError(translated)) {
-          if (pending.length === 1) return;
-          this.#queued.unshift(...pending.splice(Math.ceil(pending.length / 2)));
+          if (pending.length > 1) {
+            this.#queued.unshift(...pending.splice(Math.ceil(pending.length / 2)));
+            continue;
+          }
+          // Alone, it fails the same way every time. A success or snooze PostgreSQL refuses
+          // (a result that changed after it was checked) is written as a failure that says
+          // why; a failure that cannot be written is given up, left to the sweeper.
+          const [p] = pending as [Pending<T>];
+          if (p.failure && p.failure.snoozeDelayMs === undefined) return;
+          const error = `its outcome could not be stored: ${translated.message}`;
+          pending = [{ job: p.job, failure: { job: p.job, thrown: translated, error, permanent: false } }];
           continue;
         }
         if (!isTransient(translated)) permanentErrors++;

@@ -155,31 +155,52 @@ describe('Completer', () => {
     expect(clock.pending()).toBe(0);
   });
 
-  it('writes apart the halves of a batch one value of which the server refuses, until that job is alone', async () => {
+  it('writes apart the halves of a batch one value of which the server refuses; alone, that success is written as a failure', async () => {
     const { c, clock, batches, reported } = completer(
       async (jobs) => {
-        if (jobs.some((j) => j.id === '4')) throw new DatabaseError('interval out of range', '22008');
-        return new Map(jobs.map((j) => wrote(j, 'succeeded')));
+        if (jobs.some((j) => j.id === '4' && j.outcome === 'succeeded'))
+          throw new DatabaseError('unsupported Unicode escape sequence', '22P05');
+        return new Map(jobs.map((j) => wrote(j, j.outcome === 'failed' ? 'retry' : 'succeeded')));
       },
       (ids) => ids.map((id) => state(Number(id), 'running', 'w')),
     );
-    for (let id = 1; id <= 5; id++) c.succeeded(lease(id));
+    for (let id = 1; id <= 5; id++) c.succeeded(lease(id), { result: '"x"' });
     await turn(clock);
-    // Alone, the job that fails would fail again: it is given up (the sweeper brings it back).
-    expect(batches.map((b) => b.map((j) => j.id))).toEqual([
-      ['1', '2', '3', '4', '5'],
-      ['1', '2', '3'],
-      ['4', '5'],
-      ['4'],
-      ['5'],
+    expect(batches.map((b) => b.map((j) => `${j.id} ${j.outcome}`))).toEqual([
+      ['1 succeeded', '2 succeeded', '3 succeeded', '4 succeeded', '5 succeeded'],
+      ['1 succeeded', '2 succeeded', '3 succeeded'],
+      ['4 succeeded', '5 succeeded'],
+      ['4 succeeded'],
+      ['4 failed'],
+      ['5 succeeded'],
     ]);
+    expect(batches[4]![0]).toMatchObject({
+      error: 'its outcome could not be stored: unsupported Unicode escape sequence',
+      permanent: false,
+    });
     expect(reported.filter((r) => !r.startsWith('error'))).toEqual([
       '1 success',
       '2 success',
       '3 success',
+      '4 queued 0',
       '5 success',
     ]);
     expect(reported.filter((r) => r.startsWith('error'))).toHaveLength(3);
+    await c.drain(1000);
+    expect(clock.pending()).toBe(0);
+  });
+
+  it('gives up a failure the server refuses alone (the sweeper brings the job back)', async () => {
+    const { c, clock, batches, reported } = completer(
+      async () => {
+        throw new DatabaseError('value too long', '22001');
+      },
+      (ids) => ids.map((id) => state(Number(id), 'running', 'w')),
+    );
+    c.failed({ job: lease(1), thrown: new Error('x'), error: 'x', permanent: false });
+    await turn(clock);
+    expect(batches.map((b) => b.map((j) => `${j.id} ${j.outcome}`))).toEqual([['1 failed']]);
+    expect(reported).toEqual(['error value too long']);
     await c.drain(1000);
     expect(clock.pending()).toBe(0);
   });
