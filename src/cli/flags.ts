@@ -5,6 +5,8 @@
  */
 import { readFile } from 'node:fs/promises';
 import { type Command, InvalidArgumentError, Option } from 'commander';
+import { ValidationError } from '../errors.js';
+import { assertName } from '../job/job.js';
 import { LOG_LEVELS, type LogLevel } from './logger.js';
 import { UsageError } from './usage-error.js';
 
@@ -92,6 +94,23 @@ export function integer(min: number, max: number): (value: string) => number {
 /** Parser for a duration in milliseconds: an integer ≥ `min`, at most about 24.8 days. */
 export function milliseconds(min = 0): (value: string) => number {
   return integer(min, 2_147_483_647);
+}
+
+/**
+ * Parser for a name (a kind, a queue, a schedule), checked as the library
+ * checks it (1 to 1,024 bytes of UTF-8, storable), so a bad one is refused before
+ * connecting.
+ *
+ * @throws {InvalidArgumentError} (exit 2) saying what is wrong.
+ */
+export function name(value: string): string {
+  try {
+    assertName(value, 'name');
+  } catch (error) {
+    if (error instanceof ValidationError) throw new InvalidArgumentError(`${error.reason}.`);
+    throw error;
+  }
+  return value;
 }
 
 /** Collects a repeatable flag (`--queue a --queue b`) into an array. */

@@ -142,7 +142,7 @@ describe('skiplock CLI commands', { timeout: 240_000 }, () => {
         ],
         /invalid --heartbeat-interval-ms: must be below visibilityTimeoutMs/,
       ],
-      [['enqueue', '', ...conn()], /invalid KIND/],
+      [['enqueue', '', ...conn()], /is invalid for argument 'KIND'. must not be empty/],
       [['nosuchcommand'], /unknown command 'nosuchcommand'/],
       [['enqueue', 'k', '--schema', '', ...conn().slice(0, 2)], /schema/],
     ];

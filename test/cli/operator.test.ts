@@ -113,7 +113,7 @@ describe('skiplock CLI for operators', () => {
     expect(missing.stderr).toMatch(/--ids-from \S+: no such file/);
   });
 
-  it('cancel and requeue refuse bad input before connecting, and never print a password', async () => {
+  it('refuses bad ids, tags, names and flags before connecting, and never prints a password', async () => {
     // Nothing listens on port 1: a command that connected first would fail with exit 1.
     const nowhere = ['--database-url', 'postgres://u@127.0.0.1:1/x?password=s3cret', '--schema', 'x'];
     const cases: [string[], RegExp][] = [
@@ -130,6 +130,19 @@ describe('skiplock CLI for operators', () => {
       const result = await runCli([...args, ...nowhere]);
       expect({ args, code: result.code }).toEqual({ args, code: 2 });
       expect(result.stderr).toMatch(message);
+    }
+    const names: [string[], string][] = [
+      [['enqueue', ''], "argument 'KIND'. must not be empty."],
+      [['enqueue', 'k', '--queue', ''], "option '--queue <name>' argument '' is invalid. must not be empty."],
+      [['queues', 'pause', ''], "argument 'NAME'. must not be empty."],
+      [['queues', 'limits', 'q'.repeat(1025)], "argument 'NAME'. must be at most 1024 bytes of UTF-8."],
+      [['schedule', 'n', '* * * * *', ''], "argument 'KIND'. must not be empty."],
+      [['unschedule', ''], "argument 'NAME'. must not be empty."],
+    ];
+    for (const [args, message] of names) {
+      const result = await runCli([...args, ...nowhere]);
+      expect({ args, code: result.code }).toEqual({ args, code: 2 });
+      expect(result.stderr).toContain(message);
     }
     const refused = await runCli(['cancel', '--kind', 'k', ...nowhere]);
     expect(refused.code).toBe(1);

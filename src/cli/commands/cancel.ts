@@ -27,7 +27,7 @@ export function cancelCommand(): Command {
       .description(
         "Ends waiting and queued jobs as cancelled at once (a waiting job's children that said cancel with it); for running jobs, the worker holding each aborts its handler within about a second and the job ends cancelled, never retried. Finished jobs are left alone. Give job ids and/or filters.",
       ),
-    'only queued or only running jobs',
+    'only waiting, queued or running jobs',
     CANCELLABLE_STATUSES,
   );
   return addDatabaseCommandFlags(command, [

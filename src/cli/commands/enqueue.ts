@@ -11,6 +11,7 @@ import {
   type ConnectionFlags,
   collect,
   integer,
+  name,
   parsePayloadArgument,
 } from '../flags.js';
 import { printJson, printText } from '../output.js';
@@ -31,9 +32,9 @@ export function enqueueCommand(): Command {
   const command = new Command('enqueue')
     .summary('enqueue one job')
     .description('Enqueues one job of KIND with PAYLOAD_JSON (a JSON value, default {}).')
-    .argument('<KIND>', 'the job kind, routes it to a handler')
+    .argument('<KIND>', 'the job kind, routes it to a handler', name)
     .argument('[PAYLOAD_JSON]', 'the payload as JSON', '{}')
-    .option('--queue <name>', 'queue name', 'default')
+    .option('--queue <name>', 'queue name', name, 'default')
     .option('--priority <n>', 'larger runs first (32-bit integer)', integer(-2_147_483_648, 2_147_483_647))
     // The library's bounds (10,000 years), not the 32-bit ones of loop intervals.
     .option(

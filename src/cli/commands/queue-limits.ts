@@ -8,7 +8,7 @@ import { Command, InvalidArgumentError } from 'commander';
 import { definedOnly } from '../../options.js';
 import type { QueueLimits, QueueLimitsOptions, RateLimit } from '../../skiplock.js';
 import { withDatabase } from '../database.js';
-import { type ConnectionFlags, examples, integer } from '../flags.js';
+import { type ConnectionFlags, examples, integer, name } from '../flags.js';
 import { printJson, printText } from '../output.js';
 
 // `none` stays a string through commander, which turns a parser's null into ''.
@@ -65,7 +65,7 @@ export function queueLimitsCommand(): Command {
     .description(
       'Caps a queue across all workers and hosts: --concurrency N jobs running at once, --rate COUNT/PERIOD job starts within any PERIOD. `none` removes a limit; a flag not given leaves its limit as it is; with no flag, shows the limits.',
     )
-    .argument('NAME', 'the queue')
+    .argument('NAME', 'the queue', name)
     .option('--concurrency <n|none>', 'most jobs of the queue running at once', concurrencyFlag)
     .option(
       '--rate <count/period|none>',

@@ -4,7 +4,7 @@
  */
 import { Command } from 'commander';
 import { withDatabase } from '../database.js';
-import { addDatabaseCommandFlags, type ConnectionFlags } from '../flags.js';
+import { addDatabaseCommandFlags, type ConnectionFlags, name } from '../flags.js';
 import { printJson, printText } from '../output.js';
 import { renderTable } from '../table.js';
 import { formatLimits, queueLimitsCommand } from './queue-limits.js';
@@ -49,7 +49,7 @@ export function queuesCommand(): Command {
       .summary(
         action === 'pause' ? 'stop workers claiming from a queue' : 'let workers claim from a queue again',
       )
-      .argument('NAME', 'the queue')
+      .argument('NAME', 'the queue', name)
       .addHelpText(
         'after',
         '\nConnection and --json: the flags of `skiplock queues`, given before or after NAME.',

@@ -69,7 +69,7 @@ const MAX_EXPLAINED_IDS = 20;
 async function whyNothingMatched(skiplock: Skiplock, filter: RequeueFilter): Promise<string[]> {
   if (filter.ids === undefined) {
     // The statuses given name the jobs; without them, dead and failed ones.
-    const statuses = filter.status ? [filter.status].flat().join(' or ') : 'dead or failed';
+    const statuses = filter.status ? [...new Set([filter.status].flat())].join(' or ') : 'dead or failed';
     const what = [
       filter.kind && `kind ${[filter.kind].flat().join(', ')}`,
       filter.queue && `queue ${[filter.queue].flat().join(', ')}`,

@@ -11,6 +11,7 @@ import {
   type ConnectionFlags,
   choice,
   integer,
+  name,
   parsePayloadArgument,
 } from '../flags.js';
 import { printJson, printText } from '../output.js';
@@ -33,12 +34,12 @@ export function scheduleCommand(): Command {
     .description(
       'Creates or updates the schedule NAME: workers enqueue one job of KIND with PAYLOAD_JSON (default {}) per slot of CRON (5 or 6 fields, or @hourly, @daily…), read in --timezone.',
     )
-    .argument('<NAME>', 'the schedule name (updates the schedule of that name if there is one)')
+    .argument('<NAME>', 'the schedule name (updates the schedule of that name if there is one)', name)
     .argument('<CRON>', "the cron expression, quoted: '30 2 * * *'")
-    .argument('<KIND>', 'the kind of the jobs')
+    .argument('<KIND>', 'the kind of the jobs', name)
     .argument('[PAYLOAD_JSON]', 'the payload of each job, as JSON', '{}')
     .option('--timezone <zone>', 'IANA time zone the expression is read in (default UTC)')
-    .option('--queue <name>', 'queue of the jobs (default default)')
+    .option('--queue <name>', 'queue of the jobs (default default)', name)
     .option('--priority <n>', 'larger runs first (32-bit integer)', integer(-2_147_483_648, 2_147_483_647))
     .option('--max-attempts <n>', 'attempts before the dead letter (default 20)', integer(1, 2_147_483_647))
     .addOption(

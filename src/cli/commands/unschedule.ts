@@ -3,7 +3,7 @@
  */
 import { Command } from 'commander';
 import { withDatabase } from '../database.js';
-import { addConnectionFlags, type ConnectionFlags, examples } from '../flags.js';
+import { addConnectionFlags, type ConnectionFlags, examples, name } from '../flags.js';
 import { printText } from '../output.js';
 
 /** The `unschedule` command. Exits 1 when there was no such schedule. */
@@ -13,7 +13,7 @@ export function unscheduleCommand(): Command {
     .description(
       'Removes the schedule NAME; jobs it already enqueued stay. Exits 1 when there is no such schedule.',
     )
-    .argument('<NAME>', 'the schedule name');
+    .argument('<NAME>', 'the schedule name', name);
   addConnectionFlags(command);
   return command
     .addHelpText('after', examples('skiplock unschedule nightly-report'))
