@@ -127,6 +127,12 @@ describe('waitFor', () => {
     await expect(missing).rejects.toBeInstanceOf(JobNotFoundError);
     await expect(missing).rejects.toMatchObject({ code: 'JOB_NOT_FOUND', jobId: '987654321' });
     await expect(t.skiplock.waitFor('abc')).rejects.toMatchObject({ field: 'id' });
+    // Past bigint: refused as bad input, not sent to the server.
+    await expect(t.skiplock.waitFor('9223372036854775808')).rejects.toMatchObject({
+      name: 'ValidationError',
+      field: 'id',
+      reason: 'must be a job id (a decimal string within bigint range)',
+    });
     await expect(t.skiplock.waitFor(id!, { timeoutMs: -1 })).rejects.toBeInstanceOf(ValidationError);
   });
 

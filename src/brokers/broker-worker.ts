@@ -17,6 +17,7 @@ import { schemaNames } from '../db/queries/schema-names.js';
 import { ShutdownError, SkiplockError, ValidationError } from '../errors.js';
 import { MAX_ATTEMPT_ERROR_CHARS, MAX_ATTEMPT_ERRORS } from '../job/attempt-history.js';
 import { backoffDelayMs } from '../job/backoff.js';
+import { truncated } from '../job/failure.js';
 import type { Job, JobMap } from '../job/job.js';
 import { type RelayedJob, toHandlerJob } from '../relay/message.js';
 
@@ -382,10 +383,7 @@ export class DeliveryRunner {
       ...relayed.errors,
       {
         attempt,
-        error:
-          outcome.error.length > MAX_ATTEMPT_ERROR_CHARS
-            ? `${outcome.error.slice(0, MAX_ATTEMPT_ERROR_CHARS)}… [truncated]`
-            : outcome.error,
+        error: truncated(outcome.error, MAX_ATTEMPT_ERROR_CHARS),
         at: new Date().toISOString(),
         worker: this.#settings.workerId,
       },

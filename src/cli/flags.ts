@@ -6,6 +6,7 @@
 import { readFile } from 'node:fs/promises';
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { ValidationError } from '../errors.js';
+import { isJobId, MAX_JOB_ID } from '../job/defaults.js';
 import { assertName } from '../job/job.js';
 import { LOG_LEVELS, type LogLevel } from './logger.js';
 import { UsageError } from './usage-error.js';
@@ -220,9 +221,6 @@ export function addJobSelectionFlags(
     );
 }
 
-/** The largest job id: PostgreSQL's bigint. */
-const MAX_JOB_ID = 9_223_372_036_854_775_807n;
-
 /**
  * The filter the ID arguments and the selection flags name: only the fields
  * given are set (an empty object when none is).
@@ -234,7 +232,7 @@ export async function jobSelection<S extends string>(
   flags: JobSelectionFlags<S>,
 ): Promise<{ ids?: string[]; status?: S[]; kind?: string[]; queue?: string[]; tags?: string[] }> {
   const ids = flags.idsFrom === undefined ? args : [...args, ...(await readIdsFrom(flags.idsFrom))];
-  const bad = ids.find((id) => !/^[1-9][0-9]{0,18}$/.test(id) || BigInt(id) > MAX_JOB_ID);
+  const bad = ids.find((id) => !isJobId(id));
   if (bad !== undefined) {
     throw new UsageError(`ID must be a job id (a positive integer up to ${MAX_JOB_ID}), got ${bad}`);
   }

@@ -21,7 +21,19 @@ export function describeFailure(thrown: unknown): string {
     text = `handler threw a value that cannot be described (${safeName(error)})`;
   }
   text = text.replaceAll('\u0000', '\\u0000').toWellFormed();
-  return text.length > MAX_ERROR_CHARS ? `${text.slice(0, MAX_ERROR_CHARS)}… [truncated]` : text;
+  return truncated(text, MAX_ERROR_CHARS);
+}
+
+/**
+ * `text` as is when it has at most `maxChars` UTF-16 units, else its first
+ * `maxChars` followed by `… [truncated]`; a surrogate pair at the cut is left
+ * out whole, so the text stays well formed. Pure.
+ */
+export function truncated(text: string, maxChars: number): string {
+  if (text.length <= maxChars) return text;
+  const last = text.charCodeAt(maxChars - 1);
+  const end = last >= 0xd800 && last <= 0xdbff ? maxChars - 1 : maxChars;
+  return `${text.slice(0, end)}… [truncated]`;
 }
 
 /** Deepest `cause` chain followed; cycles end there too. */

@@ -6,6 +6,7 @@
  */
 import type { SuccessPolicy } from '../db/queries/finish.js';
 import { ValidationError } from '../errors.js';
+import { truncated } from '../job/failure.js';
 import { assertStorableString, serializePayload } from '../job/job.js';
 
 /** Largest result stored by default, in bytes of JSON (worker option `maxResultBytes`): 1 MiB. */
@@ -92,8 +93,7 @@ export function serializeProgress(value: unknown): string {
 export function logLine(line: unknown): string {
   if (typeof line !== 'string') throw new ValidationError('line', 'must be a string');
   assertStorableString(line, 'line');
-  if (line.length <= MAX_LOG_LINE_CHARS) return line;
-  return `${line.slice(0, MAX_LOG_LINE_CHARS)}… [truncated]`;
+  return truncated(line, MAX_LOG_LINE_CHARS);
 }
 
 /** The stored `logs` column as lines (null: none). */

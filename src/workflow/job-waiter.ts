@@ -15,6 +15,7 @@ import type pg from 'pg';
 import type { JobQueries } from '../db/queries/jobs.js';
 import type { AwaitedState } from '../db/queries/waiting.js';
 import { JobNotFoundError, SkiplockError, ValidationError, WaitTimeoutError } from '../errors.js';
+import { isJobId } from '../job/defaults.js';
 import type { JobStatus } from '../job/job.js';
 import { type Clock, systemClock, type TimerHandle } from '../runtime/clock.js';
 import { Notifier } from '../worker/notifier.js';
@@ -110,8 +111,8 @@ export class JobWaiter {
    * @throws {WaitTimeoutError} after `timeoutMs`.
    */
   async waitFor(id: string, options: WaitForOptions = {}): Promise<JobOutcome> {
-    if (typeof id !== 'string' || !/^[1-9][0-9]{0,18}$/.test(id))
-      throw new ValidationError('id', 'must be a job id (a positive decimal integer as a string)');
+    if (!isJobId(id))
+      throw new ValidationError('id', 'must be a job id (a decimal string within bigint range)');
     if (typeof options !== 'object' || options === null)
       throw new ValidationError('options', 'must be an object of timeoutMs and signal');
     for (const key of Object.keys(options))

@@ -4,9 +4,11 @@
  * settled attempt's timeout does not fire; `next` runs the rest once.
  */
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { truncated } from '../../src/job/failure.js';
 import type { Job } from '../../src/job/job.js';
 import { AttemptControl, type Middleware, runJob, withMiddleware } from '../../src/worker/executor.js';
 import type { Handler, ResolvedHandler } from '../../src/worker/handler-definition.js';
+import { logLine } from '../../src/workflow/job-output.js';
 import { sampleJob } from '../support/sample-job.js';
 
 const job: Job = sampleJob();
@@ -136,5 +138,19 @@ describe('errors from another copy of the library', () => {
         error: expect.stringMatching(/^PermanentError: gone\n/),
       });
     }
+  });
+});
+
+describe('texts cut to a length (last_error, attempt errors, log lines)', () => {
+  it('never splits a surrogate pair, and leaves a text that fits as it is', () => {
+    const emoji = '😀';
+    expect(truncated(`a${emoji.repeat(3)}`, 7)).toBe(`a${emoji.repeat(3)}`);
+    // 'a' and two pairs are 5 units: a cut at 4 would split the second pair, so it ends after the first.
+    expect(truncated(`a${emoji.repeat(3)}`, 4)).toBe(`a${emoji}… [truncated]`);
+    expect(truncated(`a${emoji.repeat(3)}`, 5)).toBe(`a${emoji.repeat(2)}… [truncated]`);
+    expect(truncated('abcdef', 3)).toBe('abc… [truncated]');
+    const line = logLine(`a${emoji.repeat(600)}`);
+    expect(line.isWellFormed()).toBe(true);
+    expect(line.endsWith(`${emoji}… [truncated]`)).toBe(true);
   });
 });
