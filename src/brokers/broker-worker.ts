@@ -19,7 +19,7 @@ import { MAX_ATTEMPT_ERROR_CHARS, MAX_ATTEMPT_ERRORS } from '../job/attempt-hist
 import { backoffDelayMs } from '../job/backoff.js';
 import { truncated } from '../job/failure.js';
 import type { Job, JobMap } from '../job/job.js';
-import { type RelayedJob, toHandlerJob } from '../relay/message.js';
+import { type RelayedJob, relayNamespace, toHandlerJob } from '../relay/message.js';
 
 import { emitError, emitGuarded } from '../runtime/guarded-events.js';
 import type { Skiplock } from '../skiplock.js';
@@ -264,6 +264,7 @@ export class DeliveryRunner {
   readonly #emitter: EventEmitter<BrokerWorkerEvents>;
   readonly #skiplock: Skiplock;
   readonly #queries: RelayQueries;
+  #namespace: Promise<string> | undefined;
   readonly #running = new Map<AttemptControl, Promise<void>>();
   readonly #heartbeatMs: number;
 
@@ -401,6 +402,20 @@ export class DeliveryRunner {
     }
     const status = outcome.permanent ? 'failed' : 'dead';
     try {
+      // A job relayed from another database or schema shares ids with this one's
+      // jobs: written here, it would overwrite or shadow an unrelated job.
+      const own = await this.#ownNamespace();
+      if (relayed.namespace !== own) {
+        this.report(
+          new SkiplockError(
+            'BROKER',
+            `job ${relayed.id} ended ${status} but was relayed from another database or schema (namespace ${relayed.namespace}, this worker's is ${own}): not written back here, and dropped`,
+          ),
+          'write-back',
+        );
+        await delivery.ack();
+        return;
+      }
       await this.#queries.writeBack(this.#skiplock.pool, {
         id: relayed.id,
         queue: relayed.queue,
@@ -431,6 +446,18 @@ export class DeliveryRunner {
       retryDelayMs: 0,
       lastError: outcome.error,
     });
+  }
+
+  /** The namespace of this worker's database and schema (as the relay names it), read once. */
+  #ownNamespace(): Promise<string> {
+    this.#namespace ??= this.#queries.database(this.#skiplock.pool).then(
+      ({ systemIdentifier, database }) => relayNamespace(systemIdentifier, database, this.#skiplock.schema),
+      (error: unknown) => {
+        this.#namespace = undefined;
+        throw error;
+      },
+    );
+    return this.#namespace;
   }
 
   /** Publishes the job's next message, then acks this one (a crash between the two republishes the same message id). */

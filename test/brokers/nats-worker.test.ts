@@ -1,6 +1,8 @@
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { type NatsWorker, type NatsWorkerOptions, natsTarget, natsWorker } from '../../src/brokers/nats.js';
-import { type Job, type JobMap, PermanentError, SnoozeError } from '../../src/index.js';
+import { type Job, type JobMap, PermanentError, Skiplock, SnoozeError } from '../../src/index.js';
+import { createRelay } from '../../src/relay/relay.js';
 import { expectAbandonedJobBackUncharged } from '../support/abandoned-handler.js';
 import { useTestDatabase } from '../support/fixture.js';
 import { NATS_URL, until } from '../support/nats.js';
@@ -138,6 +140,55 @@ describe('natsWorker', () => {
     const record = (await t.skiplock.getJob(job.id))!;
     expect([record.attempts, record.errors.length]).toEqual([1, 1]);
     expect(record.lastError).toMatch(/no such customer/);
+  });
+
+  it('does not write back a job relayed from another schema: the job of the same id here is left alone', async () => {
+    const stream = b.stream('worker');
+    // Another schema of the same database relays the same queue to the same stream.
+    const pool = new pg.Pool({ connectionString: t.url, max: 4 });
+    pool.on('error', () => {});
+    const other = new Skiplock({ pool, schema: `${t.schema}_other` });
+    t.defer(async () => {
+      await other.close();
+      await pool.query(`DROP SCHEMA IF EXISTS "${t.schema}_other" CASCADE`);
+      await pool.end();
+    });
+    await other.migrate();
+    const relay = createRelay(other, {
+      target: natsTarget({ servers: NATS_URL, stream }),
+      queues: ['q'],
+      handleSignals: false,
+      lingerMs: 20,
+    });
+    relay.on('error', () => {});
+    t.defer(() => relay.stop());
+    relay.start();
+    const worker = await startedWorker(stream, {
+      handlers: {
+        refused: () => {
+          throw new PermanentError('no such customer');
+        },
+      },
+    });
+    const errors: string[] = [];
+    worker.on('error', (error, source) => errors.push(`${source}: ${error.message}`));
+    const foreign = await other.enqueue('refused', {}, { queue: 'q' });
+    // This schema's own job of the same id, in a queue nobody relays.
+    await t.query(
+      `INSERT INTO ${t.jobs} (id, kind, queue) OVERRIDING SYSTEM VALUE VALUES ($1, 'local_work', 'elsewhere')`,
+      [foreign.id],
+    );
+    await until(() => errors.length > 0, 'the write-back refused');
+    expect(errors).toEqual([
+      expect.stringMatching(
+        new RegExp(
+          `^write-back: job ${foreign.id} ended failed but was relayed from another database or schema`,
+        ),
+      ),
+    ]);
+    expect(await t.query(`SELECT kind, queue, status, last_error FROM ${t.jobs}`)).toEqual([
+      { kind: 'local_work', queue: 'elsewhere', status: 'queued', last_error: null },
+    ]);
   });
 
   it('writes a job back with its tags, so requeue by tag finds it', async () => {
