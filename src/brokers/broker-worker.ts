@@ -171,6 +171,24 @@ export function resolveBrokerWorkerOptions(
 }
 
 /**
+ * The message ids of the jobs a broker-side worker finished lately (the newest
+ * 10,000), so that a copy delivered again (a redelivery that crossed the
+ * acknowledgement, a duplicate publish) is dropped instead of run twice.
+ */
+export class FinishedMessages {
+  readonly #ids = new Set<string>();
+
+  has(messageId: string): boolean {
+    return this.#ids.has(messageId);
+  }
+
+  add(messageId: string): void {
+    this.#ids.add(messageId);
+    if (this.#ids.size > 10_000) this.#ids.delete(this.#ids.values().next().value!);
+  }
+}
+
+/**
  * What every broker-side worker shares: its id and settings, the runner of
  * its deliveries, and `start()` and `stop()` with their signal handlers and
  * `worker:stop` event. A broker's worker adds how it connects and consumes

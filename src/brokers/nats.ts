@@ -15,7 +15,7 @@ import { importOptional } from '../optional-dependency.js';
 import { brokerMessageId, decodeRelayedJob, encodeRelayedJob, type RelayedJob } from '../relay/message.js';
 import type { RelayTarget } from '../relay/relay.js';
 import type { Skiplock } from '../skiplock.js';
-import { BrokerWorker, type BrokerWorkerOptions, withinMs } from './broker-worker.js';
+import { BrokerWorker, type BrokerWorkerOptions, FinishedMessages, withinMs } from './broker-worker.js';
 
 export type { RelayedJob } from '../relay/message.js';
 export type { BrokerWorkerEvents, BrokerWorkerOptions } from './broker-worker.js';
@@ -197,6 +197,13 @@ export class NatsWorker extends BrokerWorker {
   readonly #stream: Required<NatsStreamOptions>;
   readonly #ackWaitMs: number;
   readonly #slots: (() => void)[] = [];
+  /**
+   * The deliveries of the jobs waiting for a slot or running here, by message id:
+   * a redelivery of one (its ack wait ran out) takes the place of the delivery
+   * it is acknowledged through, and is not run again.
+   */
+  readonly #current = new Map<string, { message: JsMsg }>();
+  readonly #done = new FinishedMessages();
   #connection: NatsConnection | undefined;
   readonly #subscriptions: { stop(): void }[] = [];
   readonly #consuming: Promise<void>[] = [];
@@ -235,7 +242,14 @@ export class NatsWorker extends BrokerWorker {
       const subject = natsSubject(this.#stream.subjectPrefix, queue);
       const name = natsConsumerName(subject);
       try {
-        await manager.consumers.info(this.#stream.stream, name);
+        const info = await manager.consumers.info(this.#stream.stream, name);
+        // The consumer is shared: its ack wait grows to the longest a worker asked
+        // for, so that no worker's jobs are redelivered before its own ackWaitMs
+        // (each renews its deliveries every third of its own).
+        if ((info.config.ack_wait ?? 0) < this.#ackWaitMs * 1_000_000)
+          await manager.consumers.update(this.#stream.stream, name, {
+            ack_wait: this.#ackWaitMs * 1_000_000,
+          });
       } catch (error) {
         if (!(error instanceof jetstream.JetStreamApiError) || error.status !== 404) throw error;
         await manager.consumers.add(this.#stream.stream, {
@@ -280,11 +294,27 @@ export class NatsWorker extends BrokerWorker {
           this.runner.report(error, 'consume');
           continue;
         }
-        // The slots are shared by every queue's consumer.
+        const messageId = brokerMessageId(job);
+        if (this.#done.has(messageId)) {
+          message.ack();
+          continue;
+        }
+        const held = this.#current.get(messageId);
+        if (held) {
+          held.message = message;
+          continue;
+        }
+        const delivery = { message };
+        this.#current.set(messageId, delivery);
+        // The slots are shared by every queue's consumer. A job waiting for one
+        // keeps its delivery, as a running one does.
         if (this.runner.activeCount >= this.settings.concurrency) {
+          const beat = setInterval(() => delivery.message.working(), Math.floor(this.#ackWaitMs / 3));
           await new Promise<void>((resolve) => this.#slots.push(resolve));
+          clearInterval(beat);
           if (this.stopping) {
-            message.nak();
+            this.#current.delete(messageId);
+            delivery.message.nak();
             continue;
           }
         }
@@ -292,13 +322,19 @@ export class NatsWorker extends BrokerWorker {
           .run(
             {
               job,
-              ack: () => message.ackAck().then(() => {}),
-              retry: (delayMs) => message.nak(delayMs),
-              working: () => message.working(),
+              ack: async () => {
+                await delivery.message.ackAck();
+                this.#done.add(messageId);
+              },
+              retry: (delayMs) => delivery.message.nak(delayMs),
+              working: () => delivery.message.working(),
             },
             republish,
           )
-          .finally(() => this.#slots.shift()?.());
+          .finally(() => {
+            this.#current.delete(messageId);
+            this.#slots.shift()?.();
+          });
       }
     } catch (error) {
       this.runner.report(error, 'consume');

@@ -15,7 +15,7 @@ import { importOptional } from '../optional-dependency.js';
 import { brokerMessageId, decodeRelayedJob, encodeRelayedJob, type RelayedJob } from '../relay/message.js';
 import type { RelayTarget } from '../relay/relay.js';
 import type { Skiplock } from '../skiplock.js';
-import { BrokerWorker, type BrokerWorkerOptions, withinMs } from './broker-worker.js';
+import { BrokerWorker, type BrokerWorkerOptions, FinishedMessages, withinMs } from './broker-worker.js';
 
 export type { RelayedJob } from '../relay/message.js';
 export type { BrokerWorkerEvents, BrokerWorkerOptions } from './broker-worker.js';
@@ -215,9 +215,6 @@ export interface RabbitmqWorkerOptions<Jobs extends JobMap>
 /** The options of {@link RabbitmqWorkerOptions} beyond those every broker-side worker takes. */
 const RABBITMQ_WORKER_KEYS = ['url', 'queue'];
 
-/** How many completed message ids a worker remembers, to drop a message delivered twice. */
-const REMEMBERED_MESSAGE_IDS = 10_000;
-
 /** First pause, in milliseconds, before a worker connects again after losing its connection; doubled each failure. */
 const RECONNECT_FIRST_MS = 500;
 
@@ -238,7 +235,7 @@ interface Held {
  */
 export class RabbitmqWorker extends BrokerWorker {
   readonly #queues: Required<RabbitmqQueueOptions>;
-  readonly #done = new Set<string>();
+  readonly #done = new FinishedMessages();
   /**
    * The deliveries running or waiting for a slot here, by message id. When the
    * connection was lost under one, the broker delivers it again on the new
@@ -363,7 +360,7 @@ export class RabbitmqWorker extends BrokerWorker {
           {
             job,
             ack: () => {
-              this.#remember(messageId);
+              this.#done.add(messageId);
               const { channel, message } = delivery();
               settle(() => channel.ack(message));
             },
@@ -396,11 +393,6 @@ export class RabbitmqWorker extends BrokerWorker {
     };
     if (this.runner.activeCount < this.settings.concurrency) start();
     else this.#waiting.push(start);
-  }
-
-  #remember(messageId: string): void {
-    this.#done.add(messageId);
-    if (this.#done.size > REMEMBERED_MESSAGE_IDS) this.#done.delete(this.#done.values().next().value!);
   }
 
   protected async disconnect(): Promise<void> {

@@ -209,6 +209,26 @@ describe('natsWorker', () => {
     expect(await t.skiplock.requeue({ tags: 'import', status: 'failed' })).toBe(1);
   });
 
+  it('runs each job once when jobs wait for a slot longer than the ack wait', async () => {
+    const stream = relayed('q');
+    const runs: number[] = [];
+    await startedWorker(stream, {
+      concurrency: 1,
+      ackWaitMs: 1000,
+      handlers: {
+        slow: async (job) => {
+          runs.push((job.payload as { n: number }).n);
+          await new Promise((resolve) => setTimeout(resolve, 1500));
+        },
+      },
+    });
+    await t.skiplock.enqueueMany([1, 2, 3, 4].map((n) => ({ kind: 'slow', payload: { n }, queue: 'q' })));
+    await until(() => runs.length >= 4, 'four runs', 30_000);
+    // Waiting for something not to happen: a redelivered copy would run within one more ack wait.
+    await new Promise((resolve) => setTimeout(resolve, 2500));
+    expect([...runs].sort()).toEqual([1, 2, 3, 4]);
+  });
+
   it('refuses a transactional handler, naming it', () => {
     expect(() =>
       natsWorker(t.skiplock, {
