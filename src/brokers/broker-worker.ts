@@ -118,6 +118,20 @@ const BROKER_WORKER_KEYS: readonly string[] = [
   'workerId',
 ];
 
+/** How long a job of a kind without a handler here goes back to the broker before it is delivered again. */
+const UNKNOWN_KIND_RETRY_MS = 5000;
+
+/**
+ * Refuses a key of `options` not in `known` (a misspelt option would otherwise
+ * be ignored, its default silently used).
+ *
+ * @throws {ValidationError} naming `field.key`: unknown option.
+ */
+export function refuseUnknownOptions(options: object, field: string, known: readonly string[]): void {
+  for (const key of Object.keys(options))
+    if (!known.includes(key)) throw new ValidationError(`${field}.${key}`, 'unknown option');
+}
+
 /**
  * Validates the options every broker-side worker shares; `ownKeys` are the
  * broker's own options (checked by it), any other key is refused.
@@ -130,15 +144,14 @@ export function resolveBrokerWorkerOptions(
   field: string,
   ownKeys: readonly string[] = [],
 ): BrokerWorkerSettings {
-  for (const key of Object.keys(options))
-    if (!BROKER_WORKER_KEYS.includes(key) && !ownKeys.includes(key))
-      throw new ValidationError(`${field}.${key}`, 'unknown option');
+  refuseUnknownOptions(options, field, [...BROKER_WORKER_KEYS, ...ownKeys]);
   const { handleSignals = true, workerId } = options;
   if (typeof handleSignals !== 'boolean')
     throw new ValidationError(`${field}.handleSignals`, 'must be a boolean');
   if (workerId !== undefined && (typeof workerId !== 'string' || workerId === '' || workerId.length > 200))
     throw new ValidationError(`${field}.workerId`, 'must be a string of 1…200 characters');
   const handlers = resolveHandlers(options.handlers, `${field}.handlers`);
+  if (handlers.size === 0) throw new ValidationError(`${field}.handlers`, 'must name at least one kind');
   for (const [kind, handler] of handlers)
     if (handler.transactional)
       throw new ValidationError(
@@ -347,6 +360,9 @@ export class DeliveryRunner {
     emitError(this.#emitter as EventEmitter, translated, source, `broker worker ${this.#settings.workerId}`);
   }
 
+  /** Kinds without a handler here whose jobs were given back (reported once each). */
+  readonly #unknownKinds = new Set<string>();
+
   async #run(delivery: Delivery, republish: Republish, control: AttemptControl): Promise<void> {
     const relayed = delivery.job;
     const waitMs = relayed.notBefore === undefined ? 0 : Date.parse(relayed.notBefore) - Date.now();
@@ -355,8 +371,24 @@ export class DeliveryRunner {
       return;
     }
     const handler = this.#settings.handlers.get(relayed.kind);
+    if (!handler) {
+      // As a PostgreSQL worker claims only the kinds it handles, so that workers of
+      // different versions share a queue: given back for one that has a handler, uncharged.
+      if (!this.#unknownKinds.has(relayed.kind)) {
+        this.#unknownKinds.add(relayed.kind);
+        this.report(
+          new SkiplockError(
+            'BROKER',
+            `no handler for kind ${JSON.stringify(relayed.kind)} here: its jobs are given back (every ${UNKNOWN_KIND_RETRY_MS} ms) for a worker that has one`,
+          ),
+          'consume',
+        );
+      }
+      await delivery.retry(UNKNOWN_KIND_RETRY_MS);
+      return;
+    }
     const maxAttempts =
-      relayed.maxAttemptsDefault && handler?.maxAttempts !== undefined
+      relayed.maxAttemptsDefault && handler.maxAttempts !== undefined
         ? handler.maxAttempts
         : relayed.maxAttempts;
     const attempt = relayed.attempts + 1;
@@ -371,10 +403,10 @@ export class DeliveryRunner {
       );
       outcome = await Promise.race([
         runJob(
-          handler?.handle as Parameters<typeof runJob>[0],
+          handler.handle as Parameters<typeof runJob>[0],
           job,
           control,
-          handler?.timeoutMs ?? this.#settings.jobTimeoutMs,
+          handler.timeoutMs ?? this.#settings.jobTimeoutMs,
         ),
         stopped,
       ]);

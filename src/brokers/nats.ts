@@ -15,7 +15,13 @@ import { importOptional } from '../optional-dependency.js';
 import { brokerMessageId, decodeRelayedJob, encodeRelayedJob, type RelayedJob } from '../relay/message.js';
 import type { RelayTarget } from '../relay/relay.js';
 import type { Skiplock } from '../skiplock.js';
-import { BrokerWorker, type BrokerWorkerOptions, FinishedMessages, withinMs } from './broker-worker.js';
+import {
+  BrokerWorker,
+  type BrokerWorkerOptions,
+  FinishedMessages,
+  refuseUnknownOptions,
+  withinMs,
+} from './broker-worker.js';
 
 export type { RelayedJob } from '../relay/message.js';
 export type { BrokerWorkerEvents, BrokerWorkerOptions } from './broker-worker.js';
@@ -64,6 +70,12 @@ export function natsSubject(subjectPrefix: string, queue: string): string {
   return `${subjectPrefix}.${token}`;
 }
 
+/** The longest duplicate window whose nanoseconds are a safe integer. */
+const MAX_WINDOW_MS = Math.floor(Number.MAX_SAFE_INTEGER / 1_000_000);
+
+/** The options of {@link NatsStreamOptions}. */
+const NATS_STREAM_KEYS = ['servers', 'stream', 'subjectPrefix', 'duplicateWindowMs'];
+
 function checkStreamOptions(options: NatsStreamOptions, field: string): Required<NatsStreamOptions> {
   if (typeof options !== 'object' || options === null) throw new ValidationError(field, 'must be an object');
   const servers = options.servers;
@@ -71,6 +83,8 @@ function checkStreamOptions(options: NatsStreamOptions, field: string): Required
     !(typeof servers === 'string' || (Array.isArray(servers) && servers.every((s) => typeof s === 'string')))
   )
     throw new ValidationError(`${field}.servers`, 'must be a URL or a list of URLs');
+  if ((Array.isArray(servers) ? servers : [servers]).every((s) => s.trim() === ''))
+    throw new ValidationError(`${field}.servers`, 'must name at least one server');
   if (typeof options.stream !== 'string' || !/^[A-Za-z0-9_-]+$/.test(options.stream))
     throw new ValidationError(`${field}.stream`, 'must be a stream name (A-Z, a-z, 0-9, _ and -)');
   const subjectPrefix = options.subjectPrefix ?? options.stream;
@@ -80,8 +94,9 @@ function checkStreamOptions(options: NatsStreamOptions, field: string): Required
       'must be dot-separated tokens of A-Z, a-z, 0-9, _ and -',
     );
   const duplicateWindowMs = options.duplicateWindowMs ?? 600_000;
-  if (!Number.isInteger(duplicateWindowMs) || duplicateWindowMs < 1000)
-    throw new ValidationError(`${field}.duplicateWindowMs`, 'must be an integer ≥ 1000');
+  // The broker takes it in nanoseconds: at most about 104 days stays exact.
+  if (!Number.isInteger(duplicateWindowMs) || duplicateWindowMs < 1000 || duplicateWindowMs > MAX_WINDOW_MS)
+    throw new ValidationError(`${field}.duplicateWindowMs`, `must be an integer in 1000…${MAX_WINDOW_MS}`);
   return { servers, stream: options.stream, subjectPrefix, duplicateWindowMs };
 }
 
@@ -119,6 +134,7 @@ async function ensureStream(
  */
 export function natsTarget(options: NatsStreamOptions): RelayTarget {
   const settings = checkStreamOptions(options, 'natsTarget');
+  refuseUnknownOptions(options, 'natsTarget', NATS_STREAM_KEYS);
   let connection: NatsConnection | undefined;
   let client: import('@nats-io/jetstream').JetStreamClient | undefined;
   return {
@@ -190,7 +206,7 @@ export function natsConsumerName(subject: string): string {
 }
 
 /** The options of {@link NatsWorkerOptions} beyond those every broker-side worker takes. */
-const NATS_WORKER_KEYS = ['servers', 'stream', 'subjectPrefix', 'duplicateWindowMs', 'ackWaitMs'];
+const NATS_WORKER_KEYS = [...NATS_STREAM_KEYS, 'ackWaitMs'];
 
 /** A broker-side worker on NATS JetStream: `start()`, `stop()`, events. */
 export class NatsWorker extends BrokerWorker {

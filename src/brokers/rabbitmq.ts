@@ -15,7 +15,13 @@ import { importOptional } from '../optional-dependency.js';
 import { brokerMessageId, decodeRelayedJob, encodeRelayedJob, type RelayedJob } from '../relay/message.js';
 import type { RelayTarget } from '../relay/relay.js';
 import type { Skiplock } from '../skiplock.js';
-import { BrokerWorker, type BrokerWorkerOptions, FinishedMessages, withinMs } from './broker-worker.js';
+import {
+  BrokerWorker,
+  type BrokerWorkerOptions,
+  FinishedMessages,
+  refuseUnknownOptions,
+  withinMs,
+} from './broker-worker.js';
 
 export type { RelayedJob } from '../relay/message.js';
 export type { BrokerWorkerEvents, BrokerWorkerOptions } from './broker-worker.js';
@@ -132,6 +138,7 @@ async function open(
  */
 export function rabbitmqTarget(options: RabbitmqQueueOptions): RelayTarget {
   const settings = checkQueueOptions(options, 'rabbitmqTarget');
+  refuseUnknownOptions(options, 'rabbitmqTarget', RABBITMQ_WORKER_KEYS);
   let connection: { model: ChannelModel; channel: ConfirmChannel } | undefined;
   /** Set when the broker closed the connection or the channel (a restart, a dropped socket). */
   let lost: Error | undefined;
@@ -212,7 +219,7 @@ export interface RabbitmqWorkerOptions<Jobs extends JobMap>
   extends BrokerWorkerOptions<Jobs>,
     RabbitmqQueueOptions {}
 
-/** The options of {@link RabbitmqWorkerOptions} beyond those every broker-side worker takes. */
+/** The options of {@link RabbitmqQueueOptions}: a target's, and a worker's beyond those every broker-side worker takes. */
 const RABBITMQ_WORKER_KEYS = ['url', 'queue'];
 
 /** First pause, in milliseconds, before a worker connects again after losing its connection; doubled each failure. */

@@ -186,6 +186,8 @@ export class Relay extends EventEmitter<RelayEvents> {
     );
   }
 
+  #stopping: Promise<void> | undefined;
+
   /** The queues it relays. */
   get queues(): readonly string[] {
     return this.#loop.deps.queues;
@@ -200,10 +202,18 @@ export class Relay extends EventEmitter<RelayEvents> {
 
   /**
    * Stops: the batches in flight are published and removed (or given back) within
-   * `publishTimeoutMs`, then the broker connection closes.
+   * `publishTimeoutMs`, then the broker connection closes and `relay:stop` is
+   * emitted. Idempotent; a relay stopped before it started emits nothing.
    */
-  async stop(): Promise<void> {
+  stop(): Promise<void> {
+    // Once: a second call waits for the first; a relay never started has nothing to stop.
+    this.#stopping ??= this.#stop(this.#loop.state !== 'new');
+    return this.#stopping;
+  }
+
+  async #stop(started: boolean): Promise<void> {
     await this.#loop.stop();
+    if (!started) return;
     await this.#loop.unregister();
     forgetOnSignals(this);
     await this.#loop.deps.target.close(this.#loop.deps.publishTimeoutMs).catch(() => {});

@@ -229,6 +229,24 @@ describe('natsWorker', () => {
     expect([...runs].sort()).toEqual([1, 2, 3, 4]);
   });
 
+  it('gives a job of a kind it has no handler for back, uncharged, for a worker that has one', async () => {
+    const stream = relayed('q');
+    const older = await startedWorker(stream, { handlers: { a: () => {} } });
+    const errors: string[] = [];
+    older.on('error', (error, source) => errors.push(`${source}: ${error.message}`));
+    const job = await t.skiplock.enqueue('b', { n: 1 }, { queue: 'q', maxAttempts: 1 });
+    await until(() => errors.length > 0, 'the unknown kind reported');
+    expect(errors).toEqual([
+      'consume: no handler for kind "b" here: its jobs are given back (every 5000 ms) for a worker that has one',
+    ]);
+    const ran: number[] = [];
+    await startedWorker(stream, { handlers: { b: (j) => void ran.push(j.attempts) } });
+    await until(() => ran.length > 0, 'the job run by the newer worker', 20_000);
+    // Its first attempt: being given back charged none. It was never written back as dead.
+    expect(ran).toEqual([1]);
+    expect(await t.row(job.id)).toBeUndefined();
+  });
+
   it('refuses a transactional handler, naming it', () => {
     expect(() =>
       natsWorker(t.skiplock, {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { natsSubject, natsTarget, natsWorker } from '../../src/brokers/nats.js';
-import { rabbitmqWorker } from '../../src/brokers/rabbitmq.js';
+import { rabbitmqTarget, rabbitmqWorker } from '../../src/brokers/rabbitmq.js';
 import { createRelay, Skiplock } from '../../src/index.js';
 import { brokerMessageId, relayMessageId, relayNamespace } from '../../src/relay/message.js';
 
@@ -57,6 +57,33 @@ describe('relay options', () => {
     );
     expect(() => natsTarget({ servers: 'nats://h', stream: 'a.b' })).toThrow(/natsTarget\.stream/);
   });
+
+  it('targets refuse a misspelt option, no server and a duplicate window past its range, naming each', () => {
+    expect(() => natsTarget({ servers: 'nats://h', stream: 'jobs', subjectPrefx: 'x' } as never)).toThrow(
+      'invalid natsTarget.subjectPrefx: unknown option',
+    );
+    expect(() => rabbitmqTarget({ url: 'amqp://h', qeue: 'x' } as never)).toThrow(
+      'invalid rabbitmqTarget.qeue: unknown option',
+    );
+    for (const servers of [[], '', ['  ']])
+      expect(() => natsTarget({ servers, stream: 'jobs' })).toThrow(
+        'invalid natsTarget.servers: must name at least one server',
+      );
+    expect(() => natsTarget({ servers: 'nats://h', stream: 'jobs', duplicateWindowMs: 1e300 })).toThrow(
+      /^invalid natsTarget\.duplicateWindowMs: must be an integer in 1000…9007199254$/,
+    );
+  });
+
+  it('emits relay:stop once, and not for a relay never started', async () => {
+    const stops: string[] = [];
+    const never = createRelay(skiplock, {
+      target: natsTarget({ servers: 'nats://127.0.0.1:1', stream: 'jobs' }),
+    });
+    never.on('relay:stop', () => stops.push('never'));
+    await never.stop();
+    await never.stop();
+    expect(stops).toEqual([]);
+  });
 });
 
 describe('broker-side worker options', () => {
@@ -68,6 +95,9 @@ describe('broker-side worker options', () => {
   it('refuse an unknown option, a handleSignals that is no boolean and a bad workerId, naming each', () => {
     expect(() => natsWorker(skiplock, { ...nats, concurency: 5 } as never)).toThrow(
       'invalid natsWorker.concurency: unknown option',
+    );
+    expect(() => natsWorker(skiplock, { ...nats, handlers: {} })).toThrow(
+      'invalid natsWorker.handlers: must name at least one kind',
     );
     expect(() => rabbitmqWorker(skiplock, { ...rabbitmq, stream: 'jobs' } as never)).toThrow(
       'invalid rabbitmqWorker.stream: unknown option',
