@@ -82,3 +82,14 @@ export const validDate = z
   .refine((d) => d.getTime() >= MIN_DATE_MS && d.getTime() <= MAX_DATE_MS, {
     error: 'must be between the years 1 and 9999',
   });
+
+/**
+ * Refuses a key of `options` not in `known` (a misspelt option would otherwise
+ * be ignored, its default silently used).
+ *
+ * @throws {ValidationError} naming `field.key`: unknown option.
+ */
+export function refuseUnknownOptions(options: object, field: string, known: readonly string[]): void {
+  for (const key of Object.keys(options))
+    if (!known.includes(key)) throw new ValidationError(`${field}.${key}`, 'unknown option');
+}

@@ -19,6 +19,7 @@ import { MAX_ATTEMPT_ERROR_CHARS, MAX_ATTEMPT_ERRORS } from '../job/attempt-hist
 import { backoffDelayMs } from '../job/backoff.js';
 import { truncated } from '../job/failure.js';
 import type { Job, JobMap } from '../job/job.js';
+import { refuseUnknownOptions } from '../options.js';
 import { type RelayedJob, relayNamespace, toHandlerJob } from '../relay/message.js';
 
 import { emitError, emitGuarded } from '../runtime/guarded-events.js';
@@ -120,17 +121,6 @@ const BROKER_WORKER_KEYS: readonly string[] = [
 
 /** How long a job of a kind without a handler here goes back to the broker before it is delivered again. */
 const UNKNOWN_KIND_RETRY_MS = 5000;
-
-/**
- * Refuses a key of `options` not in `known` (a misspelt option would otherwise
- * be ignored, its default silently used).
- *
- * @throws {ValidationError} naming `field.key`: unknown option.
- */
-export function refuseUnknownOptions(options: object, field: string, known: readonly string[]): void {
-  for (const key of Object.keys(options))
-    if (!known.includes(key)) throw new ValidationError(`${field}.${key}`, 'unknown option');
-}
 
 /**
  * Validates the options every broker-side worker shares; `ownKeys` are the

@@ -12,16 +12,11 @@ import { ValidationError } from '../errors.js';
 import { describeFailure } from '../job/failure.js';
 import type { JobMap } from '../job/job.js';
 import { importOptional } from '../optional-dependency.js';
+import { refuseUnknownOptions } from '../options.js';
 import { brokerMessageId, decodeRelayedJob, encodeRelayedJob, type RelayedJob } from '../relay/message.js';
 import type { RelayTarget } from '../relay/relay.js';
 import type { Skiplock } from '../skiplock.js';
-import {
-  BrokerWorker,
-  type BrokerWorkerOptions,
-  FinishedMessages,
-  refuseUnknownOptions,
-  withinMs,
-} from './broker-worker.js';
+import { BrokerWorker, type BrokerWorkerOptions, FinishedMessages, withinMs } from './broker-worker.js';
 
 export type { RelayedJob } from '../relay/message.js';
 export type { BrokerWorkerEvents, BrokerWorkerOptions } from './broker-worker.js';
