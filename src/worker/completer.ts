@@ -186,9 +186,8 @@ export class Completer<T extends LeasedJob> extends Service {
       } catch (error) {
         const translated = translateError(error);
         this.#deps.onError(translated);
-        // One job's value (a snooze past what a timestamp holds, say) fails the whole statement:
-        // write the halves apart, so that the results finished beside it are not held back with
-        // it. Alone, it fails the same way every time: given up at once.
+        // One job's value (a result the server refuses, say) fails the whole statement: write
+        // the halves apart, so that the results finished beside it are not held back with it.
         if (isRowDataError(translated)) {
           if (pending.length > 1) {
             this.#queued.unshift(...pending.splice(Math.ceil(pending.length / 2)));
