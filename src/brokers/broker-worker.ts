@@ -20,7 +20,7 @@ import { backoffDelayMs } from '../job/backoff.js';
 import { truncated } from '../job/failure.js';
 import type { Job, JobMap } from '../job/job.js';
 import { refuseUnknownOptions } from '../options.js';
-import { type RelayedJob, relayNamespace, toHandlerJob } from '../relay/message.js';
+import { type RelayedJob, readNamespace, toHandlerJob } from '../relay/message.js';
 
 import { emitError, emitGuarded } from '../runtime/guarded-events.js';
 import type { Skiplock } from '../skiplock.js';
@@ -490,8 +490,7 @@ export class DeliveryRunner {
 
   /** The namespace of this worker's database and schema (as the relay names it), read once. */
   #ownNamespace(): Promise<string> {
-    this.#namespace ??= this.#queries.database(this.#skiplock.pool).then(
-      ({ systemIdentifier, database }) => relayNamespace(systemIdentifier, database, this.#skiplock.schema),
+    this.#namespace ??= readNamespace(this.#queries, this.#skiplock.pool, this.#skiplock.schema).catch(
       (error: unknown) => {
         this.#namespace = undefined;
         throw error;

@@ -4,7 +4,8 @@
  * id, which stays the same when a crashed relay publishes the job again.
  */
 import { createHash } from 'node:crypto';
-import type { RelayRow } from '../db/queries/relay.js';
+import type { Queryable } from '../db/executor.js';
+import type { RelayQueries, RelayRow } from '../db/queries/relay.js';
 import type { Job } from '../job/job.js';
 
 /** A relayed job, as published (dates as ISO 8601 text). */
@@ -57,6 +58,16 @@ export function relayNamespace(systemIdentifier: string, database: string, schem
     .update(`${systemIdentifier}\u0000${database}\u0000${schema}`)
     .digest('hex')
     .slice(0, 16);
+}
+
+/**
+ * The namespace of `schema` in the database `db` reaches (one round trip for the
+ * database's identity): what the relay stamps on its messages, and what a
+ * broker-side worker compares them with before it writes a job back.
+ */
+export async function readNamespace(queries: RelayQueries, db: Queryable, schema: string): Promise<string> {
+  const { systemIdentifier, database } = await queries.database(db);
+  return relayNamespace(systemIdentifier, database, schema);
 }
 
 /**

@@ -25,7 +25,7 @@ import { emitError, emitGuarded } from '../runtime/guarded-events.js';
 import { Service } from '../runtime/service.js';
 import type { Skiplock } from '../skiplock.js';
 import { forgetOnSignals, stopOnSignals } from '../worker/signals.js';
-import { type RelayedJob, relayNamespace, toRelayedJob } from './message.js';
+import { type RelayedJob, readNamespace, toRelayedJob } from './message.js';
 
 /** A broker the relay publishes to (`natsTarget(…)`, `rabbitmqTarget(…)`). */
 export interface RelayTarget {
@@ -361,12 +361,9 @@ class RelayLoop extends Service {
       await target.connect(this.deps.publishTimeoutMs).catch(this.#reported('connect'));
       this.#connected = true;
     }
-    if (this.#namespace === undefined) {
-      const { systemIdentifier, database } = await this.#queries
-        .database(skiplock.pool)
-        .catch(this.#reported('claim'));
-      this.#namespace = relayNamespace(systemIdentifier, database, skiplock.schema);
-    }
+    this.#namespace ??= await readNamespace(this.#queries, skiplock.pool, skiplock.schema).catch(
+      this.#reported('claim'),
+    );
     const rows = await this.#queries
       .claim(skiplock.pool, {
         queues: this.deps.queues,
