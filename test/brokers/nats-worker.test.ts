@@ -1,11 +1,18 @@
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { type NatsWorker, type NatsWorkerOptions, natsTarget, natsWorker } from '../../src/brokers/nats.js';
+import {
+  type NatsWorker,
+  type NatsWorkerOptions,
+  natsConsumerName,
+  natsSubject,
+  natsTarget,
+  natsWorker,
+} from '../../src/brokers/nats.js';
 import { type Job, type JobMap, PermanentError, Skiplock, SnoozeError } from '../../src/index.js';
 import { createRelay } from '../../src/relay/relay.js';
 import { expectAbandonedJobBackUncharged } from '../support/abandoned-handler.js';
 import { useTestDatabase } from '../support/fixture.js';
-import { NATS_URL, until } from '../support/nats.js';
+import { consumerSettled, NATS_URL, until } from '../support/nats.js';
 import { brokerTest } from './support.js';
 
 const t = useTestDatabase();
@@ -223,9 +230,13 @@ describe('natsWorker', () => {
       },
     });
     await t.skiplock.enqueueMany([1, 2, 3, 4].map((n) => ({ kind: 'slow', payload: { n }, queue: 'q' })));
-    await until(() => runs.length >= 4, 'four runs', 30_000);
-    // Waiting for something not to happen: a redelivered copy would run within one more ack wait.
-    await new Promise((resolve) => setTimeout(resolve, 2500));
+    // Every delivery acknowledged and none left: no copy can be delivered again after this.
+    const consumer = natsConsumerName(natsSubject(stream, 'q'));
+    await until(
+      async () => runs.length >= 4 && (await consumerSettled(stream, consumer)),
+      'four runs, each acknowledged',
+      30_000,
+    );
     expect([...runs].sort()).toEqual([1, 2, 3, 4]);
   });
 

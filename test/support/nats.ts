@@ -44,6 +44,21 @@ export async function streamMessages(
   }
 }
 
+/**
+ * Whether the durable consumer `consumer` of `stream` has nothing left to
+ * deliver and no delivery awaiting its acknowledgement: no copy can come again.
+ */
+export async function consumerSettled(stream: string, consumer: string): Promise<boolean> {
+  const connection = await natsConnection();
+  try {
+    const manager = await jetstreamManager(connection);
+    const info = await manager.consumers.info(stream, consumer);
+    return info.num_pending === 0 && info.num_ack_pending === 0;
+  } finally {
+    await connection.close();
+  }
+}
+
 /** Deletes the stream (and its consumers) of the machine's server. */
 export async function deleteStream(stream: string): Promise<void> {
   const connection = await natsConnection();
