@@ -47,6 +47,7 @@ export {
   type RelayEvents,
   type RelayMetrics,
   type RelayOptions,
+  type RelayPublishResult,
   type RelayTarget,
 } from './relay/relay.js';
 export type { CatchUp } from './schedule/cron.js';

@@ -75,8 +75,19 @@ export interface Delivery {
   working(): void;
 }
 
-/** Publishes a job again (a retry or a snooze), resolving once the broker acknowledged it. */
+/**
+ * Publishes a job again (a retry or a snooze), resolving once the broker
+ * acknowledged it; rejects with a {@link MessageRefusedError} when the broker
+ * can never take that message.
+ */
 export type Republish = (job: RelayedJob) => Promise<void>;
+
+/**
+ * A job's next message that the broker can never take as it is (larger than
+ * the server accepts): the job then ends `failed` with this reason rather
+ * than running again and again.
+ */
+export class MessageRefusedError extends Error {}
 
 /** Resolved options. */
 export interface BrokerWorkerSettings {
@@ -414,33 +425,35 @@ export class DeliveryRunner {
       return;
     }
     const base = { ...relayed, hop: (relayed.hop ?? 0) + 1 };
+    const ending: Ending = { delivery, relayed, job, attempt, maxAttempts, thrown: outcome.thrown };
     if (outcome.snoozeDelayMs !== undefined) {
       const notBefore = new Date(Date.now() + outcome.snoozeDelayMs).toISOString();
-      await this.#forward(delivery, republish, { ...base, notBefore });
-      this.#notify('job:snoozed', job, { delayMs: outcome.snoozeDelayMs });
+      if (await this.#forward(republish, { ...base, notBefore }, ending))
+        this.#notify('job:snoozed', job, { delayMs: outcome.snoozeDelayMs });
       return;
     }
-    const errors = [
-      ...relayed.errors,
-      {
-        attempt,
-        error: truncated(outcome.error, MAX_ATTEMPT_ERROR_CHARS),
-        at: new Date().toISOString(),
-        worker: this.#settings.workerId,
-      },
-    ].slice(-MAX_ATTEMPT_ERRORS);
+    const errors = withAttemptError(relayed.errors, attempt, outcome.error, this.#settings.workerId);
     if (!outcome.permanent && attempt < maxAttempts) {
       const retryDelayMs = Math.round(kindRetryDelayMs(handler, job, outcome) ?? backoffDelayMs(attempt));
       const notBefore = new Date(Date.now() + retryDelayMs).toISOString();
-      await this.#forward(delivery, republish, { ...base, attempts: attempt, errors, notBefore });
-      this.#notify('job:failure', job, outcome.thrown, {
-        status: 'queued',
-        retryDelayMs,
-        lastError: outcome.error,
-      });
+      if (await this.#forward(republish, { ...base, attempts: attempt, errors, notBefore }, ending))
+        this.#notify('job:failure', job, outcome.thrown, {
+          status: 'queued',
+          retryDelayMs,
+          lastError: outcome.error,
+        });
       return;
     }
-    const status = outcome.permanent ? 'failed' : 'dead';
+    await this.#end(ending, outcome.permanent ? 'failed' : 'dead', outcome.error, errors);
+  }
+
+  /**
+   * Writes the job back `dead` or `failed` with its history, then acks the
+   * delivery; when the write fails, the delivery comes back and the attempt
+   * runs again.
+   */
+  async #end(ending: Ending, status: 'dead' | 'failed', lastError: string, errors: unknown[]): Promise<void> {
+    const { delivery, relayed, job, attempt, maxAttempts, thrown } = ending;
     try {
       // A job relayed from another database or schema shares ids with this one's
       // jobs: written here, it would overwrite or shadow an unrelated job.
@@ -469,7 +482,7 @@ export class DeliveryRunner {
         leaseSeq: relayed.leaseSeq,
         status,
         attempts: attempt,
-        lastError: outcome.error,
+        lastError,
         errors,
         tags: relayed.tags ?? null,
         groupKey: relayed.groupKey ?? null,
@@ -481,11 +494,7 @@ export class DeliveryRunner {
       return;
     }
     await delivery.ack();
-    this.#notify('job:failure', job, outcome.thrown, {
-      status,
-      retryDelayMs: 0,
-      lastError: outcome.error,
-    });
+    this.#notify('job:failure', job, thrown, { status, retryDelayMs: 0, lastError });
   }
 
   /** The namespace of this worker's database and schema (as the relay names it), read once. */
@@ -499,15 +508,54 @@ export class DeliveryRunner {
     return this.#namespace;
   }
 
-  /** Publishes the job's next message, then acks this one (a crash between the two republishes the same message id). */
-  async #forward(delivery: Delivery, republish: Republish, next: RelayedJob): Promise<void> {
+  /**
+   * Publishes the job's next message, then acks this one (a crash between the
+   * two republishes the same message id); true when it did. A message the
+   * broker can never take ends the job `failed` instead, written back with
+   * the next message's history and the reason as this attempt's last entry;
+   * a broker error hands the delivery back.
+   */
+  async #forward(republish: Republish, next: RelayedJob, ending: Ending): Promise<boolean> {
     try {
       await republish(next);
     } catch (error) {
+      if (error instanceof MessageRefusedError) {
+        const lastError = `its next message could not be published: ${error.message}`;
+        const history = withAttemptError(next.errors, ending.attempt, lastError, this.#settings.workerId);
+        await this.#end(ending, 'failed', lastError, history);
+        return false;
+      }
       this.report(error, 'publish');
-      await delivery.retry(1000);
-      return;
+      await ending.delivery.retry(1000);
+      return false;
     }
-    await delivery.ack();
+    await ending.delivery.ack();
+    return true;
   }
+}
+
+/** One attempt on its way to its end: what {@link DeliveryRunner}'s write-back needs. */
+interface Ending {
+  delivery: Delivery;
+  relayed: RelayedJob;
+  job: Job;
+  attempt: number;
+  maxAttempts: number;
+  thrown: unknown;
+}
+
+/**
+ * `errors` with the attempt's error appended (its text cut to the stored
+ * length), cut to the newest entries kept, as the PostgreSQL worker stores them.
+ */
+function withAttemptError(
+  errors: readonly unknown[],
+  attempt: number,
+  error: string,
+  worker: string,
+): unknown[] {
+  return [
+    ...errors,
+    { attempt, error: truncated(error, MAX_ATTEMPT_ERROR_CHARS), at: new Date().toISOString(), worker },
+  ].slice(-MAX_ATTEMPT_ERRORS);
 }

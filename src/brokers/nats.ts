@@ -16,7 +16,13 @@ import { refuseUnknownOptions } from '../options.js';
 import { brokerMessageId, decodeRelayedJob, encodeRelayedJob, type RelayedJob } from '../relay/message.js';
 import type { RelayTarget } from '../relay/relay.js';
 import type { Skiplock } from '../skiplock.js';
-import { BrokerWorker, type BrokerWorkerOptions, FinishedMessages, withinMs } from './broker-worker.js';
+import {
+  BrokerWorker,
+  type BrokerWorkerOptions,
+  FinishedMessages,
+  MessageRefusedError,
+  withinMs,
+} from './broker-worker.js';
 
 export type { RelayedJob } from '../relay/message.js';
 export type { BrokerWorkerEvents, BrokerWorkerOptions } from './broker-worker.js';
@@ -118,6 +124,17 @@ async function ensureStream(
 }
 
 /**
+ * Why the server can never take a message of `body`, when `error` is the
+ * client's refusal of it (the message and its headers are more than the
+ * server's `max_payload`; the client checks before it sends); else undefined.
+ */
+function tooLarge(error: unknown, body: Uint8Array, connection: NatsConnection): string | undefined {
+  if (!(error instanceof Error) || !error.message.includes('max_payload')) return undefined;
+  const limit = connection.info?.max_payload;
+  return `its message of ${body.length} bytes and its headers are more than the NATS server's max_payload${limit === undefined ? '' : ` (${limit} bytes)`}`;
+}
+
+/**
  * A relay target that publishes to a NATS JetStream stream and waits for the
  * stream's acknowledgement of each job. A job the stream reports as a
  * duplicate counts as acknowledged (it was published before).
@@ -154,21 +171,29 @@ export function natsTarget(options: NatsStreamOptions): RelayTarget {
     },
     async publish(jobs, timeoutMs) {
       const js = client;
-      if (!js) throw new Error('not connected');
+      const open = connection;
+      if (!js || !open) throw new Error('not connected');
+      const bodies = jobs.map(encodeRelayedJob);
       // Sent back to back on one connection, so the stream stores them in this order.
       const acks = await Promise.allSettled(
-        jobs.map((job) =>
-          js.publish(natsSubject(settings.subjectPrefix, job.queue), encodeRelayedJob(job), {
+        jobs.map((job, i) =>
+          js.publish(natsSubject(settings.subjectPrefix, job.queue), bodies[i], {
             msgID: brokerMessageId(job),
             timeout: timeoutMs,
           }),
         ),
       );
-      const acked = new Set<string>();
+      const acknowledged = new Set<string>();
+      const refused = new Map<string, string>();
       acks.forEach((ack, i) => {
-        if (ack.status === 'fulfilled') acked.add(jobs[i]!.id);
+        const id = jobs[i]!.id;
+        if (ack.status === 'fulfilled') acknowledged.add(id);
+        else {
+          const reason = tooLarge(ack.reason, bodies[i]!, open);
+          if (reason) refused.set(id, reason);
+        }
       });
-      return acked;
+      return { acknowledged, refused };
     },
     async close(timeoutMs) {
       const open = connection;
@@ -248,7 +273,7 @@ export class NatsWorker extends BrokerWorker {
     await ensureStream(jetstream, connection, this.#stream);
     const manager = await jetstream.jetstreamManager(connection);
     const client = jetstream.jetstream(connection);
-    const republish = (job: RelayedJob) => this.#republish(client, job);
+    const republish = (job: RelayedJob) => this.#republish(client, connection, job);
     for (const queue of this.settings.queues) {
       const subject = natsSubject(this.#stream.subjectPrefix, queue);
       const name = natsConsumerName(subject);
@@ -280,10 +305,20 @@ export class NatsWorker extends BrokerWorker {
     }
   }
 
-  async #republish(client: import('@nats-io/jetstream').JetStreamClient, job: RelayedJob): Promise<void> {
-    await client.publish(natsSubject(this.#stream.subjectPrefix, job.queue), encodeRelayedJob(job), {
-      msgID: brokerMessageId(job),
-    });
+  async #republish(
+    client: import('@nats-io/jetstream').JetStreamClient,
+    connection: NatsConnection,
+    job: RelayedJob,
+  ): Promise<void> {
+    const body = encodeRelayedJob(job);
+    try {
+      await client.publish(natsSubject(this.#stream.subjectPrefix, job.queue), body, {
+        msgID: brokerMessageId(job),
+      });
+    } catch (error) {
+      const reason = tooLarge(error, body, connection);
+      throw reason === undefined ? error : new MessageRefusedError(reason);
+    }
   }
 
   async #consume(

@@ -58,6 +58,19 @@ export function rabbitmqQueueName(prefix: string, queue: string): string {
   return `${prefix}.${queue}`;
 }
 
+/** The longest queue name AMQP carries, in bytes (a short string). */
+const MAX_QUEUE_NAME_BYTES = 255;
+
+/**
+ * Why RabbitMQ can never hold the queues of skiplock queue `queue` (with its
+ * delay queue, a name longer than AMQP allows), or undefined.
+ */
+function queueNameTooLong(prefix: string, queue: string): string | undefined {
+  const bytes = Buffer.byteLength(`${rabbitmqQueueName(prefix, queue)}.delay`);
+  if (bytes <= MAX_QUEUE_NAME_BYTES) return undefined;
+  return `its queue's RabbitMQ name with ".delay" is ${bytes} bytes, more than the ${MAX_QUEUE_NAME_BYTES} AMQP allows`;
+}
+
 /** Declares the quorum queue of `name` and its delay queue, which expires messages back into it. */
 async function assertQueues(channel: ConfirmChannel, name: string): Promise<void> {
   await channel.assertQueue(name, { durable: true, arguments: { 'x-queue-type': 'quorum' } });
@@ -164,16 +177,23 @@ export function rabbitmqTarget(options: RabbitmqQueueOptions): RelayTarget {
       const late = new Promise<'late'>((resolve) => {
         timer = setTimeout(() => resolve('late'), timeoutMs);
       });
+      // A queue name the broker cannot hold would close the channel, and every publish with it.
+      const refused = new Map<string, string>();
+      for (const job of jobs) {
+        const reason = queueNameTooLong(settings.queue, job.queue);
+        if (reason) refused.set(job.id, reason);
+      }
+      const sent = refused.size === 0 ? jobs : jobs.filter((job) => !refused.has(job.id));
       try {
-        for (const job of jobs) {
+        for (const job of sent) {
           const name = rabbitmqQueueName(settings.queue, job.queue);
           if (declared.has(name)) continue;
           const declaring = assertQueues(channel, name);
           declaring.catch(() => {});
-          if ((await Promise.race([declaring, late])) === 'late') return new Set<string>();
+          if ((await Promise.race([declaring, late])) === 'late') return { acknowledged: new Set(), refused };
           declared.add(name);
         }
-        const confirms = jobs.map((job) =>
+        const confirms = sent.map((job) =>
           Promise.race([send(channel, rabbitmqQueueName(settings.queue, job.queue), job), late]).then(
             (result) => result !== 'late',
             () => false,
@@ -181,7 +201,7 @@ export function rabbitmqTarget(options: RabbitmqQueueOptions): RelayTarget {
         );
         const confirmed = await Promise.all(confirms);
         if (lost && !confirmed.some(Boolean)) throw lost;
-        return new Set(jobs.filter((_, i) => confirmed[i]).map((job) => job.id));
+        return { acknowledged: new Set(sent.filter((_, i) => confirmed[i]).map((job) => job.id)), refused };
       } finally {
         clearTimeout(timer);
       }
@@ -254,6 +274,11 @@ export class RabbitmqWorker extends BrokerWorker {
   /** Made by {@link rabbitmqWorker}. */
   constructor(skiplock: Skiplock, options: RabbitmqWorkerOptions<JobMap>) {
     const queues = checkQueueOptions(options, 'rabbitmqWorker');
+    if (Array.isArray(options.queues))
+      for (const [i, queue] of options.queues.entries()) {
+        const reason = typeof queue === 'string' && queueNameTooLong(queues.queue, queue);
+        if (reason) throw new ValidationError(`rabbitmqWorker.queues[${i}]`, `cannot be consumed: ${reason}`);
+      }
     // RabbitMQ has no ack deadline to extend (quorum queues redeliver when the connection drops).
     super(skiplock, options, 'rabbitmqWorker', RABBITMQ_WORKER_KEYS, 60_000);
     this.#queues = queues;

@@ -39,17 +39,31 @@ export interface RelayTarget {
    */
   connect(timeoutMs?: number): Promise<void>;
   /**
-   * Publishes `jobs` (in this order) and resolves with the ids the broker
-   * acknowledged; a job missing from it is given back and published again later.
-   * Rejects only when the connection is unusable.
+   * Publishes `jobs` (in this order) and resolves with what became of them:
+   * the ids the broker acknowledged (removed from the jobs table), and the ids
+   * it can never take, with why (ended `failed`); a job in neither is given
+   * back and published again later. Rejects only when the connection is unusable.
    */
-  publish(jobs: readonly RelayedJob[], timeoutMs: number): Promise<Set<string>>;
+  publish(jobs: readonly RelayedJob[], timeoutMs: number): Promise<RelayPublishResult>;
   /**
    * Closes the connection, waiting at most `timeoutMs` milliseconds for the
    * broker to see what was sent, then dropping it (a broker that stopped
    * answering never holds a stop up).
    */
   close(timeoutMs: number): Promise<void>;
+}
+
+/** What a {@link RelayTarget} made of one batch. */
+export interface RelayPublishResult {
+  /** Ids of the jobs the broker acknowledged. */
+  acknowledged: ReadonlySet<string>;
+  /**
+   * Ids of the jobs the broker can never take as they are (a message larger
+   * than the server accepts, a queue name longer than it allows), each with
+   * the reason; the relay ends them `failed` with it, to be requeued once the
+   * broker takes them. Empty or absent when there are none.
+   */
+  refused?: ReadonlyMap<string, string>;
 }
 
 /** Options of {@link createRelay}. */
@@ -123,6 +137,8 @@ export interface RelayMetrics {
   batches: number;
   /** Jobs given back unpublished (broker error or timeout). */
   released: number;
+  /** Jobs the broker can never take as they are, ended `failed`. */
+  refused: number;
   /** Errors reported. */
   errors: number;
 }
@@ -154,7 +170,7 @@ export class Relay extends EventEmitter<RelayEvents> {
   /** The id recorded in `locked_by` of the jobs it is publishing. */
   readonly id: string;
   /** Counters since start. */
-  readonly metrics: RelayMetrics = { published: 0, batches: 0, released: 0, errors: 0 };
+  readonly metrics: RelayMetrics = { published: 0, batches: 0, released: 0, refused: 0, errors: 0 };
   readonly #loop: RelayLoop;
   readonly #handleSignals: boolean;
   readonly #targetName: string;
@@ -377,17 +393,21 @@ class RelayLoop extends Service {
   }
 
   /**
-   * Publishes one claimed batch, removes what the broker acknowledged and
-   * gives back the rest. Errors are reported, then rethrown.
+   * Publishes one claimed batch, removes what the broker acknowledged, ends
+   * `failed` what it can never take, and gives back the rest. Errors are
+   * reported, then rethrown.
    */
   async #deliver(jobs: RelayedJob[]): Promise<void> {
     const { skiplock, target, relay } = this.deps;
-    let acked = new Set<string>();
+    let acked: ReadonlySet<string> = new Set<string>();
+    let refused: ReadonlyMap<string, string> = new Map<string, string>();
     // Another batch's publish failed and closed the connection: this one goes back unpublished, unreported.
     let publishFailed = !this.#connected;
     if (!publishFailed) {
       try {
-        acked = await target.publish(jobs, this.deps.publishTimeoutMs);
+        const result = await target.publish(jobs, this.deps.publishTimeoutMs);
+        acked = result.acknowledged;
+        refused = result.refused ?? refused;
       } catch (error) {
         publishFailed = true;
         if (this.#connected) {
@@ -399,7 +419,7 @@ class RelayLoop extends Service {
       }
     }
     const published = jobs.filter((job) => acked.has(job.id));
-    const unpublished = jobs.filter((job) => !acked.has(job.id)).map((job) => job.id);
+    const unpublished = jobs.filter((job) => !acked.has(job.id) && !refused.has(job.id)).map((job) => job.id);
     // Only acknowledged jobs are deleted; a crash before this line publishes them again.
     if (published.length > 0) {
       await this.#queries
@@ -413,6 +433,7 @@ class RelayLoop extends Service {
       relay.metrics.batches++;
       relay.notify('relay:publish', published);
     }
+    if (refused.size > 0) await this.#refuse(jobs, refused);
     if (unpublished.length > 0) {
       const released = await this.#queries
         .release(skiplock.pool, unpublished, relay.id)
@@ -423,6 +444,31 @@ class RelayLoop extends Service {
       if (!publishFailed) relay.report(error, 'publish');
       throw error;
     }
+  }
+
+  /**
+   * Ends `failed` the jobs of the batch the broker can never take, each with
+   * its reason (so they stop coming back to every pass, and a person sees
+   * why), and reports them once, from source `publish`.
+   */
+  async #refuse(jobs: readonly RelayedJob[], refused: ReadonlyMap<string, string>): Promise<void> {
+    const { skiplock, target, relay } = this.deps;
+    const ids = jobs.filter((job) => refused.has(job.id)).map((job) => job.id);
+    const reasons = ids.map((id) => `${target.name} refuses it: ${refused.get(id)}`);
+    const failed = await this.#queries
+      .refuse(skiplock.pool, ids, reasons, relay.id)
+      .catch(this.#reported('remove'));
+    relay.metrics.refused += failed;
+    const first = `job ${ids[0]}: ${reasons[0]}`;
+    relay.report(
+      new SkiplockError(
+        'BROKER',
+        ids.length === 1
+          ? `${first}; it ended failed`
+          : `${ids.length} jobs ended failed, the broker refusing them (${first}; …)`,
+      ),
+      'publish',
+    );
   }
 }
 

@@ -12,7 +12,7 @@ import { type Job, type JobMap, PermanentError, Skiplock, SnoozeError } from '..
 import { createRelay } from '../../src/relay/relay.js';
 import { expectAbandonedJobBackUncharged } from '../support/abandoned-handler.js';
 import { useTestDatabase } from '../support/fixture.js';
-import { consumerSettled, NATS_URL, until } from '../support/nats.js';
+import { consumerSettled, NATS_URL, natsConnection, until } from '../support/nats.js';
 import { brokerTest } from './support.js';
 
 const t = useTestDatabase();
@@ -147,6 +147,40 @@ describe('natsWorker', () => {
     const record = (await t.skiplock.getJob(job.id))!;
     expect([record.attempts, record.errors.length]).toEqual([1, 1]);
     expect(record.lastError).toMatch(/no such customer/);
+  });
+
+  it('writes a job back failed, after one run, when its retry message is larger than the server takes', async () => {
+    const stream = relayed('q');
+    const connection = await natsConnection();
+    const maxPayload = connection.info!.max_payload;
+    await connection.close();
+    const runs: number[] = [];
+    await startedWorker(stream, {
+      handlers: {
+        // The error's 4 KB of history push the retry's message past the limit the first one fit under.
+        wordy: (job) => {
+          runs.push(job.attempts);
+          throw new Error('e'.repeat(5000));
+        },
+      },
+    });
+    const job = await t.skiplock.enqueue('wordy', { text: 'x'.repeat(maxPayload - 3000) }, { queue: 'q' });
+    await until(async () => (await t.row(job.id))?.status === 'failed', 'the job written back failed');
+    await until(
+      () => consumerSettled(stream, natsConsumerName(natsSubject(stream, 'q'))),
+      'nothing left to deliver',
+    );
+    const record = (await t.skiplock.getJob(job.id))!;
+    expect([record.status, record.attempts, runs]).toEqual(['failed', 1, [1]]);
+    expect(record.lastError).toMatch(
+      new RegExp(
+        `^its next message could not be published: its message of \\d+ bytes and its headers are more than the NATS server's max_payload \\(${maxPayload} bytes\\)$`,
+      ),
+    );
+    expect(record.errors.map((e) => [e.attempt, e.error.slice(0, 40)])).toEqual([
+      [1, `Error: ${'e'.repeat(33)}`],
+      [1, record.lastError!.slice(0, 40)],
+    ]);
   });
 
   it('does not write back a job relayed from another schema: the job of the same id here is left alone', async () => {

@@ -45,6 +45,30 @@ describe('the relay to RabbitMQ', () => {
     expect(messages.map((m) => m.messageId)).toEqual(messages.map((m) => m.job.messageId));
   });
 
+  it('ends failed, saying why, a job whose queue name RabbitMQ cannot hold, and goes on relaying the others', async () => {
+    const long = 'q'.repeat(240);
+    const prefix = b.rabbitmqPrefix(['relayed']);
+    const relay = b.relay({
+      target: rabbitmqTarget({ url: RABBITMQ_URL, queue: prefix }),
+      queues: ['relayed', long],
+    });
+    const errors: string[] = [];
+    relay.on('error', (error, source) => errors.push(`${source}: ${error.message}`));
+    const refused = await t.skiplock.enqueue('a', {}, { queue: long });
+    const kept = await t.skiplock.enqueue('a', { n: 1 }, { queue: 'relayed' });
+    relay.start();
+    await until(
+      async () => (await t.row(refused.id))?.status === 'failed',
+      'the job of the long queue failed',
+    );
+    await until(async () => (await t.jobCount('id = $1', [kept.id])) === 0, 'the other job relayed');
+    const bytes = Buffer.byteLength(`${prefix}.${long}.delay`);
+    const reason = `rabbitmq refuses it: its queue's RabbitMQ name with ".delay" is ${bytes} bytes, more than the 255 AMQP allows`;
+    expect((await t.skiplock.getJob(refused.id))?.lastError).toBe(reason);
+    expect(errors).toEqual([`publish: job ${refused.id}: ${reason}; it ended failed`]);
+    expect((await drainQueue(rabbitmqQueueName(prefix, 'relayed'))).map((m) => m.job.id)).toEqual([kept.id]);
+  });
+
   it('stops within its bounds when the broker stops answering mid-batch, also while it declares a queue; the batch is given back', async () => {
     const prefix = b.rabbitmqPrefix(['relayed', 'later']);
     await b.expectBoundedStopOnDeafBroker(RABBITMQ_URL, (url) => rabbitmqTarget({ url, queue: prefix }));
@@ -59,6 +83,22 @@ describe('the relay to RabbitMQ, connecting', () => {
 });
 
 describe('rabbitmqWorker', () => {
+  it('refuses a queue whose RabbitMQ name would be longer than AMQP allows, naming it', () => {
+    const make = () =>
+      rabbitmqWorker(t.skiplock, {
+        url: RABBITMQ_URL,
+        queue: 'skiplock',
+        queues: ['short', 'q'.repeat(250)],
+        handlers: { a: () => {} },
+      });
+    expect(make).toThrow(
+      expect.objectContaining({
+        field: 'rabbitmqWorker.queues[1]',
+        message: expect.stringContaining('is 265 bytes, more than the 255 AMQP allows'),
+      }),
+    );
+  });
+
   it('stops within its bounds when the broker stops answering', async () => {
     const prefix = relayed('q');
     await b.expectWorkerBoundedStopOnDeafBroker(RABBITMQ_URL, (url, options) =>

@@ -3,7 +3,7 @@ import { natsTarget } from '../../src/brokers/nats.js';
 import type { Relay } from '../../src/index.js';
 import { fakeClock } from '../support/fake-clock.js';
 import { useTestDatabase } from '../support/fixture.js';
-import { NATS_URL, streamMessages, until } from '../support/nats.js';
+import { NATS_URL, natsConnection, streamMessages, until } from '../support/nats.js';
 import { exited, forkScript, sent } from '../support/processes.js';
 import { rolledBack } from '../support/transaction.js';
 import { brokerTest } from './support.js';
@@ -20,6 +20,16 @@ function relayTo(
 }
 
 const newStream = () => b.stream('relay');
+
+/** The machine's NATS server's max_payload, in bytes. */
+async function serverMaxPayload(): Promise<number> {
+  const connection = await natsConnection();
+  try {
+    return connection.info!.max_payload;
+  } finally {
+    await connection.close();
+  }
+}
 
 describe('the relay to NATS JetStream', () => {
   it('publishes exactly the committed jobs of its queues, then removes them', async () => {
@@ -196,6 +206,31 @@ describe('the relay to NATS JetStream', () => {
     await clock.tick(1);
     await until(() => published.length === 2, 'the second batch');
     expect(published).toEqual([first.id, second.id]);
+  });
+
+  it('ends failed, saying why, a job whose message is larger than the server takes; the rest of its batch is relayed', async () => {
+    const stream = newStream();
+    const maxPayload = await serverMaxPayload();
+    // The payload fits skiplock's limit; with the message around it, it passes the server's.
+    const big = await t.skiplock.enqueue('big', { text: 'x'.repeat(maxPayload - 200) }, { queue: 'relayed' });
+    const small = await t.skiplock.enqueue('small', { n: 1 }, { queue: 'relayed' });
+    const relay = relayTo(stream, ['relayed']);
+    const errors: [string, string][] = [];
+    relay.on('error', (error, source) => errors.push([source, error.message]));
+    relay.start();
+    await until(async () => (await t.row(big.id))?.status === 'failed', 'the large job failed');
+    await until(async () => (await t.jobCount('id = $1', [small.id])) === 0, 'the small job relayed');
+    const record = (await t.skiplock.getJob(big.id))!;
+    expect([record.status, record.attempts, record.errors]).toEqual(['failed', 0, []]);
+    expect(record.lastError).toMatch(
+      new RegExp(
+        `^nats refuses it: its message of \\d+ bytes and its headers are more than the NATS server's max_payload \\(${maxPayload} bytes\\)$`,
+      ),
+    );
+    expect(record.finishedAt).toBeInstanceOf(Date);
+    expect(relay.metrics).toMatchObject({ published: 1, refused: 1, released: 0 });
+    expect(errors).toEqual([['publish', `job ${big.id}: ${record.lastError}; it ended failed`]]);
+    expect((await streamMessages(stream)).map((m) => m.job.id)).toEqual([small.id]);
   });
 
   it('reports a listener that throws as an error from source listener, and goes on relaying', async () => {

@@ -85,9 +85,9 @@ describe('batches in flight', () => {
       name: inner.name,
       connect: (timeoutMs) => inner.connect(timeoutMs),
       close: (timeoutMs) => inner.close(timeoutMs),
-      // The second batch is refused once: nothing acknowledged, the connection kept.
+      // The second batch is not acknowledged once: nothing acknowledged, the connection kept.
       async publish(batch, timeoutMs) {
-        if (++refusals === 2) return new Set<string>();
+        if (++refusals === 2) return { acknowledged: new Set<string>() };
         return inner.publish(batch, timeoutMs);
       },
     };

@@ -27,7 +27,7 @@ const relay = createRelay(skiplock, {
       const acked = await target.publish(jobs, timeoutMs);
       if (crashAfter === 0 || ++batches < crashAfter) return acked;
       process.send?.('published');
-      return new Promise<Set<string>>(() => {});
+      return new Promise<never>(() => {});
     },
   },
   queues: [process.env.RELAY_QUEUE!],

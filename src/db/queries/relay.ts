@@ -2,7 +2,7 @@
  * The relay's statements: claim due jobs of the relayed queues under a lease
  * (`running`, `locked_by` = the relay), remove them once the broker
  * acknowledged them (fenced by that lease), give back the ones it could not
- * publish; and the broker-side worker's write-back of a job that ended `dead`
+ * publish, end `failed` the ones the broker refuses; and the broker-side worker's write-back of a job that ended `dead`
  * or `failed`, so requeue, the CLI and the dashboard still see it.
  */
 import { type Queryable, run, type Statement } from '../executor.js';
@@ -87,6 +87,7 @@ export class RelayQueries {
   readonly #claim: Statement;
   readonly #remove: Statement;
   readonly #release: Statement;
+  readonly #refuse: Statement;
   readonly #writeBack: Statement;
   readonly #database: Statement;
 
@@ -223,6 +224,15 @@ export class RelayQueries {
       `UPDATE ${names.jobs} SET status = 'queued', locked_at = NULL, locked_by = NULL
        WHERE id = ANY(ARRAY(SELECT unnest($1::bigint[]))) AND status = 'running' AND locked_by = $2`,
     );
+    // A job the broker can never take ends failed with the reason, its
+    // attempts as they were (it never ran); requeue brings it back.
+    this.#refuse = names.statement(
+      'relay_refuse',
+      `UPDATE ${names.jobs} j
+       SET status = 'failed', last_error = r.reason, finished_at = now(), locked_at = NULL, locked_by = NULL
+       FROM unnest($1::bigint[], $2::text[]) AS r(id, reason)
+       WHERE j.id = r.id AND j.status = 'running' AND j.locked_by = $3`,
+    );
     // The row keeps its id. If the relay has not removed it yet (the broker
     // was faster), the relayed row of the same lease is overwritten; a row of
     // a later lease (requeued since) is left alone.
@@ -303,6 +313,17 @@ export class RelayQueries {
   /** Gives jobs the relay holds back to `queued` (not published); returns how many. */
   async release(db: Queryable, ids: readonly string[], relayId: string): Promise<number> {
     const result = await run(db, this.#release, [ids, relayId]);
+    return result.rowCount ?? 0;
+  }
+
+  /** Ends `failed` jobs the relay holds and the broker refuses, `reasons[i]` the last error of `ids[i]`; returns how many. */
+  async refuse(
+    db: Queryable,
+    ids: readonly string[],
+    reasons: readonly string[],
+    relayId: string,
+  ): Promise<number> {
+    const result = await run(db, this.#refuse, [ids, reasons, relayId]);
     return result.rowCount ?? 0;
   }
 
