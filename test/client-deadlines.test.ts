@@ -6,6 +6,7 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDashboard } from '../src/dashboard/index.js';
+import { run } from '../src/db/executor.js';
 import { DatabaseError, Skiplock, ValidationError } from '../src/index.js';
 import { workerPool } from '../src/worker/worker-pool.js';
 import { runCli } from './cli/cli-process.js';
@@ -69,6 +70,41 @@ describe("a worker's statement past its deadline", () => {
     );
     expect(await t.jobCount(`id = ANY($1::bigint[]) AND attempts = 1`, [ids])).toBe(5);
     expect(errors[0]).toBe('claim: canceling statement due to statement timeout (SQLSTATE 57014)');
+  });
+});
+
+describe("a worker's client-side deadline", () => {
+  it('fails a statement the server never answers within statementTimeoutMs, and drops its connection', async () => {
+    const { pool, close } = workerPool({ connectionString: mute.url }, 500, false);
+    try {
+      const { error, ms } = await failure(() => run(pool, { name: 'one', text: 'SELECT 1' }, []));
+      expect(error).toBeInstanceOf(DatabaseError);
+      expect((error as DatabaseError).message).toBe(
+        'Query read timeout: no answer within the statement deadline (statementTimeoutMs)',
+      );
+      expect(ms).toBeGreaterThanOrEqual(450);
+      expect(ms).toBeLessThan(5_000);
+      await waitFor(() => pool.totalCount === 0, 5_000, 'the connection dropped');
+    } finally {
+      await close(2_000);
+    }
+  });
+
+  it('is per statement: a transaction of statements each under it, longer in all, commits', async () => {
+    const { pool, close } = workerPool({ connectionString: t.url }, 1_000, false);
+    try {
+      const client = await pool.connect();
+      try {
+        await client.query('BEGIN');
+        for (let i = 0; i < 3; i++) await client.query('SELECT pg_sleep(0.6)');
+        await client.query('COMMIT');
+      } finally {
+        client.release();
+      }
+      expect((await pool.query<{ one: number }>('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
+    } finally {
+      await close(2_000);
+    }
   });
 });
 

@@ -31,6 +31,8 @@ export interface Execution {
   control: AttemptControl | undefined;
   /** `buffered` → `running` → `done`; or `released` (given back), or `lost` (reclaimed by the sweeper). */
   state: 'buffered' | 'running' | 'done' | 'released' | 'lost';
+  /** Its place among the executions holding a slot; -1 when it holds none. */
+  slot: number;
 }
 
 /** Makes the execution of a claimed job, buffered. */
@@ -58,6 +60,7 @@ export function bufferedExecution(claimed: ClaimedJob, now: number): Execution {
     startedAt: 0,
     control: undefined,
     state: 'buffered',
+    slot: -1,
   };
 }
 
@@ -65,7 +68,13 @@ export function bufferedExecution(claimed: ClaimedJob, now: number): Execution {
 export class Executions {
   #buffer: Execution[] = [];
   #head = 0;
-  readonly #running = new Set<Execution>();
+  /**
+   * The executions holding a slot, in no order. An array rather than a Set: a
+   * Set's table, replaced as entries come and go, links to its successor,
+   * and once one table reached the old generation that chain kept every
+   * later job's objects alive until a major collection.
+   */
+  readonly #running: Execution[] = [];
   #idleWaiters: (() => void)[] = [];
   readonly #clock: Clock;
 
@@ -81,7 +90,7 @@ export class Executions {
 
   /** Jobs whose handler runs now. */
   get runningCount(): number {
-    return this.#running.size;
+    return this.#running.length;
   }
 
   /** Adds claimed jobs to the end of the buffer. */
@@ -117,7 +126,7 @@ export class Executions {
     e.state = 'running';
     e.startedAt = now;
     e.control = new AttemptControl();
-    this.#running.add(e);
+    this.#hold(e);
     return e;
   }
 
@@ -141,14 +150,26 @@ export class Executions {
       e.state = 'running';
       e.startedAt = now;
       e.control = new AttemptControl();
-      this.#running.add(e);
+      this.#hold(e);
     }
     return taken;
   }
 
+  #hold(e: Execution): void {
+    e.slot = this.#running.length;
+    this.#running.push(e);
+  }
+
   /** A running job's handler settled (or its lease is gone): it no longer holds a slot. */
   finish(e: Execution): void {
-    this.#running.delete(e);
+    if (e.slot >= 0) {
+      const last = this.#running.pop()!;
+      if (last !== e) {
+        this.#running[e.slot] = last;
+        last.slot = e.slot;
+      }
+      e.slot = -1;
+    }
     if (e.state === 'running') e.state = 'done';
     this.#notifyIdle();
   }
@@ -206,7 +227,7 @@ export class Executions {
 
   /** Running executions. */
   running(): Execution[] {
-    return [...this.#running];
+    return this.#running.slice();
   }
 
   /**
