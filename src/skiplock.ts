@@ -18,6 +18,7 @@ import { translateError } from './db/executor.js';
 import { JobQueries } from './db/queries/jobs.js';
 import { RelayQueries, type RelayQueueStatsRow } from './db/queries/relay.js';
 import { assertSchemaName, DEFAULT_SCHEMA } from './db/sql.js';
+import { poolWithStatementDeadline } from './db/statement-deadline.js';
 import { SkiplockError, ValidationError } from './errors.js';
 import { DEFAULT_VISIBILITY_TIMEOUT_MS } from './job/defaults.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, type JobMap, type JobRecord, type JobSummary } from './job/job.js';
@@ -153,13 +154,10 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
       this.#clientConfig = { connectionString, application_name: 'skiplock' };
       this.#connectTimeoutMs = parsed.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
       // Client-side deadlines: a server that accepts TCP and never answers fails calls instead of hanging them.
-      this.#pool = new pg.Pool({
-        ...this.#clientConfig,
-        max: 10,
-        connectionTimeoutMillis: this.#connectTimeoutMs,
-        query_timeout: parsed.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS,
-        keepAlive: true,
-      });
+      this.#pool = poolWithStatementDeadline(
+        { ...this.#clientConfig, max: 10, connectionTimeoutMillis: this.#connectTimeoutMs, keepAlive: true },
+        parsed.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS,
+      );
       this.#ownsPool = true;
     }
     listenForPoolErrors(this.#pool);

@@ -93,8 +93,12 @@ export function isRowDataError(error: unknown): boolean {
   return error instanceof DatabaseError && /^2[23]/.test(error.sqlState ?? '');
 }
 
-/** What node-postgres says when a statement passes the client-side deadline (`query_timeout`). */
-const READ_TIMEOUT_MESSAGE = 'Query read timeout';
+/**
+ * What a statement past its client-side deadline fails with: node-postgres's
+ * words for its `query_timeout`, which the worker's own deadline
+ * (statement-deadline.ts) uses too.
+ */
+export const READ_TIMEOUT_MESSAGE = 'Query read timeout';
 
 /**
  * Whether a statement failed on a deadline: the client-side one

@@ -11,6 +11,7 @@
  * ({@link transactionPool}).
  */
 import pg from 'pg';
+import { poolWithStatementDeadline } from '../db/statement-deadline.js';
 import { DEFAULT_CONNECT_TIMEOUT_MS } from '../job/defaults.js';
 import { type Clock, systemClock } from '../runtime/clock.js';
 
@@ -117,7 +118,7 @@ export function transactionPool(
 /**
  * Opens a pool whose close() keeps its deadline on `clock`; with
  * `statementDeadlineMs`, a statement without an answer after that many
- * milliseconds fails and its connection is dropped ({@link watchStatements}).
+ * milliseconds fails and its connection is dropped ({@link poolWithStatementDeadline}).
  */
 function openPool(
   config: pg.ClientConfig,
@@ -127,15 +128,13 @@ function openPool(
   statementDeadlineMs?: number,
 ): WorkerPool {
   const options = [config.options, ...settings].filter(Boolean).join(' ');
+  const poolSettings = { ...config, ...(options ? { options } : {}), ...poolConfig };
+  const pool =
+    statementDeadlineMs === undefined
+      ? new pg.Pool(poolSettings)
+      : poolWithStatementDeadline(poolSettings, statementDeadlineMs);
   const clients = new Set<pg.Client>();
-  const Client =
-    statementDeadlineMs === undefined ? pg.Client : watchStatements(clients, statementDeadlineMs);
-  const pool = new pg.Pool({ ...config, ...(options ? { options } : {}), ...poolConfig, Client });
-  pool.on('connect', (client) => {
-    clients.add(client);
-    // A connection dropped while checked out reports an error with nobody else listening.
-    client.on('error', noop);
-  });
+  pool.on('connect', (client) => clients.add(client));
   pool.on('remove', (client) => clients.delete(client));
   // An idle connection that dies (server restart, terminated backend) is replaced; the loops report the rest.
   pool.on('error', () => {});
@@ -155,69 +154,6 @@ function openPool(
       await settlesWithin(ended, deadline - clock.monotonic(), clock);
     },
   };
-}
-
-/** What node-postgres says of a statement past its client-side deadline; {@link translateError} names the option. */
-const READ_TIMEOUT_MESSAGE = 'Query read timeout';
-
-/**
- * The client class of a pool whose statements each have a client-side
- * deadline of `deadlineMs` milliseconds, kept by one timer for the pool's
- * connections (`clients`): a connection whose statement has had no answer
- * for that long is dropped, and the statement fails with node-postgres's
- * `Query read timeout`, as with its `query_timeout`. That option arms a
- * timer and wraps the callback of every statement; on a worker's hot path
- * it made V8 promote nearly every claimed job's objects to the old
- * generation (about 600 bytes a job, against about 20 without it), so the
- * worker's memory rose and fell by a third between major collections.
- * Each check is on the process's clock: the deadline is about the network.
- */
-function watchStatements(clients: ReadonlySet<pg.Client>, deadlineMs: number): typeof pg.Client {
-  const checkEveryMs = Math.max(10, Math.min(1_000, Math.floor(deadlineMs / 10)));
-  // Checks run while a statement is in flight; a statement sent while none is pending arms one.
-  let armed = false;
-  const check = (): void => {
-    armed = false;
-    const now = systemClock.monotonic();
-    let waiting = false;
-    for (const client of clients) {
-      const watched = client as WatchedClient;
-      if (watched.sentAt === 0) continue;
-      if (now - watched.sentAt < deadlineMs) waiting = true;
-      else {
-        watched.sentAt = 0;
-        destroySocket(client, new Error(READ_TIMEOUT_MESSAGE));
-      }
-    }
-    if (waiting) arm();
-  };
-  const arm = (): void => {
-    armed = true;
-    systemClock.setTimeout(check, checkEveryMs);
-  };
-  const query = pg.Client.prototype.query;
-  class WatchedClient extends pg.Client {
-    /** When the statement in flight was sent (monotonic milliseconds); 0 while none is. */
-    sentAt = 0;
-    constructor(config?: string | pg.ClientConfig) {
-      super(config);
-      this.on('drain', () => {
-        this.sentAt = 0;
-      });
-    }
-  }
-  // Every statement (the pool's, a transaction's) restarts the watch: the deadline is per statement.
-  (WatchedClient.prototype as unknown as { query: (...args: unknown[]) => unknown }).query = function (
-    this: WatchedClient,
-    config: unknown,
-    values?: unknown,
-    callback?: unknown,
-  ) {
-    this.sentAt = systemClock.monotonic() || Number.MIN_VALUE;
-    if (!armed) arm();
-    return (query as (...args: unknown[]) => unknown).call(this, config, values, callback);
-  };
-  return WatchedClient;
 }
 
 /**
@@ -243,13 +179,8 @@ export async function settlesWithin(
   return settled;
 }
 
-/**
- * Destroys a pg client's socket: its pending statement fails at once (with
- * `error` when given) and the pool lets it go.
- */
-export function destroySocket(client: Pick<pg.Client, 'on'>, error?: Error): void {
+/** Destroys a pg client's socket: its pending statement fails at once and the pool lets it go. */
+export function destroySocket(client: Pick<pg.Client, 'on'>): void {
   // pg exposes no public way to abandon a connection mid-statement; its stream is the socket.
-  (
-    client as unknown as { connection?: { stream?: { destroy(error?: Error): void } } }
-  ).connection?.stream?.destroy(error);
+  (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
 }
