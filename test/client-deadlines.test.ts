@@ -90,6 +90,39 @@ describe("a worker's client-side deadline", () => {
     }
   });
 
+  it("bounds the session's first statement too, the one that sets its server-side deadline", async () => {
+    const { pool, close } = workerPool({ connectionString: mute.url }, 500);
+    try {
+      const { error, ms } = await failure(() => run(pool, { name: 'one', text: 'SELECT 1' }, []));
+      expect(error).toBeInstanceOf(DatabaseError);
+      expect(ms).toBeLessThan(5_000);
+    } finally {
+      await close(2_000);
+    }
+  });
+
+  it('times a statement from when it was sent: one queued behind it on the same connection does not extend it', async () => {
+    const { pool, close } = workerPool({ connectionString: t.url }, 1_000, false);
+    try {
+      const client = await pool.connect();
+      const started = Date.now();
+      const slow = client.query('SELECT pg_sleep(3)').then(
+        () => 'answered',
+        (e: Error) => `${e.message} after ${Date.now() - started} ms`,
+      );
+      // Queued late in the first statement's time: a clock restarted by it would run to about 1.9 s.
+      await new Promise((resolve) => setTimeout(resolve, 900));
+      const queued = client.query('SELECT 1').catch((e: Error) => e.message);
+      const outcome = await slow;
+      expect(outcome).toMatch(/^Query read timeout after \d+ ms$/);
+      expect(Number(outcome.match(/(\d+) ms/)![1])).toBeLessThan(1_600);
+      expect(await queued).toBe('Query read timeout');
+      client.release(true);
+    } finally {
+      await close(2_000);
+    }
+  });
+
   it('is per statement: a transaction of statements each under it, longer in all, commits', async () => {
     const { pool, close } = workerPool({ connectionString: t.url }, 1_000, false);
     try {
@@ -172,6 +205,18 @@ describe("the library's own pool", () => {
     } finally {
       await skiplock.close();
     }
+  });
+
+  it('closes within a few seconds on a network that went silent: no socket is left open to hold the process', async () => {
+    const deaf = await startSilentServer('after-startup', { ignoreClose: true });
+    t.defer(() => deaf.close());
+    const skiplock = new Skiplock({ connectionString: deaf.url, statementTimeoutMs: 500 });
+    const client = await skiplock.pool.connect();
+    const socket = (client as unknown as { connection: { stream: import('node:net').Socket } }).connection
+      .stream;
+    client.release();
+    await skiplock.close();
+    await waitFor(() => socket.destroyed, 5_000, 'the idle connection dropped');
   });
 
   it('leaves a pool of the caller alone: the deadlines are refused with it, naming the option', () => {

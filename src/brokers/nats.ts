@@ -123,15 +123,24 @@ async function ensureStream(
   });
 }
 
+/** JetStream's error code for a message larger than the stream's `max_msg_size`. */
+const STREAM_MESSAGE_TOO_LARGE = 10054;
+
 /**
- * Why the server can never take a message of `body`, when `error` is the
- * client's refusal of it (the message and its headers are more than the
- * server's `max_payload`; the client checks before it sends); else undefined.
+ * Why NATS can never take a message of `body`, when `error` says so: the
+ * client refused it (the message and its headers are more than the server's
+ * `max_payload`; the client checks before it sends), or the stream did (more
+ * than its `max_msg_size`). Undefined for any other error.
  */
 function tooLarge(error: unknown, body: Uint8Array, connection: NatsConnection): string | undefined {
-  if (!(error instanceof Error) || !error.message.includes('max_payload')) return undefined;
-  const limit = connection.info?.max_payload;
-  return `its message of ${body.length} bytes and its headers are more than the NATS server's max_payload${limit === undefined ? '' : ` (${limit} bytes)`}`;
+  if (!(error instanceof Error)) return undefined;
+  if (error.message.includes('max_payload')) {
+    const limit = connection.info?.max_payload;
+    return `its message of ${body.length} bytes and its headers are more than the NATS server's max_payload${limit === undefined ? '' : ` (${limit} bytes)`}`;
+  }
+  if ((error as { code?: unknown }).code === STREAM_MESSAGE_TOO_LARGE)
+    return `its message of ${body.length} bytes is more than the stream's max_msg_size (${error.message})`;
+  return undefined;
 }
 
 /**

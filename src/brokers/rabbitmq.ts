@@ -50,6 +50,12 @@ function checkQueueOptions(options: RabbitmqQueueOptions, field: string): Requir
   const queue = options.queue ?? 'skiplock';
   if (typeof queue !== 'string' || queue === '' || Buffer.byteLength(queue) > 100)
     throw new ValidationError(`${field}.queue`, 'must be a name of 1…100 bytes');
+  // The queues are `<queue>.<skiplock queue>`; RabbitMQ refuses to declare names starting `amq.`.
+  if (queue === 'amq' || queue.startsWith('amq.'))
+    throw new ValidationError(
+      `${field}.queue`,
+      'must not make names starting with "amq." (RabbitMQ reserves them)',
+    );
   return { url: options.url, queue };
 }
 

@@ -11,13 +11,14 @@
 import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
+import { inspect } from 'node:util';
 import { z } from 'zod';
 import { translateError } from '../db/executor.js';
 import { RelayQueries } from '../db/queries/relay.js';
 import { schemaNames } from '../db/queries/schema-names.js';
 import { SkiplockError, ValidationError } from '../errors.js';
 import { DEFAULT_QUEUE } from '../job/defaults.js';
-import { describeFailure } from '../job/failure.js';
+import { describeFailure, truncated } from '../job/failure.js';
 import { assertName, type JobMap } from '../job/job.js';
 import { durationMs, integerInRange, parseOptions } from '../options.js';
 import type { Clock } from '../runtime/clock.js';
@@ -405,7 +406,7 @@ class RelayLoop extends Service {
     let publishFailed = !this.#connected;
     if (!publishFailed) {
       try {
-        const result = await target.publish(jobs, this.deps.publishTimeoutMs);
+        const result = publishResult(await target.publish(jobs, this.deps.publishTimeoutMs), target.name);
         acked = result.acknowledged;
         refused = result.refused ?? refused;
       } catch (error) {
@@ -418,7 +419,9 @@ class RelayLoop extends Service {
         }
       }
     }
+    // An acknowledged job was published, whatever else the target says of it.
     const published = jobs.filter((job) => acked.has(job.id));
+    const refusedJobs = jobs.filter((job) => !acked.has(job.id) && refused.has(job.id));
     const unpublished = jobs.filter((job) => !acked.has(job.id) && !refused.has(job.id)).map((job) => job.id);
     // Only acknowledged jobs are deleted; a crash before this line publishes them again.
     if (published.length > 0) {
@@ -433,13 +436,15 @@ class RelayLoop extends Service {
       relay.metrics.batches++;
       relay.notify('relay:publish', published);
     }
-    if (refused.size > 0) await this.#refuse(jobs, refused);
     if (unpublished.length > 0) {
       const released = await this.#queries
         .release(skiplock.pool, unpublished, relay.id)
         .catch(this.#reported('remove'));
       relay.metrics.released += released;
       relay.notify('relay:release', released);
+    }
+    if (refusedJobs.length > 0) await this.#refuse(refusedJobs, refused);
+    if (unpublished.length > 0) {
       const error = new SkiplockError('BROKER', `${unpublished.length} jobs were not acknowledged in time`);
       if (!publishFailed) relay.report(error, 'publish');
       throw error;
@@ -447,19 +452,20 @@ class RelayLoop extends Service {
   }
 
   /**
-   * Ends `failed` the jobs of the batch the broker can never take, each with
-   * its reason (so they stop coming back to every pass, and a person sees
-   * why), and reports them once, from source `publish`.
+   * Ends `failed` the jobs the broker can never take, each with its reason
+   * (so they stop coming back to every pass, and a person sees why), and
+   * reports them once, from source `publish`.
    */
   async #refuse(jobs: readonly RelayedJob[], refused: ReadonlyMap<string, string>): Promise<void> {
     const { skiplock, target, relay } = this.deps;
-    const ids = jobs.filter((job) => refused.has(job.id)).map((job) => job.id);
-    const reasons = ids.map((id) => `${target.name} refuses it: ${refused.get(id)}`);
+    const ids = jobs.map((job) => job.id);
+    // Stored as a last_error is: NUL escaped, well formed, cut at its length.
+    const reasons = ids.map((id) => describeFailure(`${target.name} refuses it: ${String(refused.get(id))}`));
     const failed = await this.#queries
       .refuse(skiplock.pool, ids, reasons, relay.id)
       .catch(this.#reported('remove'));
     relay.metrics.refused += failed;
-    const first = `job ${ids[0]}: ${reasons[0]}`;
+    const first = `job ${ids[0]}: ${truncated(reasons[0]!, 1000)}`;
     relay.report(
       new SkiplockError(
         'BROKER',
@@ -470,6 +476,22 @@ class RelayLoop extends Service {
       'publish',
     );
   }
+}
+
+/**
+ * `result`, when it is what {@link RelayTarget.publish} promises: `acknowledged`
+ * a Set, `refused` absent (undefined or null) or a Map.
+ *
+ * @throws {SkiplockError} (code `BROKER`) naming the target, when it is not.
+ */
+function publishResult(result: unknown, targetName: string): RelayPublishResult {
+  const r = result as { acknowledged?: unknown; refused?: unknown } | null | undefined;
+  if (r?.acknowledged instanceof Set && (r.refused == null || r.refused instanceof Map))
+    return { acknowledged: r.acknowledged, ...(r.refused instanceof Map ? { refused: r.refused } : {}) };
+  throw new SkiplockError(
+    'BROKER',
+    `${targetName}: publish() resolved with ${inspect(result, { depth: 1, breakLength: Number.POSITIVE_INFINITY }).slice(0, 200)}, not { acknowledged: Set, refused?: Map }`,
+  );
 }
 
 /**

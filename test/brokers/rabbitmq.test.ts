@@ -83,6 +83,17 @@ describe('the relay to RabbitMQ, connecting', () => {
 });
 
 describe('rabbitmqWorker', () => {
+  it('refuses a queue prefix that makes names RabbitMQ reserves (amq.), target and worker alike', () => {
+    for (const queue of ['amq', 'amq.jobs']) {
+      expect(() => rabbitmqTarget({ url: RABBITMQ_URL, queue })).toThrow(
+        expect.objectContaining({ field: 'rabbitmqTarget.queue' }),
+      );
+      expect(() =>
+        rabbitmqWorker(t.skiplock, { url: RABBITMQ_URL, queue, handlers: { a: () => {} } }),
+      ).toThrow(expect.objectContaining({ field: 'rabbitmqWorker.queue' }));
+    }
+  });
+
   it('refuses a queue whose RabbitMQ name would be longer than AMQP allows, naming it', () => {
     const make = () =>
       rabbitmqWorker(t.skiplock, {

@@ -1,3 +1,4 @@
+import { jetstreamManager, RetentionPolicy, StorageType } from '@nats-io/jetstream';
 import { describe, expect, it } from 'vitest';
 import { natsTarget } from '../../src/brokers/nats.js';
 import type { Relay } from '../../src/index.js';
@@ -231,6 +232,33 @@ describe('the relay to NATS JetStream', () => {
     expect(relay.metrics).toMatchObject({ published: 1, refused: 1, released: 0 });
     expect(errors).toEqual([['publish', `job ${big.id}: ${record.lastError}; it ended failed`]]);
     expect((await streamMessages(stream)).map((m) => m.job.id)).toEqual([small.id]);
+  });
+
+  it("ends failed a job whose message is larger than an existing stream's max_msg_size", async () => {
+    const stream = newStream();
+    const connection = await natsConnection();
+    try {
+      const manager = await jetstreamManager(connection);
+      await manager.streams.add({
+        name: stream,
+        subjects: [`${stream}.>`],
+        retention: RetentionPolicy.Workqueue,
+        storage: StorageType.File,
+        max_msg_size: 10_000,
+      });
+    } finally {
+      await connection.close();
+    }
+    const big = await t.skiplock.enqueue('big', { text: 'x'.repeat(20_000) }, { queue: 'relayed' });
+    const small = await t.skiplock.enqueue('small', {}, { queue: 'relayed' });
+    const relay = relayTo(stream, ['relayed']);
+    relay.start();
+    await until(async () => (await t.row(big.id))?.status === 'failed', 'the large job failed');
+    await until(async () => (await t.jobCount('id = $1', [small.id])) === 0, 'the small job relayed');
+    expect((await t.skiplock.getJob(big.id))?.lastError).toMatch(
+      /^nats refuses it: its message of \d+ bytes is more than the stream's max_msg_size \(message size exceeds maximum allowed\)$/,
+    );
+    expect(relay.metrics).toMatchObject({ published: 1, refused: 1, released: 0 });
   });
 
   it('reports a listener that throws as an error from source listener, and goes on relaying', async () => {

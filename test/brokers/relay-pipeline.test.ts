@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { natsTarget } from '../../src/brokers/nats.js';
-import type { RelayTarget } from '../../src/index.js';
+import type { RelayPublishResult, RelayTarget } from '../../src/index.js';
 import { useTestDatabase } from '../support/fixture.js';
 import { NATS_URL, streamMessages, until } from '../support/nats.js';
 import { brokerTest } from './support.js';
@@ -104,5 +104,53 @@ describe('batches in flight', () => {
     expect(relay.metrics.published).toBe(60);
     const messages = await streamMessages(stream);
     expect(messages.map((m) => m.job.id).sort()).toEqual(jobs.map((job) => job.id).sort());
+  });
+});
+
+describe('a target that answers out of its contract', () => {
+  /** A relay of queue `relayed` whose target's publish resolves with what `answer` makes of the batch. */
+  const relayWith = (answer: (ids: string[]) => unknown) => {
+    const target: RelayTarget = {
+      name: 'custom',
+      connect: async () => {},
+      close: async () => {},
+      publish: async (batch) => answer(batch.map((job) => job.id)) as never,
+    };
+    const relay = b.relay({ target, queues: ['relayed'], retryDelayMs: 50 });
+    const errors: string[] = [];
+    relay.on('error', (error, source) => errors.push(`${source}: ${error.message}`));
+    return { relay, errors };
+  };
+
+  it('gives the batch back and says what it answered when it is not { acknowledged: Set, refused?: Map }', async () => {
+    const [job] = await enqueue(1);
+    const { relay, errors } = relayWith((ids) => ({ acknowledged: ids }));
+    relay.start();
+    await until(() => errors.length > 0 && relay.metrics.released > 0, 'the answer reported');
+    await relay.stop();
+    expect(errors[0]).toBe(
+      `publish: custom: publish() resolved with { acknowledged: [ '${job!.id}' ] }, not { acknowledged: Set, refused?: Map }`,
+    );
+    expect(await t.query(`SELECT status, locked_by FROM ${t.jobs} WHERE id = $1`, [job!.id])).toEqual([
+      { status: 'queued', locked_by: null },
+    ]);
+  });
+
+  it('takes a job both acknowledged and refused as published, and ignores refused ids not in the batch', async () => {
+    await enqueue(2);
+    const { relay, errors } = relayWith(
+      (ids) =>
+        ({
+          acknowledged: new Set(ids),
+          refused: new Map([
+            [ids[0]!, 'too large'],
+            ['999999', 'not in the batch'],
+          ]),
+        }) satisfies RelayPublishResult,
+    );
+    relay.start();
+    await until(async () => (await t.jobCount("queue = 'relayed'")) === 0, 'both jobs removed');
+    expect(relay.metrics).toMatchObject({ published: 2, refused: 0, released: 0 });
+    expect(errors).toEqual([]);
   });
 });

@@ -3,7 +3,8 @@
  * nothing at all (a server or proxy that hangs before the handshake);
  * `after-startup` completes PostgreSQL's startup (AuthenticationOk,
  * ReadyForQuery) and then answers no statement (a server that stops answering
- * mid-session).
+ * mid-session). With `ignoreClose`, it does not close its side when the client
+ * closes its own (a network that went silent: the client's FIN never answered).
  */
 import { createServer, type Socket } from 'node:net';
 
@@ -18,9 +19,12 @@ export interface SilentServer {
 /** AuthenticationOk ('R', length 8, 0) then ReadyForQuery ('Z', length 5, idle). */
 const STARTUP_ANSWER = Buffer.from([0x52, 0, 0, 0, 8, 0, 0, 0, 0, 0x5a, 0, 0, 0, 5, 0x49]);
 
-export async function startSilentServer(mode: 'silent' | 'after-startup'): Promise<SilentServer> {
+export async function startSilentServer(
+  mode: 'silent' | 'after-startup',
+  { ignoreClose = false } = {},
+): Promise<SilentServer> {
   const sockets = new Set<Socket>();
-  const server = createServer((socket) => {
+  const server = createServer({ allowHalfOpen: ignoreClose }, (socket) => {
     sockets.add(socket);
     socket.on('close', () => sockets.delete(socket));
     socket.on('error', () => {});
