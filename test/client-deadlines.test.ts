@@ -73,10 +73,24 @@ describe("a worker's statement past its deadline", () => {
   });
 });
 
+/** Runs `fn` on a worker pool of `url` whose statements have a `deadlineMs` deadline; the pool is closed after. */
+async function onWorkerPool(
+  url: string,
+  deadlineMs: number,
+  sessionSettings: boolean,
+  fn: (pool: pg.Pool) => Promise<void>,
+): Promise<void> {
+  const { pool, close } = workerPool({ connectionString: url }, deadlineMs, sessionSettings);
+  try {
+    await fn(pool);
+  } finally {
+    await close(2_000);
+  }
+}
+
 describe("a worker's client-side deadline", () => {
-  it('fails a statement the server never answers within statementTimeoutMs, and drops its connection', async () => {
-    const { pool, close } = workerPool({ connectionString: mute.url }, 500, false);
-    try {
+  it('fails a statement the server never answers within statementTimeoutMs, and drops its connection', () =>
+    onWorkerPool(mute.url, 500, false, async (pool) => {
       const { error, ms } = await failure(() => run(pool, { name: 'one', text: 'SELECT 1' }, []));
       expect(error).toBeInstanceOf(DatabaseError);
       expect((error as DatabaseError).message).toBe(
@@ -85,25 +99,17 @@ describe("a worker's client-side deadline", () => {
       expect(ms).toBeGreaterThanOrEqual(450);
       expect(ms).toBeLessThan(5_000);
       await waitFor(() => pool.totalCount === 0, 5_000, 'the connection dropped');
-    } finally {
-      await close(2_000);
-    }
-  });
+    }));
 
-  it("bounds the session's first statement too, the one that sets its server-side deadline", async () => {
-    const { pool, close } = workerPool({ connectionString: mute.url }, 500);
-    try {
+  it("bounds the session's first statement too, the one that sets its server-side deadline", () =>
+    onWorkerPool(mute.url, 500, true, async (pool) => {
       const { error, ms } = await failure(() => run(pool, { name: 'one', text: 'SELECT 1' }, []));
       expect(error).toBeInstanceOf(DatabaseError);
       expect(ms).toBeLessThan(5_000);
-    } finally {
-      await close(2_000);
-    }
-  });
+    }));
 
-  it('times a statement from when it was sent: one queued behind it on the same connection does not extend it', async () => {
-    const { pool, close } = workerPool({ connectionString: t.url }, 1_000, false);
-    try {
+  it('times a statement from when it was sent: one queued behind it on the same connection does not extend it', () =>
+    onWorkerPool(t.url, 1_000, false, async (pool) => {
       const client = await pool.connect();
       const started = Date.now();
       const slow = client.query('SELECT pg_sleep(3)').then(
@@ -118,14 +124,10 @@ describe("a worker's client-side deadline", () => {
       expect(Number(outcome.match(/(\d+) ms/)![1])).toBeLessThan(1_600);
       expect(await queued).toBe('Query read timeout');
       client.release(true);
-    } finally {
-      await close(2_000);
-    }
-  });
+    }));
 
-  it('is per statement: a transaction of statements each under it, longer in all, commits', async () => {
-    const { pool, close } = workerPool({ connectionString: t.url }, 1_000, false);
-    try {
+  it('is per statement: a transaction of statements each under it, longer in all, commits', () =>
+    onWorkerPool(t.url, 1_000, false, async (pool) => {
       const client = await pool.connect();
       try {
         await client.query('BEGIN');
@@ -135,10 +137,7 @@ describe("a worker's client-side deadline", () => {
         client.release();
       }
       expect((await pool.query<{ one: number }>('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
-    } finally {
-      await close(2_000);
-    }
-  });
+    }));
 });
 
 describe("a worker session's server-side deadline", () => {

@@ -12,7 +12,7 @@ import { type Job, type JobMap, PermanentError, Skiplock, SnoozeError } from '..
 import { createRelay } from '../../src/relay/relay.js';
 import { expectAbandonedJobBackUncharged } from '../support/abandoned-handler.js';
 import { useTestDatabase } from '../support/fixture.js';
-import { consumerSettled, NATS_URL, natsConnection, until } from '../support/nats.js';
+import { consumerSettled, NATS_URL, serverMaxPayload, until } from '../support/nats.js';
 import { brokerTest } from './support.js';
 
 const t = useTestDatabase();
@@ -151,9 +151,7 @@ describe('natsWorker', () => {
 
   it('writes a job back failed, after one run, when its retry message is larger than the server takes', async () => {
     const stream = relayed('q');
-    const connection = await natsConnection();
-    const maxPayload = connection.info!.max_payload;
-    await connection.close();
+    const maxPayload = await serverMaxPayload();
     const runs: number[] = [];
     await startedWorker(stream, {
       handlers: {

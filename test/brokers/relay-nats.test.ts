@@ -4,7 +4,7 @@ import { natsTarget } from '../../src/brokers/nats.js';
 import type { Relay } from '../../src/index.js';
 import { fakeClock } from '../support/fake-clock.js';
 import { useTestDatabase } from '../support/fixture.js';
-import { NATS_URL, natsConnection, streamMessages, until } from '../support/nats.js';
+import { NATS_URL, natsConnection, serverMaxPayload, streamMessages, until } from '../support/nats.js';
 import { exited, forkScript, sent } from '../support/processes.js';
 import { rolledBack } from '../support/transaction.js';
 import { brokerTest } from './support.js';
@@ -21,16 +21,6 @@ function relayTo(
 }
 
 const newStream = () => b.stream('relay');
-
-/** The machine's NATS server's max_payload, in bytes. */
-async function serverMaxPayload(): Promise<number> {
-  const connection = await natsConnection();
-  try {
-    return connection.info!.max_payload;
-  } finally {
-    await connection.close();
-  }
-}
 
 describe('the relay to NATS JetStream', () => {
   it('publishes exactly the committed jobs of its queues, then removes them', async () => {

@@ -20,6 +20,16 @@ export function natsConnection(servers = NATS_URL): Promise<NatsConnection> {
   return connect({ servers });
 }
 
+/** The max_payload of the machine's NATS server, in bytes. */
+export async function serverMaxPayload(): Promise<number> {
+  const connection = await natsConnection();
+  try {
+    return connection.info!.max_payload;
+  } finally {
+    await connection.close();
+  }
+}
+
 /**
  * Every message `stream` holds, in order, with the broker's message id, read
  * over a connection of its own (to the machine's server unless `servers` is given).
