@@ -2,8 +2,9 @@
  * The relay's statements: claim due jobs of the relayed queues under a lease
  * (`running`, `locked_by` = the relay), remove them once the broker
  * acknowledged them (fenced by that lease), give back the ones it could not
- * publish, end `failed` the ones the broker refuses; and the broker-side worker's write-back of a job that ended `dead`
- * or `failed`, so requeue, the CLI and the dashboard still see it.
+ * publish, end `failed` the ones the broker refuses; and the broker-side
+ * worker's write-back of a job that ended `dead` or `failed`, so requeue, the
+ * CLI and the dashboard still see it.
  */
 import { type Queryable, run, type Statement } from '../executor.js';
 import type { ClaimRow } from './claim.js';
