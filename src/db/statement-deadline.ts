@@ -1,11 +1,30 @@
 /**
  * A client-side deadline for every statement of a pg pool: a server that
- * accepts a statement and never answers fails it instead of hanging it.
+ * accepts a statement and never answers fails it instead of hanging it. And
+ * the one way to drop a pg connection mid-statement ({@link destroySocket}).
  */
 import type { Socket } from 'node:net';
 import pg from 'pg';
 import { systemClock } from '../runtime/clock.js';
 import { READ_TIMEOUT_MESSAGE } from './executor.js';
+
+/** A pg client's socket: pg exposes no public way to abandon a connection mid-statement. */
+function socketOf(client: object): Socket | undefined {
+  return (client as { connection?: { stream?: Socket } }).connection?.stream;
+}
+
+/**
+ * Destroys a pg client's socket: its pending statement fails at once (with
+ * `error` when given) and the pool lets it go.
+ */
+export function destroySocket(client: object, error?: Error): void {
+  socketOf(client)?.destroy(error);
+}
+
+/** Monotonic milliseconds now, never 0 (0 marks a client with no statement running). */
+function startedNow(): number {
+  return systemClock.monotonic() || Number.MIN_VALUE;
+}
 
 /** How long a client's end() waits for the server to close the connection before dropping it, in milliseconds. */
 const END_GRACE_MS = 1_000;
@@ -47,10 +66,7 @@ export function poolWithStatementDeadline(config: pg.PoolConfig, deadlineMs: num
       if (now - client.sentAt < deadlineMs) waiting = true;
       else {
         client.sentAt = 0;
-        // The statement fails with this error; the pool lets the connection go.
-        (
-          client as unknown as { connection?: { stream?: { destroy(error: Error): void } } }
-        ).connection?.stream?.destroy(new Error(READ_TIMEOUT_MESSAGE));
+        destroySocket(client, new Error(READ_TIMEOUT_MESSAGE));
       }
     }
     if (waiting) arm();
@@ -74,7 +90,7 @@ export function poolWithStatementDeadline(config: pg.PoolConfig, deadlineMs: num
         this as unknown as { connection: { on(event: 'readyForQuery', listener: () => void): void } }
       ).connection.on('readyForQuery', () => {
         if (this.pending > 0) this.pending--;
-        this.sentAt = this.pending > 0 ? systemClock.monotonic() || Number.MIN_VALUE : 0;
+        this.sentAt = this.pending > 0 ? startedNow() : 0;
       });
     }
   }
@@ -92,7 +108,7 @@ export function poolWithStatementDeadline(config: pg.PoolConfig, deadlineMs: num
       callback,
     );
     if (this.pending++ === 0) {
-      this.sentAt = systemClock.monotonic() || Number.MIN_VALUE;
+      this.sentAt = startedNow();
       if (!armed) arm();
     }
     return result;
@@ -104,7 +120,7 @@ export function poolWithStatementDeadline(config: pg.PoolConfig, deadlineMs: num
     callback?: unknown,
   ) {
     const ended = (Base.prototype.end as (...args: unknown[]) => unknown).call(this, callback);
-    const stream = (this as unknown as { connection?: { stream?: Socket } }).connection?.stream;
+    const stream = socketOf(this);
     if (stream && !stream.destroyed) {
       const timer = setTimeout(() => stream.destroy(), END_GRACE_MS);
       stream.once('close', () => clearTimeout(timer));

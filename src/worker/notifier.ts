@@ -22,6 +22,7 @@ import pg from 'pg';
 import { translateError } from '../db/executor.js';
 import type { JobQueries } from '../db/queries/jobs.js';
 import { quoteIdent } from '../db/sql.js';
+import { destroySocket } from '../db/statement-deadline.js';
 import { parseWakeUp, type WakeUp } from '../db/wake-up.js';
 import type { SkiplockError } from '../errors.js';
 import { type Clock, sleep } from '../runtime/clock.js';
@@ -32,7 +33,7 @@ import type { EventReporter } from './events.js';
 import { loopBackoffMs } from './loop-backoff.js';
 import type { ResolvedWorkerOptions } from './options.js';
 import { deafListenerWarning } from './server-check.js';
-import { destroySocket, settlesWithin } from './worker-pool.js';
+import { settlesWithin } from './worker-pool.js';
 
 /** The part of a `pg.Client` the notifier uses. */
 export type ListenClient = Pick<pg.Client, 'connect' | 'query' | 'end' | 'on'>;

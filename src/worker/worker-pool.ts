@@ -11,7 +11,7 @@
  * ({@link transactionPool}).
  */
 import pg from 'pg';
-import { poolWithStatementDeadline } from '../db/statement-deadline.js';
+import { destroySocket, poolWithStatementDeadline } from '../db/statement-deadline.js';
 import { DEFAULT_CONNECT_TIMEOUT_MS } from '../job/defaults.js';
 import { type Clock, systemClock } from '../runtime/clock.js';
 
@@ -177,10 +177,4 @@ export async function settlesWithin(
   ]);
   clock.clearTimeout(timer);
   return settled;
-}
-
-/** Destroys a pg client's socket: its pending statement fails at once and the pool lets it go. */
-export function destroySocket(client: Pick<pg.Client, 'on'>): void {
-  // pg exposes no public way to abandon a connection mid-statement; its stream is the socket.
-  (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
 }
