@@ -6,8 +6,9 @@
  * fenced by its lease, whatever its handler returned.
  */
 import type pg from 'pg';
-import { type Queryable, run, type Statement } from '../executor.js';
-import { filteredChangeValues, type JobFilter } from './inspect.js';
+import type { Queryable, Statement } from '../executor.js';
+import { FILTER_MATCH, FilteredChange } from './filtered-change.js';
+import type { JobFilter } from './inspect.js';
 import { LEASE_FENCE, type LeasedJob, runFenced } from './job-row.js';
 import type { SchemaNames } from './schema-names.js';
 
@@ -27,16 +28,15 @@ export interface CancelCounts {
 
 /** The cancel statements. */
 export class CancelQueries {
-  readonly #cancel: Statement;
+  readonly #cancel: FilteredChange;
   readonly #requested: Statement;
-  readonly #channel: string;
 
   constructor(names: SchemaNames) {
     const { jobs, statement } = names;
-    this.#channel = names.channel;
     // One statement for both: a job that starts running between a read and a
     // write cannot slip through. The control message goes out on commit.
-    this.#cancel = statement(
+    this.#cancel = new FilteredChange(
+      names,
       'cancel',
       `WITH hit AS (
          UPDATE ${jobs} j
@@ -45,10 +45,7 @@ export class CancelQueries {
              cancel_requested_at = COALESCE(j.cancel_requested_at, now())
          WHERE j.status IN ('waiting', 'queued', 'running')
            AND j.status = ANY(COALESCE($1::text[], ARRAY['waiting', 'queued', 'running']))
-           AND ($2::bigint[] IS NULL OR j.id = ANY($2::bigint[]))
-           AND ($3::text[] IS NULL OR j.kind = ANY($3::text[]))
-           AND ($4::text[] IS NULL OR j.queue = ANY($4::text[]))
-           AND ($6::text[] IS NULL OR j.tags @> $6::text[])
+           AND ${FILTER_MATCH}
          RETURNING j.id, j.status
        ), told AS (
          SELECT ${names.control}($5, 'cancel', NULL, array_agg(id)) FROM hit
@@ -73,12 +70,8 @@ export class CancelQueries {
    * must match; `status` narrows to queued or running ones).
    */
   async cancel(db: Queryable, filter: JobFilter): Promise<CancelCounts> {
-    const { rows } = await run<{ cancelled: number; running: number }>(
-      db,
-      this.#cancel,
-      filteredChangeValues(filter, this.#channel),
-    );
-    return { cancelled: rows[0]?.cancelled ?? 0, running: rows[0]?.running ?? 0 };
+    const [counts] = await this.#cancel.run<CancelCounts>(db, filter);
+    return { cancelled: counts?.cancelled ?? 0, running: counts?.running ?? 0 };
   }
 
   /**

@@ -25,22 +25,6 @@ export interface JobFilter {
   tags?: string[];
 }
 
-/**
- * The parameters of a statement that changes every job a filter matches
- * (cancel, requeue): $1 statuses, $2 ids, $3 kinds, $4 queues, $5 the channel
- * its notification goes to, $6 tags; null for a field not given.
- */
-export function filteredChangeValues(filter: JobFilter, channel: string): unknown[] {
-  return [
-    filter.status ?? null,
-    filter.ids ?? null,
-    filter.kind ?? null,
-    filter.queue ?? null,
-    channel,
-    filter.tags ?? null,
-  ];
-}
-
 /** Order of a listing: newest id first (the default for people) or oldest first. */
 export type ListOrder = 'newest' | 'oldest';
 

@@ -4,9 +4,10 @@
  * job back wants it run, an expired one included), waking workers for their
  * queues.
  */
-import { type Queryable, run, type Statement } from '../executor.js';
+import type { Queryable } from '../executor.js';
 import { wakeUpQueuesSql } from '../wake-up.js';
-import { filteredChangeValues, type JobFilter } from './inspect.js';
+import { FILTER_MATCH, FilteredChange } from './filtered-change.js';
+import type { JobFilter } from './inspect.js';
 import type { SchemaNames } from './schema-names.js';
 
 /** Statuses a job can be requeued from. */
@@ -14,24 +15,20 @@ export const REQUEUABLE_STATUSES = ['dead', 'failed', 'cancelled'] as const;
 
 /** The requeue statement. */
 export class RequeueQueries {
-  readonly #requeue: Statement;
-  readonly #channel: string;
+  readonly #requeue: FilteredChange;
 
   constructor(names: SchemaNames) {
-    this.#channel = names.channel;
-    this.#requeue = names.statement(
+    this.#requeue = new FilteredChange(
+      names,
       'requeue',
       `WITH requeued AS (
-         UPDATE ${names.jobs}
+         UPDATE ${names.jobs} j
          SET status = 'queued', attempts = 0, run_at = now(), last_error = NULL, finished_at = NULL,
              cancel_requested_at = NULL, start_by = NULL
-         WHERE status IN ('dead', 'failed', 'cancelled')
-           AND status = ANY(COALESCE($1::text[], ARRAY['dead', 'failed']))
-           AND ($2::bigint[] IS NULL OR id = ANY($2::bigint[]))
-           AND ($3::text[] IS NULL OR kind = ANY($3::text[]))
-           AND ($4::text[] IS NULL OR queue = ANY($4::text[]))
-           AND ($6::text[] IS NULL OR tags @> $6::text[])
-         RETURNING queue
+         WHERE j.status IN ('dead', 'failed', 'cancelled')
+           AND j.status = ANY(COALESCE($1::text[], ARRAY['dead', 'failed']))
+           AND ${FILTER_MATCH}
+         RETURNING j.queue
        ), woken AS (${wakeUpQueuesSql(names.wakeUp, '$5', 'requeue', 'requeued')})
        SELECT (SELECT count(*) FROM requeued)::int AS requeued, (SELECT count(*) FROM woken) AS woken`,
     );
@@ -43,11 +40,7 @@ export class RequeueQueries {
    * Returns how many.
    */
   async requeue(db: Queryable, filter: JobFilter): Promise<number> {
-    const { rows } = await run<{ requeued: number }>(
-      db,
-      this.#requeue,
-      filteredChangeValues(filter, this.#channel),
-    );
-    return rows[0]?.requeued ?? 0;
+    const [counts] = await this.#requeue.run<{ requeued: number }>(db, filter);
+    return counts?.requeued ?? 0;
   }
 }
