@@ -7,13 +7,12 @@
 import { Command, InvalidArgumentError } from 'commander';
 import { definedOnly } from '../../options.js';
 import type { QueueLimits, QueueLimitsOptions, RateLimit } from '../../skiplock.js';
-import { withDatabase } from '../database.js';
-import { type ConnectionFlags, examples, integer, name } from '../flags.js';
+import { integer } from '../flags.js';
 import { printJson, printText } from '../output.js';
+import { actOnQueue, type QueuesFlags } from '../queue-subcommand.js';
 
 // `none` stays a string through commander, which turns a parser's null into ''.
-type Flags = ConnectionFlags & {
-  json?: boolean;
+type Flags = QueuesFlags & {
   concurrency?: number | 'none';
   rate?: RateLimit | 'none';
   groupConcurrency?: number | 'none';
@@ -65,7 +64,6 @@ export function queueLimitsCommand(): Command {
     .description(
       'Caps a queue across all workers and hosts: --concurrency N jobs running at once, --rate COUNT/PERIOD job starts within any PERIOD. `none` removes a limit; a flag not given leaves its limit as it is; with no flag, shows the limits.',
     )
-    .argument('NAME', 'the queue', name)
     .option('--concurrency <n|none>', 'most jobs of the queue running at once', concurrencyFlag)
     .option(
       '--rate <count/period|none>',
@@ -75,21 +73,18 @@ export function queueLimitsCommand(): Command {
     .option('--group-concurrency <n|none>', 'most jobs of one group key running at once', concurrencyFlag)
     .option('--group-rate <count/period|none>', 'most job starts of one group key per period', rateFlag)
     .option('--strict-order', "start a group key's jobs in order; a retry holds the ones behind it")
-    .option('--no-strict-order', "start a group key's jobs in any order (the default)")
-    .addHelpText(
-      'after',
-      `${examples(
-        'skiplock queues limits emails --concurrency 5',
-        'skiplock queues limits emails --rate 100/1m',
-        'skiplock queues limits emails --concurrency none --rate none',
-        'skiplock queues limits ledger --group-concurrency 1 --strict-order',
-        'skiplock queues limits api --group-rate 10/1s',
-        'skiplock queues limits emails',
-      )}\nConnection and --json: the flags of \`skiplock queues\`, given before or after NAME.`,
-    );
-  sub.action(async (name: string) => {
-    const flags = sub.optsWithGlobals<Flags>();
-    await withDatabase(flags, async ({ skiplock }) => {
+    .option('--no-strict-order', "start a group key's jobs in any order (the default)");
+  return actOnQueue<Flags>(
+    sub,
+    [
+      'skiplock queues limits emails --concurrency 5',
+      'skiplock queues limits emails --rate 100/1m',
+      'skiplock queues limits emails --concurrency none --rate none',
+      'skiplock queues limits ledger --group-concurrency 1 --strict-order',
+      'skiplock queues limits api --group-rate 10/1s',
+      'skiplock queues limits emails',
+    ],
+    async (name, flags, skiplock) => {
       const change: QueueLimitsOptions = definedOnly({
         concurrency: noneAsNull(flags.concurrency),
         rate: noneAsNull(flags.rate),
@@ -109,7 +104,6 @@ export function queueLimitsCommand(): Command {
           });
       if (flags.json) printJson({ queue: name, limits });
       else printText(`${name}: limits ${formatLimits(limits)}`);
-    });
-  });
-  return sub;
+    },
+  );
 }

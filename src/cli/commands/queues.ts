@@ -4,12 +4,11 @@
  */
 import { Command } from 'commander';
 import { withDatabase } from '../database.js';
-import { addDatabaseCommandFlags, type ConnectionFlags, name } from '../flags.js';
+import { addDatabaseCommandFlags } from '../flags.js';
 import { printJson, printText } from '../output.js';
+import { actOnQueue, type QueuesFlags } from '../queue-subcommand.js';
 import { renderTable } from '../table.js';
 import { formatLimits, queueLimitsCommand } from './queue-limits.js';
-
-type Flags = ConnectionFlags & { json?: boolean };
 
 /** The `queues` command and its `pause`, `resume` and `limits` subcommands. */
 export function queuesCommand(): Command {
@@ -23,7 +22,7 @@ export function queuesCommand(): Command {
     'skiplock queues pause emails',
     'skiplock queues resume emails',
     'skiplock queues limits emails --concurrency 5 --rate 100/1m',
-  ]).action(async (flags: Flags) => {
+  ]).action(async (flags: QueuesFlags) => {
     await withDatabase(flags, async ({ skiplock }) => {
       const queues = await skiplock.queues();
       if (flags.json) printJson(queues);
@@ -45,25 +44,14 @@ export function queuesCommand(): Command {
     });
   });
   for (const action of ['pause', 'resume'] as const) {
-    const sub = new Command(action)
-      .summary(
-        action === 'pause' ? 'stop workers claiming from a queue' : 'let workers claim from a queue again',
-      )
-      .argument('NAME', 'the queue', name)
-      .addHelpText(
-        'after',
-        '\nConnection and --json: the flags of `skiplock queues`, given before or after NAME.',
-      );
-    // The connection flags belong to `queues`; commander hands them to the parent wherever they stand.
-    sub.action(async (name: string) => {
-      const flags = sub.optsWithGlobals<Flags>();
-      await withDatabase(flags, async ({ skiplock }) => {
-        const changed =
-          action === 'pause' ? await skiplock.pauseQueue(name) : await skiplock.resumeQueue(name);
-        if (flags.json) printJson({ queue: name, paused: action === 'pause', changed });
-        else if (action === 'pause') printText(changed ? `paused ${name}` : `${name} was paused already`);
-        else printText(changed ? `resumed ${name}` : `${name} was not paused`);
-      });
+    const sub = new Command(action).summary(
+      action === 'pause' ? 'stop workers claiming from a queue' : 'let workers claim from a queue again',
+    );
+    actOnQueue<QueuesFlags>(sub, [], async (name, flags, skiplock) => {
+      const changed = action === 'pause' ? await skiplock.pauseQueue(name) : await skiplock.resumeQueue(name);
+      if (flags.json) printJson({ queue: name, paused: action === 'pause', changed });
+      else if (action === 'pause') printText(changed ? `paused ${name}` : `${name} was paused already`);
+      else printText(changed ? `resumed ${name}` : `${name} was not paused`);
     });
     command.addCommand(sub);
   }

@@ -1,0 +1,39 @@
+/**
+ * What every `skiplock queues` subcommand that acts on one queue (`pause`,
+ * `resume`, `limits`) has: the NAME argument, and the connection and --json
+ * flags of `queues`, which commander hands to the parent wherever they stand.
+ */
+import type { Command } from 'commander';
+import type { Skiplock } from '../skiplock.js';
+import { withDatabase } from './database.js';
+import { type ConnectionFlags, examples, name } from './flags.js';
+
+/** The flags of `skiplock queues` as parsed: the connection flags and `--json`. */
+export type QueuesFlags = ConnectionFlags & { json?: boolean };
+
+/**
+ * Makes `command` act on the queue NAME: adds the argument, then after its help
+ * `exampleLines` (none: no examples) and where the connection flags go; its
+ * action runs `act` with the queue's name, the flags (its own and those given
+ * to `queues`, typed `F`) and a Skiplock on the database they name, closed
+ * when `act` settles.
+ *
+ * @returns `command`.
+ */
+export function actOnQueue<F extends QueuesFlags>(
+  command: Command,
+  exampleLines: readonly string[],
+  act: (queue: string, flags: F, skiplock: Skiplock) => Promise<void>,
+): Command {
+  const help = exampleLines.length > 0 ? examples(...exampleLines) : '';
+  return command
+    .argument('NAME', 'the queue', name)
+    .addHelpText(
+      'after',
+      `${help}\nConnection and --json: the flags of \`skiplock queues\`, given before or after NAME.`,
+    )
+    .action(async (queue: string) => {
+      const flags = command.optsWithGlobals<F>();
+      await withDatabase(flags, ({ skiplock }) => act(queue, flags, skiplock));
+    });
+}
