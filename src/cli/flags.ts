@@ -67,6 +67,12 @@ export function addJsonFlag(command: Command): Command {
   return command.option('--json', 'print JSON instead of a table');
 }
 
+/** The flags {@link addDatabaseCommandFlags} adds, as parsed. */
+export interface DatabaseCommandFlags extends ConnectionFlags {
+  /** `--json`: print JSON instead of a table. */
+  json?: boolean;
+}
+
 /**
  * Adds what every command that reads or changes the jobs table and prints a
  * result has: the connection flags, `--json`, and `exampleLines` as the
@@ -190,13 +196,34 @@ async function readStream(stream: NodeJS.ReadableStream): Promise<string> {
   return Buffer.concat(chunks).toString('utf8');
 }
 
-/** The flags of a command that selects jobs by id and filter (`cancel`, `requeue`), as parsed; `S` is the statuses `--status` takes. */
-export interface JobSelectionFlags<S extends string> extends ConnectionFlags {
+/** The job filter flags as parsed (`jobs list`, `cancel`, `requeue`); `S` is the statuses `--status` takes. */
+export interface JobFilterFlags<S extends string> {
   status?: S[];
   kind?: string[];
   queue?: string[];
   tag?: string[];
+}
+
+/** The flags of a command that selects jobs by id and filter (`cancel`, `requeue`), as parsed. */
+export interface JobSelectionFlags<S extends string> extends ConnectionFlags, JobFilterFlags<S> {
   idsFrom?: string;
+}
+
+/** The repeatable job filter flags other than `--status`, whose choices are each command's own. */
+const JOB_FILTER_FLAGS = {
+  kind: ['--kind <kind>', 'only this kind (repeatable)'],
+  queue: ['--queue <name>', 'only this queue (repeatable)'],
+  tag: ['--tag <tag>', 'only jobs having this tag (repeatable: jobs having every tag given)'],
+} as const;
+
+/**
+ * The option of a repeatable job filter flag: `--kind`, `--queue` or `--tag`
+ * (a job must have every tag given), read as in {@link jobFilter}. Each
+ * command adds them in the order its help lists them.
+ */
+export function jobFilterOption(flag: keyof typeof JOB_FILTER_FLAGS): Option {
+  const [flags, description] = JOB_FILTER_FLAGS[flag];
+  return new Option(flags, description).argParser(collect);
 }
 
 /**
@@ -212,9 +239,9 @@ export function addJobSelectionFlags(
   return command
     .argument('[ID...]', 'job ids')
     .addOption(repeatableChoice('--status <status>', statusDescription, statuses))
-    .option('--kind <kind>', 'only this kind (repeatable)', collect)
-    .option('--queue <name>', 'only this queue (repeatable)', collect)
-    .option('--tag <tag>', 'only jobs having this tag (repeatable: jobs having every tag given)', collect)
+    .addOption(jobFilterOption('kind'))
+    .addOption(jobFilterOption('queue'))
+    .addOption(jobFilterOption('tag'))
     .option(
       '--ids-from <file>',
       'also the job ids in FILE (- for standard input), separated by whitespace or commas',
@@ -236,8 +263,17 @@ export async function jobSelection<S extends string>(
   if (bad !== undefined) {
     throw new UsageError(`ID must be a job id (a positive integer up to ${MAX_JOB_ID}), got ${bad}`);
   }
-  const filter: { ids?: string[]; status?: S[]; kind?: string[]; queue?: string[]; tags?: string[] } = {};
-  if (ids.length > 0) filter.ids = ids;
+  return ids.length > 0 ? { ids, ...jobFilter(flags) } : jobFilter(flags);
+}
+
+/**
+ * The filter `--status`, `--kind`, `--queue` and `--tag` name: only the fields
+ * of the flags given are set (an empty object when none is).
+ */
+export function jobFilter<S extends string>(
+  flags: JobFilterFlags<S>,
+): { status?: S[]; kind?: string[]; queue?: string[]; tags?: string[] } {
+  const filter: { status?: S[]; kind?: string[]; queue?: string[]; tags?: string[] } = {};
   if (flags.status) filter.status = flags.status;
   if (flags.kind) filter.kind = flags.kind;
   if (flags.queue) filter.queue = flags.queue;

@@ -6,21 +6,18 @@
 import type { Command } from 'commander';
 import type { Skiplock } from '../skiplock.js';
 import { withDatabase } from './database.js';
-import { type ConnectionFlags, examples, name } from './flags.js';
-
-/** The flags of `skiplock queues` as parsed: the connection flags and `--json`. */
-export type QueuesFlags = ConnectionFlags & { json?: boolean };
+import { type DatabaseCommandFlags, examples, name } from './flags.js';
 
 /**
  * Makes `command` act on the queue NAME: adds the argument, then after its help
  * `exampleLines` (none: no examples) and where the connection flags go; its
  * action runs `act` with the queue's name, the flags (its own and those given
- * to `queues`, typed `F`) and a Skiplock on the database they name, closed
+ * to `queues`, the connection flags and `--json`, typed `F`) and a Skiplock on the database they name, closed
  * when `act` settles.
  *
  * @returns `command`.
  */
-export function actOnQueue<F extends QueuesFlags>(
+export function actOnQueue<F extends DatabaseCommandFlags>(
   command: Command,
   exampleLines: readonly string[],
   act: (queue: string, flags: F, skiplock: Skiplock) => Promise<void>,

@@ -8,20 +8,19 @@ import { withDatabase } from '../database.js';
 import {
   addDatabaseCommandFlags,
   type ConnectionFlags,
-  collect,
+  type DatabaseCommandFlags,
   examples,
   integer,
+  type JobFilterFlags,
+  jobFilter,
+  jobFilterOption,
   repeatableChoice,
 } from '../flags.js';
 import { printError, printJson, printText } from '../output.js';
 import { renderTable } from '../table.js';
 import { UsageError } from '../usage-error.js';
 
-interface ListFlags extends ConnectionFlags {
-  queue?: string[];
-  kind?: string[];
-  status?: JobStatus[];
-  tag?: string[];
+interface ListFlags extends ConnectionFlags, JobFilterFlags<JobStatus> {
   limit: number;
   oldestFirst?: boolean;
   after?: string;
@@ -36,10 +35,10 @@ export function jobsCommand(): Command {
     .description(
       'Lists jobs, newest first (--oldest-first for the other way); --after ID continues after the last id of a page. Filters of one kind are OR-ed (but --tag: a job must have every tag given); filters of different kinds AND-ed.',
     )
-    .option('--queue <name>', 'only this queue (repeatable)', collect)
-    .option('--kind <kind>', 'only this kind (repeatable)', collect)
+    .addOption(jobFilterOption('queue'))
+    .addOption(jobFilterOption('kind'))
     .addOption(repeatableChoice('--status <status>', 'only this status', JOB_STATUSES))
-    .option('--tag <tag>', 'only jobs having this tag (repeatable: jobs having every tag given)', collect)
+    .addOption(jobFilterOption('tag'))
     .option('--limit <n>', 'most jobs shown', integer(1, 100_000), 100)
     .option('--oldest-first', 'oldest id first instead of newest')
     .option('--after <id>', 'continue after this job id (the last id of the previous page)', jobId)
@@ -57,15 +56,12 @@ export function jobsCommand(): Command {
   ]).action(async (flags: ListFlags) => {
     // A list never reads whole payloads: they may be large, and the table does not show them.
     const filter: ListJobsFilter & { payloadPreviewChars: number } = {
+      ...jobFilter(flags),
       limit: flags.limit,
       order: flags.oldestFirst ? 'oldest' : 'newest',
       payloadPreviewChars: flags.payloadChars,
     };
     if (flags.after) filter.after = flags.after;
-    if (flags.queue) filter.queue = flags.queue;
-    if (flags.kind) filter.kind = flags.kind;
-    if (flags.status) filter.status = flags.status;
-    if (flags.tag) filter.tags = flags.tag;
     await withDatabase(flags, async ({ skiplock }) => {
       const jobs = await skiplock.listJobs(filter);
       if (flags.json) printJson(jobs);
@@ -97,7 +93,7 @@ export function jobsCommand(): Command {
     )
     .argument('<ID>', 'the job id');
   addDatabaseCommandFlags(show, ['skiplock jobs show 42', 'skiplock jobs show 42 --json']).action(
-    async (id: string, flags: ConnectionFlags & { json?: boolean }) => {
+    async (id: string, flags: DatabaseCommandFlags) => {
       if (!/^[1-9][0-9]{0,18}$/.test(id))
         throw new UsageError(`ID must be a job id (a positive integer), got ${id}`);
       await withDatabase(flags, async ({ skiplock }) => {

@@ -4,7 +4,7 @@
  */
 import { Command } from 'commander';
 import { withDatabase } from '../database.js';
-import { addDatabaseCommandFlags, type ConnectionFlags } from '../flags.js';
+import { addDatabaseCommandFlags, type DatabaseCommandFlags } from '../flags.js';
 import { printJson, printText } from '../output.js';
 
 /** The `migrate` command. */
@@ -17,7 +17,7 @@ export function migrateCommand(): Command {
   return addDatabaseCommandFlags(command, [
     'skiplock migrate',
     'DATABASE_URL=postgres://app@db/app skiplock migrate --schema jobs --json',
-  ]).action(async (flags: ConnectionFlags & { json?: boolean }) => {
+  ]).action(async (flags: DatabaseCommandFlags) => {
     await withDatabase(flags, async ({ skiplock }) => {
       const result = await skiplock.migrate();
       if (flags.json) printJson({ schema: skiplock.schema, ...result });

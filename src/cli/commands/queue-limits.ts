@@ -7,12 +7,12 @@
 import { Command, InvalidArgumentError } from 'commander';
 import { definedOnly } from '../../options.js';
 import type { QueueLimits, QueueLimitsOptions, RateLimit } from '../../skiplock.js';
-import { integer } from '../flags.js';
+import { type DatabaseCommandFlags, integer } from '../flags.js';
 import { printJson, printText } from '../output.js';
-import { actOnQueue, type QueuesFlags } from '../queue-subcommand.js';
+import { actOnQueue } from '../queue-subcommand.js';
 
 // `none` stays a string through commander, which turns a parser's null into ''.
-type Flags = QueuesFlags & {
+type Flags = DatabaseCommandFlags & {
   concurrency?: number | 'none';
   rate?: RateLimit | 'none';
   groupConcurrency?: number | 'none';

@@ -4,9 +4,9 @@
  */
 import { Command } from 'commander';
 import { withDatabase } from '../database.js';
-import { addDatabaseCommandFlags } from '../flags.js';
+import { addDatabaseCommandFlags, type DatabaseCommandFlags } from '../flags.js';
 import { printJson, printText } from '../output.js';
-import { actOnQueue, type QueuesFlags } from '../queue-subcommand.js';
+import { actOnQueue } from '../queue-subcommand.js';
 import { renderTable } from '../table.js';
 import { formatLimits, queueLimitsCommand } from './queue-limits.js';
 
@@ -22,7 +22,7 @@ export function queuesCommand(): Command {
     'skiplock queues pause emails',
     'skiplock queues resume emails',
     'skiplock queues limits emails --concurrency 5 --rate 100/1m',
-  ]).action(async (flags: QueuesFlags) => {
+  ]).action(async (flags: DatabaseCommandFlags) => {
     await withDatabase(flags, async ({ skiplock }) => {
       const queues = await skiplock.queues();
       if (flags.json) printJson(queues);
@@ -47,7 +47,7 @@ export function queuesCommand(): Command {
     const sub = new Command(action).summary(
       action === 'pause' ? 'stop workers claiming from a queue' : 'let workers claim from a queue again',
     );
-    actOnQueue<QueuesFlags>(sub, [], async (name, flags, skiplock) => {
+    actOnQueue<DatabaseCommandFlags>(sub, [], async (name, flags, skiplock) => {
       const changed = action === 'pause' ? await skiplock.pauseQueue(name) : await skiplock.resumeQueue(name);
       if (flags.json) printJson({ queue: name, paused: action === 'pause', changed });
       else if (action === 'pause') printText(changed ? `paused ${name}` : `${name} was paused already`);

@@ -3,7 +3,7 @@
  */
 import { Command } from 'commander';
 import { withDatabase } from '../database.js';
-import { addDatabaseCommandFlags, type ConnectionFlags } from '../flags.js';
+import { addDatabaseCommandFlags, type DatabaseCommandFlags } from '../flags.js';
 import { printJson, printText } from '../output.js';
 import { renderTable } from '../table.js';
 
@@ -15,7 +15,7 @@ export function schedulesCommand(): Command {
       'Lists every schedule with its cron expression, time zone, kind, queue and next run (database clock). A schedule the scheduler parked (its row does not parse, e.g. stored by plain SQL) shows "parked" as its next run and why in the last column; it enqueues nothing until `skiplock schedule` (or an UPDATE of its row) fixes it.',
     );
   return addDatabaseCommandFlags(command, ['skiplock schedules', 'skiplock schedules --json']).action(
-    async (flags: ConnectionFlags & { json?: boolean }) => {
+    async (flags: DatabaseCommandFlags) => {
       await withDatabase(flags, async ({ skiplock }) => {
         const schedules = await skiplock.schedules();
         if (flags.json) {

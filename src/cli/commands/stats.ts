@@ -5,7 +5,7 @@ import { Command } from 'commander';
 import { JOB_STATUSES } from '../../job/job.js';
 import type { RelayQueueStats } from '../../skiplock.js';
 import { withDatabase } from '../database.js';
-import { addDatabaseCommandFlags, type ConnectionFlags } from '../flags.js';
+import { addDatabaseCommandFlags, type DatabaseCommandFlags } from '../flags.js';
 import { printJson, printText } from '../output.js';
 import { formatDuration, renderTable } from '../table.js';
 
@@ -19,7 +19,7 @@ export function statsCommand(): Command {
   return addDatabaseCommandFlags(command, [
     'skiplock stats',
     'skiplock stats --json | jq \'.[] | select(.status == "dead")\'',
-  ]).action(async (flags: ConnectionFlags & { json?: boolean }) => {
+  ]).action(async (flags: DatabaseCommandFlags) => {
     await withDatabase(flags, async ({ skiplock }) => {
       const stats = await skiplock.stats();
       if (flags.json) {
