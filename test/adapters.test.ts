@@ -67,24 +67,23 @@ beforeAll(async () => {
   addKysely('Kysely', []);
   addKysely('Kysely (CamelCasePlugin)', [new CamelCasePlugin()]);
 
+  const addDrizzle = (
+    name: string,
+    drizzleDb: ReturnType<typeof drizzleNodePg> | ReturnType<typeof drizzlePostgresJs>,
+    close: () => Promise<void>,
+  ) => {
+    closers.push(close);
+    stacks.push({
+      name,
+      transaction: (fn) => drizzleDb.transaction((tx) => fn(fromDrizzle(tx))),
+      direct: fromDrizzle(drizzleDb),
+    });
+  };
   const drizzlePool = new pg.Pool({ connectionString: db.url });
   drizzlePool.on('error', () => {});
-  const drizzlePg = drizzleNodePg(drizzlePool);
-  closers.push(() => drizzlePool.end());
-  stacks.push({
-    name: 'Drizzle (node-postgres)',
-    transaction: (fn) => drizzlePg.transaction((tx) => fn(fromDrizzle(tx))),
-    direct: fromDrizzle(drizzlePg),
-  });
-
+  addDrizzle('Drizzle (node-postgres)', drizzleNodePg(drizzlePool), () => drizzlePool.end());
   const drizzleSql = postgres(db.url, { onnotice: () => {} });
-  const drizzleJs = drizzlePostgresJs(drizzleSql);
-  closers.push(() => drizzleSql.end());
-  stacks.push({
-    name: 'Drizzle (postgres.js)',
-    transaction: (fn) => drizzleJs.transaction((tx) => fn(fromDrizzle(tx))),
-    direct: fromDrizzle(drizzleJs),
-  });
+  addDrizzle('Drizzle (postgres.js)', drizzlePostgresJs(drizzleSql), () => drizzleSql.end());
 
   const prisma: PrismaLike = await openPrisma(db.url);
   closers.push(() => prisma.$disconnect());
