@@ -249,8 +249,14 @@ export class NatsWorker extends BrokerWorker {
    */
   readonly #current = new Map<string, { message: JsMsg }>();
   readonly #done = new FinishedMessages();
+  /**
+   * Deliveries that came in while stopping, given back (`nak`) only once the
+   * consumers' subscriptions are gone: given back sooner, the server may send
+   * one straight back to this worker's own open pull request.
+   */
+  readonly #givenBack: JsMsg[] = [];
   #connection: NatsConnection | undefined;
-  readonly #subscriptions: { stop(): void }[] = [];
+  readonly #subscriptions: ConsumedMessages[] = [];
   readonly #consuming: Promise<void>[] = [];
 
   /** Made by {@link natsWorker}. */
@@ -337,7 +343,7 @@ export class NatsWorker extends BrokerWorker {
     try {
       for await (const message of messages) {
         if (this.stopping) {
-          message.nak();
+          this.#givenBack.push(message);
           continue;
         }
         let job: RelayedJob;
@@ -369,7 +375,7 @@ export class NatsWorker extends BrokerWorker {
           clearInterval(beat);
           if (this.stopping) {
             this.#current.delete(messageId);
-            delivery.message.nak();
+            this.#givenBack.push(delivery.message);
             continue;
           }
         }
@@ -397,12 +403,22 @@ export class NatsWorker extends BrokerWorker {
   }
 
   protected async disconnect(): Promise<void> {
-    for (const subscription of this.#subscriptions) subscription.stop();
+    // Deliveries waiting for a slot go to the ones given back.
     for (const release of this.#slots.splice(0)) release();
-    await this.runner.drain(this.settings.shutdownTimeoutMs);
-    // A broker that stopped answering never ends the consumers or the drain:
-    // each is waited for up to shutdownTimeoutMs, then the connection is dropped.
+    // The server may have sent more for the consumers' open pull requests: those
+    // still reach the loop, instead of waiting out their ack wait in a closed
+    // subscription. Once the loops have ended, no pull request of this worker is
+    // left for a given-back delivery to come back to.
+    // A broker that stopped answering never ends these, nor the drain of the
+    // handlers: each is waited for up to shutdownTimeoutMs, then the connection is dropped.
+    await withinMs(
+      Promise.allSettled(this.#subscriptions.map(drainSubscription)),
+      this.settings.shutdownTimeoutMs,
+    );
+    for (const subscription of this.#subscriptions) subscription.stop();
     await withinMs(Promise.allSettled(this.#consuming), this.settings.shutdownTimeoutMs);
+    for (const message of this.#givenBack.splice(0)) message.nak();
+    await this.runner.drain(this.settings.shutdownTimeoutMs);
     const connection = this.#connection;
     if (connection) {
       await withinMs(
@@ -412,6 +428,24 @@ export class NatsWorker extends BrokerWorker {
       await connection.close().catch(() => {});
     }
   }
+}
+
+/** What `consume()` returns, as the worker uses it; `sub` is the client's own field, read when present. */
+interface ConsumedMessages extends AsyncIterable<JsMsg> {
+  stop(): void;
+  sub?: { drain?(): Promise<void> };
+}
+
+/**
+ * Ends a consumer's subscription the way NATS drains one: unsubscribes, then
+ * waits until the messages the server sent before that have been handed to
+ * the iterator. `ConsumerMessages.stop()` alone unsubscribes at once, and a
+ * message already on its way is then dropped by the client while the server
+ * counts it delivered, so it comes back only after the ack wait. Without the
+ * client's `sub` field (another client version), nothing is waited for.
+ */
+async function drainSubscription(messages: ConsumedMessages): Promise<void> {
+  await messages.sub?.drain?.();
 }
 
 /**

@@ -272,6 +272,37 @@ describe('natsWorker', () => {
     expect([...runs].sort()).toEqual([1, 2, 3, 4]);
   });
 
+  it('gives back the deliveries it holds on stop: another worker runs them at once, not after the ack wait', async () => {
+    const stream = relayed('q');
+    let release: () => void = () => {};
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const first: number[] = [];
+    const worker = await startedWorker(stream, {
+      concurrency: 4,
+      handlers: {
+        slow: async (job) => {
+          first.push((job.payload as { n: number }).n);
+          await held;
+        },
+      },
+    });
+    const numbers = Array.from({ length: 40 }, (_, i) => i + 1);
+    await t.skiplock.enqueueMany(numbers.map((n) => ({ kind: 'slow', payload: { n }, queue: 'q' })));
+    await until(() => first.length === 4, 'four jobs running');
+    const stopped = worker.stop();
+    release();
+    await stopped;
+    const second: number[] = [];
+    await startedWorker(stream, {
+      handlers: { slow: (job) => void second.push((job.payload as { n: number }).n) },
+    });
+    // The ack wait is 30 s: the jobs the first worker held must come back well before it.
+    await until(() => first.length + second.length >= 40, 'the other jobs run', 20_000);
+    expect([...first, ...second].sort((a, b) => a - b)).toEqual(numbers);
+  });
+
   it('gives a job of a kind it has no handler for back, uncharged, for a worker that has one', async () => {
     const stream = relayed('q');
     const older = await startedWorker(stream, { handlers: { a: () => {} } });
