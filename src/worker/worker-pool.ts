@@ -75,12 +75,16 @@ export function workerPool(
       max: WORKER_POOL_SIZE,
       // A server that accepts TCP and never answers fails start() as soon as a Skiplock's own pool would.
       connectionTimeoutMillis: Math.min(statementTimeoutMs, DEFAULT_CONNECT_TIMEOUT_MS),
-      // Before the connection serves its first statement. A failure leaves the
-      // session as the server set it: the client's deadline still holds.
+      // Before the connection serves its first statement. A refusal by the
+      // server leaves the session as the server set it: the client's deadline
+      // still holds. A connection lost meanwhile (its deadline passed, say)
+      // serves nothing: the statement waiting for it fails with why.
       ...(sessionSettings
         ? {
             onConnect: (client: pg.ClientBase) =>
-              client.query(SERVER_DEADLINE_SQL, [deadline]).then(noop, noop),
+              client.query(SERVER_DEADLINE_SQL, [deadline]).then(noop, (error: unknown) => {
+                if (!(error instanceof pg.DatabaseError)) throw error;
+              }),
           }
         : {}),
     },
