@@ -101,6 +101,17 @@ export interface BrokerWorkerSettings {
 }
 
 /**
+ * Acknowledges or hands back a delivery: `answer` throws on a connection or
+ * channel the broker closed, and the broker then delivers the message again
+ * (or already has), so the throw is dropped.
+ */
+export function settle(answer: () => void): void {
+  try {
+    answer();
+  } catch {}
+}
+
+/**
  * What `promise` resolves to within `timeoutMs` milliseconds, or `'late'`
  * after that (the promise is left to settle unheard). For a broker's close,
  * which waits for an answer a deaf connection never sends.

@@ -21,6 +21,7 @@ import {
   type BrokerWorkerOptions,
   FinishedMessages,
   MessageRefusedError,
+  settle,
   withinMs,
 } from './broker-worker.js';
 
@@ -408,16 +409,16 @@ export class NatsWorker extends BrokerWorker {
     // The server may have sent more for the consumers' open pull requests: those
     // still reach the loop, instead of waiting out their ack wait in a closed
     // subscription. Once the loops have ended, no pull request of this worker is
-    // left for a given-back delivery to come back to.
-    // A broker that stopped answering never ends these, nor the drain of the
-    // handlers: each is waited for up to shutdownTimeoutMs, then the connection is dropped.
+    // left for a given-back delivery to come back to. A broker that stopped
+    // answering ends none of these steps: each is waited for up to
+    // shutdownTimeoutMs, then the connection is dropped.
     await withinMs(
       Promise.allSettled(this.#subscriptions.map(drainSubscription)),
       this.settings.shutdownTimeoutMs,
     );
     for (const subscription of this.#subscriptions) subscription.stop();
     await withinMs(Promise.allSettled(this.#consuming), this.settings.shutdownTimeoutMs);
-    for (const message of this.#givenBack.splice(0)) message.nak();
+    for (const message of this.#givenBack.splice(0)) settle(() => message.nak());
     await this.runner.drain(this.settings.shutdownTimeoutMs);
     const connection = this.#connection;
     if (connection) {

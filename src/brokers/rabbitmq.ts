@@ -16,7 +16,13 @@ import { refuseUnknownOptions } from '../options.js';
 import { brokerMessageId, decodeRelayedJob, encodeRelayedJob, type RelayedJob } from '../relay/message.js';
 import type { RelayTarget } from '../relay/relay.js';
 import type { Skiplock } from '../skiplock.js';
-import { BrokerWorker, type BrokerWorkerOptions, FinishedMessages, withinMs } from './broker-worker.js';
+import {
+  BrokerWorker,
+  type BrokerWorkerOptions,
+  FinishedMessages,
+  settle,
+  withinMs,
+} from './broker-worker.js';
 
 export type { RelayedJob } from '../relay/message.js';
 export type { BrokerWorkerEvents, BrokerWorkerOptions } from './broker-worker.js';
@@ -443,16 +449,6 @@ export class RabbitmqWorker extends BrokerWorker {
     await this.runner.drain(this.settings.shutdownTimeoutMs);
     if (connection) await closeWithin(connection.model, this.settings.shutdownTimeoutMs);
   }
-}
-
-/**
- * Acknowledges or hands back a delivery; on a channel the broker closed that
- * throws, and the broker delivers the message again (or already has).
- */
-function settle(answer: () => void): void {
-  try {
-    answer();
-  } catch {}
 }
 
 /**
