@@ -283,7 +283,7 @@ describe('prefetch', () => {
     });
     await worker.start();
     await waitFor(() => started.length === 640, 60_000, '640 jobs started');
-    // One slot: the first claims take one job each, then one claim buffers the rest (two halves at once).
+    // One slot: the first claims take one job each, then one claim buffers the rest.
     expect(started.slice(0, 40)).toEqual(new Array(40).fill(5));
     expect(started.slice(40)).toEqual(new Array(600).fill(0));
   });

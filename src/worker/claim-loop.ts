@@ -39,9 +39,9 @@
  * more claim follows it.
  *
  * How many jobs a claim asks for: the free slots, plus while prefetching the
- * buffer, topped up once half empty, never more than `batchSize`. A large
- * claim ({@link CLAIM_PART_MIN}) is sent as two halves at once (each skips the
- * rows the other locked), and counts as one claim: full when both are. Nothing while
+ * buffer, topped up once half empty, never more than `batchSize`, in one
+ * statement (two at once, each skipping the rows the other locked, cost the
+ * server more per job than they saved in waiting). Nothing while
  * every slot is busy and no handler started within the horizon (the handlers
  * are slow: the jobs are left to other workers), nor while results lag behind.
  * Queues without limits are claimed in one ordinary claim; each limited queue
@@ -54,7 +54,7 @@
  */
 import type pg from 'pg';
 import { translateError } from '../db/executor.js';
-import { type ClaimedJob, type ClaimRequest, inClaimOrder } from '../db/queries/claim.js';
+import type { ClaimedJob, ClaimRequest } from '../db/queries/claim.js';
 import type { LimitedClaim } from '../db/queries/claim-limited.js';
 import type { JobQueries } from '../db/queries/jobs.js';
 import type { SkiplockError } from '../errors.js';
@@ -76,13 +76,6 @@ export const HINT_COOLDOWN_MAX_MS = 100;
 
 /** Most due times remembered; later ones are left to the poll. */
 export const MAX_DUE_TIMES = 1000;
-
-/**
- * A claim of at least twice this many jobs is sent as two statements at once,
- * on two connections: PostgreSQL writes the two halves' leases on two cores,
- * where one statement's rows are written one after another.
- */
-export const CLAIM_PART_MIN = 128;
 
 /** Due times closer than this share one wake-up (milliseconds). */
 const DUE_TIME_GRAIN_MS = 5;
@@ -587,23 +580,10 @@ export class ClaimLoop extends Service {
   #claimUnlimited(limit: number): Promise<ClaimedJob[]> {
     const queues = this.#unlimited;
     if (queues.length === 0) return Promise.resolve([]);
-    const claim = (n: number) =>
-      this.#sizeCap.watch(
-        n,
-        this.#options.queries.claim.claim(this.#options.pool, { ...this.#options.request, queues, limit: n }),
-      );
-    if (limit < 2 * CLAIM_PART_MIN) return claim(limit);
-    const half = Math.ceil(limit / 2);
-    return Promise.allSettled([claim(half), claim(limit - half)]).then(([first, second]) => {
-      if (first.status === 'rejected' && second.status === 'rejected') throw first.reason;
-      const jobs = first.status === 'fulfilled' ? first.value : [];
-      if (second.status === 'fulfilled') for (const job of second.value) jobs.push(job);
-      // The other half's jobs are leased: keep them, and report the failure.
-      const failed = first.status === 'rejected' ? first : second.status === 'rejected' ? second : undefined;
-      if (failed) this.#host.onError(translateError(failed.reason));
-      // Each half is in claim order; the halves took turns at the rows.
-      return jobs.sort(inClaimOrder);
-    });
+    return this.#sizeCap.watch(
+      limit,
+      this.#options.queries.claim.claim(this.#options.pool, { ...this.#options.request, queues, limit }),
+    );
   }
 
   /**

@@ -15,7 +15,7 @@ import { destroySocket, poolWithStatementDeadline } from '../db/statement-deadli
 import { DEFAULT_CONNECT_TIMEOUT_MS } from '../job/defaults.js';
 import { type Clock, systemClock } from '../runtime/clock.js';
 
-/** Most connections a worker's own pool opens: claim (two halves of a large one), results, heartbeat, maintenance, release. */
+/** Most connections a worker's own pool opens: claims, results, heartbeat, maintenance, releases, and the reads of control messages and probes. */
 const WORKER_POOL_SIZE = 7;
 
 /**

@@ -12,7 +12,6 @@ import type { LimitedClaim } from '../../src/db/queries/claim-limited.js';
 import type { SkiplockError } from '../../src/errors.js';
 import type { Clock } from '../../src/runtime/clock.js';
 import {
-  CLAIM_PART_MIN,
   ClaimLoop,
   HINT_COOLDOWN_MAX_MS,
   HINT_COOLDOWN_MS,
@@ -302,44 +301,18 @@ describe('ClaimLoop', () => {
     await loop.stop();
   });
 
-  it(`a claim of ${2 * CLAIM_PART_MIN} jobs or more goes as two halves at once, and counts as one claim`, async () => {
+  it('a claim of any size is one statement', async () => {
     const { clock, loop, claims, dispatched, free, hold, release } = await prefetchingFastJobs();
     hold();
     free(1);
     await settle(clock);
-    // Both halves are in flight before either answers.
-    expect(claims).toEqual([2, 301, 300]);
+    expect(claims).toEqual([2, 601]);
     expect(dispatched).toHaveLength(1);
     release();
     await settle(clock);
     expect(dispatched.map((d) => d.length)).toEqual([2, 601]);
     expect(new Set(dispatched.flat()).size).toBe(603);
     expect(loop.backlog).toBe(true);
-    await loop.stop();
-    // At the threshold and one below it.
-    for (const [concurrency, sent] of [
-      [2 * CLAIM_PART_MIN, [CLAIM_PART_MIN, CLAIM_PART_MIN]],
-      [2 * CLAIM_PART_MIN - 1, [2 * CLAIM_PART_MIN - 1]],
-    ] as const) {
-      const at = setup({ available: Array.from({ length: 1000 }, (_, i) => i + 1), concurrency });
-      at.loop.start();
-      await settle(at.clock);
-      expect(at.claims).toEqual(sent);
-      await at.loop.stop();
-    }
-  });
-
-  it('a failed half of a claim is reported, and the jobs of the other half are handed over', async () => {
-    const { clock, loop, claims, dispatched, errors, free, failNext } = await prefetchingFastJobs();
-    failNext(1);
-    free(1);
-    await settle(clock);
-    expect(claims).toEqual([2, 301, 300]);
-    expect(errors.map((e) => e.message)).toEqual(['connection refused']);
-    // The failed half took nothing; the other half's 300 are leased and handed over.
-    expect(dispatched.map((d) => d.length)).toEqual([2, 300]);
-    expect(loop.backlog).toBe(false);
-    expect(loop.mode).not.toBe('backing-off');
     await loop.stop();
   });
 
