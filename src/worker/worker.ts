@@ -303,33 +303,34 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   async #start(): Promise<void> {
+    // Listening before the first claim: a cancel or pause of a claimed job is
+    // a message, and one sent before LISTEN would not be heard. The LISTEN
+    // connection opens while the checks run; the checks take turns on one
+    // connection of the pool, as each new connection costs the server more
+    // than the reads do (the version check first: without the schema, the
+    // read of limits fails too, and the version's error is the one to report).
+    const listening = this.#options.listen ? this.#notifier.start() : undefined;
+    let warnings: string[];
     try {
-      // Side by side: a schema that is not migrated fails the read of limits
-      // too, and then the version check's error is the one to report.
-      const [migrated, limits] = await Promise.allSettled([
-        assertMigrated(this.#pool.pool, this.#ctx.schema),
-        this.#claimLoop.readLimits(),
-      ]);
-      if (migrated.status === 'rejected') throw migrated.reason;
-      if (limits.status === 'rejected') throw limits.reason;
+      await assertMigrated(this.#pool.pool, this.#ctx.schema);
+      await this.#claimLoop.readLimits();
+      warnings = await serverWarnings(this.#pool.pool);
       if (this.#ctx.tracing) this.#tracing = await this.#ctx.tracing();
+      await listening;
     } catch (error) {
       this.#state = 'stopped';
       this.#ctx.onStop(this);
-      await this.#closePools(1_000);
+      await Promise.all([this.#notifier.stop(1_000), this.#closePools(1_000)]);
       throw error instanceof SchemaVersionError ? error : translateError(error);
     }
     this.#state = 'running';
     if (this.#options.handleSignals) stopOnSignals(this);
     this.#completer.start();
     this.#heartbeat.start();
-    // Listening before the first claim: a cancel or pause of a claimed job is
-    // a message, and one sent before LISTEN would not be heard.
-    if (this.#options.listen) await this.#notifier.start();
     this.#claimLoop.start();
     this.#maintainer.start();
     this.#expireBuffered();
-    void this.#warnAboutServer();
+    for (const warning of warnings) this.#events.warn(warning);
   }
 
   /** Buffers claimed jobs; `sentAt` (when their claim was sent) is their claim time. */
@@ -674,10 +675,5 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   async #closePools(timeoutMs: number): Promise<void> {
     await Promise.all([this.#pool.close(timeoutMs), this.#transactional?.close(timeoutMs)]);
-  }
-
-  /** Warns once about server settings that defeat the jobs table's design. */
-  async #warnAboutServer(): Promise<void> {
-    for (const warning of await serverWarnings(this.#pool.pool)) this.#events.warn(warning);
   }
 }
