@@ -4,12 +4,16 @@
  * queue is empty (every result written). Every system runs the same shapes
  * (1 × 10 is skiplock with its defaults); skiplock also runs tuned rows, and
  * the scenario ends with comparison rows: skiplock's defaults against each
- * peer at 1 × 50 and at its best row, and each system's best row. Also used by
- * scenarios 5, 6 and 8.
+ * peer at 1 × 50 and at its best row, and each system's best row. After each
+ * of skiplock's one-process rows, the bare loop (skiplock's own claim and
+ * fenced DELETE, no library) drains the same jobs at the same claim size,
+ * forked and started the same way, for the row that holds skiplock's best
+ * against it. Also used by scenarios 5, 6 and 8.
  */
 import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { median } from '../report.js';
+import { BARE_LOOP_CONNECTIONS, bareLoopSystem } from '../systems/bare-loop.js';
 import type { BenchSystem, SkiplockTuning, SystemClient, Target } from '../systems/system.js';
 import type { FromWorker, ToWorker } from '../worker-process.js';
 import {
@@ -148,6 +152,16 @@ export const TUNED_SHAPES: readonly DrainShape[] = [
   { processes: 1, concurrency: 200 },
 ];
 
+/**
+ * Most jobs one claim of skiplock's takes in a shape's drain of no-op jobs:
+ * `batchSize`, by default concurrency + prefetch (the larger of 4 ×
+ * concurrency and 500; no-op jobs never cap it).
+ */
+export function claimSizeOf(shape: DrainShape): number {
+  const { concurrency, tuning } = shape;
+  return tuning?.batchSize ?? concurrency + (tuning?.prefetch ?? Math.max(4 * concurrency, 500));
+}
+
 /** Label of a drain shape in the report. */
 export function shapeLabel(shape: DrainShape): string {
   const base = `${shape.processes} process${shape.processes > 1 ? 'es' : ''} × concurrency ${shape.concurrency}`;
@@ -176,10 +190,15 @@ export const drainScenario: Scenario = {
     };
     // Samples by system, then by shape, for the comparison rows below the measured ones.
     const samples = new Map<string, Map<DrainShape, number[]>>();
+    // The bare loop at the claim size of each of skiplock's one-process shapes, run right after it.
+    const bareSamples = new Map<DrainShape, number[]>();
     const targets = new Map<BenchSystem, OpenTarget>();
+    let bare: OpenTarget | undefined;
     try {
       // Every system's database exists for the whole scenario, so that runs interleave across systems.
       for (const system of ctx.systems) targets.set(system, await openTarget(ctx, system, 'drain'));
+      if (ctx.systems.some((s) => s.name === 'skiplock'))
+        bare = await openTarget(ctx, bareLoopSystem, 'drain');
       for (let run = 0; run < ctx.runs; run++) {
         for (const shape of [...DRAIN_SHAPES, ...TUNED_SHAPES]) {
           for (const system of ctx.systems) {
@@ -193,11 +212,38 @@ export const drainScenario: Scenario = {
             ctx.log(
               `  drain run ${run + 1}: ${system.name} ${shapeLabel(shape)}: ${Math.round(value)} jobs/s`,
             );
+            if (bare && system.name === 'skiplock' && shape.processes === 1) {
+              // The loop at its best in this run: more connections claim side by side, fewer start sooner.
+              const claim = claimSizeOf(shape);
+              let bestBare = 0;
+              for (const connections of BARE_LOOP_CONNECTIONS) {
+                const bareValue = await drainOnce(bare.client, bare.target, jobs, {
+                  processes: 1,
+                  concurrency: connections,
+                  tuning: { batchSize: claim },
+                });
+                ctx.record(
+                  {
+                    scenario,
+                    case: `${prefix}, the bare loop at the claim size of skiplock's ${shapeLabel(shape)}: skiplock's claim of ${claim} + fenced DELETE, ${connections} connections, forked and started like the rows above`,
+                    unit,
+                    system: 'raw-pg',
+                  },
+                  bareValue,
+                );
+                bestBare = Math.max(bestBare, bareValue);
+                ctx.log(
+                  `  drain run ${run + 1}: bare loop, claims of ${claim}, ${connections} connections: ${Math.round(bareValue)} jobs/s`,
+                );
+              }
+              bareSamples.set(shape, [...(bareSamples.get(shape) ?? []), bestBare]);
+            }
           }
         }
       }
     } finally {
       for (const t of targets.values()) await t.close();
+      await bare?.close();
     }
 
     // The comparisons the targets are about, as rows of their own: skiplock's
@@ -231,6 +277,17 @@ export const drainScenario: Scenario = {
       ];
       for (const [kase, tag, values] of rows) {
         for (const value of values ?? []) ctx.record({ scenario, case: kase, unit, system, tag }, value);
+      }
+      const bareValues = isSkiplock ? bareSamples.get(best[0]) : undefined;
+      if (bareValues) {
+        const kase = `${prefix}: skiplock's best row vs the bare loop at its claim size (${claimSizeOf(best[0])}; the better connection count of each run)`;
+        for (const [who, values] of [
+          ['skiplock', best[1]],
+          ['raw-pg', bareValues],
+        ] as const) {
+          for (const value of values)
+            ctx.record({ scenario, case: kase, unit, system: who, tag: 'drain.best-vs-bare' }, value);
+        }
       }
     }
     ctx.note(`scenario 2 best rows (median jobs/s): ${bests.join('; ')}`);

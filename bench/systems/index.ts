@@ -1,4 +1,5 @@
 /** The job systems the benchmark can run, by name. */
+import { bareLoopSystem } from './bare-loop.js';
 import { bullmqSystem } from './bullmq.js';
 import { graphileWorkerSystem } from './graphile-worker.js';
 import { pgBossSystem } from './pg-boss.js';
@@ -13,9 +14,9 @@ export const SYSTEMS: readonly BenchSystem[] = [
   bullmqSystem,
 ];
 
-/** The system of a name. @throws {Error} for an unknown name. */
+/** The system of a name (also the drain scenario's bare loop). @throws {Error} for an unknown name. */
 export function systemByName(name: string): BenchSystem {
-  const system = SYSTEMS.find((s) => s.name === name);
+  const system = [...SYSTEMS, bareLoopSystem].find((s) => s.name === name);
   if (!system) throw new Error(`unknown system ${name}; known: ${SYSTEMS.map((s) => s.name).join(', ')}`);
   return system;
 }

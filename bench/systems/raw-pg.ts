@@ -23,7 +23,7 @@ export type Cycle = 'claim+delete' | 'delete';
 export const KINDS = ['noop'];
 
 /** skiplock's own statements in the default schema, as its worker sends them. */
-async function engineStatements() {
+export async function engineStatements() {
   const { JobQueries } = await loadStatements();
   return new JobQueries('skiplock');
 }
@@ -31,13 +31,15 @@ async function engineStatements() {
 /**
  * One turn of skiplock's cycle on `client`: its claim (named, as the worker
  * sends it) of up to `batch` jobs, then its fenced complete statement for
- * `onSuccess: 'delete'` (unnamed, as the worker sends it). Returns the jobs done.
+ * `onSuccess: 'delete'` (unnamed, as the worker sends it); `onJob` sees each
+ * claimed job's payload in between. Returns the jobs done.
  */
 export async function claimAndComplete(
   queries: Awaited<ReturnType<typeof engineStatements>>,
   client: pg.ClientBase,
   batch: number,
   workerId: string,
+  onJob?: (payload: unknown) => void,
 ): Promise<number> {
   const claimed = await queries.claim.claim(client, {
     queues: ['default'],
@@ -47,6 +49,7 @@ export async function claimAndComplete(
     visibilityTimeoutMs: 300_000,
   });
   if (claimed.length === 0) return 0;
+  if (onJob) for (const job of claimed) onJob(job.payload);
   const succeeded = claimed.map((j) => ({ ...j, outcome: 'succeeded' as const }));
   return (await queries.finish.finish(client, succeeded, workerId, 'delete')).size;
 }
