@@ -449,8 +449,10 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    * while waited for resolves as `succeeded` with a null result. All waits of
    * one Skiplock share one LISTEN connection, open while anyone waits.
    *
-   * @throws {JobNotFoundError} when no job `id` exists (in the jobs table or the archive) when called.
-   * @throws {WaitTimeoutError} naming the job when `timeoutMs` passes first.
+   * @throws {JobNotFoundError} when no job `id` exists (in the jobs table or the archive) when
+   *   called, however short `timeoutMs` is.
+   * @throws {WaitTimeoutError} naming the job when `timeoutMs` passes first (a job already final
+   *   when called resolves, however short `timeoutMs` is).
    * @throws the signal's reason when `signal` aborts.
    * @throws {ValidationError} naming `id` or the option.
    * @example

@@ -154,6 +154,30 @@ describe('waitFor', () => {
     await waitFor(async () => (await listeners()) === 0, 10_000, 'the listener to close');
   });
 
+  it('a timeout shorter than the first read: a missing job is still not found, a final one resolves, an unfinished one times out', async () => {
+    // 1 ms: past before the LISTEN connection opens, let alone before the job is read.
+    const missing = t.skiplock.waitFor('987654321', { timeoutMs: 1 });
+    await expect(missing).rejects.toBeInstanceOf(JobNotFoundError);
+    await expect(missing).rejects.toMatchObject({ code: 'JOB_NOT_FOUND', jobId: '987654321' });
+    const done = await t.skiplock.enqueue('done', {}, { onSuccess: 'keep' });
+    await t.query(
+      `UPDATE ${t.jobs} SET status = 'succeeded', finished_at = now(), result = '7' WHERE id = $1`,
+      [done.id],
+    );
+    expect(await t.skiplock.waitFor(done.id, { timeoutMs: 1 })).toEqual({
+      status: 'succeeded',
+      result: 7,
+      lastError: null,
+    });
+    const job = await t.skiplock.enqueue('nobody', {});
+    await expect(t.skiplock.waitFor(job.id, { timeoutMs: 1 })).rejects.toMatchObject({
+      name: 'WaitTimeoutError',
+      code: 'WAIT_TIMEOUT',
+      jobId: job.id,
+    });
+    await waitFor(async () => (await listeners()) === 0, 10_000, 'the listener to close');
+  });
+
   it('a schema name of 54 bytes, the longest allowed: the awaited job ends and its completion message comes', async () => {
     const schema = `${t.schema}_${'l'.repeat(54)}`.slice(-54);
     expect(Buffer.byteLength(schema)).toBe(54);

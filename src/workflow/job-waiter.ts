@@ -107,8 +107,8 @@ export class JobWaiter {
    * Resolves once job `id` reaches a final status. See `Skiplock.waitFor`.
    *
    * @throws {ValidationError} naming `id`, `options.timeoutMs`, `options.signal` or an unknown option.
-   * @throws {JobNotFoundError} when the job does not exist.
-   * @throws {WaitTimeoutError} after `timeoutMs`.
+   * @throws {JobNotFoundError} when the job does not exist, however short `timeoutMs` is.
+   * @throws {WaitTimeoutError} after `timeoutMs`, when the job exists and was not final when read.
    */
   async waitFor(id: string, options: WaitForOptions = {}): Promise<JobOutcome> {
     if (!isJobId(id))
@@ -130,6 +130,7 @@ export class JobWaiter {
     if (this.#closed) throw new SkiplockError('CLOSED', 'this Skiplock was closed');
 
     let timer: TimerHandle | undefined;
+    let expired: WaitTimeoutError | undefined;
     let onAbort: (() => void) | undefined;
     let waiting!: Waiting;
     const settled = new Promise<JobOutcome>((resolve, reject) => {
@@ -143,23 +144,35 @@ export class JobWaiter {
     // Registered before the job is read, so that a message sent meanwhile is heard.
     this.#add(waiting);
     if (timeoutMs !== undefined)
-      timer = this.#clock.setTimeout(() => waiting.reject(new WaitTimeoutError(id, timeoutMs)), timeoutMs);
+      timer = this.#clock.setTimeout(() => {
+        expired = new WaitTimeoutError(id, timeoutMs);
+        waiting.reject(expired);
+      }, timeoutMs);
     if (signal) {
       onAbort = () => waiting.reject(signal.reason);
       signal.addEventListener('abort', onAbort, { once: true });
     }
     try {
       await Promise.race([this.#listen(), settled.then(noop, noop)]);
-      const state = await Promise.race([this.#deps.queries.waiting.watch(this.#deps.pool, id), settled]);
+      const watching = this.#deps.queries.waiting.watch(this.#deps.pool, id);
+      // The timeout does not cut this first read short: its answer (not there,
+      // already final) wins however short `timeoutMs` is.
+      const state = await Promise.race([
+        watching,
+        settled.catch((error: unknown) => {
+          if (error === expired) return watching;
+          throw error;
+        }),
+      ]);
       if (state !== undefined && 'id' in state) {
         waiting.seen = true;
-        if (FINAL_STATUSES.has(state.status)) waiting.resolve(outcomeOf(state));
+        if (FINAL_STATUSES.has(state.status)) return outcomeOf(state);
         else if (waiting.missed || state.settledMeanwhile) {
           this.#heard.add(id);
           void this.#readHeard();
         }
       } else if (state === undefined) {
-        waiting.reject(new JobNotFoundError(id));
+        throw new JobNotFoundError(id);
       }
       return await settled;
     } finally {
