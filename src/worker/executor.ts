@@ -13,6 +13,7 @@ import {
   CancelledError,
   isPermanentError,
   JobTimeoutError,
+  SkiplockError,
   snoozeDelayMs,
   UnknownKindError,
 } from '../errors.js';
@@ -253,7 +254,9 @@ export function withMiddleware(
  * middleware as {@link runJob}'s, over the whole batch) and returns one outcome
  * per job, in their order: each its own when the handler returned an array of
  * one outcome per job, else (a throw, a timeout, a wrong result) the same
- * failure for every job. Never rejects.
+ * failure for every job. The context's `parents()` rejects with a
+ * {@link SkiplockError} (code `USAGE`): the context is the batch's, not one
+ * job's. Never rejects.
  */
 export async function runBatch(
   batch: ResolvedBatch,
@@ -261,6 +264,7 @@ export async function runBatch(
   control: AttemptControl,
   timeoutMs: number | undefined,
 ): Promise<RunOutcome[]> {
+  control.parentsOf = batchParents;
   let returned: unknown;
   const call: Handler<string, unknown> = (_job, context) => {
     // A copy: what the handler does to its array must not move outcomes onto other jobs.
@@ -286,6 +290,15 @@ export async function runBatch(
     }
   }
   return jobs.map(() => outcome);
+}
+
+function batchParents(): Promise<ParentJob[]> {
+  return Promise.reject(
+    new SkiplockError(
+      'USAGE',
+      "parents() is not available in a batch handler (its context is the whole batch's, not one job's); give a kind whose jobs read their parents a single handler (handle)",
+    ),
+  );
 }
 
 /** A batch handler with `middleware` around each call; it is given the batch's first job. */

@@ -32,6 +32,8 @@ export interface HandlerContext {
    * ended as, and its result (null when it stored none). Empty for a job
    * enqueued without parents. One read of the database per call.
    * @throws {DatabaseError} from the database.
+   * @throws {SkiplockError} (code `USAGE`) in a middleware around a batch
+   *   handler: that context is the whole batch's, not one job's.
    */
   parents(): Promise<ParentJob[]>;
   /**

@@ -5,7 +5,7 @@
  * middleware once around the batch).
  */
 import { describe, expect, it } from 'vitest';
-import { JobTimeoutError, PermanentError, SnoozeError } from '../../src/errors.js';
+import { JobTimeoutError, PermanentError, SkiplockError, SnoozeError } from '../../src/errors.js';
 import type { Job } from '../../src/job/job.js';
 import { BatchGathering } from '../../src/worker/batch-gathering.js';
 import {
@@ -15,7 +15,7 @@ import {
   runBatch,
   withMiddleware,
 } from '../../src/worker/executor.js';
-import { resolveHandlers } from '../../src/worker/handler-definition.js';
+import { type BatchContext, resolveHandlers } from '../../src/worker/handler-definition.js';
 import { fakeClock } from '../support/fake-clock.js';
 import { sampleJob } from '../support/sample-job.js';
 
@@ -145,6 +145,44 @@ describe('runBatch', () => {
     );
     expect(outcomes.every((o) => !o.ok && o.thrown instanceof JobTimeoutError)).toBe(true);
     expect(control.signal.aborted).toBe(true);
+  });
+
+  it('rejects parents() with a SkiplockError (code USAGE) that says why, in the handler and its middleware', async () => {
+    const seen: unknown[] = [];
+    const middleware: Middleware = async (_job, context, next) => {
+      seen.push(await context.parents().catch((error: unknown) => error));
+      return next();
+    };
+    const handlers = withMiddleware(
+      resolveHandlers(
+        {
+          k: {
+            handleBatch: async (batch: Job[], context: BatchContext) => {
+              const parents = (context as unknown as { parents(): Promise<unknown> }).parents();
+              seen.push(await parents.catch((error: unknown) => error));
+              return batch.map(() => undefined);
+            },
+          },
+        },
+        'handlers',
+      ),
+      [middleware],
+    );
+    const handler = handlers.get('k')!;
+    const batch = handler.transactional ? undefined : handler.batch;
+    expect(await runBatch(batch!, jobs, new AttemptControl(), undefined)).toEqual([
+      { ok: true },
+      { ok: true },
+      { ok: true },
+    ]);
+    expect(seen).toHaveLength(2);
+    for (const error of seen) {
+      expect(error).toBeInstanceOf(SkiplockError);
+      expect(error).toMatchObject({
+        code: 'USAGE',
+        message: expect.stringMatching(/^parents\(\) is not available in a batch handler .*single handler/),
+      });
+    }
   });
 
   it('runs middleware once around the batch, given its first job', async () => {
