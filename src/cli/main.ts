@@ -5,7 +5,7 @@
  * `skiplock: error:`.
  */
 import { readFileSync } from 'node:fs';
-import { Command } from 'commander';
+import { Command, Help } from 'commander';
 import { cancelCommand } from './commands/cancel.js';
 import { dashboardCommand } from './commands/dashboard.js';
 import { demoCommand } from './commands/demo.js';
@@ -47,6 +47,14 @@ Examples:
   $ skiplock stats
   $ skiplock dashboard`,
   );
+program.configureHelp({
+  // A command whose only options are hidden (`jobs`, which takes its subcommands' connection
+  // flags and --json before them too) is listed without `[options]`.
+  subcommandTerm(command) {
+    const term = Help.prototype.subcommandTerm.call(this, command);
+    return command.options.some((option) => !option.hidden) ? term : term.replace(' [options]', '');
+  },
+});
 for (const command of [
   migrateCommand(),
   workerCommand(),

@@ -94,6 +94,10 @@ describe('skiplock CLI commands', { timeout: 240_000 }, () => {
     const shown = await runCli(['jobs', 'show', job.id, ...conn()]);
     expect(shown.code, shown.stderr).toBe(0);
     expect(shown.stdout).toMatch(/payload\s+\{"orderId":42\}/);
+    // The connection flags and --json go before the subcommand as well as after it.
+    const shownJson = await runCli(['jobs', '--json', ...conn(), 'show', job.id]);
+    expect(shownJson.code, shownJson.stderr).toBe(0);
+    expect(JSON.parse(shownJson.stdout)).toMatchObject({ id: job.id, payload: { orderId: 42 } });
     const missing = await runCli(['jobs', 'show', '999999', ...conn()]);
     expect(missing.code).toBe(1);
     expect(missing.stderr).toMatch(/no job 999999/);

@@ -6,7 +6,9 @@ import { JOB_STATUSES, type JobRecord, type JobStatus } from '../../job/job.js';
 import type { ListJobsFilter } from '../../skiplock.js';
 import { withDatabase } from '../database.js';
 import {
+  addConnectionFlags,
   addDatabaseCommandFlags,
+  addJsonFlag,
   type ConnectionFlags,
   type DatabaseCommandFlags,
   examples,
@@ -53,7 +55,8 @@ export function jobsCommand(): Command {
     'skiplock jobs list --status dead --kind send_invoice_email',
     'skiplock jobs --queue media --status queued --status running --json',
     'skiplock jobs --tag tenant:7 --tag import',
-  ]).action(async (flags: ListFlags) => {
+  ]).action(async (ownFlags: ListFlags) => {
+    const flags = withJobsFlags(list, ownFlags);
     // A list never reads whole payloads: they may be large, and the table does not show them.
     const filter: ListJobsFilter & { payloadPreviewChars: number } = {
       ...jobFilter(flags),
@@ -93,7 +96,8 @@ export function jobsCommand(): Command {
     )
     .argument('<ID>', 'the job id');
   addDatabaseCommandFlags(show, ['skiplock jobs show 42', 'skiplock jobs show 42 --json']).action(
-    async (id: string, flags: DatabaseCommandFlags) => {
+    async (id: string, ownFlags: DatabaseCommandFlags) => {
+      const flags = withJobsFlags(show, ownFlags);
       if (!/^[1-9][0-9]{0,18}$/.test(id))
         throw new UsageError(`ID must be a job id (a positive integer), got ${id}`);
       await withDatabase(flags, async ({ skiplock }) => {
@@ -109,12 +113,23 @@ export function jobsCommand(): Command {
     },
   );
 
-  return new Command('jobs')
+  const command = new Command('jobs')
     .summary('list and inspect jobs')
     .description('Lists jobs (`jobs list`, the default) or shows one (`jobs show ID`).')
     .addCommand(list, { isDefault: true })
     .addCommand(show)
     .addHelpText('after', examples('skiplock jobs --status dead', 'skiplock jobs show 42'));
+  // Commander hands the flags `jobs` has to it wherever they stand, before or after the
+  // subcommand (`jobs --json show 42`, `jobs show 42 --json`): so `jobs` has the connection flags
+  // and --json too, without defaults and hidden from its help (each subcommand's help lists them).
+  for (const option of addJsonFlag(addConnectionFlags(new Command())).options)
+    command.addOption(option.default(undefined).hideHelp());
+  return command;
+}
+
+/** A subcommand's flags: its own, and over them the connection flags and --json given to `jobs`. */
+function withJobsFlags<F extends DatabaseCommandFlags>(subcommand: Command, flags: F): F {
+  return { ...flags, ...subcommand.parent?.opts<Partial<DatabaseCommandFlags>>() };
 }
 
 function firstLine(text: string | null): string | null {
