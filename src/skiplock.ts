@@ -450,7 +450,8 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    * one Skiplock share one LISTEN connection, open while anyone waits.
    *
    * @throws {JobNotFoundError} when no job `id` exists (in the jobs table or the archive) when
-   *   called, however short `timeoutMs` is.
+   *   called, however short `timeoutMs` is: the first read of the job may finish up to a second
+   *   past `timeoutMs`.
    * @throws {WaitTimeoutError} naming the job when `timeoutMs` passes first (a job already final
    *   when called resolves, however short `timeoutMs` is).
    * @throws the signal's reason when `signal` aborts.

@@ -178,6 +178,27 @@ describe('waitFor', () => {
     await waitFor(async () => (await listeners()) === 0, 10_000, 'the listener to close');
   });
 
+  it('a first read that gets no answer delays the timeout by at most the grace, not the statement deadline', async () => {
+    const job = await t.skiplock.enqueue('nobody', {});
+    // Another transaction holds the job's row: the read (which marks the row awaited) waits for it.
+    const holder = await t.db.pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`SELECT 1 FROM ${t.jobs} WHERE id = $1 FOR UPDATE`, [job.id]);
+      await expect(t.skiplock.waitFor(job.id, { timeoutMs: 50 })).rejects.toMatchObject({
+        name: 'WaitTimeoutError',
+        jobId: job.id,
+      });
+      // Rejected while the row was still held: the read never answered.
+      expect(await holder.query(`SELECT 1 FROM ${t.jobs} WHERE id = $1`, [job.id])).toMatchObject({
+        rowCount: 1,
+      });
+    } finally {
+      await holder.query('ROLLBACK').catch(() => {});
+      holder.release();
+    }
+  });
+
   it('a schema name of 54 bytes, the longest allowed: the awaited job ends and its completion message comes', async () => {
     const schema = `${t.schema}_${'l'.repeat(54)}`.slice(-54);
     expect(Buffer.byteLength(schema)).toBe(54);

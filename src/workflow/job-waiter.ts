@@ -77,6 +77,14 @@ interface Waiting {
   reject(error: unknown): void;
 }
 
+/**
+ * How long past `timeoutMs` a wait still takes the answer of its first read
+ * of the job (milliseconds): a job that does not exist is named so even when
+ * `timeoutMs` is shorter than a round trip, and a database that does not
+ * answer delays the timeout by no more than this.
+ */
+export const FIRST_READ_GRACE_MS = 1_000;
+
 /** The waiters of one Skiplock. */
 export class JobWaiter {
   readonly #deps: JobWaiterDeps;
@@ -107,7 +115,8 @@ export class JobWaiter {
    * Resolves once job `id` reaches a final status. See `Skiplock.waitFor`.
    *
    * @throws {ValidationError} naming `id`, `options.timeoutMs`, `options.signal` or an unknown option.
-   * @throws {JobNotFoundError} when the job does not exist, however short `timeoutMs` is.
+   * @throws {JobNotFoundError} when the job does not exist, however short `timeoutMs` is
+   *   (unless the database takes more than {@link FIRST_READ_GRACE_MS} past it to say so).
    * @throws {WaitTimeoutError} after `timeoutMs`, when the job exists and was not final when read.
    */
   async waitFor(id: string, options: WaitForOptions = {}): Promise<JobOutcome> {
@@ -130,6 +139,7 @@ export class JobWaiter {
     if (this.#closed) throw new SkiplockError('CLOSED', 'this Skiplock was closed');
 
     let timer: TimerHandle | undefined;
+    let grace: TimerHandle | undefined;
     let expired: WaitTimeoutError | undefined;
     let onAbort: (() => void) | undefined;
     let waiting!: Waiting;
@@ -138,6 +148,7 @@ export class JobWaiter {
     });
     const leave = () => {
       this.#clock.clearTimeout(timer);
+      this.#clock.clearTimeout(grace);
       if (onAbort) signal?.removeEventListener('abort', onAbort);
       this.#remove(waiting);
     };
@@ -155,13 +166,16 @@ export class JobWaiter {
     try {
       await Promise.race([this.#listen(), settled.then(noop, noop)]);
       const watching = this.#deps.queries.waiting.watch(this.#deps.pool, id);
-      // The timeout does not cut this first read short: its answer (not there,
-      // already final) wins however short `timeoutMs` is.
+      // The timeout lets this first read finish, for up to FIRST_READ_GRACE_MS
+      // more: its answer (not there, already final) wins over a short `timeoutMs`.
       const state = await Promise.race([
         watching,
         settled.catch((error: unknown) => {
-          if (error === expired) return watching;
-          throw error;
+          if (error !== expired) throw error;
+          return new Promise<Awaited<typeof watching>>((resolve, reject) => {
+            grace = this.#clock.setTimeout(() => reject(expired), FIRST_READ_GRACE_MS);
+            watching.then(resolve, reject);
+          });
         }),
       ]);
       if (state !== undefined && 'id' in state) {
