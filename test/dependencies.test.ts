@@ -252,32 +252,53 @@ describe('dependsOn', () => {
   });
 
   it('a child enqueue that PostgreSQL fails to break a deadlock with a worker ending its parents is tried again', async () => {
-    const [p1, p2] = await t.skiplock.enqueueMany([
-      { kind: 'step', payload: {} },
-      { kind: 'step', payload: {} },
-    ]);
-    // Another transaction holds the second parent, as a finishing worker's statement does.
-    const holder = await t.db.pool.connect();
-    t.defer(() => holder.release());
-    await holder.query('BEGIN');
-    await holder.query(`SELECT 1 FROM ${t.jobs} WHERE id = $1 FOR UPDATE`, [p2!.id]);
-    const { rows } = await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
-    // The enqueue locks the first parent and waits for the second ...
-    const child = t.skiplock.enqueue('step', {}, { dependsOn: [p2!.id, p1!.id] });
-    await waitForBlockedBy(t.db.pool, rows[0]!.pid, 'the enqueue to wait for the second parent');
-    // ... and the holder then wants the first: PostgreSQL fails the enqueue, which waited first.
-    await holder.query(`SELECT 1 FROM ${t.jobs} WHERE id = $1 FOR UPDATE`, [p1!.id]);
-    await holder.query('COMMIT');
-    const enqueued = await child;
-    expect(await states(enqueued.id)).toEqual({ [enqueued.id]: 'waiting' });
-    expect(
-      await t.query(
-        `SELECT parent_id::text FROM ${t.jobs.replace(/jobs$/, 'job_dependencies')} WHERE child_id = $1 ORDER BY 1`,
-        [enqueued.id],
-      ),
-    ).toEqual(
-      [{ parent_id: p1!.id }, { parent_id: p2!.id }].sort((x, y) => x.parent_id.localeCompare(y.parent_id)),
-    );
+    // PostgreSQL fails the transaction whose deadlock check finds the cycle: the
+    // enqueue's, as it waited first, unless the machine was so slow that its one
+    // check ran before the holder asked. Then the holder is failed instead, and
+    // the scenario is set up again.
+    for (let attempt = 1; ; attempt++) {
+      const [p1, p2] = await t.skiplock.enqueueMany([
+        { kind: 'step', payload: {} },
+        { kind: 'step', payload: {} },
+      ]);
+      // Another transaction holds the second parent, as a finishing worker's statement does.
+      const holder = await t.db.pool.connect();
+      try {
+        await holder.query('BEGIN');
+        await holder.query(`SELECT 1 FROM ${t.jobs} WHERE id = $1 FOR UPDATE`, [p2!.id]);
+        const { rows } = await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+        // The enqueue locks the first parent and waits for the second ...
+        const child = t.skiplock.enqueue('step', {}, { dependsOn: [p2!.id, p1!.id] });
+        await waitForBlockedBy(t.db.pool, rows[0]!.pid, 'the enqueue to wait for the second parent');
+        // ... and the holder then wants the first: PostgreSQL fails the enqueue, which waited first.
+        try {
+          await holder.query(`SELECT 1 FROM ${t.jobs} WHERE id = $1 FOR UPDATE`, [p1!.id]);
+        } catch (error) {
+          if ((error as { code?: string }).code !== '40P01' || attempt === 5) throw error;
+          await holder.query('ROLLBACK');
+          await child;
+          continue;
+        }
+        await holder.query('COMMIT');
+        const enqueued = await child;
+        expect(await states(enqueued.id)).toEqual({ [enqueued.id]: 'waiting' });
+        expect(
+          await t.query(
+            `SELECT parent_id::text FROM ${t.jobs.replace(/jobs$/, 'job_dependencies')} WHERE child_id = $1 ORDER BY 1`,
+            [enqueued.id],
+          ),
+        ).toEqual(
+          [{ parent_id: p1!.id }, { parent_id: p2!.id }].sort((x, y) =>
+            x.parent_id.localeCompare(y.parent_id),
+          ),
+        );
+        return;
+      } finally {
+        // Never back into the pool inside a transaction, whatever failed.
+        await holder.query('ROLLBACK').catch(() => {});
+        holder.release();
+      }
+    }
   });
 
   it("a failed parent cancels its waiting children three levels down, each naming its parent; 'run' children run", async () => {
