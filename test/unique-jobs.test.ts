@@ -286,51 +286,63 @@ describe('unique keys', () => {
     ];
     await Promise.all([mine.connect(), other.connect()]);
     try {
-      await other.query('BEGIN');
-      const b = await skiplock.enqueue(
-        'report',
-        { from: 'other' },
-        { uniqueKey: 'deadlock-b', client: other },
-      );
-      await mine.query('BEGIN');
-      await mine.query(`INSERT INTO ${db.jobs} (kind) VALUES ('mine-before')`);
-      // The batch takes deadlock-a, then waits for the other transaction's deadlock-b.
-      const batch = skiplock.enqueueMany(
-        [
-          { kind: 'report', payload: { from: 'mine' }, uniqueKey: 'deadlock-b' },
-          { kind: 'report', payload: { from: 'mine' }, uniqueKey: 'deadlock-a' },
-        ],
-        { client: mine },
-      );
-      batch.catch(() => {});
-      const mineWaits = async () => {
-        const rows = await db.query<{ n: number }>(
-          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'",
-          [(mine as unknown as { processID: number }).processID],
+      // PostgreSQL fails the transaction whose deadlock check finds the cycle: the
+      // batch's, as it waited first, unless the machine was so slow that its one
+      // check ran before the other transaction asked. Then the other is failed
+      // instead, and the scenario is set up again with keys of its own.
+      for (let attempt = 1; ; attempt++) {
+        const [keyA, keyB] = [`deadlock-a-${attempt}`, `deadlock-b-${attempt}`];
+        await other.query('BEGIN');
+        const b = await skiplock.enqueue('report', { from: 'other' }, { uniqueKey: keyB, client: other });
+        await mine.query('BEGIN');
+        await mine.query(`INSERT INTO ${db.jobs} (kind) VALUES ('mine-before')`);
+        // The batch takes key A, then waits for the other transaction's key B.
+        const batch = skiplock.enqueueMany(
+          [
+            { kind: 'report', payload: { from: 'mine' }, uniqueKey: keyB },
+            { kind: 'report', payload: { from: 'mine' }, uniqueKey: keyA },
+          ],
+          { client: mine },
         );
-        return rows[0]!.n === 1;
-      };
-      await waitFor(mineWaits, 10_000, 'the batch to wait for deadlock-b');
-      // The other transaction now waits for the batch's deadlock-a: a cycle. The batch
-      // waited first, so the database fails the batch's statement to break it.
-      const a = skiplock.enqueue('report', { from: 'other' }, { uniqueKey: 'deadlock-a', client: other });
-      const otherA = await a;
-      expect(otherA.duplicate).toBe(false);
-      await other.query('COMMIT');
-      const jobs = await batch;
-      expect(jobs.map((j) => [j.id, j.duplicate, j.payload])).toEqual([
-        [b.id, true, { from: 'other' }],
-        [otherA.id, true, { from: 'other' }],
-      ]);
-      // Nothing the caller did before the batch was undone, and its transaction goes on.
-      await mine.query('COMMIT');
-      expect(await db.query(`SELECT count(*)::int AS n FROM ${db.jobs} WHERE kind = 'mine-before'`)).toEqual([
-        { n: 1 },
-      ]);
+        batch.catch(() => {});
+        const mineWaits = async () => {
+          const rows = await db.query<{ n: number }>(
+            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'",
+            [(mine as unknown as { processID: number }).processID],
+          );
+          return rows[0]!.n === 1;
+        };
+        await waitFor(mineWaits, 10_000, 'the batch to wait for key B');
+        // The other transaction now waits for the batch's key A: a cycle. The batch
+        // waited first, so the database fails the batch's statement to break it.
+        let otherA: Awaited<ReturnType<typeof skiplock.enqueue>>;
+        try {
+          otherA = await skiplock.enqueue('report', { from: 'other' }, { uniqueKey: keyA, client: other });
+        } catch (error) {
+          if ((error as { sqlState?: string }).sqlState !== '40P01' || attempt === 5) throw error;
+          await other.query('ROLLBACK');
+          await batch.catch(() => {});
+          await mine.query('ROLLBACK');
+          continue;
+        }
+        expect(otherA.duplicate).toBe(false);
+        await other.query('COMMIT');
+        const jobs = await batch;
+        expect(jobs.map((j) => [j.id, j.duplicate, j.payload])).toEqual([
+          [b.id, true, { from: 'other' }],
+          [otherA.id, true, { from: 'other' }],
+        ]);
+        // Nothing the caller did before the batch was undone, and its transaction goes on.
+        await mine.query('COMMIT');
+        expect(
+          await db.query(`SELECT count(*)::int AS n FROM ${db.jobs} WHERE kind = 'mine-before'`),
+        ).toEqual([{ n: 1 }]);
+        return;
+      }
     } finally {
       await Promise.all([mine.end(), other.end()]);
     }
-  }, 30_000);
+  }, 60_000);
 
   it('a batch whose holder vanishes between its insert and its read goes on key by key and settles every key', async () => {
     // Deterministic stand-in for a worker finishing the holder in between: inserting
