@@ -6,7 +6,7 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { JobQueries } from '../src/db/queries/jobs.js';
-import { DatabaseError, Skiplock as SkiplockClass, type Worker } from '../src/index.js';
+import { DatabaseError, SchemaVersionError, Skiplock as SkiplockClass, type Worker } from '../src/index.js';
 import { Completer } from '../src/worker/completer.js';
 import { withClient } from './support/client.js';
 import { TEST_SCHEMA, urlFor, waitFor } from './support/database.js';
@@ -196,6 +196,23 @@ describe('start', () => {
     expect((error as DatabaseError).sqlState).toBe('3D000');
     await worker.stop();
     await missing.close();
+  });
+
+  it('a start that fails reports its rejection alone: no event of the listener it opened meanwhile', async () => {
+    const unmigrated = new SkiplockClass({ connectionString: db.url, schema: 'lc_never_migrated' });
+    // A listener nothing answers fails at once, long before the checks do.
+    const worker = unmigrated.worker({
+      ...base,
+      handlers: { none: () => {} },
+      listenConnectionString: 'postgres://postgres@127.0.0.1:1/postgres',
+    });
+    const events: string[] = [];
+    worker.on('error', (_error, source) => events.push(`error from ${source}`));
+    worker.on('worker:listen', () => events.push('listen'));
+    await expect(worker.start()).rejects.toBeInstanceOf(SchemaVersionError);
+    await worker.stop();
+    expect(events).toEqual([]);
+    await unmigrated.close();
   });
 });
 

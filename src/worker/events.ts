@@ -106,6 +106,8 @@ export class EventReporter {
   readonly #workerId: string;
   /** Connections are being dropped on purpose (past the stop deadline): their errors are expected. */
   quiet = false;
+  /** Events held back by {@link EventReporter.hold}, in order; undefined when not holding. */
+  #held: (() => void)[] | undefined;
 
   constructor(emitter: EventEmitter<WorkerEvents>, workerId: string) {
     this.#emitter = emitter;
@@ -117,19 +119,47 @@ export class EventReporter {
     return this.#emitter.listenerCount(event) > 0;
   }
 
+  /**
+   * Holds every event back until {@link EventReporter.release}: a worker's
+   * start, whose failure is its rejection alone, and whose events come once it
+   * has resolved.
+   */
+  hold(): void {
+    this.#held ??= [];
+  }
+
+  /** Emits the events held back, in order, or drops them (`drop`); then emits as they come. */
+  release(drop = false): void {
+    const held = this.#held;
+    this.#held = undefined;
+    if (!drop) for (const emit of held ?? []) emit();
+  }
+
   /** Emits `event`; a listener that throws is reported once. */
   emit<K extends keyof WorkerEvents>(event: K, ...args: WorkerEvents[K]): void {
+    if (this.#held) {
+      this.#held.push(() => this.emit(event, ...args));
+      return;
+    }
     emitGuarded(this.#emitter as EventEmitter, event, args, (error) => this.error(error, 'listener'));
   }
 
   /** Reports a background error; the loop that hit it retries by itself. */
   error(error: SkiplockError, source: WorkerErrorSource): void {
+    if (this.#held) {
+      this.#held.push(() => this.error(error, source));
+      return;
+    }
     if (this.quiet) return;
     emitError(this.#emitter as EventEmitter, error, source, `worker ${this.#workerId}`);
   }
 
   /** A warning for the operator: `worker:warning`, or the console when nobody listens. */
   warn(message: string): void {
+    if (this.#held) {
+      this.#held.push(() => this.warn(message));
+      return;
+    }
     if (this.heard('worker:warning')) this.emit('worker:warning', message);
     else console.warn(`[skiplock] worker ${this.#workerId}: warning: ${message}`);
   }

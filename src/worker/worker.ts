@@ -309,6 +309,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // connection of the pool, as each new connection costs the server more
     // than the reads do (the version check first: without the schema, the
     // read of limits fails too, and the version's error is the one to report).
+    // The listener's events wait for the checks: a start that fails reports
+    // its rejection alone.
+    this.#events.hold();
     const listening = this.#options.listen ? this.#notifier.start() : undefined;
     let warnings: string[];
     try {
@@ -321,6 +324,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       this.#state = 'stopped';
       this.#ctx.onStop(this);
       await Promise.all([this.#notifier.stop(1_000), this.#closePools(1_000)]);
+      this.#events.release(true);
       throw error instanceof SchemaVersionError ? error : translateError(error);
     }
     this.#state = 'running';
@@ -331,6 +335,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#maintainer.start();
     this.#expireBuffered();
     for (const warning of warnings) this.#events.warn(warning);
+    // What was held comes once start() has resolved, so that a listener added
+    // right after it hears the server's warnings, as after a round trip.
+    setImmediate(() => this.#events.release());
   }
 
   /** Buffers claimed jobs; `sentAt` (when their claim was sent) is their claim time. */
