@@ -259,6 +259,30 @@ describe('a batch handler', () => {
     expect(calls).toBe(0);
   });
 
+  it("drain() gives a batch handler's context the worker's parents(): a rejection (code USAGE), not the parents", async () => {
+    const [parent] = await t.skiplock.enqueueMany([
+      { kind: 'parent', payload: {}, ref: 'p' },
+      { kind: 'child', payload: {}, dependsOn: ['p'] },
+    ]);
+    const seen: unknown[] = [];
+    await drain(t.skiplock, {
+      parent: () => 1,
+      child: {
+        maxBatchSize: 2,
+        maxWaitMs: 10,
+        handleBatch: async (jobs, context) => {
+          // Not in BatchContext's type; JavaScript callers reach it all the same.
+          const { parents } = context as unknown as { parents(): Promise<unknown> };
+          seen.push(await parents().catch((error: unknown) => error));
+          return jobs.map(() => undefined);
+        },
+      },
+    });
+    expect(parent).toBeDefined();
+    expect(seen).toHaveLength(1);
+    expect(seen[0]).toMatchObject({ name: 'SkiplockError', code: 'USAGE' });
+  });
+
   it('gathers jobs that arrive while it waits, and runs as soon as it is full', async () => {
     const sizes: number[] = [];
     const worker = t.worker({

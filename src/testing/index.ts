@@ -33,6 +33,7 @@ import type { Skiplock } from '../skiplock.js';
 import { attemptResult } from '../worker/completer.js';
 import {
   AttemptControl,
+  batchParents,
   failure,
   type Middleware,
   type RunOutcome,
@@ -147,7 +148,8 @@ function assertDrainOptions(options: unknown): void {
  * left (or none may start), after applying the success policy of parents
  * kept for their children that have all started, as a worker's maintenance
  * loop does.
- * A batch handler (`handleBatch`) is called with one job at a time.
+ * A batch handler (`handleBatch`) is called with one job at a time; its
+ * context's `parents()` rejects as under a worker (code `USAGE`).
  *
  * @example
  * // Inside the test's transaction: roll back, and the jobs are as they were.
@@ -216,7 +218,11 @@ export async function drain<Jobs extends JobMap>(
         written = ran === 'cancelled' ? 'cancelled' : ran.ok ? 'succeeded' : undefined;
       } else {
         const control = new AttemptControl();
-        control.parentsOf = (id) => queries.dependencies.parents(client ?? skiplock.pool, id);
+        // A batch handler's parents() rejects as under a worker, where its context is the batch's.
+        control.parentsOf =
+          handler?.batch !== undefined
+            ? batchParents
+            : (id) => queries.dependencies.parents(client ?? skiplock.pool, id);
         outcome = await runJob(handler?.handle, job, control, handler?.timeoutMs);
       }
       if (written === undefined) {

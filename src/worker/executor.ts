@@ -292,7 +292,8 @@ export async function runBatch(
   return jobs.map(() => outcome);
 }
 
-function batchParents(): Promise<ParentJob[]> {
+/** `parents()` in a batch handler's context: a {@link SkiplockError} (code `USAGE`) saying why. */
+export function batchParents(): Promise<ParentJob[]> {
   return Promise.reject(
     new SkiplockError(
       'USAGE',
