@@ -137,29 +137,20 @@ export class EventReporter {
 
   /** Emits `event`; a listener that throws is reported once. */
   emit<K extends keyof WorkerEvents>(event: K, ...args: WorkerEvents[K]): void {
-    if (this.#held) {
-      this.#held.push(() => this.emit(event, ...args));
-      return;
-    }
+    if (this.#held) return void this.#held.push(() => this.emit(event, ...args));
     emitGuarded(this.#emitter as EventEmitter, event, args, (error) => this.error(error, 'listener'));
   }
 
   /** Reports a background error; the loop that hit it retries by itself. */
   error(error: SkiplockError, source: WorkerErrorSource): void {
-    if (this.#held) {
-      this.#held.push(() => this.error(error, source));
-      return;
-    }
+    if (this.#held) return void this.#held.push(() => this.error(error, source));
     if (this.quiet) return;
     emitError(this.#emitter as EventEmitter, error, source, `worker ${this.#workerId}`);
   }
 
   /** A warning for the operator: `worker:warning`, or the console when nobody listens. */
   warn(message: string): void {
-    if (this.#held) {
-      this.#held.push(() => this.warn(message));
-      return;
-    }
+    if (this.#held) return void this.#held.push(() => this.warn(message));
     if (this.heard('worker:warning')) this.emit('worker:warning', message);
     else console.warn(`[skiplock] worker ${this.#workerId}: warning: ${message}`);
   }
