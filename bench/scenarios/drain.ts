@@ -12,6 +12,7 @@
  */
 import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { resolveWorkerOptions } from '../../src/worker/options.js';
 import { median } from '../report.js';
 import { BARE_LOOP_CONNECTIONS, bareLoopSystem } from '../systems/bare-loop.js';
 import type { BenchSystem, SkiplockTuning, SystemClient, Target } from '../systems/system.js';
@@ -154,12 +155,12 @@ export const TUNED_SHAPES: readonly DrainShape[] = [
 
 /**
  * Most jobs one claim of skiplock's takes in a shape's drain of no-op jobs:
- * `batchSize`, by default concurrency + prefetch (the larger of 4 ×
- * concurrency and 500; no-op jobs never cap it).
+ * the `batchSize` the worker resolves from the shape's options (no-op jobs
+ * never cap it).
  */
 export function claimSizeOf(shape: DrainShape): number {
   const { concurrency, tuning } = shape;
-  return tuning?.batchSize ?? concurrency + (tuning?.prefetch ?? Math.max(4 * concurrency, 500));
+  return resolveWorkerOptions({ concurrency, ...tuning, handlers: { noop: () => {} } }).batchSize;
 }
 
 /** Label of a drain shape in the report. */
