@@ -30,6 +30,8 @@ import { kindRetryDelayMs, type ResolvedHandler, resolveHandlers } from '../work
 import type { Handlers } from '../worker/options.js';
 import { forgetOnSignals, stopOnSignals } from '../worker/signals.js';
 
+export type { RelayedJob } from '../relay/message.js';
+
 /** Options every broker-side worker takes. */
 export interface BrokerWorkerOptions<Jobs extends JobMap> {
   /** Handlers by kind, as `skiplock.worker` takes them (transactional ones excepted). */

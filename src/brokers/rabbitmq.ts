@@ -24,8 +24,7 @@ import {
   withinMs,
 } from './broker-worker.js';
 
-export type { RelayedJob } from '../relay/message.js';
-export type { BrokerWorkerEvents, BrokerWorkerOptions } from './broker-worker.js';
+export type { BrokerWorkerEvents, BrokerWorkerOptions, RelayedJob } from './broker-worker.js';
 
 /** Where relayed jobs go in RabbitMQ. */
 export interface RabbitmqQueueOptions {

@@ -117,14 +117,9 @@ export async function createShopTables(pool: pg.Pool, schema: string): Promise<v
       applied_at timestamptz NOT NULL DEFAULT now(),
       PRIMARY KEY (order_id, kind)
     );
-    -- Deliveries that found their effect already applied (at-least-once delivery, absorbed).
-    CREATE TABLE ${s}.duplicate_deliveries (
-      order_id bigint NOT NULL,
-      kind     text   NOT NULL,
-      job_id   bigint NOT NULL,
-      attempt  int    NOT NULL,
-      at       timestamptz NOT NULL DEFAULT now()
-    );
+    -- Deliveries that found their effect already applied (at-least-once delivery, absorbed):
+    -- the row each would have written, applied_at being when it came.
+    CREATE TABLE ${s}.duplicate_deliveries (LIKE ${s}.effects INCLUDING DEFAULTS);
     -- Every handler start, on the database clock, for the latency figures.
     CREATE TABLE ${s}.handler_runs (
       job_id     bigint NOT NULL,
