@@ -120,6 +120,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
    * synchronous call only, so knowing it costs a job nothing (no async context).
    */
   #calling: Execution | undefined;
+  /** A {@link Worker.#pump} waits for the next turn of the event loop. */
+  #pumpScheduled = false;
   /** The same for a batch handler: the jobs of the batch being called. */
   #callingBatch: readonly Execution[] | undefined;
   /** Batches being gathered (batch handlers with `maxWaitMs`). */
@@ -360,7 +362,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     return this.#executions.runningCount - this.#batchJobs + this.#batchSlots;
   }
 
-  /** Starts buffered jobs while slots are free. */
+  /** Starts buffered jobs while slots are free; see {@link ClaimLoop.claimUnsent} for its pause. */
   #pump(): void {
     const { concurrency, jobTimeoutMs } = this.#options;
     while (this.#state === 'running' && this.#stopPromise === undefined && this.#slotsUsed() < concurrency) {
@@ -368,6 +370,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
       const next = this.#executions.peek();
       // A job that waited long in the buffer starts only once its queue is known not to be paused.
       if (!next || !this.#cancellation.mayStart(next, now)) break;
+      if (this.#claimLoop.claimUnsent) {
+        this.#pumpSoon();
+        break;
+      }
       const handler = this.#handlers.get(next.job.kind);
       if (handler !== undefined && !handler.transactional && handler.batch !== undefined) {
         this.#openBatch(next.job.kind, handler.batch, now);
@@ -392,6 +398,15 @@ export class Worker extends EventEmitter<WorkerEvents> {
       }
       void running.then((outcome) => this.#settle(e, outcome));
     }
+  }
+
+  #pumpSoon(): void {
+    if (this.#pumpScheduled) return;
+    this.#pumpScheduled = true;
+    setImmediate(() => {
+      this.#pumpScheduled = false;
+      this.#pump();
+    });
   }
 
   /** A handler settled; `outcome` null: a transactional attempt settled and reported its result itself. */
