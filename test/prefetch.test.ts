@@ -211,6 +211,25 @@ describe('prefetch', () => {
     expect(heldAtSend.filter((n) => n > 0).length).toBeGreaterThanOrEqual(3);
   });
 
+  it('without prefetch, a claim takes every slot freed in the same turn of the event loop', async () => {
+    const queue = 'pf-none';
+    const jobs = 200;
+    await skiplock.enqueueMany(
+      Array.from({ length: jobs }, (_, i) => ({ kind: 'tick', payload: { i }, queue })),
+    );
+    const sizes: number[] = [];
+    const worker = queueWorker(queue, {
+      concurrency: 10,
+      prefetch: 0,
+      // Each handler settles in a setImmediate callback of its own, all in one turn.
+      handlers: { tick: () => new Promise<void>((resolve) => setImmediate(resolve)) },
+    });
+    worker.on('worker:claim', (n) => sizes.push(n));
+    await worker.start();
+    await waitFor(async () => (await jobRows(queue)).length === 0, 30_000, 'the queue to drain');
+    expect(sizes).toEqual(Array.from({ length: jobs / 10 }, () => 10));
+  });
+
   it('two workers on one queue with prefetch both get work', async () => {
     const queue = 'pf-share';
     const ranBy = new Map<string, number>();

@@ -398,8 +398,9 @@ export class ClaimLoop extends Service {
         this.#mode = 'idle';
         const why = await this.wait(this.#untilNextTimer(now));
         // Let handlers that settle in this turn free their slots, so one claim takes them all;
-        // while prefetching, the half-empty buffer sizes the claim, and it should go out at once.
-        if (why === 'woken' && !this.#backlog) await new Promise((resolve) => setImmediate(resolve));
+        // while a buffer is topped up, its half-empty mark sizes the claim, which goes out at once.
+        if (why === 'woken' && !(this.#backlog && this.#aheadLimit() > 0))
+          await new Promise((resolve) => setImmediate(resolve));
         continue;
       }
       if (!this.#trusted && this.#quietUntil > now) {
