@@ -40,7 +40,7 @@ export const skiplockSystem: BenchSystem = {
   name: 'skiplock',
   postgres: true,
   settings:
-    'defaults (concurrency as given, prefetch the larger of 4 × concurrency and 1000 while a backlog waits, capped by recent run times, batchSize concurrency + prefetch, pollIntervalMs 2000, onSuccess delete); pool max 10',
+    'defaults (concurrency as given, prefetch the larger of 4 × concurrency and 500 while a backlog waits, capped by recent run times, batchSize concurrency + prefetch, pollIntervalMs 2000, onSuccess delete); pool max 10',
   available: async () => true,
 
   async create(serverUrl, namespace) {

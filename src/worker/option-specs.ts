@@ -31,7 +31,7 @@ export const WORKER_NUMBER_OPTIONS = {
     unit: 'count',
     min: 0,
     max: 10_000,
-    help: 'jobs claimed ahead of free slots while a backlog waits; 0 turns it off (default: the larger of 4 × concurrency and 1000)',
+    help: 'jobs claimed ahead of free slots while a backlog waits; 0 turns it off (default: the larger of 4 × concurrency and 500)',
   },
   prefetchTimeoutMs: {
     unit: 'milliseconds',

@@ -67,7 +67,7 @@ export interface WorkerOptions<Jobs extends JobMap> {
    * than its handlers should start within about 100 ms by their recent run
    * times: an idle queue's few jobs, and slow jobs, go to free slots of any
    * worker. 0 turns prefetch off.
-   * @default the larger of 4 × concurrency and 1000
+   * @default the larger of 4 × concurrency and 500
    */
   prefetch?: number;
   /**
@@ -203,7 +203,7 @@ export interface WorkerOptions<Jobs extends JobMap> {
  * trip (the horizon of their run times still caps the buffer, so slow jobs are
  * not held back from other workers).
  */
-const DEFAULT_MIN_PREFETCH = 1000;
+const DEFAULT_MIN_PREFETCH = 500;
 
 /** Worker options after defaults. */
 export interface ResolvedWorkerOptions {
