@@ -120,10 +120,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
    * synchronous call only, so knowing it costs a job nothing (no async context).
    */
   #calling: Execution | undefined;
-  /** A {@link Worker.#pump} waits for the next turn of the event loop. */
-  #pumpScheduled = false;
   /** The same for a batch handler: the jobs of the batch being called. */
   #callingBatch: readonly Execution[] | undefined;
+  /** A {@link Worker.#pump} waits for the next turn of the event loop. */
+  #pumpScheduled = false;
   /** Batches being gathered (batch handlers with `maxWaitMs`). */
   readonly #gathering: BatchGathering<Execution>;
   /** Slots held by batches, gathering or running: a batch takes one slot. */
