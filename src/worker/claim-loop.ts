@@ -187,7 +187,6 @@ export class ClaimLoop extends Service {
   #retryOnSlot = false;
   /** Slots freed so far (so that one freed during a claim is not missed). */
   #slotsFreed = 0;
-  #claimUnsent = false;
 
   /** Limited queues, read from the database. */
   #limited: string[] = [];
@@ -236,17 +235,6 @@ export class ClaimLoop extends Service {
   /** Whether the last claim came back full: more jobs may be waiting. */
   get backlog(): boolean {
     return this.#backlog;
-  }
-
-  /**
-   * True while a claim waits for the next tick to be sent: node-postgres
-   * writes a pooled query on `process.nextTick`, which handlers settling one
-   * after another in microtasks hold back until the buffer is empty. The
-   * worker starts no more jobs until the next turn of the event loop then, so
-   * that the claim overlaps the rest of the buffer instead of following it.
-   */
-  get claimUnsent(): boolean {
-    return this.#claimUnsent;
   }
 
   // --- What wakes the loop -------------------------------------------------
@@ -397,10 +385,8 @@ export class ClaimLoop extends Service {
       if (limit === 0) {
         this.#mode = 'idle';
         const why = await this.wait(this.#untilNextTimer(now));
-        // Let handlers that settle in this turn free their slots, so one claim takes them all;
-        // while a buffer is topped up, its half-empty mark sizes the claim, which goes out at once.
-        if (why === 'woken' && !(this.#backlog && this.#aheadLimit() > 0))
-          await new Promise((resolve) => setImmediate(resolve));
+        // Let handlers that settle in this turn free their slots, so one claim takes them all.
+        if (why === 'woken') await new Promise((resolve) => setImmediate(resolve));
         continue;
       }
       if (!this.#trusted && this.#quietUntil > now) {
@@ -422,10 +408,6 @@ export class ClaimLoop extends Service {
     this.#trusted = false;
     const slotsFreed = this.#slotsFreed;
     const sentAt = this.clock.monotonic();
-    this.#claimUnsent = true;
-    process.nextTick(() => {
-      this.#claimUnsent = false;
-    });
     let jobs: ClaimedJob[];
     try {
       jobs = await this.#claimJobs(limit);

@@ -122,8 +122,6 @@ export class Worker extends EventEmitter<WorkerEvents> {
   #calling: Execution | undefined;
   /** The same for a batch handler: the jobs of the batch being called. */
   #callingBatch: readonly Execution[] | undefined;
-  /** A {@link Worker.#pump} waits for the next turn of the event loop. */
-  #pumpScheduled = false;
   /** Batches being gathered (batch handlers with `maxWaitMs`). */
   readonly #gathering: BatchGathering<Execution>;
   /** Slots held by batches, gathering or running: a batch takes one slot. */
@@ -362,7 +360,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     return this.#executions.runningCount - this.#batchJobs + this.#batchSlots;
   }
 
-  /** Starts buffered jobs while slots are free; see {@link ClaimLoop.claimUnsent} for its pause. */
+  /** Starts buffered jobs while slots are free. */
   #pump(): void {
     const { concurrency, jobTimeoutMs } = this.#options;
     while (this.#state === 'running' && this.#stopPromise === undefined && this.#slotsUsed() < concurrency) {
@@ -370,10 +368,6 @@ export class Worker extends EventEmitter<WorkerEvents> {
       const next = this.#executions.peek();
       // A job that waited long in the buffer starts only once its queue is known not to be paused.
       if (!next || !this.#cancellation.mayStart(next, now)) break;
-      if (this.#claimLoop.claimUnsent) {
-        this.#pumpSoon();
-        break;
-      }
       const handler = this.#handlers.get(next.job.kind);
       if (handler !== undefined && !handler.transactional && handler.batch !== undefined) {
         this.#openBatch(next.job.kind, handler.batch, now);
@@ -398,15 +392,6 @@ export class Worker extends EventEmitter<WorkerEvents> {
       }
       void running.then((outcome) => this.#settle(e, outcome));
     }
-  }
-
-  #pumpSoon(): void {
-    if (this.#pumpScheduled) return;
-    this.#pumpScheduled = true;
-    setImmediate(() => {
-      this.#pumpScheduled = false;
-      this.#pump();
-    });
   }
 
   /** A handler settled; `outcome` null: a transactional attempt settled and reported its result itself. */
