@@ -4,10 +4,8 @@
  * until the deadline, and leaves nothing running; awaited or not, alone or
  * beside an outside stop.
  */
-import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { type Handlers, type JobMap, ShutdownError, type Worker } from '../src/index.js';
-import { waitFor } from './support/database.js';
 import { eventOf, nextEvent, record } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
 import { gate } from './support/gate.js';
@@ -26,7 +24,7 @@ const base = { pollIntervalMs: 100, sweepIntervalMs: 600_000, onSuccess: 'keep' 
 function patientWorker(
   queue: string,
   handlers: Handlers<JobMap>,
-  options: { concurrency?: number; prefetch?: number; shutdownTimeoutMs?: number } = {},
+  options: { concurrency?: number; shutdownTimeoutMs?: number } = {},
 ): Worker {
   return t.worker({ ...base, queues: [queue], shutdownTimeoutMs: NEVER_MS, ...options, handlers });
 }
@@ -96,73 +94,6 @@ describe('stop() from a handler', () => {
     // Given back without charging the attempt.
     expect(await t.row(job.id)).toEqual({ status: 'queued', attempts: 0, locked_by: null, last_error: null });
     expect(worker.activeCount).toBe(0);
-  });
-
-  it('not awaited, while a claim is in flight: it resolves once that claim came back and its jobs were given back', async () => {
-    const queue = 'in-flight';
-    const firstStarted = gate();
-    const firstMayFinish = gate();
-    const stopCalled = gate<{ stopping: Promise<void> }>();
-    const order: string[] = [];
-    const worker: Worker = patientWorker(
-      queue,
-      {
-        warm: () => {},
-        first: async () => {
-          firstStarted.open();
-          await firstMayFinish.opened;
-        },
-        quit: () => {
-          const stopping = worker.stop();
-          void stopping.then(() => order.push('stop resolved'));
-          stopCalled.open({ stopping });
-        },
-        later: () => {},
-      },
-      { concurrency: 1, prefetch: 1 },
-    );
-    worker.on('job:released', (job) => order.push(`released ${job.kind}`));
-    await worker.start();
-    // warm runs alone (nothing to prefetch by before a job finished); then one claim
-    // takes first and, prefetched, quit; later waits for the claim that quit's start frees.
-    const [, , , later] = await t.skiplock.enqueueMany(
-      (['warm', 'first', 'quit', 'later'] as const).map((kind, i) => ({
-        kind,
-        payload: {},
-        queue,
-        priority: 4 - i,
-      })),
-    );
-    await firstStarted.opened;
-    await waitFor(() => worker.bufferedCount === 1, 30_000, 'quit to be prefetched');
-    // The next claim, sent when quit starts, waits for this lock.
-    const locker = new pg.Client({ connectionString: t.url });
-    await locker.connect();
-    t.defer(() => locker.end());
-    await locker.query('BEGIN');
-    await locker.query(`LOCK TABLE ${t.jobs} IN ACCESS EXCLUSIVE MODE`);
-    firstMayFinish.open();
-    const { stopping } = await stopCalled.opened;
-    await waitFor(
-      async () => {
-        const { rows } = await locker.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM pg_stat_activity
-           WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'WITH picked AS%'`,
-        );
-        return rows[0]!.n === 1;
-      },
-      30_000,
-      'a claim to wait for the lock',
-    );
-    await locker.query('ROLLBACK');
-    await stopping;
-    expect(order).toEqual(['released later', 'stop resolved']);
-    expect(await t.row(later!.id)).toEqual({
-      status: 'queued',
-      attempts: 0,
-      locked_by: null,
-      last_error: null,
-    });
   });
 
   it('beside an outside stop: both stops resolve once the other handler is done, and every job ends by its result', async () => {
