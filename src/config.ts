@@ -75,6 +75,17 @@ export interface SkiplockConfig {
    * @default false
    */
   tracing?: boolean;
+  /**
+   * Send `enqueue`'s insert on skiplock's pool as a named prepared statement:
+   * the server parses and plans it once per connection instead of on every
+   * call. Behind a pooler that does not keep named statements (PgBouncer in
+   * transaction mode before 1.21, or without `max_prepared_statements`) the
+   * first refusal turns it off for this Skiplock, and that call's insert goes
+   * again unnamed (the refused one never ran); `false` never sends one. An
+   * insert on your own connection (`client`) always goes unnamed.
+   * @default true
+   */
+  preparedStatements?: boolean;
 }
 
 /** Default of {@link SkiplockConfig.connectTimeoutMs}. */
@@ -134,4 +145,5 @@ export const configSchema = z.strictObject({
   schema: z.unknown().optional(),
   allowSharedSchema: z.boolean({ error: 'must be a boolean' }).optional(),
   tracing: z.boolean({ error: 'must be a boolean' }).optional(),
+  preparedStatements: z.boolean({ error: 'must be a boolean' }).optional(),
 });

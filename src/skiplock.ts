@@ -14,7 +14,7 @@ import {
   NOT_A_POSTGRES_URL,
   type SkiplockConfig,
 } from './config.js';
-import { translateError } from './db/executor.js';
+import { type NamedStatements, translateError } from './db/executor.js';
 import { JobQueries } from './db/queries/jobs.js';
 import { RelayQueries, type RelayQueueStatsRow } from './db/queries/relay.js';
 import { assertSchemaName, DEFAULT_SCHEMA } from './db/sql.js';
@@ -110,6 +110,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   readonly #workers = new Set<Worker>();
   readonly #tracingOn: boolean;
   readonly #maxPayloadBytes: number;
+  readonly #named: NamedStatements;
   #tracing: Promise<JobTracing> | undefined;
 
   #closed = false;
@@ -119,7 +120,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    *   and `connectionString` (without `DATABASE_URL`), a connection string (or
    *   `DATABASE_URL`) that is not a `postgres://` or `postgresql://` URL (such as
    *   `postgress://…`), a bad schema name (`public` and `information_schema` included, unless
-   *   `allowSharedSchema`), a `tracing` or `allowSharedSchema` that is not a boolean,
+   *   `allowSharedSchema`), a `tracing`, `allowSharedSchema` or `preparedStatements` that is not a boolean,
    *   `connectTimeoutMs` or `statementTimeoutMs` out of range or given with
    *   `pool` (your pool keeps its own settings), or `maxPayloadBytes` out of range.
    */
@@ -165,6 +166,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
     this.#relayQueries = new RelayQueries(this.#queries.names);
     this.#tracingOn = parsed.tracing === true;
     this.#maxPayloadBytes = parsed.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
+    this.#named = { on: parsed.preparedStatements ?? true };
   }
 
   /** The pool skiplock runs its statements on. */
@@ -542,7 +544,13 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   async #producer(): Promise<Producer> {
     this.#assertOpen();
     const tracing = this.#tracingOn ? await this.#loadTracing() : undefined;
-    return { queries: this.#queries, pool: this.#pool, tracing, maxPayloadBytes: this.#maxPayloadBytes };
+    return {
+      queries: this.#queries,
+      pool: this.#pool,
+      named: this.#named,
+      tracing,
+      maxPayloadBytes: this.#maxPayloadBytes,
+    };
   }
 
   /** `@opentelemetry/api`, loaded once; a missing install fails every call alike. */

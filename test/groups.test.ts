@@ -338,7 +338,7 @@ describe('group keys and group limits', () => {
       override query(config: unknown, ...rest: unknown[]): never {
         const c = config as { name?: string; text?: string } | null;
         if (typeof c === 'object' && c !== null && typeof c.name === 'string' && c.name.includes('claim'))
-          used.set(c.name.slice(c.name.indexOf('claim')), c.text ?? '');
+          used.set(c.name.slice(c.name.indexOf('claim')).replace(/_[0-9a-f]{8}$/, ''), c.text ?? '');
         return (super.query as (...args: unknown[]) => never)(config, ...rest);
       }
     }

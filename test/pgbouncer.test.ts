@@ -70,6 +70,29 @@ describe.skipIf(!program)('behind PgBouncer in transaction mode', () => {
     }
   });
 
+  it('a producer with the defaults enqueues through the pooler: each job once, however the server connections are shared', async () => {
+    // Named inserts meet server connections that never parsed them; the refusals must not fail a call or insert twice.
+    const s = new Skiplock({ connectionString: bouncer.urlFor(db.name), schema: TEST_SCHEMA });
+    try {
+      const ids: string[] = [];
+      for (let wave = 0; wave < 10; wave++) {
+        const jobs = await Promise.all(
+          Array.from({ length: 20 }, (_, i) =>
+            s.enqueue('bounced', { n: wave * 20 + i }, { queue: 'q-named' }),
+          ),
+        );
+        ids.push(...jobs.map((j) => j.id));
+      }
+      const rows = await db.query<{ id: string; n: number }>(
+        `SELECT id::text, (payload->>'n')::int AS n FROM ${db.jobs} WHERE queue = 'q-named' ORDER BY (payload->>'n')::int`,
+      );
+      expect(rows.map((r) => r.n)).toEqual(Array.from({ length: 200 }, (_, i) => i));
+      expect(rows.map((r) => r.id).sort()).toEqual([...ids].sort());
+    } finally {
+      await s.close();
+    }
+  });
+
   /** Enqueues `count` jobs of queue `queue`, waits until the started workers ran them all, stops them. */
   async function runAll(workers: Worker[], ran: Map<string, number>, queue: string, count: number) {
     const jobs = await bounced.enqueueMany(

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { ValidationError } from '../src/index.js';
+import { Skiplock, ValidationError } from '../src/index.js';
 import { quoteIdent, waitFor } from './support/database.js';
 import { useTestDatabase } from './support/fixture.js';
 import { rolledBack } from './support/transaction.js';
@@ -155,6 +155,46 @@ describe('enqueue', () => {
       expect(read?.queue).toBe(name);
       expect(read?.payload).toEqual({ name });
     }
+  });
+});
+
+describe('the named insert', () => {
+  /** Names of the named statements on the connection a Skiplock's idle pool hands out next (its only one here). */
+  const preparedOn = async (s: Skiplock) =>
+    (await s.pool.query<{ name: string }>('SELECT name FROM pg_prepared_statements ORDER BY name')).rows.map(
+      (r) => r.name,
+    );
+
+  it('is kept on the connection; one the server dropped fails no call and is sent once, unnamed from then on', async () => {
+    const s = new Skiplock({ connectionString: t.url, schema: t.schema });
+    t.defer(() => s.close());
+    await s.enqueue('named', { n: 1 });
+    expect(await preparedOn(s)).toEqual([expect.stringMatching(/_insert_one_[0-9a-f]{8}$/)]);
+    // The connection still believes it holds the statement; the server refuses it (SQLSTATE 26000).
+    await s.pool.query('DEALLOCATE ALL');
+    await s.enqueue('named', { n: 2 });
+    await s.enqueue('named', { n: 3 }, { tags: ['t'] });
+    expect(await preparedOn(s)).toEqual([]);
+    expect(await t.query(`SELECT payload FROM ${t.jobs} WHERE kind = 'named' ORDER BY id`)).toEqual([
+      { payload: { n: 1 } },
+      { payload: { n: 2 } },
+      { payload: { n: 3 } },
+    ]);
+  });
+
+  it('is never sent with preparedStatements: false', async () => {
+    const s = new Skiplock({ connectionString: t.url, schema: t.schema, preparedStatements: false });
+    t.defer(() => s.close());
+    await s.enqueue('unnamed', { n: 1 });
+    await s.enqueue('unnamed', { n: 2 }, { tags: ['t'] });
+    expect(await preparedOn(s)).toEqual([]);
+    expect(await t.jobCount("kind = 'unnamed'")).toBe(2);
+  });
+
+  it('refuses a preparedStatements that is not a boolean, naming it', () => {
+    expect(() => new Skiplock({ connectionString: t.url, preparedStatements: 'yes' as never })).toThrow(
+      expect.objectContaining({ field: 'preparedStatements', code: 'VALIDATION' }),
+    );
   });
 });
 

@@ -68,6 +68,50 @@ export async function runPrepared<Row>(
   }
 }
 
+/**
+ * Whether a pool's statements go as named prepared statements (see
+ * {@link runNamedIfKept}). One per pool's user: the first sign that the pool's
+ * connections do not keep them turns it off for good.
+ */
+export interface NamedStatements {
+  on: boolean;
+}
+
+/**
+ * SQLSTATEs of a named statement the connection does not hold as node-postgres
+ * believes (invalid_sql_statement_name, duplicate_prepared_statement): a
+ * transaction pooler moved the client to another server connection, or the
+ * server dropped its statements (`DISCARD ALL`, `DEALLOCATE`). The server
+ * refused the statement before running it.
+ */
+const STATEMENT_NOT_KEPT = new Set(['26000', '42P05']);
+
+/**
+ * Runs a statement on a pg pool as a named prepared statement while
+ * `named.on`, else as plain text. A refusal that says the connections do not
+ * keep named statements (PgBouncer in transaction mode before 1.21, say) turns
+ * `named.on` off and sends the same statement again as plain text: the
+ * refused one never ran, so it is sent once in effect.
+ *
+ * @throws {DatabaseError} with the SQLSTATE of the server's error.
+ */
+export async function runNamedIfKept<Row>(
+  pool: Pick<pg.Pool, 'query'>,
+  statement: Statement,
+  values: unknown[],
+  named: NamedStatements,
+): Promise<QueryResultLike<Row>> {
+  if (named.on) {
+    try {
+      return await runPrepared<Row>(pool, statement, values);
+    } catch (error) {
+      if (!(error instanceof DatabaseError && STATEMENT_NOT_KEPT.has(error.sqlState ?? ''))) throw error;
+      named.on = false;
+    }
+  }
+  return run<Row>(pool as Queryable, statement, values);
+}
+
 /** SQLSTATEs after which the same statement can be tried again on a new connection. */
 const TRANSIENT_SQLSTATE_CLASSES = ['08', '53', '57', '40'];
 

@@ -5,7 +5,7 @@
  */
 
 import type pg from 'pg';
-import { type Queryable, withTransaction } from '../db/executor.js';
+import { type NamedStatements, type Queryable, withTransaction } from '../db/executor.js';
 import { UnknownParentError } from '../db/queries/dependencies.js';
 import type { NewJob } from '../db/queries/insert.js';
 import type { JobQueries } from '../db/queries/jobs.js';
@@ -26,10 +26,14 @@ import {
   toNewJobOfMany,
 } from './job-options.js';
 
-/** What the enqueue calls run with: a client's statements and pool, its tracing when on, its payload bound in bytes. */
+/**
+ * What the enqueue calls run with: a client's statements and pool, whether
+ * that pool's statements go named, its tracing when on, its payload bound in bytes.
+ */
 export interface Producer {
   queries: JobQueries;
   pool: pg.Pool;
+  named: NamedStatements;
   tracing: JobTracing | undefined;
   maxPayloadBytes: number;
 }
@@ -43,15 +47,16 @@ export interface Producer {
  * @throws {DatabaseError} from the database.
  */
 export async function enqueueOne(
-  { queries, pool, tracing, maxPayloadBytes }: Producer,
+  { queries, pool, named, tracing, maxPayloadBytes }: Producer,
   kind: unknown,
   payload: unknown,
   options: EnqueueOptions,
 ): Promise<EnqueuedJob> {
-  const parsed = parseOptions(enqueueOptionsSchema, options, 'options');
+  // Most calls give no options: the schema would return {} for them.
+  const parsed = isEmptyObject(options) ? {} : parseOptions(enqueueOptionsSchema, options, 'options');
   const job = toNewJob(kind, payload, parsed, { kind: 'kind', payload: 'payload', options: 'options.' });
   assertPayloadSize(job.payloadJson, 'payload', maxPayloadBytes);
-  const insert = () => insertOne(queries, pool, parsed.client, job);
+  const insert = () => insertOne(queries, pool, named, parsed.client, job);
   if (tracing) {
     const [enqueued] = await tracing.enqueue([job], async () => [await insert()]);
     return enqueued!;
@@ -59,10 +64,21 @@ export async function enqueueOne(
   return insert();
 }
 
+/** Whether `value` is a plain object with no keys of its own (`{}`). */
+function isEmptyObject(value: unknown): boolean {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    Object.getPrototypeOf(value) === Object.prototype &&
+    Object.getOwnPropertyNames(value).length === 0
+  );
+}
+
 /** One validated job: inserted, or found holding its unique key. */
 async function insertOne(
   queries: JobQueries,
   pool: pg.Pool,
+  named: NamedStatements,
   client: Queryable | undefined,
   job: NewJob,
 ): Promise<EnqueuedJob> {
@@ -75,7 +91,7 @@ async function insertOne(
   }
   const db = client ?? pool;
   if (isUnique(job)) return (await enqueueUnique(queries, db, [job]))[0]!;
-  return { ...toJob(await queries.insert.one(db, job)), duplicate: false };
+  return { ...toJob(await queries.insert.one(db, job, client ? undefined : named)), duplicate: false };
 }
 
 /** A job with parents (job ids, checked): every one must name a job. */

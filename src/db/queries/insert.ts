@@ -2,10 +2,11 @@
  * Inserting jobs: one, or many in one statement. Workers are woken by the
  * table's insert trigger on commit, whatever inserted the rows.
  */
+import type pg from 'pg';
 import type { JobRecord } from '../../job/job.js';
 import type { UniqueSpec } from '../../job/unique.js';
 import type { JobOptions } from '../../producer/job-options.js';
-import { type Queryable, run, type Statement } from '../executor.js';
+import { type NamedStatements, type Queryable, run, runNamedIfKept, type Statement } from '../executor.js';
 import { UniqueInsertQueries } from './insert-unique.js';
 import { JOB_COLUMNS, type JobRow, toJobRecord } from './job-row.js';
 import type { SchemaNames } from './schema-names.js';
@@ -136,22 +137,27 @@ export class InsertQueries {
     this.#manyExtended = many('insert_many_extended', ...extendedBatchSql(8));
   }
 
-  /** Inserts one job; on the caller's connection when given. */
-  async one(db: Queryable, job: NewJob): Promise<JobRecord> {
+  /**
+   * Inserts one job: on the caller's connection, as plain text; or, with
+   * `named`, on skiplock's pool as a named statement while its connections
+   * keep them (the server then parses and plans it once per connection).
+   */
+  async one(db: Queryable, job: NewJob, named?: NamedStatements): Promise<JobRecord> {
     const values = jobColumnValues(job);
-    if (!isExtended(job)) {
-      const { rows } = await run<JobRow>(db, this.#one, values);
-      return toJobRecord(rows[0]!);
-    }
-    values.push(
-      job.traceContext ?? null,
-      job.tags ?? null,
-      job.startBy ?? null,
-      job.startWithinMs ?? null,
-      job.groupKey ?? null,
-      job.onSuccess ?? null,
-    );
-    const { rows } = await run<JobRow>(db, this.#oneExtended, values);
+    const extended = isExtended(job);
+    if (extended)
+      values.push(
+        job.traceContext ?? null,
+        job.tags ?? null,
+        job.startBy ?? null,
+        job.startWithinMs ?? null,
+        job.groupKey ?? null,
+        job.onSuccess ?? null,
+      );
+    const statement = extended ? this.#oneExtended : this.#one;
+    const { rows } = named
+      ? await runNamedIfKept<JobRow>(db as pg.Pool, statement, values, named)
+      : await run<JobRow>(db, statement, values);
     return toJobRecord(rows[0]!);
   }
 

@@ -29,7 +29,7 @@ export interface SchemaNames {
   control: string;
   /** The LISTEN/NOTIFY channel. */
   channel: string;
-  /** Makes a named statement whose name is unique to this schema. */
+  /** Makes a named statement whose name is unique to this schema and this text. */
   statement(name: string, text: string): Statement;
 }
 
@@ -37,8 +37,11 @@ export interface SchemaNames {
 export function schemaNames(schema: string): SchemaNames {
   const quoted = quoteIdent(schema);
   // Prepared statement names are per connection; the schema makes them unique
-  // when several schemas share a pool.
-  const prefix = `skiplock_${createHash('sha256').update(schema).digest('hex').slice(0, 16)}_`;
+  // when several schemas share a pool, and the text's hash when several versions
+  // of skiplock share server connections (behind a transaction pooler), so a name
+  // never runs another text. The server reads 63 bytes of a name: the readable
+  // part is cut to fit.
+  const prefix = `skiplock_${sha256Hex(schema).slice(0, 12)}_`;
   return {
     schema,
     quoted,
@@ -50,6 +53,13 @@ export function schemaNames(schema: string): SchemaNames {
     wakeUp: `${quoted}.wake_up`,
     control: `${quoted}.control`,
     channel: channelName(schema),
-    statement: (name, text) => ({ name: prefix + name, text }),
+    statement: (name, text) => ({
+      name: `${prefix}${name.slice(0, 32)}_${sha256Hex(text).slice(0, 8)}`,
+      text,
+    }),
   };
+}
+
+function sha256Hex(text: string): string {
+  return createHash('sha256').update(text).digest('hex');
 }
