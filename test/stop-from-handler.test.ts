@@ -6,9 +6,11 @@
  */
 import { describe, expect, it } from 'vitest';
 import { type Handlers, type JobMap, ShutdownError, type Worker } from '../src/index.js';
+import { waitForBlockedBy } from './support/database.js';
 import { eventOf, nextEvent, record } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
 import { gate } from './support/gate.js';
+import { quoteIdent } from './support/sql.js';
 
 const t = useTestDatabase();
 
@@ -133,6 +135,71 @@ describe('stop() from a handler', () => {
     expect(await t.row(other.id)).toEqual(SUCCEEDED_ONCE);
     expect(await t.row(quit.id)).toEqual(SUCCEEDED_ONCE);
     expect([worker.activeCount, worker.bufferedCount]).toEqual([0, 0]);
+  });
+
+  it('not awaited, while a claim is in flight: it resolves only once that claim came back and its job was given back', async () => {
+    // The claim of `held` waits for an advisory lock this test holds.
+    const holdClaim = `${quoteIdent(t.schema)}.hold_claim`;
+    await t.query(`CREATE FUNCTION ${holdClaim}() RETURNS trigger LANGUAGE plpgsql AS $$
+                   BEGIN PERFORM pg_advisory_lock_shared(4243); PERFORM pg_advisory_unlock_shared(4243); RETURN NEW; END $$`);
+    await t.query(
+      `CREATE TRIGGER hold_claim BEFORE UPDATE ON ${t.jobs} FOR EACH ROW
+       WHEN (NEW.status = 'running' AND NEW.kind = 'held') EXECUTE FUNCTION ${holdClaim}()`,
+    );
+    const holder = await t.db.pool.connect();
+    t.defer(() => holder.release());
+    const { rows } = await holder.query<{ pid: number }>(
+      'SELECT pg_advisory_lock(4243), pg_backend_pid() AS pid',
+    );
+    // One slot, one job a claim. `warm` gives the worker a run time (it prefetches only then); then
+    // `first` runs, `quit` waits in the buffer, and the claim of `held` is in flight.
+    await t.skiplock.enqueue('warm', {}, { queue: 'in-flight' });
+    const first = await t.skiplock.enqueue('first', {}, { queue: 'in-flight' });
+    const quit = await t.skiplock.enqueue('quit', {}, { queue: 'in-flight' });
+    const held = await t.skiplock.enqueue('held', {}, { queue: 'in-flight' });
+    const firstMayFinish = gate();
+    const handlerStopped = gate<{ stopping: Promise<void> }>();
+    const worker: Worker = t.worker({
+      ...base,
+      queues: ['in-flight'],
+      concurrency: 1,
+      batchSize: 1,
+      prefetch: 2,
+      shutdownTimeoutMs: NEVER_MS,
+      handlers: {
+        warm: () => {},
+        first: () => firstMayFinish.opened,
+        quit: () => handlerStopped.open({ stopping: worker.stop() }),
+        held: () => {},
+      },
+    });
+    const events: string[] = [];
+    worker.on('job:released', (job) => events.push(`released ${job.kind}`));
+    await worker.start();
+    try {
+      await waitForBlockedBy(t.db.pool, rows[0]!.pid, 'the claim of `held` waiting on the advisory lock');
+      expect([worker.activeCount, worker.bufferedCount]).toEqual([1, 1]);
+      const stopped = nextEvent(worker, 'worker:stop', 30_000);
+      firstMayFinish.open();
+      const { stopping } = await handlerStopped.opened;
+      void stopping.then(() => events.push('stop resolved'));
+      await holder.query('SELECT pg_advisory_unlock(4243)');
+      await stopping;
+      expect(events).toEqual(['released held', 'stop resolved']);
+      expect(await t.row(held.id)).toEqual({
+        status: 'queued',
+        attempts: 0,
+        locked_by: null,
+        last_error: null,
+      });
+      await stopped;
+      expect(await t.row(first.id)).toEqual(SUCCEEDED_ONCE);
+      expect(await t.row(quit.id)).toEqual(SUCCEEDED_ONCE);
+    } finally {
+      // A failure above leaves neither the handler nor the claim waiting on the worker's stop.
+      firstMayFinish.open();
+      await holder.query('SELECT pg_advisory_unlock_all()');
+    }
   });
 
   it('a stop() from a handler of another worker is an ordinary stop of that worker', async () => {

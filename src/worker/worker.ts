@@ -604,8 +604,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
    *
    * Called by a handler of this worker before the handler's first `await`
    * (as in `async (job) => { await worker.stop(); … }`; for a batch handler,
-   * all the jobs of its batch), it does not wait for that handler: it resolves once the other handlers are done or given back,
-   * and the calling job ends by its handler's result, which stop waits for
+   * all the jobs of its batch), it does not wait for that handler: it
+   * resolves once the other handlers are done or given back (and the jobs of
+   * a claim in flight with them), and the calling job ends by its handler's
+   * result, which stop waits for
    * until `shutdownTimeoutMs` (at least a second after the others are done)
    * before it aborts and gives back that job too. Called later in a handler
    * (or by a transactional handler, or one behind middleware, which start
@@ -648,13 +650,15 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const releasingBuffered = this.#release(buffered, graceLeft());
     await this.#executions.whenIdle(remaining(), this.#stopCallers);
     await Promise.all([releasingBuffered, this.#giveBackRunning(this.#stopCallers, graceLeft())]);
+    // A claim in flight comes back and its jobs are given back before a handler's stop() resolves.
+    await settlesWithin(claimLoopStopped, graceLeft(), clock);
+    await settlesWithin(Promise.all(this.#releasing), graceLeft(), clock);
     this.#resolveHandlersDone();
     if (this.#stopCallers.size > 0) {
       // Handlers that called stop() end by their own result: until the deadline, or a short while after the others.
       await this.#executions.whenIdle(Math.max(remaining(), Math.min(STOP_CALLER_GRACE_MS, graceLeft())));
       await this.#giveBackRunning(new Set(), graceLeft());
     }
-    await settlesWithin(claimLoopStopped, graceLeft(), clock);
     await this.#completer.drain(graceLeft());
     await settlesWithin(
       Promise.all([this.#heartbeat.stop(), this.#maintainer.stop(), this.#cancellation.stop()]),
