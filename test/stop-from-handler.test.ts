@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { type Handlers, type JobMap, ShutdownError, type Worker } from '../src/index.js';
-import { waitForBlockedBy } from './support/database.js';
+import { waitFor, waitForBlockedBy } from './support/database.js';
 import { eventOf, nextEvent, record } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
 import { gate } from './support/gate.js';
@@ -137,8 +137,13 @@ describe('stop() from a handler', () => {
     expect([worker.activeCount, worker.bufferedCount]).toEqual([0, 0]);
   });
 
-  it('not awaited, while a claim is in flight: it resolves only once that claim came back and its job was given back', async () => {
-    // The claim of `held` waits for an advisory lock this test holds.
+  /**
+   * Holds every claim of a job of kind `held` on an advisory lock this test
+   * takes; `release()` lets them go. Enqueues, in claim order, `warm` (it
+   * gives the worker a run time: it prefetches only then), `first`, `quit`
+   * and `held`.
+   */
+  async function claimHeldInFlight() {
     const holdClaim = `${quoteIdent(t.schema)}.hold_claim`;
     await t.query(`CREATE FUNCTION ${holdClaim}() RETURNS trigger LANGUAGE plpgsql AS $$
                    BEGIN PERFORM pg_advisory_lock_shared(4243); PERFORM pg_advisory_unlock_shared(4243); RETURN NEW; END $$`);
@@ -151,20 +156,27 @@ describe('stop() from a handler', () => {
     const { rows } = await holder.query<{ pid: number }>(
       'SELECT pg_advisory_lock(4243), pg_backend_pid() AS pid',
     );
-    // One slot, one job a claim. `warm` gives the worker a run time (it prefetches only then); then
-    // `first` runs, `quit` waits in the buffer, and the claim of `held` is in flight.
-    await t.skiplock.enqueue('warm', {}, { queue: 'in-flight' });
-    const first = await t.skiplock.enqueue('first', {}, { queue: 'in-flight' });
-    const quit = await t.skiplock.enqueue('quit', {}, { queue: 'in-flight' });
-    const held = await t.skiplock.enqueue('held', {}, { queue: 'in-flight' });
+    const jobs: Record<string, string> = {};
+    for (const kind of ['warm', 'first', 'quit', 'held'])
+      jobs[kind] = (await t.skiplock.enqueue(kind, {}, { queue: 'in-flight' })).id;
+    return {
+      jobs,
+      /** Resolves once the claim of `held` waits on the lock. */
+      blocked: () =>
+        waitForBlockedBy(t.db.pool, rows[0]!.pid, 'the claim of `held` waiting on the advisory lock'),
+      release: () => holder.query('SELECT pg_advisory_unlock_all()'),
+    };
+  }
+
+  /** One slot, one job a claim: `first` runs, `quit` waits in the buffer while the claim of `held` is in flight. */
+  const inFlight = { ...base, queues: ['in-flight'], concurrency: 1, batchSize: 1, prefetch: 2 };
+
+  it('not awaited, while a claim is in flight: it resolves only once that claim came back and its job was given back', async () => {
+    const held = await claimHeldInFlight();
     const firstMayFinish = gate();
     const handlerStopped = gate<{ stopping: Promise<void> }>();
     const worker: Worker = t.worker({
-      ...base,
-      queues: ['in-flight'],
-      concurrency: 1,
-      batchSize: 1,
-      prefetch: 2,
+      ...inFlight,
       shutdownTimeoutMs: NEVER_MS,
       handlers: {
         warm: () => {},
@@ -177,28 +189,69 @@ describe('stop() from a handler', () => {
     worker.on('job:released', (job) => events.push(`released ${job.kind}`));
     await worker.start();
     try {
-      await waitForBlockedBy(t.db.pool, rows[0]!.pid, 'the claim of `held` waiting on the advisory lock');
+      await held.blocked();
       expect([worker.activeCount, worker.bufferedCount]).toEqual([1, 1]);
       const stopped = nextEvent(worker, 'worker:stop', 30_000);
       firstMayFinish.open();
       const { stopping } = await handlerStopped.opened;
       void stopping.then(() => events.push('stop resolved'));
-      await holder.query('SELECT pg_advisory_unlock(4243)');
+      await held.release();
       await stopping;
       expect(events).toEqual(['released held', 'stop resolved']);
-      expect(await t.row(held.id)).toEqual({
+      expect(await t.row(held.jobs.held!)).toEqual({
         status: 'queued',
         attempts: 0,
         locked_by: null,
         last_error: null,
       });
       await stopped;
-      expect(await t.row(first.id)).toEqual(SUCCEEDED_ONCE);
-      expect(await t.row(quit.id)).toEqual(SUCCEEDED_ONCE);
+      expect(await t.row(held.jobs.first!)).toEqual(SUCCEEDED_ONCE);
+      expect(await t.row(held.jobs.quit!)).toEqual(SUCCEEDED_ONCE);
     } finally {
       // A failure above leaves neither the handler nor the claim waiting on the worker's stop.
       firstMayFinish.open();
-      await holder.query('SELECT pg_advisory_unlock_all()');
+      await held.release();
+    }
+  });
+
+  it('awaited, while a claim is in flight past shutdownTimeoutMs: the calling job still ends by its own result', async () => {
+    const held = await claimHeldInFlight();
+    const firstMayFinish = gate();
+    const worker: Worker = t.worker({
+      ...inFlight,
+      shutdownTimeoutMs: 1_000,
+      handlers: {
+        warm: () => {},
+        first: () => firstMayFinish.opened,
+        quit: async () => {
+          await worker.stop();
+        },
+        held: () => {},
+      },
+    });
+    let quitSucceeded = false;
+    worker.on('job:success', (job) => {
+      if (job.kind === 'quit') quitSucceeded = true;
+    });
+    await worker.start();
+    try {
+      await held.blocked();
+      const stopped = nextEvent(worker, 'worker:stop', 30_000);
+      firstMayFinish.open();
+      // The claim is still held: waiting for it must not take the calling handler's time.
+      await waitFor(() => quitSucceeded, 20_000, 'the calling job to succeed');
+      await held.release();
+      await stopped;
+      expect(await t.row(held.jobs.quit!)).toEqual(SUCCEEDED_ONCE);
+      expect(await t.row(held.jobs.held!)).toEqual({
+        status: 'queued',
+        attempts: 0,
+        locked_by: null,
+        last_error: null,
+      });
+    } finally {
+      firstMayFinish.open();
+      await held.release();
     }
   });
 

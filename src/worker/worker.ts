@@ -650,15 +650,17 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const releasingBuffered = this.#release(buffered, graceLeft());
     await this.#executions.whenIdle(remaining(), this.#stopCallers);
     await Promise.all([releasingBuffered, this.#giveBackRunning(this.#stopCallers, graceLeft())]);
-    // A claim in flight comes back and its jobs are given back before a handler's stop() resolves.
-    await settlesWithin(claimLoopStopped, graceLeft(), clock);
-    await settlesWithin(Promise.all(this.#releasing), graceLeft(), clock);
+    // A claim in flight comes back and its jobs are given back before a handler's stop() resolves,
+    // within shutdownTimeoutMs: the grace past it is the calling handler's.
+    await settlesWithin(claimLoopStopped, remaining(), clock);
+    await settlesWithin(Promise.all(this.#releasing), remaining(), clock);
     this.#resolveHandlersDone();
     if (this.#stopCallers.size > 0) {
       // Handlers that called stop() end by their own result: until the deadline, or a short while after the others.
       await this.#executions.whenIdle(Math.max(remaining(), Math.min(STOP_CALLER_GRACE_MS, graceLeft())));
       await this.#giveBackRunning(new Set(), graceLeft());
     }
+    await settlesWithin(claimLoopStopped, graceLeft(), clock);
     await this.#completer.drain(graceLeft());
     await settlesWithin(
       Promise.all([this.#heartbeat.stop(), this.#maintainer.stop(), this.#cancellation.stop()]),
