@@ -1,10 +1,12 @@
 /**
  * Scenario 3, idle latency: a started, idle worker in this process; jobs
  * enqueued one by one 20 ms apart; the time from just before the enqueue call
- * to the handler's start, on this process's clock.
+ * to the handler's start, on this process's clock. Runs interleave across
+ * systems.
  */
 import { quantile } from '../report.js';
-import { type BenchContext, type Scenario, sleep, waitFor, withTarget } from './scenario.js';
+import type { BenchSystem } from '../systems/system.js';
+import { type BenchContext, type OpenTarget, openTarget, type Scenario, sleep, waitFor } from './scenario.js';
 
 const SPACING_MS = 20;
 
@@ -13,9 +15,14 @@ export const latencyScenario: Scenario = {
   title: 'Idle latency',
   async run(ctx: BenchContext) {
     const jobs = ctx.smoke ? 50 : ctx.quick ? 200 : 500;
-    for (const system of ctx.systems) {
-      await withTarget(ctx, system, 'latency', async (client) => {
-        for (let run = 0; run < ctx.runs; run++) {
+    const targets = new Map<BenchSystem, OpenTarget>();
+    try {
+      // Every system's database exists for the whole scenario, so that runs interleave across
+      // systems: a machine that drifts during the scenario weighs on each alike.
+      for (const system of ctx.systems) targets.set(system, await openTarget(ctx, system, 'latency'));
+      for (let run = 0; run < ctx.runs; run++) {
+        for (const system of ctx.systems) {
+          const client = targets.get(system)!.client;
           const enqueuedAt = new Float64Array(jobs);
           const latencies: number[] = [];
           const worker = await client.startWorker({
@@ -59,7 +66,9 @@ export const latencyScenario: Scenario = {
           );
           await client.purge();
         }
-      });
+      }
+    } finally {
+      for (const target of targets.values()) await target.close();
     }
   },
 };
