@@ -6,7 +6,7 @@
  */
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Skiplock, type Worker } from '../src/index.js';
+import { DatabaseError, Skiplock, type Worker } from '../src/index.js';
 import { loadMigrations } from '../src/migrations/migrator.js';
 import { createTestDatabase, TEST_SCHEMA, type TestDatabase, waitFor } from './support/database.js';
 import { nextEvent } from './support/events.js';
@@ -91,6 +91,23 @@ describe.skipIf(!program)('behind PgBouncer in transaction mode', () => {
     } finally {
       await s.close();
     }
+  });
+
+  it('a worker with session settings is refused by the pooler, with an error that names sessionSettings', async () => {
+    const worker = bounced.worker({
+      handleSignals: false,
+      listenConnectionString: db.url,
+      handlers: { x: () => {} },
+    });
+    const refused = await worker.start().then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    expect(refused).toBeInstanceOf(DatabaseError);
+    expect((refused as DatabaseError).sqlState).toBe('08P01');
+    expect((refused as DatabaseError).message).toMatch(
+      /unsupported startup parameter.*behind PgBouncer in transaction mode, give the worker sessionSettings: false/,
+    );
   });
 
   /** Enqueues `count` jobs of queue `queue`, waits until the started workers ran them all, stops them. */

@@ -169,6 +169,10 @@ export function translateError(error: unknown): SkiplockError {
   // undefined_table: almost always a schema nobody migrated.
   if (sqlState === '42P01')
     message += '; is the skiplock schema migrated? run migrate() or `skiplock migrate`';
+  // protocol_violation at connect: a pooler (PgBouncer) refusing the worker's startup options.
+  if (sqlState === '08P01' && message.includes('unsupported startup parameter'))
+    message +=
+      '; behind PgBouncer in transaction mode, give the worker sessionSettings: false (--no-session-settings)';
   return new DatabaseError(sqlState ? `${message} (SQLSTATE ${sqlState})` : message, sqlState, {
     cause: error,
   });
