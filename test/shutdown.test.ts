@@ -1,12 +1,12 @@
 /** Stopping a worker: running handlers finish within the deadline, the rest are given back uncharged. */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
-import { quoteIdent } from '../src/db/sql.js';
 import { type Job, ShutdownError, Skiplock } from '../src/index.js';
 import { waitFor } from './support/database.js';
 import { nextEvent, record } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
 import { gate, untilAborted } from './support/gate.js';
+import { holdClaims } from './support/held-claims.js';
 import { startNetProxy } from './support/net-proxy.js';
 
 const t = useTestDatabase();
@@ -67,44 +67,23 @@ describe('graceful stop', () => {
       Array.from({ length: 300 }, (_, i) => ({ kind: 'late', payload: { i }, queue: 'late' })),
     );
     // The claim waits, row by row, for an advisory lock this test holds.
-    const holdClaim = `${quoteIdent(t.schema)}.hold_claim`;
-    await t.query(`CREATE FUNCTION ${holdClaim}() RETURNS trigger LANGUAGE plpgsql AS $$
-                   BEGIN PERFORM pg_advisory_lock_shared(4242); PERFORM pg_advisory_unlock_shared(4242); RETURN NEW; END $$`);
-    await t.query(
-      `CREATE TRIGGER hold_claim BEFORE UPDATE ON ${t.jobs} FOR EACH ROW WHEN (NEW.status = 'running')
-       EXECUTE FUNCTION ${holdClaim}()`,
+    const held = await holdClaims(t, 4242);
+    // Nothing may run: every claimed job is given back by the stop.
+    const ran: number[] = [];
+    const late = (job: Job) => {
+      ran.push(job.attempts);
+    };
+    const worker = t.worker({ ...base, queues: ['late'], concurrency: 10, handlers: { late } });
+    await worker.start();
+    await held.blocked();
+    const stopping = worker.stop();
+    await held.release();
+    await stopping;
+    expect(ran).toEqual([]);
+    const rows = await t.query<{ status: string; attempts: number; n: number }>(
+      `SELECT status, attempts, count(*)::int AS n FROM ${t.jobs} GROUP BY 1, 2`,
     );
-    const holder = await t.db.pool.connect();
-    try {
-      await holder.query('SELECT pg_advisory_lock(4242)');
-      // Nothing may run: every claimed job is given back by the stop.
-      const ran: number[] = [];
-      const late = (job: Job) => {
-        ran.push(job.attempts);
-      };
-      const worker = t.worker({ ...base, queues: ['late'], concurrency: 10, handlers: { late } });
-      await worker.start();
-      await waitFor(
-        async () =>
-          (
-            await t.query<{ n: number }>(
-              `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'`,
-            )
-          )[0]!.n > 0,
-        20_000,
-        'a claim waiting on the advisory lock',
-      );
-      const stopping = worker.stop();
-      await holder.query('SELECT pg_advisory_unlock(4242)');
-      await stopping;
-      expect(ran).toEqual([]);
-      const rows = await t.query<{ status: string; attempts: number; n: number }>(
-        `SELECT status, attempts, count(*)::int AS n FROM ${t.jobs} GROUP BY 1, 2`,
-      );
-      expect(rows).toEqual([{ status: 'queued', attempts: 0, n: 300 }]);
-    } finally {
-      holder.release();
-    }
+    expect(rows).toEqual([{ status: 'queued', attempts: 0, n: 300 }]);
   });
 
   it('claims nothing after stop: another worker finds the job unclaimed', async () => {

@@ -6,11 +6,11 @@
  */
 import { describe, expect, it } from 'vitest';
 import { type Handlers, type JobMap, ShutdownError, type Worker } from '../src/index.js';
-import { waitFor, waitForBlockedBy } from './support/database.js';
+import { waitFor } from './support/database.js';
 import { eventOf, nextEvent, record } from './support/events.js';
 import { useTestDatabase } from './support/fixture.js';
 import { gate } from './support/gate.js';
-import { quoteIdent } from './support/sql.js';
+import { holdClaims } from './support/held-claims.js';
 
 const t = useTestDatabase();
 
@@ -138,34 +138,16 @@ describe('stop() from a handler', () => {
   });
 
   /**
-   * Holds every claim of a job of kind `held` on an advisory lock this test
-   * takes; `release()` lets them go. Enqueues, in claim order, `warm` (it
+   * Holds every claim of a job of kind `held` (see {@link holdClaims}). Enqueues, in claim order, `warm` (it
    * gives the worker a run time: it prefetches only then), `first`, `quit`
    * and `held`.
    */
   async function claimHeldInFlight() {
-    const holdClaim = `${quoteIdent(t.schema)}.hold_claim`;
-    await t.query(`CREATE FUNCTION ${holdClaim}() RETURNS trigger LANGUAGE plpgsql AS $$
-                   BEGIN PERFORM pg_advisory_lock_shared(4243); PERFORM pg_advisory_unlock_shared(4243); RETURN NEW; END $$`);
-    await t.query(
-      `CREATE TRIGGER hold_claim BEFORE UPDATE ON ${t.jobs} FOR EACH ROW
-       WHEN (NEW.status = 'running' AND NEW.kind = 'held') EXECUTE FUNCTION ${holdClaim}()`,
-    );
-    const holder = await t.db.pool.connect();
-    t.defer(() => holder.release());
-    const { rows } = await holder.query<{ pid: number }>(
-      'SELECT pg_advisory_lock(4243), pg_backend_pid() AS pid',
-    );
+    const held = await holdClaims(t, 4243, true);
     const jobs: Record<string, string> = {};
     for (const kind of ['warm', 'first', 'quit', 'held'])
       jobs[kind] = (await t.skiplock.enqueue(kind, {}, { queue: 'in-flight' })).id;
-    return {
-      jobs,
-      /** Resolves once the claim of `held` waits on the lock. */
-      blocked: () =>
-        waitForBlockedBy(t.db.pool, rows[0]!.pid, 'the claim of `held` waiting on the advisory lock'),
-      release: () => holder.query('SELECT pg_advisory_unlock_all()'),
-    };
+    return { ...held, jobs };
   }
 
   /** One slot, one job a claim: `first` runs, `quit` waits in the buffer while the claim of `held` is in flight. */

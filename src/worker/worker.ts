@@ -606,10 +606,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
    * (as in `async (job) => { await worker.stop(); … }`; for a batch handler,
    * all the jobs of its batch), it does not wait for that handler: it
    * resolves once the other handlers are done or given back (and the jobs of
-   * a claim in flight with them), and the calling job ends by its handler's
-   * result, which stop waits for
-   * until `shutdownTimeoutMs` (at least a second after the others are done)
-   * before it aborts and gives back that job too. Called later in a handler
+   * a claim in flight with them, waited for until `shutdownTimeoutMs`), and
+   * the calling job ends by its handler's result, which stop waits for until
+   * `shutdownTimeoutMs` (at least a second after the others are done) before
+   * it aborts and gives back that job too. Called later in a handler
    * (or by a transactional handler, or one behind middleware, which start
    * after an `await` of the worker's), it is an ordinary stop: a handler that
    * awaits it is aborted at the deadline, and its job given back.
