@@ -7,7 +7,8 @@
  * packages loaded when a target or worker connects.
  */
 import { createHash } from 'node:crypto';
-import type { JsMsg } from '@nats-io/jetstream';
+import { setTimeout as delay } from 'node:timers/promises';
+import type { Consumer, ConsumerMessages, JsMsg } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { ValidationError } from '../errors.js';
 import type { JobMap } from '../job/job.js';
@@ -21,6 +22,7 @@ import {
   type BrokerWorkerOptions,
   FinishedMessages,
   MessageRefusedError,
+  type Republish,
   settle,
   withinMs,
 } from './broker-worker.js';
@@ -237,10 +239,30 @@ export function natsConsumerName(subject: string): string {
 /** The options of {@link NatsWorkerOptions} beyond those every broker-side worker takes. */
 const NATS_WORKER_KEYS = [...NATS_STREAM_KEYS, 'ackWaitMs'];
 
-/** A broker-side worker on NATS JetStream: `start()`, `stop()`, events. */
+/**
+ * How long one pull request waits at the broker for messages, in
+ * milliseconds (the client's least). A stop waits for the open ones to end
+ * this way rather than leaving them: the broker says when a request is over,
+ * after the last message it sent for it.
+ */
+const PULL_EXPIRES_MS = 1000;
+
+/** How long a pull loop pauses after a broker error, in milliseconds. */
+const PULL_RETRY_MS = 1000;
+
+/**
+ * A broker-side worker on NATS JetStream: `start()`, `stop()`, events.
+ *
+ * Each queue's loop pulls only as many messages as there are free slots, and
+ * pulls again when its request is over (filled, or after
+ * {@link PULL_EXPIRES_MS} without messages): a busy worker holds no delivery
+ * it cannot run, so other workers run them, and no delivery waits unseen in
+ * the client while its ack wait runs out.
+ */
 export class NatsWorker extends BrokerWorker {
   readonly #stream: Required<NatsStreamOptions>;
   readonly #ackWaitMs: number;
+  /** Waiting for a slot to free: a pull loop, or a delivery of another queue's loop. */
   readonly #slots: (() => void)[] = [];
   /**
    * The deliveries of the jobs waiting for a slot or running here, by message id:
@@ -250,14 +272,17 @@ export class NatsWorker extends BrokerWorker {
   readonly #current = new Map<string, { message: JsMsg }>();
   readonly #done = new FinishedMessages();
   /**
-   * Deliveries that came in while stopping, given back (`nak`) only once the
-   * consumers' subscriptions are gone: given back sooner, the server may send
-   * one straight back to this worker's own open pull request.
+   * Deliveries that came in while stopping, given back (`nak`) once the pull
+   * loops have ended: given back sooner, the broker may send one straight back
+   * to this worker's own open pull request.
    */
   readonly #givenBack: JsMsg[] = [];
   #connection: NatsConnection | undefined;
-  readonly #subscriptions: ConsumedMessages[] = [];
-  readonly #consuming: Promise<void>[] = [];
+  /** The pull requests open now, stopped (unsubscribed) only when a stop runs out of time. */
+  readonly #pulls = new Set<ConsumerMessages>();
+  readonly #loops: Promise<void>[] = [];
+  /** Ends a pull loop's pause after an error, on stop. */
+  readonly #stopped = new AbortController();
 
   /** Made by {@link natsWorker}. */
   constructor(skiplock: Skiplock, options: NatsWorkerOptions<JobMap>) {
@@ -274,21 +299,25 @@ export class NatsWorker extends BrokerWorker {
   protected async connect(): Promise<void> {
     const { nats, jetstream } = await loadClients();
     const connection = await nats.connect({ servers: this.#stream.servers, maxReconnectAttempts: -1 });
+    let consumers: Consumer[];
     try {
-      await this.#subscribe(jetstream, connection);
+      consumers = await this.#consumers(jetstream, connection);
     } catch (error) {
-      for (const subscription of this.#subscriptions.splice(0)) subscription.stop();
       await connection.close().catch(() => {});
       throw error;
     }
     this.#connection = connection;
+    const client = jetstream.jetstream(connection);
+    const republish = (job: RelayedJob) => this.#republish(client, connection, job);
+    for (const consumer of consumers) this.#loops.push(this.#pull(consumer, republish));
   }
 
-  async #subscribe(jetstream: JetStreamModule, connection: NatsConnection): Promise<void> {
+  /** The durable consumer of each queue, created or its ack wait raised as needed. */
+  async #consumers(jetstream: JetStreamModule, connection: NatsConnection): Promise<Consumer[]> {
     await ensureStream(jetstream, connection, this.#stream);
     const manager = await jetstream.jetstreamManager(connection);
     const client = jetstream.jetstream(connection);
-    const republish = (job: RelayedJob) => this.#republish(client, connection, job);
+    const consumers: Consumer[] = [];
     for (const queue of this.settings.queues) {
       const subject = natsSubject(this.#stream.subjectPrefix, queue);
       const name = natsConsumerName(subject);
@@ -313,11 +342,9 @@ export class NatsWorker extends BrokerWorker {
           max_ack_pending: Math.max(1000, this.settings.concurrency * 2),
         });
       }
-      const consumer = await client.consumers.get(this.#stream.stream, name);
-      const messages = await consumer.consume({ max_messages: this.settings.concurrency });
-      this.#subscriptions.push(messages);
-      this.#consuming.push(this.#consume(messages, republish));
+      consumers.push(await client.consumers.get(this.#stream.stream, name));
     }
+    return consumers;
   }
 
   async #republish(
@@ -336,89 +363,107 @@ export class NatsWorker extends BrokerWorker {
     }
   }
 
-  async #consume(
-    messages: AsyncIterable<JsMsg>,
-    republish: (job: RelayedJob) => Promise<void>,
-  ): Promise<void> {
-    try {
-      for await (const message of messages) {
-        if (this.stopping) {
-          this.#givenBack.push(message);
-          continue;
-        }
-        let job: RelayedJob;
-        try {
-          job = decodeRelayedJob(message.data);
-        } catch (error) {
-          // Not a skiplock job: kept out of the way, and reported.
-          message.term('not a relayed skiplock job');
-          this.runner.report(error, 'consume');
-          continue;
-        }
-        const messageId = brokerMessageId(job);
-        if (this.#done.has(messageId)) {
-          message.ack();
-          continue;
-        }
-        const held = this.#current.get(messageId);
-        if (held) {
-          held.message = message;
-          continue;
-        }
-        const delivery = { message };
-        this.#current.set(messageId, delivery);
-        // The slots are shared by every queue's consumer. A job waiting for one
-        // keeps its delivery, as a running one does.
-        if (this.runner.activeCount >= this.settings.concurrency) {
-          const beat = setInterval(() => delivery.message.working(), Math.floor(this.#ackWaitMs / 3));
-          await new Promise<void>((resolve) => this.#slots.push(resolve));
-          clearInterval(beat);
-          if (this.stopping) {
-            this.#current.delete(messageId);
-            this.#givenBack.push(delivery.message);
-            continue;
-          }
-        }
-        void this.runner
-          .run(
-            {
-              job,
-              ack: async () => {
-                await delivery.message.ackAck();
-                this.#done.add(messageId);
-              },
-              retry: (delayMs) => delivery.message.nak(delayMs),
-              working: () => delivery.message.working(),
-            },
-            republish,
-          )
-          .finally(() => {
-            this.#current.delete(messageId);
-            this.#slots.shift()?.();
-          });
+  /** Resolves when a running job ends (or on stop). */
+  #slotFreed(): Promise<void> {
+    return new Promise<void>((resolve) => this.#slots.push(resolve));
+  }
+
+  /** One queue's loop: a pull request for the free slots, its messages taken in, again until stopped. */
+  async #pull(consumer: Consumer, republish: Republish): Promise<void> {
+    while (!this.stopping) {
+      const free = this.settings.concurrency - this.runner.activeCount;
+      if (free <= 0) {
+        await this.#slotFreed();
+        continue;
       }
-    } catch (error) {
-      this.runner.report(error, 'consume');
+      let messages: ConsumerMessages | undefined;
+      try {
+        messages = await consumer.fetch({ max_messages: free, expires: PULL_EXPIRES_MS });
+        this.#pulls.add(messages);
+        for await (const message of messages) await this.#take(message, republish);
+      } catch (error) {
+        if (this.stopping) break;
+        this.runner.report(error, 'consume');
+        await delay(PULL_RETRY_MS, undefined, { signal: this.#stopped.signal }).catch(() => {});
+      } finally {
+        if (messages) this.#pulls.delete(messages);
+      }
     }
   }
 
+  /** Runs one delivered message, or gives it back when stopping; waits while every slot is taken. */
+  async #take(message: JsMsg, republish: Republish): Promise<void> {
+    if (this.stopping) {
+      this.#givenBack.push(message);
+      return;
+    }
+    let job: RelayedJob;
+    try {
+      job = decodeRelayedJob(message.data);
+    } catch (error) {
+      // Not a skiplock job: kept out of the way, and reported.
+      message.term('not a relayed skiplock job');
+      this.runner.report(error, 'consume');
+      return;
+    }
+    const messageId = brokerMessageId(job);
+    if (this.#done.has(messageId)) {
+      message.ack();
+      return;
+    }
+    const held = this.#current.get(messageId);
+    if (held) {
+      held.message = message;
+      return;
+    }
+    const delivery = { message };
+    this.#current.set(messageId, delivery);
+    // The slots are shared by every queue's loop, each of which pulled for the
+    // slots free when it asked. A job waiting for one keeps its delivery, as a
+    // running one does.
+    if (this.runner.activeCount >= this.settings.concurrency) {
+      const beat = setInterval(() => delivery.message.working(), Math.floor(this.#ackWaitMs / 3));
+      await this.#slotFreed();
+      clearInterval(beat);
+      if (this.stopping) {
+        this.#current.delete(messageId);
+        this.#givenBack.push(delivery.message);
+        return;
+      }
+    }
+    void this.runner
+      .run(
+        {
+          job,
+          ack: async () => {
+            await delivery.message.ackAck();
+            this.#done.add(messageId);
+          },
+          retry: (delayMs) => delivery.message.nak(delayMs),
+          working: () => delivery.message.working(),
+        },
+        republish,
+      )
+      .finally(() => {
+        this.#current.delete(messageId);
+        this.#slots.shift()?.();
+      });
+  }
+
   protected async disconnect(): Promise<void> {
-    // Deliveries waiting for a slot go to the ones given back.
+    this.#stopped.abort();
+    // Pull loops and deliveries waiting for a slot stop waiting: those deliveries go to the ones given back.
     for (const release of this.#slots.splice(0)) release();
-    // The server may have sent more for the consumers' open pull requests: those
-    // still reach the loop, instead of waiting out their ack wait in a closed
-    // subscription. Once the loops have ended, no pull request of this worker is
-    // left for a given-back delivery to come back to. A broker that stopped
-    // answering ends none of these steps: each is waited for up to
-    // shutdownTimeoutMs, then the connection is dropped.
-    await withinMs(
-      Promise.allSettled(this.#subscriptions.map(drainSubscription)),
-      this.settings.shutdownTimeoutMs,
-    );
-    for (const subscription of this.#subscriptions) subscription.stop();
-    await withinMs(Promise.allSettled(this.#consuming), this.settings.shutdownTimeoutMs);
-    for (const message of this.#givenBack.splice(0)) settle(() => message.nak());
-    await this.runner.drain(this.settings.shutdownTimeoutMs);
+    // An open pull request ends at the broker within PULL_EXPIRES_MS; what it
+    // brings meanwhile is given back. Unsubscribing sooner would drop a message
+    // the broker was sending right then, back only after its ack wait. A broker
+    // that stopped answering ends none of these steps: each is waited for up to
+    // shutdownTimeoutMs, then the requests are dropped and so is the connection.
+    const pullsEnded = withinMs(Promise.allSettled(this.#loops), this.settings.shutdownTimeoutMs).then(() => {
+      for (const pull of this.#pulls) pull.stop();
+      for (const message of this.#givenBack.splice(0)) settle(() => message.nak());
+    });
+    await Promise.all([pullsEnded, this.runner.drain(this.settings.shutdownTimeoutMs)]);
     const connection = this.#connection;
     if (connection) {
       await withinMs(
@@ -428,24 +473,6 @@ export class NatsWorker extends BrokerWorker {
       await connection.close().catch(() => {});
     }
   }
-}
-
-/** What `consume()` returns, as the worker uses it; `sub` is the client's own field, read when present. */
-interface ConsumedMessages extends AsyncIterable<JsMsg> {
-  stop(): void;
-  sub?: { drain?(): Promise<void> };
-}
-
-/**
- * Ends a consumer's subscription the way NATS drains one: unsubscribes, then
- * waits until the messages the server sent before that have been handed to
- * the iterator. `ConsumerMessages.stop()` alone unsubscribes at once, and a
- * message already on its way is then dropped by the client while the server
- * counts it delivered, so it comes back only after the ack wait. Without the
- * client's `sub` field (another client version), nothing is waited for.
- */
-async function drainSubscription(messages: ConsumedMessages): Promise<void> {
-  await messages.sub?.drain?.();
 }
 
 /**

@@ -303,6 +303,35 @@ describe('natsWorker', () => {
     expect([...first, ...second].sort((a, b) => a - b)).toEqual(numbers);
   });
 
+  it('pulls no more than its free slots: while it is busy, another worker runs the rest', async () => {
+    const stream = relayed('q');
+    let release: () => void = () => {};
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const first: number[] = [];
+    await startedWorker(stream, {
+      concurrency: 2,
+      handlers: {
+        slow: async (job) => {
+          first.push((job.payload as { n: number }).n);
+          await held;
+        },
+      },
+    });
+    const numbers = Array.from({ length: 30 }, (_, i) => i + 1);
+    await t.skiplock.enqueueMany(numbers.map((n) => ({ kind: 'slow', payload: { n }, queue: 'q' })));
+    await until(() => first.length === 2, 'two jobs running');
+    const second: number[] = [];
+    await startedWorker(stream, {
+      handlers: { slow: (job) => void second.push((job.payload as { n: number }).n) },
+    });
+    // Every job the busy worker did not start is run by the other one (none waits in its client).
+    await until(() => second.length === 28, 'the 28 others run by the second worker', 20_000);
+    expect([...first, ...second].sort((a, b) => a - b)).toEqual(numbers);
+    release();
+  });
+
   it('gives a job of a kind it has no handler for back, uncharged, for a worker that has one', async () => {
     const stream = relayed('q');
     const older = await startedWorker(stream, { handlers: { a: () => {} } });
