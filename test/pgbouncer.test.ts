@@ -158,6 +158,38 @@ describe.skipIf(!program)('behind PgBouncer in transaction mode', () => {
     expect(warnings.filter((m) => m.includes('probe'))).toEqual([]);
   });
 
+  it('workers with named claims (the default) claim through the pooler: each job exactly once, no error', async () => {
+    // Named claims meet server connections that never parsed them: the first refusal turns them off.
+    const ran = new Map<string, number>();
+    const errors: string[] = [];
+    const namedWorkers = (queue: string) =>
+      [1, 2].map(() => {
+        const w = bounced.worker({
+          handleSignals: false,
+          sessionSettings: false,
+          queues: [queue],
+          concurrency: 4,
+          batchSize: 5,
+          pollIntervalMs: 100,
+          listenConnectionString: db.url,
+          handlers: { bounced_work: (job) => void ran.set(job.id, (ran.get(job.id) ?? 0) + 1) },
+        });
+        w.on('error', (e, source) => errors.push(`${source}: ${e.message}`));
+        return w;
+      });
+    const open = namedWorkers('q-named-claim');
+    for (const w of open) await w.start();
+    const ids = await runAll(open, ran, 'q-named-claim', 300);
+    // A limited queue's claim is another statement, named the same way.
+    await bounced.setQueueLimits('q-named-limited', { concurrency: 3 });
+    const limited = namedWorkers('q-named-limited');
+    for (const w of limited) await w.start();
+    const limitedIds = await runAll(limited, ran, 'q-named-limited', 100);
+    expect([...ran.keys()].sort()).toEqual([...ids, ...limitedIds].sort());
+    expect([...ran.values()].every((n) => n === 1)).toBe(true);
+    expect(errors).toEqual([]);
+  });
+
   it('workers with listen: false poll through the pooler and open no LISTEN connection', async () => {
     const ran = new Map<string, number>();
     const listens: number[] = [];

@@ -152,6 +152,7 @@ export function workerClaimRequest(
     workerId,
     visibilityTimeoutMs: options.visibilityTimeoutMs,
     prepared: options.preparedStatements,
+    named: { on: options.preparedStatements },
     kindMaxAttempts: kindMaxAttemptsOf(options.handlers),
     traceContext: traced,
   };

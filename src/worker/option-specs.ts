@@ -127,7 +127,9 @@ export const WORKER_TEXT_OPTIONS = {
 /** Worker options that are on by default; the command line turns each off with `--no-…`. */
 export const WORKER_SWITCH_OPTIONS = {
   listen: { help: 'open no LISTEN connection: find jobs by polling only' },
-  preparedStatements: { help: 'send the claim unnamed (PgBouncer in transaction mode)' },
+  preparedStatements: {
+    help: 'send the claim unnamed from the start (else named until a pooler refuses one)',
+  },
   sessionSettings: { help: 'no startup options on the worker’s connections (PgBouncer)' },
   schedules: { help: 'enqueue no schedule (cron) slots from this worker' },
 } as const;

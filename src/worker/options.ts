@@ -170,9 +170,12 @@ export interface WorkerOptions<Jobs extends JobMap> {
   listenProbeIntervalMs?: number;
   /**
    * Send the claim as a named prepared statement (parsed and planned once per
-   * connection). Turn off behind a pooler that does not carry prepared
-   * statements across its server connections (PgBouncer in transaction mode
-   * before 1.21, or without `max_prepared_statements`). @default true
+   * connection). Behind a pooler that does not carry prepared statements
+   * across its server connections (PgBouncer in transaction mode before 1.21,
+   * or without `max_prepared_statements`), the first refusal (SQLSTATE 26000
+   * or 42P05: the claim did not run) turns them off for this worker and the
+   * claim goes again unnamed; false never sends one, and so leaves no such
+   * refusal in the server's log. @default true
    */
   preparedStatements?: boolean;
   /**

@@ -9,8 +9,15 @@
  * and says so, so the other is sent at once.
  */
 import type pg from 'pg';
-import { type Queryable, run, runPrepared, type Statement, withTransaction } from '../executor.js';
-import { type ClaimedJob, type ClaimRequest, type ClaimRow, claimedJob, KIND_MAX_ATTEMPTS } from './claim.js';
+import { type Queryable, type Statement, withTransaction } from '../executor.js';
+import {
+  type ClaimedJob,
+  type ClaimRequest,
+  type ClaimRow,
+  claimedJob,
+  KIND_MAX_ATTEMPTS,
+  sendClaim,
+} from './claim.js';
 import { groupedClaimSql } from './claim-grouped.js';
 import { claimedCtes, LIMITED_CLAIM_COLUMNS, queueRoomCtes } from './queue-room.js';
 import type { SchemaNames } from './schema-names.js';
@@ -111,11 +118,8 @@ export class LimitedClaimQueries {
 
   async #send(db: Queryable, request: ClaimRequest): Promise<LimitedClaim & { readCommitted: boolean }> {
     const queue = request.queues[0] ?? '';
-    // A prepared statement needs a pg connection (the worker's); other callers send unnamed ones.
     const send = <Row>(statement: Statement, values: unknown[]) =>
-      request.prepared === false
-        ? run<Row>(db, statement, values)
-        : runPrepared<Row>(db as Pick<pg.Pool, 'query'>, statement, values);
+      sendClaim<Row>(db, request, statement, values);
     const values = [
       queue,
       request.limit,

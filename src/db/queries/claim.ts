@@ -6,7 +6,15 @@
  */
 import type pg from 'pg';
 import type { Job } from '../../job/job.js';
-import { run, runPrepared, type Statement } from '../executor.js';
+import {
+  type NamedStatements,
+  type Queryable,
+  type QueryResultLike,
+  run,
+  runNamedIfKept,
+  runPrepared,
+  type Statement,
+} from '../executor.js';
 import type { SuccessPolicy } from './finish.js';
 import { GROUPED } from './queue-limits.js';
 import type { SchemaNames } from './schema-names.js';
@@ -38,6 +46,13 @@ export interface ClaimRequest {
    * statements. @default true
    */
   prepared?: boolean;
+  /**
+   * A worker's switch for its named claims (see `runNamedIfKept`): the first
+   * refusal that says its connections do not keep named statements (a
+   * transaction pooler) turns it off, and that claim, which never ran, goes
+   * again unnamed. Absent, a refusal is an error.
+   */
+  named?: NamedStatements;
   /**
    * Kinds whose handler gives `maxAttempts`, and theirs: a claimed job of such
    * a kind whose producer left `maxAttempts` out takes the kind's. Absent, the
@@ -160,9 +175,8 @@ export class ClaimQueries {
    * @throws {DatabaseError} from the database.
    */
   async claim(pool: Pick<pg.Pool, 'query'>, request: ClaimRequest): Promise<ClaimedJob[]> {
-    const send = request.prepared === false ? run : runPrepared;
     const { statement, params } = this.statementFor(request);
-    const { rows } = await send<ClaimRow>(pool, statement, params);
+    const { rows } = await sendClaim<ClaimRow>(pool, request, statement, params);
     const jobs = new Array<ClaimedJob>(rows.length);
     for (let i = 0; i < rows.length; i++) jobs[i] = claimedJob(rows[i]!, request.traceContext);
     return jobs.sort(inClaimOrder);
@@ -212,4 +226,21 @@ export function claimedJob(r: ClaimRow, traceContext: boolean | undefined): Clai
   if (traceContext) job.traceContext = r.trace_context ?? null;
   if (r.on_success) job.onSuccess = r.on_success;
   return job;
+}
+
+/**
+ * Sends a claim statement as the request asks: unnamed when `prepared` is
+ * false, else named, falling back to unnamed through `named` when given.
+ */
+export function sendClaim<Row>(
+  db: Queryable,
+  request: Pick<ClaimRequest, 'prepared' | 'named'>,
+  statement: Statement,
+  values: unknown[],
+): Promise<QueryResultLike<Row>> {
+  if (request.prepared === false) return run<Row>(db, statement, values);
+  // A named statement needs a pg connection or pool (the worker's).
+  const pgDb = db as Pick<pg.Pool, 'query'>;
+  if (request.named) return runNamedIfKept<Row>(pgDb, statement, values, request.named);
+  return runPrepared<Row>(pgDb, statement, values);
 }
