@@ -256,14 +256,17 @@ const PULL_RETRY_MS = 1000;
  * Each queue's loop pulls only as many messages as there are free slots, and
  * pulls again when its request is over (filled, or after
  * {@link PULL_EXPIRES_MS} without messages): a busy worker holds no delivery
- * it cannot run, so other workers run them, and no delivery waits unseen in
- * the client while its ack wait runs out.
+ * it cannot run, so other workers run them. The queues share the slots, so a
+ * message may still arrive when none is free (another queue's took it): it
+ * waits for one, its delivery kept alive as a running job's is.
  */
 export class NatsWorker extends BrokerWorker {
   readonly #stream: Required<NatsStreamOptions>;
   readonly #ackWaitMs: number;
-  /** Waiting for a slot to free: a pull loop, or a delivery of another queue's loop. */
-  readonly #slots: (() => void)[] = [];
+  /** Pull loops waiting for a free slot: all are woken when one frees. */
+  readonly #idleLoops: (() => void)[] = [];
+  /** Deliveries waiting for a slot, oldest first: started one per freed slot. */
+  readonly #parked: { start(): void; giveBack(): void }[] = [];
   /**
    * The deliveries of the jobs waiting for a slot or running here, by message id:
    * a redelivery of one (its ack wait ran out) takes the place of the delivery
@@ -299,9 +302,10 @@ export class NatsWorker extends BrokerWorker {
   protected async connect(): Promise<void> {
     const { nats, jetstream } = await loadClients();
     const connection = await nats.connect({ servers: this.#stream.servers, maxReconnectAttempts: -1 });
-    let consumers: Consumer[];
+    const setUp = (queue: string) => this.#consumer(jetstream, connection, queue);
+    const consumers: Consumer[] = [];
     try {
-      consumers = await this.#consumers(jetstream, connection);
+      for (const queue of this.settings.queues) consumers.push(await setUp(queue));
     } catch (error) {
       await connection.close().catch(() => {});
       throw error;
@@ -309,42 +313,43 @@ export class NatsWorker extends BrokerWorker {
     this.#connection = connection;
     const client = jetstream.jetstream(connection);
     const republish = (job: RelayedJob) => this.#republish(client, connection, job);
-    for (const consumer of consumers) this.#loops.push(this.#pull(consumer, republish));
+    this.settings.queues.forEach((queue, i) => {
+      this.#loops.push(this.#pull(consumers[i]!, () => setUp(queue), republish));
+    });
   }
 
-  /** The durable consumer of each queue, created or its ack wait raised as needed. */
-  async #consumers(jetstream: JetStreamModule, connection: NatsConnection): Promise<Consumer[]> {
+  /**
+   * The durable consumer of one queue, its stream and the consumer created
+   * when missing (again, after someone deleted them), or its ack wait raised
+   * as needed.
+   */
+  async #consumer(jetstream: JetStreamModule, connection: NatsConnection, queue: string): Promise<Consumer> {
     await ensureStream(jetstream, connection, this.#stream);
     const manager = await jetstream.jetstreamManager(connection);
-    const client = jetstream.jetstream(connection);
-    const consumers: Consumer[] = [];
-    for (const queue of this.settings.queues) {
-      const subject = natsSubject(this.#stream.subjectPrefix, queue);
-      const name = natsConsumerName(subject);
-      try {
-        const info = await manager.consumers.info(this.#stream.stream, name);
-        // The consumer is shared: its ack wait grows to the longest a worker asked
-        // for, so that no worker's jobs are redelivered before its own ackWaitMs
-        // (each renews its deliveries every third of its own).
-        if ((info.config.ack_wait ?? 0) < this.#ackWaitMs * 1_000_000)
-          await manager.consumers.update(this.#stream.stream, name, {
-            ack_wait: this.#ackWaitMs * 1_000_000,
-          });
-      } catch (error) {
-        if (!(error instanceof jetstream.JetStreamApiError) || error.status !== 404) throw error;
-        await manager.consumers.add(this.#stream.stream, {
-          durable_name: name,
-          filter_subject: subject,
-          ack_policy: jetstream.AckPolicy.Explicit,
+    const subject = natsSubject(this.#stream.subjectPrefix, queue);
+    const name = natsConsumerName(subject);
+    try {
+      const info = await manager.consumers.info(this.#stream.stream, name);
+      // The consumer is shared: its ack wait grows to the longest a worker asked
+      // for, so that no worker's jobs are redelivered before its own ackWaitMs
+      // (each renews its deliveries every third of its own).
+      if ((info.config.ack_wait ?? 0) < this.#ackWaitMs * 1_000_000)
+        await manager.consumers.update(this.#stream.stream, name, {
           ack_wait: this.#ackWaitMs * 1_000_000,
-          // Attempts are counted in the message and ended by the worker (dead letter), not by the broker.
-          max_deliver: -1,
-          max_ack_pending: Math.max(1000, this.settings.concurrency * 2),
         });
-      }
-      consumers.push(await client.consumers.get(this.#stream.stream, name));
+    } catch (error) {
+      if (!(error instanceof jetstream.JetStreamApiError) || error.status !== 404) throw error;
+      await manager.consumers.add(this.#stream.stream, {
+        durable_name: name,
+        filter_subject: subject,
+        ack_policy: jetstream.AckPolicy.Explicit,
+        ack_wait: this.#ackWaitMs * 1_000_000,
+        // Attempts are counted in the message and ended by the worker (dead letter), not by the broker.
+        max_deliver: -1,
+        max_ack_pending: Math.max(1000, this.settings.concurrency * 2),
+      });
     }
-    return consumers;
+    return jetstream.jetstream(connection).consumers.get(this.#stream.stream, name);
   }
 
   async #republish(
@@ -363,26 +368,29 @@ export class NatsWorker extends BrokerWorker {
     }
   }
 
-  /** Resolves when a running job ends (or on stop). */
-  #slotFreed(): Promise<void> {
-    return new Promise<void>((resolve) => this.#slots.push(resolve));
-  }
-
-  /** One queue's loop: a pull request for the free slots, its messages taken in, again until stopped. */
-  async #pull(consumer: Consumer, republish: Republish): Promise<void> {
+  /**
+   * One queue's loop: a pull request for the free slots, its messages taken
+   * in, again until stopped. After an error it pauses, then sets up its
+   * consumer again before the next request.
+   */
+  async #pull(consumer: Consumer, setUp: () => Promise<Consumer>, republish: Republish): Promise<void> {
+    let failed = false;
     while (!this.stopping) {
-      const free = this.settings.concurrency - this.runner.activeCount;
+      const free = this.settings.concurrency - this.runner.activeCount - this.#parked.length;
       if (free <= 0) {
-        await this.#slotFreed();
+        await new Promise<void>((resolve) => this.#idleLoops.push(resolve));
         continue;
       }
       let messages: ConsumerMessages | undefined;
       try {
+        if (failed) consumer = await setUp();
+        failed = false;
         messages = await consumer.fetch({ max_messages: free, expires: PULL_EXPIRES_MS });
         this.#pulls.add(messages);
-        for await (const message of messages) await this.#take(message, republish);
+        for await (const message of messages) this.#take(message, republish);
       } catch (error) {
         if (this.stopping) break;
+        failed = true;
         this.runner.report(error, 'consume');
         await delay(PULL_RETRY_MS, undefined, { signal: this.#stopped.signal }).catch(() => {});
       } finally {
@@ -391,8 +399,12 @@ export class NatsWorker extends BrokerWorker {
     }
   }
 
-  /** Runs one delivered message, or gives it back when stopping; waits while every slot is taken. */
-  async #take(message: JsMsg, republish: Republish): Promise<void> {
+  /**
+   * Runs one delivered message, or parks it until a slot frees, or gives it
+   * back when stopping. Never waits: the pull request's other messages are
+   * read at once, each kept alive from then on.
+   */
+  #take(message: JsMsg, republish: Republish): void {
     if (this.stopping) {
       this.#givenBack.push(message);
       return;
@@ -402,13 +414,13 @@ export class NatsWorker extends BrokerWorker {
       job = decodeRelayedJob(message.data);
     } catch (error) {
       // Not a skiplock job: kept out of the way, and reported.
-      message.term('not a relayed skiplock job');
+      settle(() => message.term('not a relayed skiplock job'));
       this.runner.report(error, 'consume');
       return;
     }
     const messageId = brokerMessageId(job);
     if (this.#done.has(messageId)) {
-      message.ack();
+      settle(() => message.ack());
       return;
     }
     const held = this.#current.get(messageId);
@@ -418,42 +430,60 @@ export class NatsWorker extends BrokerWorker {
     }
     const delivery = { message };
     this.#current.set(messageId, delivery);
-    // The slots are shared by every queue's loop, each of which pulled for the
-    // slots free when it asked. A job waiting for one keeps its delivery, as a
-    // running one does.
-    if (this.runner.activeCount >= this.settings.concurrency) {
-      const beat = setInterval(() => delivery.message.working(), Math.floor(this.#ackWaitMs / 3));
-      await this.#slotFreed();
-      clearInterval(beat);
-      if (this.stopping) {
+    const run = () => {
+      void this.runner
+        .run(
+          {
+            job,
+            ack: async () => {
+              await delivery.message.ackAck();
+              this.#done.add(messageId);
+            },
+            retry: (delayMs) => delivery.message.nak(delayMs),
+            working: () => delivery.message.working(),
+          },
+          republish,
+        )
+        .finally(() => {
+          this.#current.delete(messageId);
+          this.#slotFreed();
+        });
+    };
+    if (this.runner.activeCount < this.settings.concurrency) {
+      run();
+      return;
+    }
+    const beat = setInterval(() => settle(() => delivery.message.working()), Math.floor(this.#ackWaitMs / 3));
+    this.#parked.push({
+      start: () => {
+        clearInterval(beat);
+        run();
+      },
+      giveBack: () => {
+        clearInterval(beat);
         this.#current.delete(messageId);
         this.#givenBack.push(delivery.message);
+      },
+    });
+  }
+
+  /** A job ended: the oldest parked delivery takes its slot, else every waiting pull loop looks again. */
+  #slotFreed(): void {
+    if (!this.stopping) {
+      const parked = this.#parked.shift();
+      if (parked) {
+        parked.start();
         return;
       }
     }
-    void this.runner
-      .run(
-        {
-          job,
-          ack: async () => {
-            await delivery.message.ackAck();
-            this.#done.add(messageId);
-          },
-          retry: (delayMs) => delivery.message.nak(delayMs),
-          working: () => delivery.message.working(),
-        },
-        republish,
-      )
-      .finally(() => {
-        this.#current.delete(messageId);
-        this.#slots.shift()?.();
-      });
+    for (const wake of this.#idleLoops.splice(0)) wake();
   }
 
   protected async disconnect(): Promise<void> {
     this.#stopped.abort();
-    // Pull loops and deliveries waiting for a slot stop waiting: those deliveries go to the ones given back.
-    for (const release of this.#slots.splice(0)) release();
+    // Parked deliveries go to the ones given back; pull loops stop waiting for a slot.
+    for (const parked of this.#parked.splice(0)) parked.giveBack();
+    for (const wake of this.#idleLoops.splice(0)) wake();
     // An open pull request ends at the broker within PULL_EXPIRES_MS; what it
     // brings meanwhile is given back. Unsubscribing sooner would drop a message
     // the broker was sending right then, back only after its ack wait. A broker

@@ -1,3 +1,4 @@
+import { jetstreamManager } from '@nats-io/jetstream';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import {
@@ -12,7 +13,7 @@ import { type Job, type JobMap, PermanentError, Skiplock, SnoozeError } from '..
 import { createRelay } from '../../src/relay/relay.js';
 import { expectAbandonedJobBackUncharged } from '../support/abandoned-handler.js';
 import { useTestDatabase } from '../support/fixture.js';
-import { consumerSettled, NATS_URL, serverMaxPayload, until } from '../support/nats.js';
+import { consumerSettled, NATS_URL, natsConnection, serverMaxPayload, until } from '../support/nats.js';
 import { brokerTest } from './support.js';
 
 const t = useTestDatabase();
@@ -330,6 +331,69 @@ describe('natsWorker', () => {
     await until(() => second.length === 28, 'the 28 others run by the second worker', 20_000);
     expect([...first, ...second].sort((a, b) => a - b)).toEqual(numbers);
     release();
+  });
+
+  it('shares its slots between its queues: a job that frees the only slot lets the other queue run', async () => {
+    const stream = b.stream('worker');
+    b.relay({ target: natsTarget({ servers: NATS_URL, stream }), queues: ['a', 'b'] }).start();
+    let release: () => void = () => {};
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const ran: string[] = [];
+    await startedWorker(stream, {
+      queues: ['a', 'b'],
+      concurrency: 1,
+      handlers: {
+        slow: async (job) => {
+          ran.push(job.queue);
+          await held;
+        },
+        fast: (job) => void ran.push(`${job.queue}${(job.payload as { n: number }).n}`),
+      },
+    });
+    await t.skiplock.enqueue('slow', {}, { queue: 'a' });
+    await until(() => ran.length === 1, 'the slow job running');
+    // Both queues' loops wait for the slot once b's last pull request has ended at the broker.
+    const connection = await natsConnection();
+    try {
+      const manager = await jetstreamManager(connection);
+      const consumerB = natsConsumerName(natsSubject(stream, 'b'));
+      await until(
+        async () => (await manager.consumers.info(stream, consumerB)).num_waiting === 0,
+        "no pull request of queue b's open",
+      );
+    } finally {
+      await connection.close();
+    }
+    await t.skiplock.enqueueMany([1, 2, 3].map((n) => ({ kind: 'fast', payload: { n }, queue: 'b' })));
+    release();
+    await until(() => ran.length === 4, "queue b's jobs run once the slot is free", 10_000);
+    expect(ran).toEqual(['a', 'b1', 'b2', 'b3']);
+  });
+
+  it('sets up its consumer again when someone deleted it, reporting it once', async () => {
+    const stream = relayed('q');
+    const ran: number[] = [];
+    const worker = await startedWorker(stream, {
+      handlers: { greet: (job) => void ran.push((job.payload as { n: number }).n) },
+    });
+    const errors: string[] = [];
+    worker.on('error', (error, source) => errors.push(`${source}: ${error.message}`));
+    await t.skiplock.enqueue('greet', { n: 1 }, { queue: 'q' });
+    await until(() => ran.length === 1, 'the first job run');
+    const connection = await natsConnection();
+    try {
+      const manager = await jetstreamManager(connection);
+      await manager.consumers.delete(stream, natsConsumerName(natsSubject(stream, 'q')));
+    } finally {
+      await connection.close();
+    }
+    await until(() => errors.length > 0, 'the deletion reported');
+    await t.skiplock.enqueue('greet', { n: 2 }, { queue: 'q' });
+    await until(() => ran.length === 2, 'a job relayed after the deletion run', 10_000);
+    expect(ran).toEqual([1, 2]);
+    expect(errors).toEqual(['consume: consumer deleted']);
   });
 
   it('gives a job of a kind it has no handler for back, uncharged, for a worker that has one', async () => {
