@@ -36,6 +36,41 @@ function startedWorker(
   );
 }
 
+/** A started worker on queue `q` whose `slow` handlers wait until `release()`; `started` lists their payloads' `n`. */
+async function holdingWorker(stream: string, concurrency: number) {
+  let release: () => void = () => {};
+  const held = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  const started: number[] = [];
+  const worker = await startedWorker(stream, {
+    concurrency,
+    handlers: {
+      slow: async (job) => {
+        started.push((job.payload as { n: number }).n);
+        await held;
+      },
+    },
+  });
+  return { worker, started, release };
+}
+
+/** A started worker on queue `q` whose `slow` handler returns at once; the array lists the payloads' `n` it ran. */
+async function numbersRun(stream: string): Promise<number[]> {
+  const ran: number[] = [];
+  await startedWorker(stream, {
+    handlers: { slow: (job) => void ran.push((job.payload as { n: number }).n) },
+  });
+  return ran;
+}
+
+/** Enqueues `count` jobs of kind `slow` on queue `q`, payloads `{ n }` numbered from 1; returns the numbers. */
+async function enqueueSlow(count: number): Promise<number[]> {
+  const numbers = Array.from({ length: count }, (_, i) => i + 1);
+  await t.skiplock.enqueueMany(numbers.map((n) => ({ kind: 'slow', payload: { n }, queue: 'q' })));
+  return numbers;
+}
+
 describe('natsWorker', () => {
   it('runs the handler of a relayed job with its payload and attempt', async () => {
     const stream = relayed('q');
@@ -275,62 +310,28 @@ describe('natsWorker', () => {
 
   it('gives back the deliveries it holds on stop: another worker runs them at once, not after the ack wait', async () => {
     const stream = relayed('q');
-    let release: () => void = () => {};
-    const held = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    const first: number[] = [];
-    const worker = await startedWorker(stream, {
-      concurrency: 4,
-      handlers: {
-        slow: async (job) => {
-          first.push((job.payload as { n: number }).n);
-          await held;
-        },
-      },
-    });
-    const numbers = Array.from({ length: 40 }, (_, i) => i + 1);
-    await t.skiplock.enqueueMany(numbers.map((n) => ({ kind: 'slow', payload: { n }, queue: 'q' })));
-    await until(() => first.length === 4, 'four jobs running');
-    const stopped = worker.stop();
-    release();
+    const busy = await holdingWorker(stream, 4);
+    const numbers = await enqueueSlow(40);
+    await until(() => busy.started.length === 4, 'four jobs running');
+    const stopped = busy.worker.stop();
+    busy.release();
     await stopped;
-    const second: number[] = [];
-    await startedWorker(stream, {
-      handlers: { slow: (job) => void second.push((job.payload as { n: number }).n) },
-    });
+    const second = await numbersRun(stream);
     // The ack wait is 30 s: the jobs the first worker held must come back well before it.
-    await until(() => first.length + second.length >= 40, 'the other jobs run', 20_000);
-    expect([...first, ...second].sort((a, b) => a - b)).toEqual(numbers);
+    await until(() => busy.started.length + second.length >= 40, 'the other jobs run', 20_000);
+    expect([...busy.started, ...second].sort((a, b) => a - b)).toEqual(numbers);
   });
 
   it('pulls no more than its free slots: while it is busy, another worker runs the rest', async () => {
     const stream = relayed('q');
-    let release: () => void = () => {};
-    const held = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    const first: number[] = [];
-    await startedWorker(stream, {
-      concurrency: 2,
-      handlers: {
-        slow: async (job) => {
-          first.push((job.payload as { n: number }).n);
-          await held;
-        },
-      },
-    });
-    const numbers = Array.from({ length: 30 }, (_, i) => i + 1);
-    await t.skiplock.enqueueMany(numbers.map((n) => ({ kind: 'slow', payload: { n }, queue: 'q' })));
-    await until(() => first.length === 2, 'two jobs running');
-    const second: number[] = [];
-    await startedWorker(stream, {
-      handlers: { slow: (job) => void second.push((job.payload as { n: number }).n) },
-    });
+    const busy = await holdingWorker(stream, 2);
+    const numbers = await enqueueSlow(30);
+    await until(() => busy.started.length === 2, 'two jobs running');
+    const second = await numbersRun(stream);
     // Every job the busy worker did not start is run by the other one (none waits in its client).
     await until(() => second.length === 28, 'the 28 others run by the second worker', 20_000);
-    expect([...first, ...second].sort((a, b) => a - b)).toEqual(numbers);
-    release();
+    expect([...busy.started, ...second].sort((a, b) => a - b)).toEqual(numbers);
+    busy.release();
   });
 
   it('shares its slots between its queues: a job that frees the only slot lets the other queue run', async () => {
