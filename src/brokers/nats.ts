@@ -247,6 +247,13 @@ const NATS_WORKER_KEYS = [...NATS_STREAM_KEYS, 'ackWaitMs'];
  */
 const PULL_EXPIRES_MS = 1000;
 
+/**
+ * How long a delivery waits here for a slot, in milliseconds, before it goes
+ * back to the broker for another worker: more than {@link PULL_EXPIRES_MS},
+ * so that this worker's pull request that brought it has ended.
+ */
+const PARKED_MS = 2 * PULL_EXPIRES_MS;
+
 /** How long a pull loop pauses after a broker error, in milliseconds. */
 const PULL_RETRY_MS = 1000;
 
@@ -258,7 +265,8 @@ const PULL_RETRY_MS = 1000;
  * {@link PULL_EXPIRES_MS} without messages): a busy worker holds no delivery
  * it cannot run, so other workers run them. The queues share the slots, so a
  * message may still arrive when none is free (another queue's took it): it
- * waits for one, its delivery kept alive as a running job's is.
+ * waits for one, its delivery kept alive as a running job's is, for
+ * {@link PARKED_MS} at most, then goes back to the broker.
  */
 export class NatsWorker extends BrokerWorker {
   readonly #stream: Required<NatsStreamOptions>;
@@ -454,17 +462,30 @@ export class NatsWorker extends BrokerWorker {
       return;
     }
     const beat = setInterval(() => settle(() => delivery.message.working()), Math.floor(this.#ackWaitMs / 3));
-    this.#parked.push({
+    const parked = {
       start: () => {
         clearInterval(beat);
+        clearTimeout(expiry);
         run();
       },
       giveBack: () => {
         clearInterval(beat);
+        clearTimeout(expiry);
         this.#current.delete(messageId);
         this.#givenBack.push(delivery.message);
       },
-    });
+    };
+    // Still here after PARKED_MS: back to the broker, for a worker with a free slot. This
+    // worker's own pull request of that queue has ended by then, and it pulls no more while busy.
+    const expiry = setTimeout(() => {
+      const at = this.#parked.indexOf(parked);
+      if (at < 0) return;
+      this.#parked.splice(at, 1);
+      clearInterval(beat);
+      this.#current.delete(messageId);
+      settle(() => delivery.message.nak());
+    }, PARKED_MS);
+    this.#parked.push(parked);
   }
 
   /** A job ended: the oldest parked delivery takes its slot, else every waiting pull loop looks again. */

@@ -373,6 +373,36 @@ describe('natsWorker', () => {
     expect(ran).toEqual(['a', 'b1', 'b2', 'b3']);
   });
 
+  it('gives back, within seconds, a message of one queue that came while another queue took the slots', async () => {
+    const stream = b.stream('worker');
+    b.relay({ target: natsTarget({ servers: NATS_URL, stream }), queues: ['a', 'b'] }).start();
+    let release: () => void = () => {};
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const started: string[][] = [[], []];
+    const holding = (w: number) => ({
+      queues: ['a', 'b'],
+      concurrency: 2,
+      handlers: {
+        slow: async (job: Job) => {
+          started[w]!.push(`${job.queue}${(job.payload as { n: number }).n}`);
+          await held;
+        },
+      },
+    });
+    // Idle, it has a pull request of each queue open for both slots: a burst of both fills all four.
+    await startedWorker(stream, holding(0));
+    await t.skiplock.enqueueMany(
+      ['a', 'b'].flatMap((queue) => [1, 2].map((n) => ({ kind: 'slow', payload: { n }, queue }))),
+    );
+    await until(() => started[0]!.length === 2, 'two jobs running on the first worker');
+    await startedWorker(stream, holding(1));
+    await until(() => started[1]!.length === 2, 'the two others run by the second worker', 15_000);
+    expect([...started[0]!, ...started[1]!].sort()).toEqual(['a1', 'a2', 'b1', 'b2']);
+    release();
+  });
+
   it('sets up its consumer again when someone deleted it, reporting it once', async () => {
     const stream = relayed('q');
     const ran: number[] = [];
