@@ -32,7 +32,7 @@ export interface RelayedJob {
   groupKey?: string;
   /** The database and schema it came from (see {@link relayNamespace}). */
   namespace: string;
-  /** The job's message id: `<namespace>.<id>.<leaseSeq>`; consumers deduplicate by it. */
+  /** The job's message id: `<namespace>.<id>.<leaseSeq>.<created>` (see {@link relayMessageId}); consumers deduplicate by it. */
   messageId: string;
   /**
    * Times a broker-side worker published the job again (a retry or a snooze);
@@ -71,12 +71,15 @@ export async function readNamespace(queries: RelayQueries, db: Queryable, schema
 }
 
 /**
- * The message id of a relayed job: the job id under its namespace, and the
- * lease number, which a requeue after a dead letter moves on (so the job is
- * relayed again, not dropped as a duplicate).
+ * The message id of a relayed job: the job id under its namespace; the lease
+ * number, which a requeue after a dead letter moves on (so the job is relayed
+ * again, not dropped as a duplicate); and the job's creation instant
+ * (milliseconds since the epoch), so that a job that reuses an id (the schema
+ * dropped and made again, or its id sequence restarted) is not dropped as a
+ * duplicate of the earlier job of that id.
  */
-export function relayMessageId(namespace: string, id: string, leaseSeq: string): string {
-  return `${namespace}.${id}.${leaseSeq}`;
+export function relayMessageId(namespace: string, id: string, leaseSeq: string, createdAt: Date): string {
+  return `${namespace}.${id}.${leaseSeq}.${createdAt.getTime()}`;
 }
 
 /** The message of a claimed row. */
@@ -97,7 +100,7 @@ export function toRelayedJob(row: RelayRow, namespace: string): RelayedJob {
     ...(row.tags && row.tags.length > 0 ? { tags: row.tags } : {}),
     ...(row.group_key !== null ? { groupKey: row.group_key } : {}),
     namespace,
-    messageId: relayMessageId(namespace, row.id, row.lease_seq),
+    messageId: relayMessageId(namespace, row.id, row.lease_seq, row.created_at),
   };
 }
 

@@ -45,6 +45,26 @@ describe('the relay to NATS JetStream', () => {
     expect(await t.jobCount('id = $1', [other.id])).toBe(1);
   });
 
+  it('relays a job that reuses the id of one relayed before (its sequence restarted): not dropped as a duplicate', async () => {
+    const stream = newStream();
+    relayTo(stream, ['relayed']).start();
+    const first = await t.skiplock.enqueue('a', { n: 1 }, { queue: 'relayed' });
+    await until(async () => (await t.jobCount()) === 0, 'the first job relayed');
+    await t.db.query(`SELECT setval(pg_get_serial_sequence($1, 'id'), $2::bigint, false)`, [
+      t.jobs,
+      first.id,
+    ]);
+    const second = await t.skiplock.enqueue('a', { n: 2 }, { queue: 'relayed' });
+    expect(second.id).toBe(first.id);
+    await until(async () => (await t.jobCount()) === 0, 'the second job relayed');
+    const messages = await streamMessages(stream);
+    expect(messages.map((m) => [m.job.id, m.job.payload])).toEqual([
+      [first.id, { n: 1 }],
+      [second.id, { n: 2 }],
+    ]);
+    expect(new Set(messages.map((m) => m.msgId)).size).toBe(2);
+  });
+
   it('does not relay a paused queue until it is resumed, nor a job before its run_at comes', async () => {
     const stream = newStream();
     await t.skiplock.pauseQueue('relayed');

@@ -20,8 +20,8 @@ describe('relayed message ids', () => {
   });
 
   it('are the job id and lease number under the namespace, then one per hop', () => {
-    const messageId = relayMessageId('0123456789abcdef', '42', '3');
-    expect(messageId).toBe('0123456789abcdef.42.3');
+    const messageId = relayMessageId('0123456789abcdef', '42', '3', new Date('2026-12-07T12:00:00.123Z'));
+    expect(messageId).toBe('0123456789abcdef.42.3.1796644800123');
     expect(brokerMessageId({ messageId } as never)).toBe(messageId);
     expect(brokerMessageId({ messageId, hop: 2 } as never)).toBe(`${messageId}.2`);
   });

@@ -76,7 +76,11 @@ export interface RelayQueueStatsRow {
   lagMs: number | null;
   /** Jobs of it a relay claimed and is publishing (`running`, `locked_by` a registered relay). */
   inFlight: number;
-  /** Jobs of it the live relays published, acknowledged and removed since they started (as of their last heartbeat). */
+  /**
+   * Jobs the live relays relaying it published, acknowledged and removed since
+   * they started (as of their last heartbeat); a relay counts its jobs of all
+   * its queues together, so a relay of several queues adds its whole count to each.
+   */
   published: number;
 }
 
