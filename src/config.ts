@@ -86,6 +86,15 @@ export interface SkiplockConfig {
    * @default true
    */
   preparedStatements?: boolean;
+  /**
+   * Where `waitFor`'s LISTEN connection goes, when not where the Skiplock's
+   * statements go: behind PgBouncer in transaction mode, a direct URL of the
+   * server (LISTEN needs a session of its own; through a transaction pooler it
+   * hears nothing, and `waitFor` then learns of a finished job only from its
+   * poll, every 5 seconds). Workers take their own `listenConnectionString`.
+   * @default the Skiplock's connection
+   */
+  listenConnectionString?: string;
 }
 
 /** Default of {@link SkiplockConfig.connectTimeoutMs}. */
@@ -146,4 +155,9 @@ export const configSchema = z.strictObject({
   allowSharedSchema: z.boolean({ error: 'must be a boolean' }).optional(),
   tracing: z.boolean({ error: 'must be a boolean' }).optional(),
   preparedStatements: z.boolean({ error: 'must be a boolean' }).optional(),
+  listenConnectionString: z
+    .string({ error: 'must be a string' })
+    .min(1, { error: 'must not be empty' })
+    .refine(isPostgresUrl, { error: NOT_A_POSTGRES_URL })
+    .optional(),
 });

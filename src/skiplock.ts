@@ -55,6 +55,7 @@ import { clientOrPool } from './producer/job-options.js';
 import type { ScheduleInfo, ScheduleOptions } from './schedule/schedule-options.js';
 import { listSchedules, schedule, unschedule } from './schedule/schedules.js';
 import { type JobTracing, loadTracing } from './telemetry/tracing.js';
+import { listenClientConfig } from './worker/notifier.js';
 import { WORKER_NUMBER_OPTIONS } from './worker/option-specs.js';
 import { resolveWorkerOptions, type WorkerOptions } from './worker/options.js';
 import { Worker } from './worker/worker.js';
@@ -105,6 +106,8 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
   readonly #clientConfig: pg.ClientConfig;
   /** The waits of `waitFor`, made on first use. */
   #waiter: JobWaiter | undefined;
+  /** Where `waitFor` listens (`listenConnectionString`), when not on the Skiplock's connection. */
+  readonly #listenConnectionString: string | undefined;
   readonly #queries: JobQueries;
   readonly #relayQueries: RelayQueries;
   readonly #workers = new Set<Worker>();
@@ -126,6 +129,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
    */
   constructor(config: SkiplockConfig = {}) {
     const parsed = parseOptions(configSchema, config, '');
+    this.#listenConnectionString = parsed.listenConnectionString;
     const schema = parsed.schema === undefined ? DEFAULT_SCHEMA : parsed.schema;
     assertSchemaName(schema, parsed.allowSharedSchema === true);
     this.schema = schema;
@@ -467,7 +471,7 @@ export class Skiplock<Jobs extends JobMap = JobMap> {
     this.#waiter ??= new JobWaiter({
       pool: this.#pool,
       queries: this.#queries,
-      clientConfig: this.#clientConfig,
+      clientConfig: listenClientConfig(this.#clientConfig, this.#listenConnectionString),
     });
     return this.#waiter.waitFor(id, options);
   }

@@ -77,6 +77,18 @@ describe('a connection string', () => {
     },
   );
 
+  it.each(['http://localhost/app', '', 42])('%j as listenConnectionString is refused, naming it', (url) => {
+    const error = thrown(
+      () =>
+        new Skiplock({
+          connectionString: 'postgres://app@localhost/app',
+          listenConnectionString: url as string,
+        }),
+    );
+    expect(error).toBeInstanceOf(ValidationError);
+    expect((error as ValidationError).field).toBe('listenConnectionString');
+  });
+
   it('from DATABASE_URL is checked the same way, naming DATABASE_URL', () => {
     const saved = process.env.DATABASE_URL;
     process.env.DATABASE_URL = 'postgress://app:secret@localhost/app';

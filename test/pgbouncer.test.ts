@@ -190,6 +190,32 @@ describe.skipIf(!program)('behind PgBouncer in transaction mode', () => {
     expect(errors).toEqual([]);
   });
 
+  it('waitFor through the pooler hears the job finish on its direct LISTEN connection (listenConnectionString)', async () => {
+    const s = new Skiplock({
+      connectionString: bouncer.urlFor(db.name),
+      schema: TEST_SCHEMA,
+      listenConnectionString: db.url,
+    });
+    const worker = bounced.worker({
+      ...behindPgBouncer,
+      queues: ['q-wait'],
+      pollIntervalMs: 100,
+      listenConnectionString: db.url,
+      handlers: { waited: () => 'done' },
+    });
+    try {
+      await worker.start();
+      // Due in a second: waitFor reads it queued first, then must hear it finish.
+      const job = await s.enqueue('waited', {}, { queue: 'q-wait', delayMs: 1000 });
+      // Its poll comes every 5 s: within 4 s, only a notification can have told it.
+      const outcome = await s.waitFor(job.id, { timeoutMs: 4000 });
+      expect(outcome.status).toBe('succeeded');
+    } finally {
+      await worker.stop();
+      await s.close();
+    }
+  });
+
   it('workers with listen: false poll through the pooler and open no LISTEN connection', async () => {
     const ran = new Map<string, number>();
     const listens: number[] = [];
