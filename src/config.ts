@@ -137,6 +137,12 @@ export type EnqueueManyItem<Jobs extends JobMap> = {
   } & JobOptions;
 }[keyof Jobs & string];
 
+/** A database URL option: a non-empty `postgres://` or `postgresql://` URL (see {@link isPostgresUrl}). */
+export const postgresUrl = z
+  .string({ error: 'must be a string' })
+  .min(1, { error: 'must not be empty' })
+  .refine(isPostgresUrl, { error: NOT_A_POSTGRES_URL });
+
 /** The shape of {@link SkiplockConfig}, checked by the constructor (the schema name is checked on its own). */
 export const configSchema = z.strictObject({
   pool: z
@@ -155,9 +161,5 @@ export const configSchema = z.strictObject({
   allowSharedSchema: z.boolean({ error: 'must be a boolean' }).optional(),
   tracing: z.boolean({ error: 'must be a boolean' }).optional(),
   preparedStatements: z.boolean({ error: 'must be a boolean' }).optional(),
-  listenConnectionString: z
-    .string({ error: 'must be a string' })
-    .min(1, { error: 'must not be empty' })
-    .refine(isPostgresUrl, { error: NOT_A_POSTGRES_URL })
-    .optional(),
+  listenConnectionString: postgresUrl.optional(),
 });

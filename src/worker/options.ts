@@ -3,7 +3,7 @@
  */
 
 import { z } from 'zod';
-import { isPostgresUrl, NOT_A_POSTGRES_URL } from '../config.js';
+import { postgresUrl } from '../config.js';
 import { ValidationError } from '../errors.js';
 import { DEFAULT_QUEUE, DEFAULT_VISIBILITY_TIMEOUT_MS } from '../job/defaults.js';
 import type { JobMap } from '../job/job.js';
@@ -297,11 +297,7 @@ const schema = z.strictObject({
     .max(WORKER_TEXT_OPTIONS.workerId.maxLength, { error: 'must be at most 200 characters' })
     .optional(),
   listen: z.boolean({ error: 'must be a boolean' }).optional(),
-  listenConnectionString: z
-    .string({ error: 'must be a string' })
-    .min(1, { error: 'must not be empty' })
-    .refine(isPostgresUrl, { error: NOT_A_POSTGRES_URL })
-    .optional(),
+  listenConnectionString: postgresUrl.optional(),
   listenProbeIntervalMs: numberOption(N.listenProbeIntervalMs).optional(),
   preparedStatements: z.boolean({ error: 'must be a boolean' }).optional(),
   sessionSettings: z.boolean({ error: 'must be a boolean' }).optional(),

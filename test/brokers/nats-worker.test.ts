@@ -19,11 +19,20 @@ import { brokerTest } from './support.js';
 const t = useTestDatabase();
 const b = brokerTest(t);
 
-/** A relay of `queue` to a new stream, started; returns the stream. */
-function relayed(queue: string): string {
+/** A relay of `queues` to a new stream, started; returns the stream. */
+function relayed(...queues: string[]): string {
   const stream = b.stream('worker');
-  b.relay({ target: natsTarget({ servers: NATS_URL, stream }), queues: [queue] }).start();
+  b.relay({ target: natsTarget({ servers: NATS_URL, stream }), queues }).start();
   return stream;
+}
+
+/** A promise, `held`, that resolves when `release()` is called. */
+function gate(): { held: Promise<void>; release: () => void } {
+  let release: () => void = () => {};
+  const held = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  return { held, release };
 }
 
 /** A started natsWorker on `stream` for queue `q`, without signal handling; `options` may override both. */
@@ -38,10 +47,7 @@ function startedWorker(
 
 /** A started worker on queue `q` whose `slow` handlers wait until `release()`; `started` lists their payloads' `n`. */
 async function holdingWorker(stream: string, concurrency: number) {
-  let release: () => void = () => {};
-  const held = new Promise<void>((resolve) => {
-    release = resolve;
-  });
+  const { held, release } = gate();
   const started: number[] = [];
   const worker = await startedWorker(stream, {
     concurrency,
@@ -335,12 +341,8 @@ describe('natsWorker', () => {
   });
 
   it('shares its slots between its queues: a job that frees the only slot lets the other queue run', async () => {
-    const stream = b.stream('worker');
-    b.relay({ target: natsTarget({ servers: NATS_URL, stream }), queues: ['a', 'b'] }).start();
-    let release: () => void = () => {};
-    const held = new Promise<void>((resolve) => {
-      release = resolve;
-    });
+    const stream = relayed('a', 'b');
+    const { held, release } = gate();
     const ran: string[] = [];
     await startedWorker(stream, {
       queues: ['a', 'b'],
@@ -374,12 +376,8 @@ describe('natsWorker', () => {
   });
 
   it('gives back, within seconds, a message of one queue that came while another queue took the slots', async () => {
-    const stream = b.stream('worker');
-    b.relay({ target: natsTarget({ servers: NATS_URL, stream }), queues: ['a', 'b'] }).start();
-    let release: () => void = () => {};
-    const held = new Promise<void>((resolve) => {
-      release = resolve;
-    });
+    const stream = relayed('a', 'b');
+    const { held, release } = gate();
     const started: string[][] = [[], []];
     const holding = (w: number) => ({
       queues: ['a', 'b'],
