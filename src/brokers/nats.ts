@@ -8,7 +8,13 @@
  */
 import { createHash } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
-import type { Consumer, ConsumerMessages, JsMsg } from '@nats-io/jetstream';
+import type {
+  Consumer,
+  ConsumerMessages,
+  JetStreamClient,
+  JetStreamManager,
+  JsMsg,
+} from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/transport-node';
 import { ValidationError } from '../errors.js';
 import type { JobMap } from '../job/job.js';
@@ -310,30 +316,37 @@ export class NatsWorker extends BrokerWorker {
   protected async connect(): Promise<void> {
     const { nats, jetstream } = await loadClients();
     const connection = await nats.connect({ servers: this.#stream.servers, maxReconnectAttempts: -1 });
-    const setUp = (queue: string) => this.#consumer(jetstream, connection, queue);
+    const client = jetstream.jetstream(connection);
     const consumers: Consumer[] = [];
+    let manager: JetStreamManager;
     try {
-      for (const queue of this.settings.queues) consumers.push(await setUp(queue));
+      await ensureStream(jetstream, connection, this.#stream);
+      manager = await jetstream.jetstreamManager(connection);
+      for (const queue of this.settings.queues)
+        consumers.push(await this.#consumer(jetstream, manager, client, queue));
     } catch (error) {
       await connection.close().catch(() => {});
       throw error;
     }
     this.#connection = connection;
-    const client = jetstream.jetstream(connection);
     const republish = (job: RelayedJob) => this.#republish(client, connection, job);
     this.settings.queues.forEach((queue, i) => {
-      this.#loops.push(this.#pull(consumers[i]!, () => setUp(queue), republish));
+      // After an error, the stream and the consumer are set up again (someone may have deleted them).
+      const setUp = async () => {
+        await ensureStream(jetstream, connection, this.#stream);
+        return this.#consumer(jetstream, manager, client, queue);
+      };
+      this.#loops.push(this.#pull(consumers[i]!, setUp, republish));
     });
   }
 
-  /**
-   * The durable consumer of one queue, its stream and the consumer created
-   * when missing (again, after someone deleted them), or its ack wait raised
-   * as needed.
-   */
-  async #consumer(jetstream: JetStreamModule, connection: NatsConnection, queue: string): Promise<Consumer> {
-    await ensureStream(jetstream, connection, this.#stream);
-    const manager = await jetstream.jetstreamManager(connection);
+  /** The durable consumer of one queue, created when missing, or its ack wait raised as needed. */
+  async #consumer(
+    jetstream: JetStreamModule,
+    manager: JetStreamManager,
+    client: JetStreamClient,
+    queue: string,
+  ): Promise<Consumer> {
     const subject = natsSubject(this.#stream.subjectPrefix, queue);
     const name = natsConsumerName(subject);
     try {
@@ -357,14 +370,10 @@ export class NatsWorker extends BrokerWorker {
         max_ack_pending: Math.max(1000, this.settings.concurrency * 2),
       });
     }
-    return jetstream.jetstream(connection).consumers.get(this.#stream.stream, name);
+    return client.consumers.get(this.#stream.stream, name);
   }
 
-  async #republish(
-    client: import('@nats-io/jetstream').JetStreamClient,
-    connection: NatsConnection,
-    job: RelayedJob,
-  ): Promise<void> {
+  async #republish(client: JetStreamClient, connection: NatsConnection, job: RelayedJob): Promise<void> {
     const body = encodeRelayedJob(job);
     try {
       await client.publish(natsSubject(this.#stream.subjectPrefix, job.queue), body, {
@@ -462,15 +471,17 @@ export class NatsWorker extends BrokerWorker {
       return;
     }
     const beat = setInterval(() => settle(() => delivery.message.working()), Math.floor(this.#ackWaitMs / 3));
+    const unpark = () => {
+      clearInterval(beat);
+      clearTimeout(expiry);
+    };
     const parked = {
       start: () => {
-        clearInterval(beat);
-        clearTimeout(expiry);
+        unpark();
         run();
       },
       giveBack: () => {
-        clearInterval(beat);
-        clearTimeout(expiry);
+        unpark();
         this.#current.delete(messageId);
         this.#givenBack.push(delivery.message);
       },
@@ -481,7 +492,7 @@ export class NatsWorker extends BrokerWorker {
       const at = this.#parked.indexOf(parked);
       if (at < 0) return;
       this.#parked.splice(at, 1);
-      clearInterval(beat);
+      unpark();
       this.#current.delete(messageId);
       settle(() => delivery.message.nak());
     }, PARKED_MS);
