@@ -151,7 +151,6 @@ export function workerClaimRequest(
     kinds: [...options.handlers.keys()],
     workerId,
     visibilityTimeoutMs: options.visibilityTimeoutMs,
-    prepared: options.preparedStatements,
     named: { on: options.preparedStatements },
     kindMaxAttempts: kindMaxAttemptsOf(options.handlers),
     traceContext: traced,

@@ -47,10 +47,11 @@ export interface ClaimRequest {
    */
   prepared?: boolean;
   /**
-   * A worker's switch for its named claims (see `runNamedIfKept`): the first
-   * refusal that says its connections do not keep named statements (a
-   * transaction pooler) turns it off, and that claim, which never ran, goes
-   * again unnamed. Absent, a refusal is an error.
+   * A worker's switch for its named claims (see `runNamedIfKept`), which
+   * `prepared` then leaves alone: named while on; the first refusal that says
+   * its connections do not keep named statements (a transaction pooler) turns
+   * it off, and that claim, which never ran, goes again unnamed. Absent, a
+   * refusal is an error.
    */
   named?: NamedStatements;
   /**
@@ -229,8 +230,8 @@ export function claimedJob(r: ClaimRow, traceContext: boolean | undefined): Clai
 }
 
 /**
- * Sends a claim statement as the request asks: unnamed when `prepared` is
- * false, else named, falling back to unnamed through `named` when given.
+ * Sends a claim statement as the request asks: through `named` when given
+ * (named while it is on), else unnamed when `prepared` is false, else named.
  */
 export function sendClaim<Row>(
   db: Queryable,
@@ -238,9 +239,9 @@ export function sendClaim<Row>(
   statement: Statement,
   values: unknown[],
 ): Promise<QueryResultLike<Row>> {
-  if (request.prepared === false) return run<Row>(db, statement, values);
   // A named statement needs a pg connection or pool (the worker's).
   const pgDb = db as Pick<pg.Pool, 'query'>;
   if (request.named) return runNamedIfKept<Row>(pgDb, statement, values, request.named);
+  if (request.prepared === false) return run<Row>(db, statement, values);
   return runPrepared<Row>(pgDb, statement, values);
 }
