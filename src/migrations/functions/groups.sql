@@ -8,7 +8,6 @@
 DO $functions$
 DECLARE
   s text := pg_catalog.current_schema();
-  path text := 'pg_catalog, pg_temp';
 BEGIN
   -- strictOrder: whether a queued job of the key comes before job_id in the
   -- key's order (those that started before first, then priority, run_at, id)
@@ -16,11 +15,7 @@ BEGIN
   -- back. Reads the key's jobs as they are now, not as the claim's snapshot saw them.
   EXECUTE pg_catalog.format($f$
     CREATE OR REPLACE FUNCTION %1$I.strict_order_held(queue_name text, key text, job_id bigint, kinds text[])
-    RETURNS boolean
-    LANGUAGE plpgsql
-    VOLATILE
-    SECURITY INVOKER
-    SET search_path = %2$s
+    RETURNS boolean LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path = pg_catalog, pg_temp
     AS $body$
     DECLARE
       o record;
@@ -55,6 +50,6 @@ BEGIN
       END LOOP;
       RETURN false;
     END
-    $body$ $f$, s, path);
+    $body$ $f$, s);
 END
 $functions$;

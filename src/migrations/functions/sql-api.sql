@@ -74,6 +74,13 @@ DECLARE
           AND (%1$s.queues IS NULL OR j.queue = ANY(%1$s.queues))
           AND (%1$s.tags IS NULL OR j.tags @> %1$s.tags)
   $filter$;
+  -- What every function here is (see above); %3$s of each CREATE.
+  attributes text := $attributes$
+    LANGUAGE plpgsql
+    VOLATILE
+    SECURITY INVOKER
+    SET search_path = pg_catalog, pg_temp
+  $attributes$;
 BEGIN
   -- enqueue: one job, the defaults of the jobs table; returns its id (the
   -- holder's id when its unique key is held). NULL for an optional argument
@@ -96,10 +103,7 @@ BEGIN
       depends_on    bigint[]    DEFAULT NULL,
       group_key     text        DEFAULT NULL
     ) RETURNS bigint
-    LANGUAGE plpgsql
-    VOLATILE
-    SECURITY INVOKER
-    SET search_path = pg_catalog, pg_temp
+    %3$s
     AS %2$L $f$, s, pg_catalog.format($body$
     #variable_conflict use_column
     DECLARE
@@ -236,7 +240,7 @@ BEGIN
       END LOOP;
       RAISE EXCEPTION 'the holder of unique key %% kept finishing while it was read', enqueue.unique_key;
     END
-    $body$, s, pg_catalog.format(tags_check, 'enqueue.tags', 'tags')));
+    $body$, s, pg_catalog.format(tags_check, 'enqueue.tags', 'tags')), attributes);
 
   -- requeue: dead and failed jobs (or cancelled ones, given by id or status)
   -- back to queued, attempts reset, start deadline cleared; filters combine
@@ -250,10 +254,7 @@ BEGIN
       all_jobs boolean  DEFAULT false,
       tags     text[]   DEFAULT NULL
     ) RETURNS int
-    LANGUAGE plpgsql
-    VOLATILE
-    SECURITY INVOKER
-    SET search_path = pg_catalog, pg_temp
+    %3$s
     AS %2$L $f$, s, pg_catalog.format($body$
     #variable_conflict use_column
     DECLARE
@@ -288,7 +289,7 @@ BEGIN
         'give ids, kinds, queues, statuses or tags, or all_jobs => true for every dead and failed job',
         '{dead,failed,cancelled}', 'statuses: must be dead, failed or cancelled'),
       pg_catalog.format(tags_check, 'requeue.tags', 'tags'),
-      pg_catalog.format(selection_filter, 'requeue')));
+      pg_catalog.format(selection_filter, 'requeue')), attributes);
 
   -- cancel: waiting and queued jobs end cancelled at once (a waiting job's
   -- children that said 'cancel' follow it, by the triggers); running ones are
@@ -303,10 +304,7 @@ BEGIN
       OUT cancelled int,
       OUT running   int
     )
-    LANGUAGE plpgsql
-    VOLATILE
-    SECURITY INVOKER
-    SET search_path = pg_catalog, pg_temp
+    %3$s
     AS %2$L $f$, s, pg_catalog.format($body$
     #variable_conflict use_column
     DECLARE
@@ -340,7 +338,7 @@ BEGIN
         'give ids, kinds, queues, statuses or tags (cancel never means every job)',
         '{waiting,queued,running}', 'statuses: must be waiting, queued or running'),
       pg_catalog.format(tags_check, 'cancel.tags', 'tags'),
-      pg_catalog.format(selection_filter, 'cancel')));
+      pg_catalog.format(selection_filter, 'cancel')), attributes);
 
   -- sweep: what the workers' sweeper does, under the same advisory lock:
   -- queued jobs past their start deadline end cancelled, expired, and leases
@@ -349,10 +347,7 @@ BEGIN
   EXECUTE pg_catalog.format($f$
     CREATE OR REPLACE FUNCTION %1$I.sweep(default_visibility_timeout_ms int DEFAULT 300000)
     RETURNS int
-    LANGUAGE plpgsql
-    VOLATILE
-    SECURITY INVOKER
-    SET search_path = pg_catalog, pg_temp
+    %3$s
     AS %2$L $f$, s, pg_catalog.format($body$
     DECLARE
       timeout_ms int := COALESCE(sweep.default_visibility_timeout_ms, 300000);
@@ -413,6 +408,6 @@ BEGIN
            (SELECT count(*) FROM expired_jobs) x;
       RETURN reclaimed;
     END
-    $body$, s, 'skiplock:' || s, 'skiplock:sweep:' || s));
+    $body$, s, 'skiplock:' || s, 'skiplock:sweep:' || s), attributes);
 END
 $functions$;
