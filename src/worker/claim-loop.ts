@@ -14,10 +14,13 @@
  *   sized by the handlers' recent run times so that buffered jobs should start
  *   within {@link PREFETCH_HORIZON_MS}: fast jobs come many per round trip,
  *   slow jobs are not held back from other workers.
- * - `cooling`: the claim is wanted only by messages, and the last such claims
- *   found nothing: it waits {@link HINT_COOLDOWN_MS}, doubling while they keep
- *   finding nothing, up to {@link HINT_COOLDOWN_MAX_MS}. Messages meanwhile
- *   join the wait; any other wake-up ends it. A claim that finds jobs resets it.
+ * - `cooling`: the claim is wanted only by messages, and the last two or more
+ *   such claims in a row found nothing: it waits {@link HINT_COOLDOWN_MS},
+ *   doubling while they keep finding nothing, up to {@link HINT_COOLDOWN_MAX_MS}.
+ *   Messages meanwhile join the wait; any other wake-up ends it. A claim that
+ *   finds jobs resets it. The first such claim to find nothing costs no wait:
+ *   it often comes of a message that arrived while the claim before it was in
+ *   flight and took the job, and the next job's message must not wait for it.
  * - `reading-limits`: reads which of the worker's queues have a concurrency or
  *   rate limit (at start, every poll, after a `limits` message; at most one
  *   read every {@link CONTROL_READ_INTERVAL_MS}, so a flood of messages costs
@@ -427,8 +430,11 @@ export class ClaimLoop extends Service {
       this.#fruitless = 0;
       this.#quietUntil = Number.NEGATIVE_INFINITY;
     } else if (hinted) {
-      this.#quietUntil =
-        this.clock.monotonic() + Math.min(HINT_COOLDOWN_MAX_MS, HINT_COOLDOWN_MS * 2 ** this.#fruitless);
+      if (this.#fruitless > 0) {
+        this.#quietUntil =
+          this.clock.monotonic() +
+          Math.min(HINT_COOLDOWN_MAX_MS, HINT_COOLDOWN_MS * 2 ** (this.#fruitless - 1));
+      }
       this.#fruitless = Math.min(this.#fruitless + 1, 10);
     }
     // A full claim means more may be waiting: claim again as soon as slots allow.

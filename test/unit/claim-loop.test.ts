@@ -394,7 +394,34 @@ describe('ClaimLoop', () => {
     await loop.stop();
   });
 
-  it(`cooling: hinted claims that find nothing make the next wait ${HINT_COOLDOWN_MS}, 50, then ${HINT_COOLDOWN_MAX_MS} ms`, async () => {
+  it('a message that came while the claim in flight took its job does not make the next message wait', async () => {
+    const { clock, loop, claims, add, hold, release, dispatched } = setup();
+    loop.start();
+    await settle(clock);
+    expect(claims).toHaveLength(1);
+    // Job 1's message; its claim is slow, and job 2 commits (and its message comes) meanwhile.
+    add(1);
+    hold();
+    loop.hint();
+    await settle(clock);
+    add(2);
+    loop.hint();
+    release();
+    await settle(clock);
+    // The slow claim took both; the claim for job 2's message found nothing.
+    expect(dispatched).toEqual([['1', '2']]);
+    expect(claims).toHaveLength(3);
+    // Job 3's message, 20 ms later, is claimed at once, not after a cooldown.
+    await clock.tick(20);
+    add(3);
+    loop.hint();
+    await settle(clock);
+    expect(claims).toHaveLength(4);
+    expect(dispatched).toEqual([['1', '2'], ['3']]);
+    await loop.stop();
+  });
+
+  it(`cooling: hinted claims that find nothing, from the second in a row, make the next wait ${HINT_COOLDOWN_MS}, 50, then ${HINT_COOLDOWN_MAX_MS} ms`, async () => {
     const { clock, loop, claims, add } = setup();
     loop.start();
     await settle(clock);
@@ -402,56 +429,60 @@ describe('ClaimLoop', () => {
     for (let i = 0; i < 1000; i++) loop.hint();
     await settle(clock);
     expect(claims).toHaveLength(2);
-    // That one found nothing: hints wait 25 ms, together.
+    // The first hinted claim to find nothing costs no wait.
+    for (let i = 0; i < 1000; i++) loop.hint();
+    await settle(clock);
+    expect(claims).toHaveLength(3);
+    // That one found nothing too: hints wait 25 ms, together.
     for (let i = 0; i < 1000; i++) loop.hint();
     await settle(clock);
     expect(loop.mode).toBe('cooling');
     await clock.tick(24);
-    expect(claims).toHaveLength(2);
-    await clock.tick(1);
-    await settle(clock);
-    expect(claims).toHaveLength(3);
-    loop.hint();
-    await clock.tick(49);
     expect(claims).toHaveLength(3);
     await clock.tick(1);
     await settle(clock);
     expect(claims).toHaveLength(4);
     loop.hint();
-    await clock.tick(99);
+    await clock.tick(49);
     expect(claims).toHaveLength(4);
     await clock.tick(1);
     await settle(clock);
     expect(claims).toHaveLength(5);
+    loop.hint();
+    await clock.tick(99);
+    expect(claims).toHaveLength(5);
+    await clock.tick(1);
+    await settle(clock);
+    expect(claims).toHaveLength(6);
     // It stays at 100 ms.
     loop.hint();
     await clock.tick(99);
-    expect(claims).toHaveLength(5);
+    expect(claims).toHaveLength(6);
     await clock.tick(1);
     await settle(clock);
-    expect(claims).toHaveLength(6);
+    expect(claims).toHaveLength(7);
     // A trusted wake (the poll, a reconnection, a freed slot) does not wait.
     loop.hint();
     await clock.tick(10);
-    expect(claims).toHaveLength(6);
+    expect(claims).toHaveLength(7);
     loop.wake();
     await settle(clock);
-    expect(claims).toHaveLength(7);
+    expect(claims).toHaveLength(8);
     // A hinted claim that finds a job ends the waits: the next hint claims at once.
     add(1);
     loop.hint();
     await clock.tick(100);
     await settle(clock);
-    expect(claims).toHaveLength(8);
+    expect(claims).toHaveLength(9);
     add(2);
     loop.hint();
     await settle(clock);
-    expect(claims).toHaveLength(9);
+    expect(claims).toHaveLength(10);
     // Announced due times wait the same way: 50 of them over half a second cost a few claims.
     for (let i = 1; i <= 50; i++) loop.hint(i * 10);
     await clock.tick(600);
     await settle(clock);
-    expect(claims.length - 9).toBeLessThanOrEqual(8);
+    expect(claims.length - 10).toBeLessThanOrEqual(8);
     await loop.stop();
   });
 
