@@ -239,6 +239,42 @@ describe('finish', () => {
     }
   });
 
+  it('finds a batch of 1,000 through the primary key, never by reading the whole table', async () => {
+    // 30,000 queued jobs (never analyzed, as a fresh backlog is), 1,000 of them held. Given
+    // the batch's ids as a constant array, PostgreSQL 15 read the whole table instead
+    // (17 and later judge such lookups cheaper).
+    await t.query(`DELETE FROM ${t.jobs}`);
+    await t.query(`INSERT INTO ${t.jobs} (kind, payload) SELECT 'k', '{}' FROM generate_series(1, 30000)`);
+    const held = await t.query(
+      `UPDATE ${t.jobs} SET status = 'running', attempts = 1, lease_seq = 1, locked_at = now(), locked_by = $1
+       WHERE id IN (SELECT id FROM ${t.jobs} ORDER BY id LIMIT 1000 OFFSET 10000) RETURNING id::text`,
+      [WORKER],
+    );
+    const batch = held.map((r: { id: string }) => ({
+      id: r.id,
+      attempts: 1,
+      leaseSeq: '1',
+      outcome: 'succeeded' as const,
+    }));
+    const plans: string[] = [];
+    const explaining: Queryable = {
+      query: async (text, values) => {
+        const { rows } = await t.db.pool.query(`EXPLAIN (FORMAT JSON) ${text}`, values);
+        plans.push(JSON.stringify(rows[0]['QUERY PLAN']));
+        return { rows: [] };
+      },
+    };
+    await new JobQueries(t.schema).finish.finish(explaining, batch, WORKER, 'delete');
+    expect(plans.length).toBeGreaterThan(0);
+    for (const plan of plans) {
+      const scans = [...plan.matchAll(/"Node Type":"([^"]+)"[^{}]*?"Relation Name":"jobs"/g)].map(
+        (m) => m[1],
+      );
+      expect(scans.length).toBeGreaterThan(0);
+      expect(scans.filter((scan) => scan === 'Seq Scan')).toEqual([]);
+    }
+  });
+
   it('of two leases of one job in a batch, only the newer is written', async () => {
     const queries = new JobQueries(t.schema);
     const [lease] = await seed(t.db.pool, t.jobs, [{ attempts: 1, maxAttempts: 5 }]);

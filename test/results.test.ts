@@ -232,12 +232,12 @@ describe('results', () => {
     expect(plain.every((text) => !/result|on_success/.test(text))).toBe(true);
     expect(plain[3]).toBe(plain[1]);
     expect(plain[0]).toBe(
-      `WITH succeeded AS (DELETE FROM ${t.jobs} j WHERE j.id = ANY($1::bigint[]) AND j.status = 'running' AND j.locked_by = $3
+      `WITH succeeded AS (DELETE FROM ${t.jobs} j WHERE j.id = ANY(ARRAY(SELECT unnest($1::bigint[]))) AND j.status = 'running' AND j.locked_by = $3
              AND (j.id::text || '/' || j.attempts::text || '/' || j.lease_seq::text) = ANY($2::text[]) AND j.cancel_requested_at IS NULL AND NOT j.has_children RETURNING j.id, j.lease_seq, 'succeeded'::text AS outcome, j.queue, 0::float8 AS retry_delay_ms),
 cancelled AS (
        UPDATE ${t.jobs} j SET status = 'cancelled', locked_at = NULL, locked_by = NULL, finished_at = now()
-       WHERE j.id = ANY(CASE WHEN (SELECT count(*) FROM succeeded) = cardinality($1::bigint[]) THEN '{}'::bigint[]
-              ELSE ARRAY(SELECT unnest($1::bigint[]) EXCEPT ALL (SELECT id FROM succeeded)) END) AND j.status = 'running' AND j.locked_by = $3
+       WHERE j.id = ANY(ARRAY(SELECT unnest(CASE WHEN (SELECT count(*) FROM succeeded) = cardinality($1::bigint[]) THEN '{}'::bigint[]
+              ELSE ARRAY(SELECT unnest($1::bigint[]) EXCEPT ALL (SELECT id FROM succeeded)) END))) AND j.status = 'running' AND j.locked_by = $3
              AND (j.id::text || '/' || j.attempts::text || '/' || j.lease_seq::text) = ANY($2::text[]) AND j.cancel_requested_at IS NOT NULL
        RETURNING j.id, j.lease_seq, 'cancelled'::text AS outcome, j.queue, 0::float8 AS retry_delay_ms)
 SELECT * FROM succeeded UNION ALL SELECT * FROM cancelled`,

@@ -113,7 +113,11 @@ export const AT = 'array_position($1::bigint[], j.id)';
  * ($2). The rows are found through the primary key; the key test is one hashed
  * lookup per row (PostgreSQL hashes `= ANY` of a constant array), so the fence
  * costs O(n) in the batch. A join of the batch with the table is avoided: a plan
- * built on stale statistics may rescan the batch for every row.
+ * built on stale statistics may rescan the batch for every row. The ids are
+ * read as a subquery's array, whose length the planner does not see: given a
+ * constant array of a batch's hundreds of ids, it judged as many primary-key
+ * lookups dearer than reading the whole table, and a table of 50,000 jobs was
+ * read through for each batch (a finish of 1,000 took 7 ms instead of 3).
  */
 export const LEASE_FENCE = leaseFence('$1::bigint[]', '$2::text[]', '$3');
 
@@ -123,7 +127,7 @@ export const LEASE_FENCE = leaseFence('$1::bigint[]', '$2::text[]', '$3');
  * parameter reference with its type, e.g. `$4::bigint[]`).
  */
 export function leaseFence(ids: string, keys: string, workerId: string): string {
-  return `WHERE j.id = ANY(${ids}) AND j.status = 'running' AND j.locked_by = ${workerId}
+  return `WHERE j.id = ANY(ARRAY(SELECT unnest(${ids}))) AND j.status = 'running' AND j.locked_by = ${workerId}
              AND (j.id::text || '/' || j.attempts::text || '/' || j.lease_seq::text) = ANY(${keys})`;
 }
 
