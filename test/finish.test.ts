@@ -245,12 +245,12 @@ describe('finish', () => {
     // (17 and later judge such lookups cheaper).
     await t.query(`DELETE FROM ${t.jobs}`);
     await t.query(`INSERT INTO ${t.jobs} (kind, payload) SELECT 'k', '{}' FROM generate_series(1, 30000)`);
-    const held = await t.query(
+    const held = await t.query<{ id: string }>(
       `UPDATE ${t.jobs} SET status = 'running', attempts = 1, lease_seq = 1, locked_at = now(), locked_by = $1
        WHERE id IN (SELECT id FROM ${t.jobs} ORDER BY id LIMIT 1000 OFFSET 10000) RETURNING id::text`,
       [WORKER],
     );
-    const batch = held.map((r: { id: string }) => ({
+    const batch = held.map((r) => ({
       id: r.id,
       attempts: 1,
       leaseSeq: '1',
@@ -261,7 +261,7 @@ describe('finish', () => {
       query: async (text, values) => {
         const { rows } = await t.db.pool.query(`EXPLAIN (FORMAT JSON) ${text}`, values);
         plans.push(JSON.stringify(rows[0]['QUERY PLAN']));
-        return { rows: [] };
+        return { rows: [], rowCount: 0 };
       },
     };
     await new JobQueries(t.schema).finish.finish(explaining, batch, WORKER, 'delete');
