@@ -233,14 +233,19 @@ describe('results', () => {
     expect(plain[3]).toBe(plain[1]);
     expect(plain[0]).toBe(
       `WITH succeeded AS (DELETE FROM ${t.jobs} j WHERE j.id = ANY(ARRAY(SELECT unnest($1::bigint[]))) AND j.status = 'running' AND j.locked_by = $3
-             AND (j.id::text || '/' || j.attempts::text || '/' || j.lease_seq::text) = ANY($2::text[]) AND j.cancel_requested_at IS NULL AND NOT j.has_children RETURNING j.id, j.lease_seq, 'succeeded'::text AS outcome, j.queue, 0::float8 AS retry_delay_ms),
+             AND (j.id::text || '/' || j.attempts::text || '/' || j.lease_seq::text) = ANY($2::text[]) AND j.cancel_requested_at IS NULL AND NOT j.has_children RETURNING j.id),
+succeeded_not AS (
+       SELECT u.id, NULL::bigint AS lease_seq, 'unwritten'::text AS outcome, NULL::text AS queue,
+              0::float8 AS retry_delay_ms
+       FROM unnest(CASE WHEN (SELECT count(*) FROM succeeded) = cardinality($1::bigint[]) THEN '{}'::bigint[]
+              ELSE ARRAY(SELECT unnest($1::bigint[]) EXCEPT ALL (SELECT id FROM succeeded)) END) AS u(id)),
 cancelled AS (
        UPDATE ${t.jobs} j SET status = 'cancelled', locked_at = NULL, locked_by = NULL, finished_at = now()
        WHERE j.id = ANY(ARRAY(SELECT unnest(CASE WHEN (SELECT count(*) FROM succeeded) = cardinality($1::bigint[]) THEN '{}'::bigint[]
               ELSE ARRAY(SELECT unnest($1::bigint[]) EXCEPT ALL (SELECT id FROM succeeded)) END))) AND j.status = 'running' AND j.locked_by = $3
              AND (j.id::text || '/' || j.attempts::text || '/' || j.lease_seq::text) = ANY($2::text[]) AND j.cancel_requested_at IS NOT NULL
        RETURNING j.id, j.lease_seq, 'cancelled'::text AS outcome, j.queue, 0::float8 AS retry_delay_ms)
-SELECT * FROM succeeded UNION ALL SELECT * FROM cancelled`,
+SELECT * FROM succeeded_not UNION ALL SELECT * FROM cancelled`,
     );
   });
 });

@@ -27,7 +27,9 @@ describe('Completer', () => {
   });
   const wrote = (job: FinishingJob, outcome: FinishOutcome, retryDelayMs = 0): [string, FinishedJob] => [
     leaseKey(job),
-    { id: job.id, leaseSeq: job.leaseSeq, outcome, queue: 'q', retryDelayMs },
+    outcome === 'succeeded'
+      ? { id: job.id, leaseSeq: job.leaseSeq, outcome, retryDelayMs: 0 }
+      : { id: job.id, leaseSeq: job.leaseSeq, outcome, queue: 'q', retryDelayMs },
   ];
 
   /** Lets promise callbacks and the completer's batching turn (an immediate, left real) run. */

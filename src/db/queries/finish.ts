@@ -81,15 +81,22 @@ export type FinishingJob = LeasedJob & AttemptResult;
 /** What the finish statement wrote for one job. */
 export type FinishOutcome = 'succeeded' | 'retry' | 'snoozed' | 'failed' | 'dead' | 'cancelled';
 
-/** One row the finish statement wrote. */
-export interface FinishedJob {
-  id: string;
-  leaseSeq: string;
-  outcome: FinishOutcome;
-  queue: string;
-  /** Milliseconds until the job is due again (a retry or a snooze); 0 otherwise. */
-  retryDelayMs: number;
-}
+/**
+ * What the finish statement wrote for one job. A success comes without its
+ * queue: the statement returns no row for the successes it wrote (only for
+ * those it did not), as reading hundreds of rows back cost the worker more
+ * than the rest of the write.
+ */
+export type FinishedJob =
+  | { id: string; leaseSeq: string; outcome: 'succeeded'; retryDelayMs: 0 }
+  | {
+      id: string;
+      leaseSeq: string;
+      outcome: Exclude<FinishOutcome, 'succeeded'>;
+      queue: string;
+      /** Milliseconds until the job is due again (a retry or a snooze); 0 otherwise. */
+      retryDelayMs: number;
+    };
 
 /** One success part: the policy of its jobs, and whether it stores their results. */
 interface SuccessPart {
@@ -146,20 +153,31 @@ function finishSql(names: SchemaNames, variant: Variant): string {
     const ids = variant.ownArrays ? param('bigint[]') : '$1::bigint[]';
     const keys = variant.ownArrays ? param('text[]') : '$2::text[]';
     return {
+      ids,
       fence: `${leaseFence(ids, keys, '$3')} AND j.cancel_requested_at IS NULL`,
       at: (array: string) => `(${array})[array_position(${ids}, j.id)]`,
     };
   };
   const ctes: string[] = [];
+  /** The parts that write; each returns its rows' ids. */
   const selects: string[] = [];
+  /** The parts whose rows the statement returns: all but the successes, which return the ids they did not write. */
+  const returned: string[] = [];
   const oneSuccessPart = variant.success.length === 1;
   for (const { policy, results } of variant.success) {
     const p = part();
     const name = oneSuccessPart ? 'succeeded' : `succeeded_${policy}`;
     const resultArray = results ? param('text[]') : undefined;
     const written = successParts(names, policy, p, name, resultArray && `(${p.at(resultArray)})::jsonb`);
-    ctes.push(...written.ctes);
-    selects.push(...written.selects);
+    ctes.push(
+      ...written.ctes,
+      `${name}_not AS (
+       SELECT u.id, NULL::bigint AS lease_seq, 'unwritten'::text AS outcome, NULL::text AS queue,
+              0::float8 AS retry_delay_ms
+       FROM unnest(${unwrittenIds(p.ids, [name])}) AS u(id))`,
+    );
+    selects.push(name);
+    returned.push(`${name}_not`);
   }
   if (variant.failure) {
     const { fence, at } = part();
@@ -187,6 +205,7 @@ function finishSql(names: SchemaNames, variant: Variant): string {
          'GREATEST(0, EXTRACT(EPOCH FROM j.run_at - now()) * 1000)',
        )})`);
     selects.push('failed');
+    returned.push('failed');
   }
   if (variant.snooze) {
     const { fence, at } = part();
@@ -198,19 +217,22 @@ function finishSql(names: SchemaNames, variant: Variant): string {
        ${fence}
        ${RETURNED("'snoozed'", delay)})`);
     selects.push('snoozed');
+    returned.push('snoozed');
   }
   const rest = selects.length === 0 ? '$1::bigint[]' : unwrittenIds('$1::bigint[]', selects);
   ctes.push(`cancelled AS (
        UPDATE ${jobs} j SET status = 'cancelled', ${ENDED}
        ${leaseFence(rest, '$2::text[]', '$3')} AND j.cancel_requested_at IS NOT NULL
        ${RETURNED("'cancelled'", '0')})`);
-  selects.push('cancelled');
+  returned.push('cancelled');
   return `WITH ${ctes.join(',\n')}
-SELECT * FROM ${selects.join(' UNION ALL SELECT * FROM ')}`;
+SELECT * FROM ${returned.join(' UNION ALL SELECT * FROM ')}`;
 }
 
-/** One outcome's jobs in the statement: their fence, and a per-job value by position. */
+/** One outcome's jobs in the statement: their ids, their fence, and a per-job value by position. */
 interface Part {
+  /** The parameter holding the part's job ids. */
+  ids: string;
   /** The WHERE clause taking the part's jobs whose lease holds and cancel was not requested. */
   fence: string;
   /** The element of `array` (a per-job parameter) for the row `j`. */
@@ -231,10 +253,11 @@ function unwrittenIds(ids: string, parts: readonly string[]): string {
 }
 
 /**
- * The parts that end succeeded jobs by `policy`, returning as `selects`
- * say; with `result` (the expression of the row `j`'s result), they store
- * each job's result where its row stays. Under 'delete' and 'archive' they
- * take only rows without children: see {@link keptSql} for the others.
+ * The parts that end succeeded jobs by `policy`, the last of them, `name`,
+ * returning the ids it wrote; with `result` (the expression of the row `j`'s
+ * result), they store each job's result where its row stays. Under 'delete'
+ * and 'archive' they take only rows without children: see {@link keptSql}
+ * for the others.
  */
 function successParts(
   names: SchemaNames,
@@ -242,22 +265,20 @@ function successParts(
   part: Part,
   name: string,
   result: string | undefined,
-): { ctes: string[]; selects: string[] } {
+): { ctes: string[] } {
   const { jobs } = names;
-  const returned = RETURNED("'succeeded'", '0');
+  const returned = 'RETURNING j.id';
   if (policy === 'keep') {
     const setResult = result ? `, result = ${result}` : '';
     return {
       ctes: [
         `${name} AS (UPDATE ${jobs} j SET status = 'succeeded', ${ENDED}${setResult} ${part.fence} ${returned})`,
       ],
-      selects: [name],
     };
   }
   if (policy === 'delete') {
     return {
       ctes: [`${name} AS (DELETE FROM ${jobs} j ${part.fence} AND NOT j.has_children ${returned})`],
-      selects: [name],
     };
   }
   const archived = name === 'succeeded' ? 'archived' : `archived_${policy}`;
@@ -273,7 +294,6 @@ function successParts(
            FROM ${archived}${result ? ' j' : ''}
            ${returned})`,
     ],
-    selects: [name],
   };
 }
 
@@ -325,8 +345,10 @@ function resultsOf(jobs: readonly FinishingJob[]): (string | null)[] {
 /** A returned row. */
 interface FinishedRow {
   id: string;
+  /** Null for an `unwritten` success. */
   lease_seq: string;
-  outcome: FinishOutcome;
+  /** `unwritten`: a success the statement did not write. */
+  outcome: FinishOutcome | 'unwritten';
   queue: string;
   retry_delay_ms: number;
 }
@@ -410,18 +432,36 @@ export class FinishQueries {
       snooze: groups.snoozed.length > 0,
       ownArrays,
     };
+    /** Ids of successes the statement did not write (a lease gone, children, a cancel requested). */
+    const unwritten = new Set<string>();
     const add = (rows: FinishedRow[]) => {
       for (const r of rows) {
-        written.set(`${r.id}#${r.lease_seq}`, {
-          id: r.id,
-          leaseSeq: r.lease_seq,
-          outcome: r.outcome,
-          queue: r.queue,
-          retryDelayMs: r.retry_delay_ms,
-        });
+        if (r.outcome === 'unwritten') unwritten.add(r.id);
+        else if (r.outcome === 'succeeded')
+          written.set(`${r.id}#${r.lease_seq}`, {
+            id: r.id,
+            leaseSeq: r.lease_seq,
+            outcome: r.outcome,
+            retryDelayMs: 0,
+          });
+        else
+          written.set(`${r.id}#${r.lease_seq}`, {
+            id: r.id,
+            leaseSeq: r.lease_seq,
+            outcome: r.outcome,
+            queue: r.queue,
+            retryDelayMs: r.retry_delay_ms,
+          });
       }
     };
     add((await run<FinishedRow>(db, this.#statement(variant), values)).rows);
+    for (const group of [groups.delete, groups.keep, groups.archive]) {
+      for (const job of group) {
+        const key = leaseKey(job);
+        if (!unwritten.has(job.id) && !written.has(key))
+          written.set(key, { id: job.id, leaseSeq: job.leaseSeq, outcome: 'succeeded', retryDelayMs: 0 });
+      }
+    }
     for (const p of ['delete', 'archive'] as const) {
       const left = groups[p].filter((j) => !written.has(leaseKey(j)));
       if (left.length === 0) continue;
