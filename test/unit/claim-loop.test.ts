@@ -433,34 +433,18 @@ describe('ClaimLoop', () => {
     for (let i = 0; i < 1000; i++) loop.hint();
     await settle(clock);
     expect(claims).toHaveLength(3);
-    // That one found nothing too: hints wait 25 ms, together.
+    // That one found nothing too: hints wait 25 ms, together; then 50, then 100 ms, where it stays.
     for (let i = 0; i < 1000; i++) loop.hint();
     await settle(clock);
     expect(loop.mode).toBe('cooling');
-    await clock.tick(24);
-    expect(claims).toHaveLength(3);
-    await clock.tick(1);
-    await settle(clock);
-    expect(claims).toHaveLength(4);
-    loop.hint();
-    await clock.tick(49);
-    expect(claims).toHaveLength(4);
-    await clock.tick(1);
-    await settle(clock);
-    expect(claims).toHaveLength(5);
-    loop.hint();
-    await clock.tick(99);
-    expect(claims).toHaveLength(5);
-    await clock.tick(1);
-    await settle(clock);
-    expect(claims).toHaveLength(6);
-    // It stays at 100 ms.
-    loop.hint();
-    await clock.tick(99);
-    expect(claims).toHaveLength(6);
-    await clock.tick(1);
-    await settle(clock);
-    expect(claims).toHaveLength(7);
+    for (const [i, waitMs] of [HINT_COOLDOWN_MS, 50, HINT_COOLDOWN_MAX_MS, HINT_COOLDOWN_MAX_MS].entries()) {
+      if (i > 0) loop.hint();
+      await clock.tick(waitMs - 1);
+      expect(claims).toHaveLength(3 + i);
+      await clock.tick(1);
+      await settle(clock);
+      expect(claims).toHaveLength(4 + i);
+    }
     // A trusted wake (the poll, a reconnection, a freed slot) does not wait.
     loop.hint();
     await clock.tick(10);
