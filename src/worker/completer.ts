@@ -217,8 +217,8 @@ export class Completer<T extends LeasedJob> extends Service {
   /** Reports what the finish statement wrote for `p`. */
   #report(p: Pending<T>, row: FinishedJob): void {
     if (row.outcome === 'cancelled') this.#deps.onCancelled?.(p.job);
-    else if (row.outcome === 'succeeded') this.#deps.onSuccess(p.job);
-    else if (p.failure)
+    else if (!p.failure || row.outcome === 'succeeded') this.#deps.onSuccess(p.job);
+    else
       this.#deps.onFailure(p.failure, {
         status: row.outcome === 'failed' || row.outcome === 'dead' ? row.outcome : 'queued',
         queue: row.queue,

@@ -177,6 +177,7 @@ function finishSql(names: SchemaNames, variant: Variant): string {
        FROM unnest(${unwrittenIds(p.ids, [name])}) AS u(id))`,
     );
     selects.push(name);
+    // The caller takes every success not named here as written: this part must be returned.
     returned.push(`${name}_not`);
   }
   if (variant.failure) {
@@ -346,7 +347,7 @@ function resultsOf(jobs: readonly FinishingJob[]): (string | null)[] {
 interface FinishedRow {
   id: string;
   /** Null for an `unwritten` success. */
-  lease_seq: string;
+  lease_seq: string | null;
   /** `unwritten`: a success the statement did not write. */
   outcome: FinishOutcome | 'unwritten';
   queue: string;
@@ -436,7 +437,7 @@ export class FinishQueries {
     const unwritten = new Set<string>();
     const add = (rows: FinishedRow[]) => {
       for (const r of rows) {
-        if (r.outcome === 'unwritten') unwritten.add(r.id);
+        if (r.outcome === 'unwritten' || r.lease_seq === null) unwritten.add(r.id);
         else if (r.outcome === 'succeeded')
           written.set(`${r.id}#${r.lease_seq}`, {
             id: r.id,
