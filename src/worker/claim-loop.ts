@@ -344,9 +344,11 @@ export class ClaimLoop extends Service {
     if (held.unwritten > 2 * (concurrency + prefetch)) return 0;
     // Every slot busy and nothing started lately: handlers are slow now; leave the jobs to others.
     if (held.running >= concurrency && now - this.#lastStartAt > PREFETCH_HORIZON_MS) return 0;
-    // Top the buffer up once it is half empty, so that each claim takes a worthwhile batch.
-    if ((held.buffered === 0 && held.running < concurrency) || (ahead > 0 && held.buffered * 2 <= ahead))
-      return Math.min(batchSize, room, this.#limited.length === 0 ? this.#sizeCap.value : batchSize);
+    const cap = Math.min(batchSize, this.#limited.length === 0 ? this.#sizeCap.value : batchSize);
+    // Top the buffer up once it is half empty, by a buffer's worth, so that each claim takes a
+    // worthwhile batch and the half left runs while the claim is on its way.
+    if (ahead > 0 && held.buffered * 2 <= ahead) return Math.min(cap, room + Math.floor(ahead / 2));
+    if (held.buffered === 0 && held.running < concurrency) return Math.min(cap, room);
     return 0;
   }
 
@@ -388,8 +390,11 @@ export class ClaimLoop extends Service {
       if (limit === 0) {
         this.#mode = 'idle';
         const why = await this.wait(this.#untilNextTimer(now));
-        // Let handlers that settle in this turn free their slots, so one claim takes them all.
-        if (why === 'woken') await new Promise((resolve) => setImmediate(resolve));
+        // Let handlers that settle in this turn free their slots, so one claim takes them all;
+        // but a buffer is topped up as soon as it is half empty (fast handlers can empty it
+        // within one turn).
+        const prefetching = this.#backlog && this.#aheadLimit() > 0;
+        if (why === 'woken' && !prefetching) await new Promise((resolve) => setImmediate(resolve));
         continue;
       }
       if (!this.#trusted && this.#quietUntil > now) {

@@ -294,7 +294,8 @@ describe('ClaimLoop', () => {
     expect(loop.bufferLimit()).toBe(2 * 8 + 2);
     free(1);
     await settle(clock);
-    expect(claims).toEqual([2, 9]);
+    // The free slot and the buffer topped up by a buffer's worth (a buffer and a half), up to batchSize.
+    expect(claims).toEqual([2, 10]);
     // 100 ms jobs: 2 slots start 2 within the horizon.
     for (let i = 0; i < 100; i++) loop.jobFinished(100);
     expect(loop.bufferLimit()).toBe(2 * 2 + 2);
@@ -306,13 +307,26 @@ describe('ClaimLoop', () => {
     hold();
     free(1);
     await settle(clock);
-    expect(claims).toEqual([2, 601]);
+    expect(claims).toEqual([2, 602]);
     expect(dispatched).toHaveLength(1);
     release();
     await settle(clock);
-    expect(dispatched.map((d) => d.length)).toEqual([2, 601]);
-    expect(new Set(dispatched.flat()).size).toBe(603);
+    expect(dispatched.map((d) => d.length)).toEqual([2, 602]);
+    expect(new Set(dispatched.flat()).size).toBe(604);
     expect(loop.backlog).toBe(true);
+    await loop.stop();
+  });
+
+  it('prefetching: a buffer that handlers half empty within one turn is topped up in that turn, by a whole buffer', async () => {
+    const { clock, loop, claims, free } = await prefetchingFastJobs();
+    free(1);
+    await settle(clock);
+    expect(claims).toEqual([2, 602]);
+    // 302 fast handlers settle in one turn: 2 run and 299 wait, the buffer of 600 half empty.
+    // Before the turn ends the claim is out: the 301 free places, and 300 more.
+    for (let i = 0; i < 302; i++) free(1);
+    for (let i = 0; i < 20; i++) await Promise.resolve();
+    expect(claims).toEqual([2, 602, 601]);
     await loop.stop();
   });
 
@@ -622,11 +636,11 @@ describe('ClaimLoop', () => {
     // next one also fills the buffer.
     expect(requests.map((r) => [r.queues, r.limit]).slice(0, 2)).toEqual([
       [['grp'], 2],
-      [['grp'], 6],
+      [['grp'], 8],
     ]);
     expect(dispatched.slice(0, 2)).toEqual([
       ['1', '2'],
-      ['3', '4', '5', '6', '7', '8'],
+      ['3', '4', '5', '6', '7', '8', '9', '10'],
     ]);
     await loop.stop();
   });
