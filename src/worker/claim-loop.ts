@@ -42,7 +42,9 @@
  * more claim follows it.
  *
  * How many jobs a claim asks for: the free slots, plus while prefetching the
- * buffer, topped up once half empty, never more than `batchSize`, in one
+ * buffer, topped up once half empty by a buffer's worth (so it holds up to one
+ * and a half buffers; handlers that wait on I/O run the half left while the
+ * claim is on its way), never more than `batchSize`, in one
  * statement (two at once, each skipping the rows the other locked, cost the
  * server more per job than they saved in waiting). Nothing while
  * every slot is busy and no handler started within the horizon (the handlers
@@ -346,7 +348,7 @@ export class ClaimLoop extends Service {
     if (held.running >= concurrency && now - this.#lastStartAt > PREFETCH_HORIZON_MS) return 0;
     const cap = Math.min(batchSize, this.#limited.length === 0 ? this.#sizeCap.value : batchSize);
     // Top the buffer up once it is half empty, by a buffer's worth, so that each claim takes a
-    // worthwhile batch and the half left runs while the claim is on its way.
+    // worthwhile batch.
     if (ahead > 0 && held.buffered * 2 <= ahead) return Math.min(cap, room + Math.floor(ahead / 2));
     if (held.buffered === 0 && held.running < concurrency) return Math.min(cap, room);
     return 0;
@@ -391,8 +393,7 @@ export class ClaimLoop extends Service {
         this.#mode = 'idle';
         const why = await this.wait(this.#untilNextTimer(now));
         // Let handlers that settle in this turn free their slots, so one claim takes them all;
-        // but a buffer is topped up as soon as it is half empty (fast handlers can empty it
-        // within one turn).
+        // but a buffer's top-up is decided in the turn it falls to half, not a turn later.
         const prefetching = this.#backlog && this.#aheadLimit() > 0;
         if (why === 'woken' && !prefetching) await new Promise((resolve) => setImmediate(resolve));
         continue;

@@ -62,7 +62,8 @@ export interface WorkerOptions<Jobs extends JobMap> {
    * Jobs a worker keeps claimed ahead of its free slots, in a local buffer,
    * so that one round trip serves many jobs; once the buffer is half empty it
    * is topped up by this many, so it holds at most one and a half times this
-   * (the half left runs while the claim is on its way). Buffered jobs hold a lease like
+   * (handlers that wait on I/O run the half left while the claim is on its
+   * way). Buffered jobs hold a lease like
    * running ones (heartbeats cover them; the sweeper reclaims them if the
    * process dies) and are given back at once on stop. A worker prefetches only
    * while its last claim came back full (a backlog waits), and no more jobs
