@@ -124,7 +124,7 @@ describe('upgrades', () => {
       )
       .digest('hex')
       .slice(0, 16);
-    expect({ version: LATEST, functions }).toEqual({ version: 26, functions: 'a8596ff2d396c313' });
+    expect({ version: LATEST, functions }).toEqual({ version: 26, functions: 'c15d01d8c1cd5fe7' });
   });
 });
 

@@ -34,12 +34,29 @@ DECLARE
           MESSAGE = '%2$s: must be at most 20 distinct tags of 1 to 100 characters each';
       END IF;
   $check$;
-  -- requeue and cancel act on a selection, which must name something and
-  -- whose statuses and tags (if given) must be allowed: %1$s is the
-  -- function's name, %2$s what else must hold to refuse a call naming nothing,
-  -- %3$s that refusal's message, %4$s the statuses it may name (a text[]
-  -- literal), %5$s their message.
-  selection_check text := $check$
+  -- requeue and cancel act on a selection of jobs: the same first arguments
+  -- (tags last), checks and filter. Of the CREATE: %1$I is the schema, %2$s
+  -- the name, %3$s the arguments between statuses and tags, %4$s those after
+  -- tags, %5$s the RETURNS clause, %6$s the attributes, %7$L the body.
+  selection_function text := $f$
+    CREATE OR REPLACE FUNCTION %1$I.%2$s(
+      ids bigint[] DEFAULT NULL, kinds text[] DEFAULT NULL, queues text[] DEFAULT NULL,
+      statuses text[] DEFAULT NULL, %3$s tags text[] DEFAULT NULL %4$s
+    ) %5$s
+    %6$s
+    AS %7$L
+  $f$;
+  -- The body's start: the variables (%6$s), then the checks of the
+  -- arguments. The selection must name something, and its statuses and tags
+  -- (if given) must be allowed: %1$s is the function's name, %2$s what else
+  -- must hold to refuse a call naming nothing, %3$s that refusal's message,
+  -- %4$s the statuses it may name (a text[] literal), %5$s their message.
+  selection_head text := $head$
+    #variable_conflict use_column
+    DECLARE
+      %6$s
+    BEGIN
+      $head$ || $check$
       IF %1$s.ids IS NULL AND %1$s.kinds IS NULL AND %1$s.queues IS NULL AND %1$s.statuses IS NULL
          AND %1$s.tags IS NULL AND %2$s THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = %3$L;
@@ -65,7 +82,7 @@ DECLARE
       IF %1$s.tags = '{}' THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'tags: must hold at least one tag';
       END IF;
-  $check$;
+  $check$ || E'\n      ' || pg_catalog.format(tags_check, '%1$s.tags', 'tags');
   -- The rows of that selection (jobs j), beside the statuses each function
   -- reads its own way: the filters given combine, tags meaning every one.
   selection_filter text := $filter$
@@ -74,7 +91,10 @@ DECLARE
           AND (%1$s.queues IS NULL OR j.queue = ANY(%1$s.queues))
           AND (%1$s.tags IS NULL OR j.tags @> %1$s.tags)
   $filter$;
-  -- What every function here is (see above); %3$s of each CREATE.
+  -- The first values of an enqueued job's row, from enqueue's arguments, in
+  -- the order of its INSERTs' columns; %1$s goes between them.
+  job_values text := $values$enqueue.kind%1$sCOALESCE(enqueue.payload, '{}')%1$sCOALESCE(enqueue.queue, 'default')%1$sCOALESCE(enqueue.priority, 0)%1$sCOALESCE(enqueue.run_at, now())%1$sCOALESCE(enqueue.max_attempts, 20)%1$senqueue.max_attempts IS NULL$values$;
+  -- What every function here is (see above), given to each CREATE.
   attributes text := $attributes$
     LANGUAGE plpgsql
     VOLATILE
@@ -150,13 +170,7 @@ BEGIN
                                tags, start_by, group_key, status, pending_parents, on_parent_failure, last_error, finished_at)
         OVERRIDING SYSTEM VALUE
         VALUES (child.child_id,
-                enqueue.kind,
-                COALESCE(enqueue.payload, '{}'),
-                COALESCE(enqueue.queue, 'default'),
-                COALESCE(enqueue.priority, 0),
-                COALESCE(enqueue.run_at, now()),
-                COALESCE(enqueue.max_attempts, 20),
-                enqueue.max_attempts IS NULL,
+                %3$s,
                 job_tags,
                 enqueue.start_by,
                 enqueue.group_key,
@@ -173,13 +187,7 @@ BEGIN
         END IF;
         INSERT INTO %1$I.jobs (kind, payload, queue, priority, run_at, max_attempts, max_attempts_default,
                                tags, start_by, group_key)
-        VALUES (enqueue.kind,
-                COALESCE(enqueue.payload, '{}'),
-                COALESCE(enqueue.queue, 'default'),
-                COALESCE(enqueue.priority, 0),
-                COALESCE(enqueue.run_at, now()),
-                COALESCE(enqueue.max_attempts, 20),
-                enqueue.max_attempts IS NULL,
+        VALUES (%3$s,
                 job_tags,
                 enqueue.start_by,
                 enqueue.group_key)
@@ -215,13 +223,7 @@ BEGIN
       FOR i IN 1..20 LOOP
         INSERT INTO %1$I.jobs (kind, payload, queue, priority, run_at, max_attempts, max_attempts_default,
                                unique_key, unique_states, tags, start_by, group_key)
-        SELECT enqueue.kind,
-               COALESCE(enqueue.payload, '{}'),
-               COALESCE(enqueue.queue, 'default'),
-               COALESCE(enqueue.priority, 0),
-               COALESCE(enqueue.run_at, now()),
-               COALESCE(enqueue.max_attempts, 20),
-               enqueue.max_attempts IS NULL,
+        SELECT %4$s,
                enqueue.unique_key,
                states,
                job_tags,
@@ -240,28 +242,18 @@ BEGIN
       END LOOP;
       RAISE EXCEPTION 'the holder of unique key %% kept finishing while it was read', enqueue.unique_key;
     END
-    $body$, s, pg_catalog.format(tags_check, 'enqueue.tags', 'tags')), attributes);
+    $body$, s, pg_catalog.format(tags_check, 'enqueue.tags', 'tags'),
+      pg_catalog.format(job_values, E',\n                '), pg_catalog.format(job_values, E',\n               ')),
+    attributes);
 
   -- requeue: dead and failed jobs (or cancelled ones, given by id or status)
   -- back to queued, attempts reset, start deadline cleared; filters combine
   -- (tags: jobs having every one). Returns how many.
-  EXECUTE pg_catalog.format($f$
-    CREATE OR REPLACE FUNCTION %1$I.requeue(
-      ids      bigint[] DEFAULT NULL,
-      kinds    text[]   DEFAULT NULL,
-      queues   text[]   DEFAULT NULL,
-      statuses text[]   DEFAULT NULL,
-      all_jobs boolean  DEFAULT false,
-      tags     text[]   DEFAULT NULL
-    ) RETURNS int
-    %3$s
-    AS %2$L $f$, s, pg_catalog.format($body$
-    #variable_conflict use_column
-    DECLARE
-      n int;
-    BEGIN
-      %3$s
-      %4$s
+  EXECUTE pg_catalog.format(selection_function, s, 'requeue', 'all_jobs boolean DEFAULT false,', '', 'RETURNS int',
+    attributes, pg_catalog.format(selection_head, 'requeue', 'NOT COALESCE(requeue.all_jobs, false)',
+      'give ids, kinds, queues, statuses or tags, or all_jobs => true for every dead and failed job',
+      '{dead,failed,cancelled}', 'statuses: must be dead, failed or cancelled', 'n int;')
+    || pg_catalog.format($body$
       IF COALESCE(requeue.all_jobs, false) AND (requeue.ids IS NOT NULL OR requeue.kinds IS NOT NULL
            OR requeue.queues IS NOT NULL OR requeue.statuses IS NOT NULL OR requeue.tags IS NOT NULL) THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
@@ -275,7 +267,7 @@ BEGIN
           AND j.status = ANY(COALESCE(requeue.statuses,
                                       CASE WHEN requeue.ids IS NULL THEN ARRAY['dead', 'failed']
                                            ELSE ARRAY['dead', 'failed', 'cancelled'] END))
-          %5$s
+          %3$s
         RETURNING j.queue
       ), woken AS (
         SELECT %1$I.wake_up(%2$L, 'requeue', q.queue, 0) FROM (SELECT DISTINCT queue FROM requeued) q
@@ -284,34 +276,16 @@ BEGIN
       SELECT r.n INTO n FROM (SELECT count(*)::int AS n FROM requeued) r, (SELECT count(*) FROM woken) w;
       RETURN n;
     END
-    $body$, s, 'skiplock:' || s,
-      pg_catalog.format(selection_check, 'requeue', 'NOT COALESCE(requeue.all_jobs, false)',
-        'give ids, kinds, queues, statuses or tags, or all_jobs => true for every dead and failed job',
-        '{dead,failed,cancelled}', 'statuses: must be dead, failed or cancelled'),
-      pg_catalog.format(tags_check, 'requeue.tags', 'tags'),
-      pg_catalog.format(selection_filter, 'requeue')), attributes);
+    $body$, s, 'skiplock:' || s, pg_catalog.format(selection_filter, 'requeue')));
 
   -- cancel: waiting and queued jobs end cancelled at once (a waiting job's
   -- children that said 'cancel' follow it, by the triggers); running ones are
   -- marked and their workers told. Never every job: a filter is required.
-  EXECUTE pg_catalog.format($f$
-    CREATE OR REPLACE FUNCTION %1$I.cancel(
-      ids      bigint[] DEFAULT NULL,
-      kinds    text[]   DEFAULT NULL,
-      queues   text[]   DEFAULT NULL,
-      statuses text[]   DEFAULT NULL,
-      tags     text[]   DEFAULT NULL,
-      OUT cancelled int,
-      OUT running   int
-    )
-    %3$s
-    AS %2$L $f$, s, pg_catalog.format($body$
-    #variable_conflict use_column
-    DECLARE
-      told_n bigint;
-    BEGIN
-      %3$s
-      %4$s
+  EXECUTE pg_catalog.format(selection_function, s, 'cancel', '', ', OUT cancelled int, OUT running int', '',
+    attributes, pg_catalog.format(selection_head, 'cancel', 'true',
+      'give ids, kinds, queues, statuses or tags (cancel never means every job)',
+      '{waiting,queued,running}', 'statuses: must be waiting, queued or running', 'told_n bigint;')
+    || pg_catalog.format($body$
       -- One statement for all: a job that starts running meanwhile cannot slip through.
       WITH hit AS (
         UPDATE %1$I.jobs j
@@ -320,7 +294,7 @@ BEGIN
             cancel_requested_at = COALESCE(j.cancel_requested_at, now())
         WHERE j.status IN ('waiting', 'queued', 'running')
           AND j.status = ANY(COALESCE(cancel.statuses, ARRAY['waiting', 'queued', 'running']))
-          %5$s
+          %3$s
         RETURNING j.id, j.status
       ), told AS (
         SELECT %1$I.control(%2$L, 'cancel', NULL, array_agg(hit.id)) FROM hit
@@ -333,12 +307,7 @@ BEGIN
       INTO cancel.cancelled, cancel.running, told_n
       FROM hit;
     END
-    $body$, s, 'skiplock:' || s,
-      pg_catalog.format(selection_check, 'cancel', 'true',
-        'give ids, kinds, queues, statuses or tags (cancel never means every job)',
-        '{waiting,queued,running}', 'statuses: must be waiting, queued or running'),
-      pg_catalog.format(tags_check, 'cancel.tags', 'tags'),
-      pg_catalog.format(selection_filter, 'cancel')), attributes);
+    $body$, s, 'skiplock:' || s, pg_catalog.format(selection_filter, 'cancel')));
 
   -- sweep: what the workers' sweeper does, under the same advisory lock:
   -- queued jobs past their start deadline end cancelled, expired, and leases
