@@ -252,18 +252,23 @@ export function addJobSelectionFlags(
  * The filter the ID arguments and the selection flags name: only the fields
  * given are set (an empty object when none is).
  *
- * @throws {UsageError} (exit 2) when an ID argument is not a job id, or as {@link readIdsFrom}.
+ * @param whenNone - when given, a selection naming nothing is refused with this message.
+ * @throws {UsageError} (exit 2) when an ID argument is not a job id, when
+ *   `whenNone` is given and nothing is selected, or as {@link readIdsFrom}.
  */
 export async function jobSelection<S extends string>(
   args: string[],
   flags: JobSelectionFlags<S>,
+  whenNone?: string,
 ): Promise<{ ids?: string[]; status?: S[]; kind?: string[]; queue?: string[]; tags?: string[] }> {
   const ids = flags.idsFrom === undefined ? args : [...args, ...(await readIdsFrom(flags.idsFrom))];
   const bad = ids.find((id) => !isJobId(id));
   if (bad !== undefined) {
     throw new UsageError(`ID must be a job id (a positive integer up to ${MAX_JOB_ID}), got ${bad}`);
   }
-  return ids.length > 0 ? { ids, ...jobFilter(flags) } : jobFilter(flags);
+  const selection = ids.length > 0 ? { ids, ...jobFilter(flags) } : jobFilter(flags);
+  if (whenNone !== undefined && Object.keys(selection).length === 0) throw new UsageError(whenNone);
+  return selection;
 }
 
 /**

@@ -120,6 +120,17 @@ describe('skiplock CLI commands', { timeout: 240_000 }, () => {
     expect(row).toEqual({ status: 'queued', attempts: 0, last_error: null });
   });
 
+  it('refuses a cancel that names no job, and cancels nothing', async () => {
+    const job = await t.skiplock.enqueue('keep-me', {}, { queue: 'cancel-none-q' });
+    const none = await runCli(['cancel', ...conn()]);
+    expect(none.code).toBe(2);
+    expect(none.stderr).toMatch(
+      /give job ids, --status, --kind, --queue or --tag \(cancel never means every job\)/,
+    );
+    const [row] = await t.query(`SELECT status FROM ${t.jobs} WHERE id = $1`, [job.id]);
+    expect(row).toEqual({ status: 'queued' });
+  });
+
   it('exits 2 on bad flags and arguments, naming the flag, and changes nothing', async () => {
     await t.skiplock.enqueue('already-there', {});
     const cases: [string[], RegExp][] = [

@@ -13,7 +13,6 @@ import {
   jobSelection,
 } from '../flags.js';
 import { printJson, printText } from '../output.js';
-import { UsageError } from '../usage-error.js';
 
 interface CancelFlags extends JobSelectionFlags<CancellableStatus> {
   json?: boolean;
@@ -36,10 +35,11 @@ export function cancelCommand(): Command {
     'skiplock cancel --tag tenant:7 --tag import',
     "psql -At -c \"SELECT id FROM skiplock.jobs WHERE payload->>'tenant' = '7'\" | skiplock cancel --ids-from -",
   ]).action(async (args: string[], flags: CancelFlags) => {
-    const filter: CancelFilter = await jobSelection(args, flags);
-    if (Object.keys(filter).length === 0) {
-      throw new UsageError('give job ids, --status, --kind, --queue or --tag (cancel never means every job)');
-    }
+    const filter: CancelFilter = await jobSelection(
+      args,
+      flags,
+      'give job ids, --status, --kind, --queue or --tag (cancel never means every job)',
+    );
     // Bad input is refused before connecting (or starting the embedded server).
     parseCancelFilter(filter);
     await withDatabase(flags, async ({ skiplock }) => {
