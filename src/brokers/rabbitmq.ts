@@ -20,6 +20,7 @@ import {
   BrokerWorker,
   type BrokerWorkerOptions,
   FinishedMessages,
+  MessageRefusedError,
   settle,
   withinMs,
 } from './broker-worker.js';
@@ -91,12 +92,36 @@ async function assertQueues(channel: ConfirmChannel, name: string): Promise<void
   });
 }
 
-/** Publishes one message and resolves on the broker's confirm. */
-function send(channel: ConfirmChannel, queue: string, job: RelayedJob, expirationMs?: number): Promise<void> {
+/**
+ * The broker's `max_message_size` in bytes, when `error` is the channel error
+ * of a message larger than that (406 PRECONDITION_FAILED). The broker tells it
+ * only that way: a message too large closes the channel it came on.
+ */
+function maxMessageSizeOf(error: unknown): number | undefined {
+  const match = /message size \d+ is larger than configured max size (\d+)/.exec(
+    error instanceof Error ? error.message : '',
+  );
+  return match ? Number(match[1]) : undefined;
+}
+
+/** Why the broker can never take a message of `body`, when it is larger than `maxBytes` (once known). */
+function tooLarge(body: Uint8Array, maxBytes: number | undefined): string | undefined {
+  if (maxBytes === undefined || body.length <= maxBytes) return undefined;
+  return `its message of ${body.length} bytes is more than the RabbitMQ server's max_message_size (${maxBytes} bytes)`;
+}
+
+/** Publishes one message of `job`, encoded as `body`, and resolves on the broker's confirm. */
+function send(
+  channel: ConfirmChannel,
+  queue: string,
+  job: RelayedJob,
+  body: Uint8Array,
+  expirationMs?: number,
+): Promise<void> {
   return new Promise((resolve, reject) => {
     channel.sendToQueue(
       queue,
-      Buffer.from(encodeRelayedJob(job)),
+      Buffer.from(body.buffer, body.byteOffset, body.byteLength),
       {
         persistent: true,
         messageId: brokerMessageId(job),
@@ -161,6 +186,8 @@ export function rabbitmqTarget(options: RabbitmqQueueOptions): RelayTarget {
   let connection: { model: ChannelModel; channel: ConfirmChannel } | undefined;
   /** Set when the broker closed the connection or the channel (a restart, a dropped socket). */
   let lost: Error | undefined;
+  /** The broker's max_message_size, learned when a message larger than it closed the channel. */
+  let maxMessageBytes: number | undefined;
   const declared = new Set<string>();
   return {
     name: 'rabbitmq',
@@ -175,6 +202,9 @@ export function rabbitmqTarget(options: RabbitmqQueueOptions): RelayTarget {
       };
       opened.model.on('close', onClose);
       opened.channel.on('close', onClose);
+      opened.channel.on('error', (error: unknown) => {
+        maxMessageBytes = maxMessageSizeOf(error) ?? maxMessageBytes;
+      });
       connection = opened;
       declared.clear();
     },
@@ -188,11 +218,15 @@ export function rabbitmqTarget(options: RabbitmqQueueOptions): RelayTarget {
       const late = new Promise<'late'>((resolve) => {
         timer = setTimeout(() => resolve('late'), timeoutMs);
       });
-      // A queue name the broker cannot hold would close the channel, and every publish with it.
+      // A queue name the broker cannot hold, or a message larger than it takes, would close the
+      // channel, and every publish with it.
       const refused = new Map<string, string>();
+      const bodies = new Map<string, Uint8Array>();
       for (const job of jobs) {
-        const reason = queueNameTooLong(settings.queue, job.queue);
+        const body = encodeRelayedJob(job);
+        const reason = queueNameTooLong(settings.queue, job.queue) ?? tooLarge(body, maxMessageBytes);
         if (reason) refused.set(job.id, reason);
+        else bodies.set(job.id, body);
       }
       const sent = refused.size === 0 ? jobs : jobs.filter((job) => !refused.has(job.id));
       try {
@@ -205,7 +239,10 @@ export function rabbitmqTarget(options: RabbitmqQueueOptions): RelayTarget {
           declared.add(name);
         }
         const confirms = sent.map((job) =>
-          Promise.race([send(channel, rabbitmqQueueName(settings.queue, job.queue), job), late]).then(
+          Promise.race([
+            send(channel, rabbitmqQueueName(settings.queue, job.queue), job, bodies.get(job.id)!),
+            late,
+          ]).then(
             (result) => result !== 'late',
             () => false,
           ),
@@ -279,6 +316,8 @@ export class RabbitmqWorker extends BrokerWorker {
   /** Deliveries waiting for a free slot. */
   readonly #waiting: (() => void)[] = [];
   #connection: { model: ChannelModel; channel: ConfirmChannel } | undefined;
+  /** The broker's max_message_size, learned when a message larger than it closed the channel. */
+  #maxMessageBytes: number | undefined;
   #consumerTags: string[] = [];
   #reconnectTimer: NodeJS.Timeout | undefined;
 
@@ -317,6 +356,9 @@ export class RabbitmqWorker extends BrokerWorker {
     const lost = (error?: unknown) => this.#lost(connection, error);
     connection.model.on('close', lost);
     channel.on('close', lost);
+    channel.on('error', (error: unknown) => {
+      this.#maxMessageBytes = maxMessageSizeOf(error) ?? this.#maxMessageBytes;
+    });
     this.#connection = connection;
     this.#consumerTags = tags;
   }
@@ -388,9 +430,15 @@ export class RabbitmqWorker extends BrokerWorker {
     // Each reads the delivery when the attempt ends: it may have been delivered again since.
     const delivery = () => this.#current.get(messageId) ?? { channel, message };
     const republish = async (next: RelayedJob) => {
+      const body = encodeRelayedJob(next);
+      // Sent, it would close the channel, and the job would run again and again.
+      const reason = tooLarge(body, this.#maxMessageBytes);
+      if (reason) throw new MessageRefusedError(reason);
       const waitMs = next.notBefore === undefined ? 0 : Date.parse(next.notBefore) - Date.now();
       const { channel } = delivery();
-      await (waitMs > 0 ? send(channel, `${name}.delay`, next, waitMs) : send(channel, name, next));
+      await (waitMs > 0
+        ? send(channel, `${name}.delay`, next, body, waitMs)
+        : send(channel, name, next, body));
     };
     const run = () =>
       this.runner
@@ -406,7 +454,7 @@ export class RabbitmqWorker extends BrokerWorker {
               const { channel, message } = delivery();
               if (delayMs > 0) {
                 try {
-                  await send(channel, `${name}.delay`, job, delayMs);
+                  await send(channel, `${name}.delay`, job, message.content, delayMs);
                   settle(() => channel.ack(message));
                   return;
                 } catch {}

@@ -113,9 +113,12 @@ export async function startPrivateNats(owner: ProcessOwner): Promise<PrivateBrok
  * A RabbitMQ node of its own (`skiplock-test-<pid>-<port>@localhost`, no
  * plugins, no config file) on a free port, its database in a new directory.
  * It runs as the current user, so the machine's node and its files are left
- * alone.
+ * alone. `maxMessageBytes` sets its `max_message_size` (default 128 MiB).
  */
-export async function startPrivateRabbitmq(owner: ProcessOwner): Promise<PrivateBroker> {
+export async function startPrivateRabbitmq(
+  owner: ProcessOwner,
+  { maxMessageBytes }: { maxMessageBytes?: number } = {},
+): Promise<PrivateBroker> {
   const port = await freePort();
   const distPort = await freePort();
   const dir = await mkdtemp(join(tmpdir(), 'skiplock-rabbitmq-'));
@@ -134,6 +137,9 @@ export async function startPrivateRabbitmq(owner: ProcessOwner): Promise<Private
       RABBITMQ_LOG_BASE: join(dir, 'log'),
       RABBITMQ_ENABLED_PLUGINS_FILE: join(dir, 'enabled_plugins'),
       RABBITMQ_CONFIG_FILE: join(dir, 'none'),
+      ...(maxMessageBytes !== undefined && {
+        RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS: `-rabbit max_message_size ${maxMessageBytes}`,
+      }),
     },
   });
 }

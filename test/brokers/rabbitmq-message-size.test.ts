@@ -1,0 +1,109 @@
+/**
+ * A RabbitMQ server that takes smaller messages than some job's (its
+ * `max_message_size`, on a node of the test's own): the broker says its limit
+ * only by closing the channel such a message came on. The relay and
+ * rabbitmqWorker learn it from that close, then end such a job failed with the
+ * reason, instead of sending it again and again; the other jobs go on.
+ */
+import { afterAll, describe, expect, it } from 'vitest';
+import { rabbitmqQueueName, rabbitmqTarget, rabbitmqWorker } from '../../src/brokers/rabbitmq.js';
+import type { Job } from '../../src/index.js';
+import { useTestDatabase } from '../support/fixture.js';
+import { until } from '../support/nats.js';
+import { drainQueue } from '../support/rabbitmq.js';
+import { type PrivateBroker, startPrivateRabbitmq } from './private-brokers.js';
+import { brokerTest } from './support.js';
+
+const t = useTestDatabase();
+const b = brokerTest(t);
+
+const MAX_MESSAGE_BYTES = 4096;
+
+/** One node for the file, killed after its last test: a node boots in ~15 s on a loaded 2-core machine. */
+const cleanups: (() => unknown)[] = [];
+let server: Promise<PrivateBroker> | undefined;
+function broker(): Promise<PrivateBroker> {
+  server ??= startPrivateRabbitmq(
+    { defer: (cleanup) => cleanups.push(cleanup) },
+    { maxMessageBytes: MAX_MESSAGE_BYTES },
+  );
+  return server;
+}
+afterAll(async () => {
+  for (const cleanup of cleanups.splice(0)) await cleanup();
+});
+
+describe(`RabbitMQ with max_message_size ${MAX_MESSAGE_BYTES}`, () => {
+  it('the relay ends failed, saying why, a job whose message is larger; the rest of its batch is relayed', async () => {
+    const { url } = await broker();
+    const before = await t.skiplock.enqueue('small', { n: 1 }, { queue: 'relayed' });
+    const big = await t.skiplock.enqueue(
+      'big',
+      { text: 'x'.repeat(MAX_MESSAGE_BYTES) },
+      { queue: 'relayed' },
+    );
+    const after = await t.skiplock.enqueue('small', { n: 2 }, { queue: 'relayed' });
+    const relay = b.relay({
+      target: rabbitmqTarget({ url, queue: 'sized' }),
+      queues: ['relayed'],
+      publishTimeoutMs: 2000,
+      retryDelayMs: 100,
+    });
+    const errors: [string, string][] = [];
+    relay.on('error', (error, source) => errors.push([source, error.message]));
+    relay.start();
+    await until(async () => (await t.row(big.id))?.status === 'failed', 'the large job failed');
+    await until(async () => (await t.jobCount('queue = $1', ['relayed'])) === 1, 'the small jobs relayed');
+    const record = (await t.skiplock.getJob(big.id))!;
+    expect([record.status, record.attempts, record.errors]).toEqual(['failed', 0, []]);
+    expect(record.lastError).toMatch(
+      new RegExp(
+        `^rabbitmq refuses it: its message of \\d+ bytes is more than the RabbitMQ server's max_message_size \\(${MAX_MESSAGE_BYTES} bytes\\)$`,
+      ),
+    );
+    expect(relay.metrics).toMatchObject({ refused: 1 });
+    // The first send of the large message closed the channel: a publish error, then the refusal.
+    expect(errors.filter(([source]) => source === 'publish').at(-1)).toEqual([
+      'publish',
+      `job ${big.id}: ${record.lastError}; it ended failed`,
+    ]);
+    const arrived = (await drainQueue(rabbitmqQueueName('sized', 'relayed'), url)).map((m) => m.job.id);
+    expect(new Set(arrived)).toEqual(new Set([before.id, after.id]));
+  }, 180_000);
+
+  it('rabbitmqWorker writes a job back failed when its retry message is larger, after at most one more run', async () => {
+    const { url } = await broker();
+    const runs: number[] = [];
+    const worker = rabbitmqWorker(t.skiplock, {
+      url,
+      queue: 'consumed',
+      queues: ['wordy-q'],
+      handlers: {
+        // The error's history pushes the retry's message past the limit the first one fit under.
+        wordy: (job: Job) => {
+          runs.push(job.attempts);
+          throw new Error('e'.repeat(MAX_MESSAGE_BYTES));
+        },
+      },
+      handleSignals: false,
+    });
+    await b.started(worker);
+    const relay = b.relay({ target: rabbitmqTarget({ url, queue: 'consumed' }), queues: ['wordy-q'] });
+    relay.start();
+    const job = await t.skiplock.enqueue('wordy', { text: 'x'.repeat(1000) }, { queue: 'wordy-q' });
+    await until(async () => (await t.row(job.id))?.status === 'failed', 'the job written back failed');
+    const record = (await t.skiplock.getJob(job.id))!;
+    // The first retry message closed the channel (the limit unknown yet): the delivery came back and ran again.
+    expect([record.status, record.attempts, runs]).toEqual(['failed', 1, [1, 1]]);
+    expect(record.lastError).toMatch(
+      new RegExp(
+        `^its next message could not be published: its message of \\d+ bytes is more than the RabbitMQ server's max_message_size \\(${MAX_MESSAGE_BYTES} bytes\\)$`,
+      ),
+    );
+    expect(record.errors.map((e) => [e.attempt, e.error.slice(0, 40)])).toEqual([
+      [1, `Error: ${'e'.repeat(33)}`],
+      [1, record.lastError!.slice(0, 40)],
+    ]);
+    expect(await drainQueue(rabbitmqQueueName('consumed', 'wordy-q'), url)).toEqual([]);
+  }, 180_000);
+});
