@@ -244,13 +244,14 @@ export function addJobSelectionFlags(
     .addOption(jobFilterOption('tag'))
     .option(
       '--ids-from <file>',
-      'also the job ids in FILE (- for standard input), separated by whitespace or commas',
+      'also the job ids in FILE (- for standard input), separated by whitespace or commas; only ids are then selected (an empty FILE selects no job)',
     );
 }
 
 /**
  * The filter the ID arguments and the selection flags name: only the fields
- * given are set (an empty object when none is).
+ * given are set (an empty object when none is). With `--ids-from`, `ids` is
+ * set even when the file holds none, so the selection matches no job.
  *
  * @param whenNone - when given, a selection naming nothing is refused with this message.
  * @throws {UsageError} (exit 2) when an ID argument is not a job id, when
@@ -266,7 +267,9 @@ export async function jobSelection<S extends string>(
   if (bad !== undefined) {
     throw new UsageError(`ID must be a job id (a positive integer up to ${MAX_JOB_ID}), got ${bad}`);
   }
-  const selection = ids.length > 0 ? { ids, ...jobFilter(flags) } : jobFilter(flags);
+  // Ids read from a file select those ids only, even none: an empty file must not widen the filters to every job.
+  const selection =
+    ids.length > 0 || flags.idsFrom !== undefined ? { ids, ...jobFilter(flags) } : jobFilter(flags);
   if (whenNone !== undefined && Object.keys(selection).length === 0) throw new UsageError(whenNone);
   return selection;
 }

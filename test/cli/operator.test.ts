@@ -113,6 +113,38 @@ describe('skiplock CLI for operators', () => {
     expect(missing.stderr).toMatch(/--ids-from \S+: no such file/);
   });
 
+  it('an empty --ids-from selects no job, even beside filters that match many', async () => {
+    const jobs = await skiplock.enqueueMany(
+      Array.from({ length: 3 }, (_, i) => ({ kind: 'k', payload: { i }, queue: 'op-empty-ids' })),
+    );
+    const cancelled = await runCli(
+      ['cancel', '--ids-from', '-', '--queue', 'op-empty-ids', '--json', ...conn],
+      {
+        input: '',
+      },
+    );
+    expect(cancelled.code, cancelled.stderr).toBe(0);
+    expect(JSON.parse(cancelled.stdout)).toEqual({ cancelled: 0, running: 0 });
+    await skiplock.cancel({ ids: [jobs[0]!.id] });
+    const file = join(mkdtempSync(join(tmpdir(), 'skiplock-ids-')), 'none.txt');
+    writeFileSync(file, '\n');
+    const requeued = await runCli([
+      'requeue',
+      '--ids-from',
+      file,
+      '--status',
+      'cancelled',
+      '--json',
+      ...conn,
+    ]);
+    expect(requeued.code, requeued.stderr).toBe(0);
+    expect(JSON.parse(requeued.stdout)).toEqual({ requeued: 0 });
+    const statuses = await db.query<{ status: string }>(
+      `SELECT status FROM ${tableIn(TEST_SCHEMA, 'jobs')} WHERE queue = 'op-empty-ids' ORDER BY id`,
+    );
+    expect(statuses.map((r) => r.status)).toEqual(['cancelled', 'queued', 'queued']);
+  });
+
   it('refuses bad ids, tags, names and flags before connecting, and never prints a password', async () => {
     // Nothing listens on port 1: a command that connected first would fail with exit 1.
     const nowhere = ['--database-url', 'postgres://u@127.0.0.1:1/x?password=s3cret', '--schema', 'x'];
