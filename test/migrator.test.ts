@@ -124,7 +124,7 @@ describe('upgrades', () => {
       )
       .digest('hex')
       .slice(0, 16);
-    expect({ version: LATEST, functions }).toEqual({ version: 26, functions: 'c15d01d8c1cd5fe7' });
+    expect({ version: LATEST, functions }).toEqual({ version: 27, functions: '86ee5a2c6d3cbd16' });
   });
 });
 
