@@ -98,7 +98,8 @@ async function assertQueues(channel: ConfirmChannel, name: string): Promise<void
  * only that way: a message too large closes the channel it came on.
  */
 function maxMessageSizeOf(error: unknown): number | undefined {
-  const match = /message size \d+ is larger than configured max size (\d+)/.exec(
+  // "configured max size" below the broker's ceiling of 512 MiB, "max size" at it.
+  const match = /message size \d+ is larger than (?:configured )?max size (\d+)/.exec(
     error instanceof Error ? error.message : '',
   );
   return match ? Number(match[1]) : undefined;
@@ -132,6 +133,13 @@ function send(
       (error: unknown) => (error ? reject(error) : resolve()),
     );
   });
+}
+
+/** A worker's connection: its consuming channel, and the channel it publishes on (while open or opening). */
+interface Connection {
+  model: ChannelModel;
+  channel: ConfirmChannel;
+  publisher?: Promise<ConfirmChannel> | undefined;
 }
 
 /** How long opening a connection and its channel may take when the caller gives no bound, in milliseconds. */
@@ -186,7 +194,10 @@ export function rabbitmqTarget(options: RabbitmqQueueOptions): RelayTarget {
   let connection: { model: ChannelModel; channel: ConfirmChannel } | undefined;
   /** Set when the broker closed the connection or the channel (a restart, a dropped socket). */
   let lost: Error | undefined;
-  /** The broker's max_message_size, learned when a message larger than it closed the channel. */
+  /**
+   * The broker's max_message_size, learned when a message larger than it
+   * closed the channel; forgotten when the broker closes the connection.
+   */
   let maxMessageBytes: number | undefined;
   const declared = new Set<string>();
   return {
@@ -200,7 +211,11 @@ export function rabbitmqTarget(options: RabbitmqQueueOptions): RelayTarget {
           cause: error,
         });
       };
-      opened.model.on('close', onClose);
+      opened.model.on('close', (error?: unknown) => {
+        // The broker closed the whole connection (a restart, say): its limit may have changed since.
+        if (connection === opened && error) maxMessageBytes = undefined;
+        onClose(error);
+      });
       opened.channel.on('close', onClose);
       opened.channel.on('error', (error: unknown) => {
         maxMessageBytes = maxMessageSizeOf(error) ?? maxMessageBytes;
@@ -295,6 +310,8 @@ const RECONNECT_MAX_MS = 10_000;
 interface Held {
   channel: ConfirmChannel;
   message: ConsumeMessage;
+  /** The connection it came on, whose publishing channel its job's next message goes out on. */
+  connection: Connection;
 }
 
 /**
@@ -315,8 +332,11 @@ export class RabbitmqWorker extends BrokerWorker {
   readonly #current = new Map<string, Held>();
   /** Deliveries waiting for a free slot. */
   readonly #waiting: (() => void)[] = [];
-  #connection: { model: ChannelModel; channel: ConfirmChannel } | undefined;
-  /** The broker's max_message_size, learned when a message larger than it closed the channel. */
+  #connection: Connection | undefined;
+  /**
+   * The broker's max_message_size, learned when a message larger than it
+   * closed the publishing channel; forgotten when the broker closes the connection.
+   */
   #maxMessageBytes: number | undefined;
   #consumerTags: string[] = [];
   #reconnectTimer: NodeJS.Timeout | undefined;
@@ -334,18 +354,26 @@ export class RabbitmqWorker extends BrokerWorker {
     this.#queues = queues;
   }
 
-  /** Connects, declares the queues and consumes (`concurrency` unacknowledged deliveries at most). */
+  /**
+   * Connects, opens the channel retries and snoozes are published on, declares
+   * the queues and consumes (`concurrency` unacknowledged deliveries at most).
+   */
   protected async connect(): Promise<void> {
-    const connection = await open(await loadClient(), this.#queues.url);
+    const connection: Connection = await open(await loadClient(), this.#queues.url);
     const { channel } = connection;
+    connection.model.on('close', (error?: unknown) => {
+      // The broker closed the whole connection (a restart, say): its limit may have changed since.
+      if (this.#connection === connection && error) this.#maxMessageBytes = undefined;
+    });
     const tags: string[] = [];
     try {
+      await this.#openPublisher(connection);
       await channel.prefetch(this.settings.concurrency);
       for (const queue of this.settings.queues) {
         const name = rabbitmqQueueName(this.#queues.queue, queue);
         await assertQueues(channel, name);
         const { consumerTag } = await channel.consume(name, (message) => {
-          if (message) this.#deliver(channel, message);
+          if (message) this.#deliver(connection, message);
         });
         tags.push(consumerTag);
       }
@@ -356,11 +384,61 @@ export class RabbitmqWorker extends BrokerWorker {
     const lost = (error?: unknown) => this.#lost(connection, error);
     connection.model.on('close', lost);
     channel.on('close', lost);
-    channel.on('error', (error: unknown) => {
-      this.#maxMessageBytes = maxMessageSizeOf(error) ?? this.#maxMessageBytes;
-    });
     this.#connection = connection;
     this.#consumerTags = tags;
+  }
+
+  /**
+   * Opens `connection`'s publishing channel. It is apart from the consuming
+   * one because a message larger than the broker takes closes the channel it
+   * came on: the deliveries held, on the other, stay acknowledgeable. The
+   * broker says its limit in that close, learned here before the publish fails.
+   */
+  #openPublisher(connection: Connection): Promise<ConfirmChannel> {
+    const opening = connection.model.createConfirmChannel().then((publisher) => {
+      publisher.on('error', (error: unknown) => {
+        this.#maxMessageBytes = maxMessageSizeOf(error) ?? this.#maxMessageBytes;
+      });
+      publisher.on('close', () => {
+        if (connection.publisher === opening) connection.publisher = undefined;
+      });
+      return publisher;
+    });
+    connection.publisher = opening;
+    opening.catch(() => {
+      if (connection.publisher === opening) connection.publisher = undefined;
+    });
+    return opening;
+  }
+
+  /**
+   * Publishes the message of `job`, encoded as `body`, on `connection`'s
+   * publishing channel (opened again after a message too large closed it):
+   * into its queue, or its delay queue for `delayMs`.
+   *
+   * @throws {MessageRefusedError} when the message is larger than the broker's max_message_size.
+   */
+  async #publish(
+    connection: Connection,
+    queueName: string,
+    job: RelayedJob,
+    body: Uint8Array,
+    delayMs: number,
+  ): Promise<void> {
+    const refusal = () => {
+      const reason = tooLarge(body, this.#maxMessageBytes);
+      return reason === undefined ? undefined : new MessageRefusedError(reason);
+    };
+    const known = refusal();
+    if (known) throw known;
+    const publisher = await (connection.publisher ?? this.#openPublisher(connection));
+    try {
+      await (delayMs > 0
+        ? send(publisher, `${queueName}.delay`, job, body, delayMs)
+        : send(publisher, queueName, job, body));
+    } catch (error) {
+      throw refusal() ?? error;
+    }
   }
 
   /** The broker closed `connection` (or its channel): report it and connect again, unless stopping. */
@@ -396,7 +474,8 @@ export class RabbitmqWorker extends BrokerWorker {
     }, delayMs);
   }
 
-  #deliver(channel: ConfirmChannel, message: ConsumeMessage): void {
+  #deliver(connection: Connection, message: ConsumeMessage): void {
+    const { channel } = connection;
     if (this.stopping) {
       settle(() => channel.nack(message, false, true));
       return;
@@ -422,24 +501,21 @@ export class RabbitmqWorker extends BrokerWorker {
       // after a lost connection, the broker's redelivery, which takes the place
       // of the delivery the old channel can no longer acknowledge.
       if (held.channel === channel) settle(() => channel.ack(message));
-      else this.#current.set(messageId, { channel, message });
+      else this.#current.set(messageId, { channel, message, connection });
       return;
     }
-    this.#current.set(messageId, { channel, message });
+    this.#current.set(messageId, { channel, message, connection });
     const name = rabbitmqQueueName(this.#queues.queue, job.queue);
     // Each reads the delivery when the attempt ends: it may have been delivered again since.
-    const delivery = () => this.#current.get(messageId) ?? { channel, message };
-    const republish = async (next: RelayedJob) => {
-      const body = encodeRelayedJob(next);
-      // Sent, it would close the channel, and the job would run again and again.
-      const reason = tooLarge(body, this.#maxMessageBytes);
-      if (reason) throw new MessageRefusedError(reason);
-      const waitMs = next.notBefore === undefined ? 0 : Date.parse(next.notBefore) - Date.now();
-      const { channel } = delivery();
-      await (waitMs > 0
-        ? send(channel, `${name}.delay`, next, body, waitMs)
-        : send(channel, name, next, body));
-    };
+    const delivery = () => this.#current.get(messageId) ?? { channel, message, connection };
+    const republish = (next: RelayedJob) =>
+      this.#publish(
+        delivery().connection,
+        name,
+        next,
+        encodeRelayedJob(next),
+        next.notBefore === undefined ? 0 : Date.parse(next.notBefore) - Date.now(),
+      );
     const run = () =>
       this.runner
         .run(
@@ -451,10 +527,10 @@ export class RabbitmqWorker extends BrokerWorker {
               settle(() => channel.ack(message));
             },
             retry: async (delayMs) => {
-              const { channel, message } = delivery();
+              const { channel, message, connection } = delivery();
               if (delayMs > 0) {
                 try {
-                  await send(channel, `${name}.delay`, job, message.content, delayMs);
+                  await this.#publish(connection, name, job, message.content, delayMs);
                   settle(() => channel.ack(message));
                   return;
                 } catch {}

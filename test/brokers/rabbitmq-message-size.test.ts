@@ -71,7 +71,7 @@ describe(`RabbitMQ with max_message_size ${MAX_MESSAGE_BYTES}`, () => {
     expect(new Set(arrived)).toEqual(new Set([before.id, after.id]));
   }, 180_000);
 
-  it('rabbitmqWorker writes a job back failed when its retry message is larger, after at most one more run', async () => {
+  it('rabbitmqWorker writes a job back failed, after one run, when its retry message is larger', async () => {
     const { url } = await broker();
     const runs: number[] = [];
     const worker = rabbitmqWorker(t.skiplock, {
@@ -93,8 +93,8 @@ describe(`RabbitMQ with max_message_size ${MAX_MESSAGE_BYTES}`, () => {
     const job = await t.skiplock.enqueue('wordy', { text: 'x'.repeat(1000) }, { queue: 'wordy-q' });
     await until(async () => (await t.row(job.id))?.status === 'failed', 'the job written back failed');
     const record = (await t.skiplock.getJob(job.id))!;
-    // The first retry message closed the channel (the limit unknown yet): the delivery came back and ran again.
-    expect([record.status, record.attempts, runs]).toEqual(['failed', 1, [1, 1]]);
+    // The retry message closed the publishing channel, which told the limit; the delivery stayed held.
+    expect([record.status, record.attempts, runs]).toEqual(['failed', 1, [1]]);
     expect(record.lastError).toMatch(
       new RegExp(
         `^its next message could not be published: its message of \\d+ bytes is more than the RabbitMQ server's max_message_size \\(${MAX_MESSAGE_BYTES} bytes\\)$`,
@@ -105,5 +105,37 @@ describe(`RabbitMQ with max_message_size ${MAX_MESSAGE_BYTES}`, () => {
       [1, record.lastError!.slice(0, 40)],
     ]);
     expect(await drainQueue(rabbitmqQueueName('consumed', 'wordy-q'), url)).toEqual([]);
+  }, 180_000);
+
+  it('rabbitmqWorker learns the limit from a retry sent while it still sets up its other queues', async () => {
+    const { url } = await broker();
+    const queues = ['w0', 'w1', 'w2', 'w3', 'w4', 'w5', 'w6', 'w7'];
+    // Waiting in the broker before the worker starts: the first queue's consumer gets it at once.
+    const relay = b.relay({ target: rabbitmqTarget({ url, queue: 'setup' }), queues });
+    relay.start();
+    const wordy = await t.skiplock.enqueue('wordy', { text: 'x'.repeat(1000) }, { queue: 'w0' });
+    const plain = await t.skiplock.enqueue('plain', {}, { queue: 'w7' });
+    await until(async () => (await t.jobCount('id IN ($1, $2)', [wordy.id, plain.id])) === 0, 'both relayed');
+    let [wordyRuns, plainRuns] = [0, 0];
+    const worker = rabbitmqWorker(t.skiplock, {
+      url,
+      queue: 'setup',
+      queues,
+      handlers: {
+        wordy: () => {
+          wordyRuns++;
+          throw new Error('e'.repeat(MAX_MESSAGE_BYTES));
+        },
+        plain: () => {
+          plainRuns++;
+        },
+      },
+      handleSignals: false,
+    });
+    await b.started(worker);
+    await until(async () => (await t.row(wordy.id))?.status === 'failed', 'the job written back failed');
+    await until(() => plainRuns === 1, 'the other queue consumed');
+    expect(wordyRuns).toBe(1);
+    expect((await t.skiplock.getJob(wordy.id))?.lastError).toMatch(/max_message_size \(4096 bytes\)$/);
   }, 180_000);
 });
