@@ -8,7 +8,7 @@
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { SchemaVersionError, Skiplock } from '../src/index.js';
-import { loadFunctions, loadMigrations, migrate } from '../src/migrations/migrator.js';
+import { assertMigrated, loadFunctions, loadMigrations, migrate } from '../src/migrations/migrator.js';
 import { beforeMigration, TEST_SCHEMA, tableIn } from './support/database.js';
 import { useFileDatabase } from './support/file-database.js';
 
@@ -17,6 +17,19 @@ const s = `"${TEST_SCHEMA.replaceAll('"', '""')}"`;
 
 /** The newest version this library ships. */
 const LATEST = loadMigrations().at(-1)!.version;
+
+describe('an unmigrated schema', () => {
+  // Runs first: no test of this file's database has migrated the default schema yet.
+  it.each([
+    ['skiplock', '`skiplock migrate`'],
+    ['app_jobs', '`skiplock migrate --schema app_jobs`'],
+    [`it's "odd"`, `\`skiplock migrate --schema 'it'\\''s "odd"'\``],
+  ])('%s: the hint names the command that migrates it', async (schema, command) => {
+    const error = await assertMigrated(db.pool, schema).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(SchemaVersionError);
+    expect((error as Error).message).toContain(`: run migrate() (or ${command}) first`);
+  });
+});
 
 describe('migration versions with gaps', () => {
   it('apply a lower version missing below a recorded higher one, then nothing more', async () => {

@@ -168,7 +168,8 @@ export function translateError(error: unknown): SkiplockError {
     message += ': no answer within the statement deadline (statementTimeoutMs)';
   // undefined_table: almost always a schema nobody migrated.
   if (sqlState === '42P01')
-    message += '; is the skiplock schema migrated? run migrate() or `skiplock migrate`';
+    message +=
+      '; is the skiplock schema migrated? run migrate() or `skiplock migrate` on the same schema (--schema)';
   // protocol_violation at connect: a pooler (PgBouncer) refusing the worker's startup options.
   if (sqlState === '08P01' && message.includes('unsupported startup parameter'))
     message +=

@@ -152,8 +152,15 @@ export async function assertMigrated(pool: pg.Pool, schema: string): Promise<voi
     const version = Math.max(0, ...recorded);
     const state =
       version < latest ? `is at version ${version}` : `lacks migration ${missing.version} (${missing.name})`;
+    // The command names the schema when it is not the default, quoted for a shell when it must be.
+    const flag =
+      schema === 'skiplock'
+        ? ''
+        : /^[A-Za-z0-9_]+$/.test(schema)
+          ? ` --schema ${schema}`
+          : ` --schema '${schema.replaceAll("'", "'\\''")}'`;
     throw new SchemaVersionError(
-      `the skiplock schema ${JSON.stringify(schema)} ${state}, this library needs ${latest}: run migrate() (or \`skiplock migrate\`) first`,
+      `the skiplock schema ${JSON.stringify(schema)} ${state}, this library needs ${latest}: run migrate() (or \`skiplock migrate${flag}\`) first`,
       { databaseVersion: version, libraryVersion: latest },
     );
   }

@@ -236,7 +236,9 @@ describe('an unmigrated database', () => {
   it('serveDashboard refuses to start with the migrate hint', async () => {
     const error = await serveDashboard(bare.skiplock(), { port: 0 }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(SchemaVersionError);
-    expect((error as Error).message).toMatch(/run migrate\(\) \(or `skiplock migrate`\) first/);
+    expect((error as Error).message).toMatch(
+      /run migrate\(\) \(or `skiplock migrate( --schema .+)?`\) first/,
+    );
   });
 });
 
@@ -248,7 +250,9 @@ describe('skiplock dashboard', () => {
       ['dashboard', '--port', '0', '--base-path', '//evil.com', ...conn],
     ]);
     expect(unmigrated!.code).toBe(1);
-    expect(unmigrated!.stderr).toMatch(/skiplock: error: .*run migrate\(\) \(or `skiplock migrate`\) first/);
+    expect(unmigrated!.stderr).toMatch(
+      /skiplock: error: .*run migrate\(\) \(or `skiplock migrate( --schema .+)?`\) first/,
+    );
     expect(unmigrated!.stdout).not.toContain('dashboard at');
     expect(badBase!.code).toBe(2);
     expect(badBase!.stderr).toContain("skiplock: error: invalid --base-path: must be '' or a plain path");
