@@ -1,13 +1,17 @@
 /**
  * How the command line reports an error that ends a command: one line on
  * stderr (`skiplock: error: …`, plus a `cause:` line only when the cause adds
- * something) and the exit code: 2 for usage errors, 1 for the rest.
+ * something, or the help hint after a usage error) and the exit code: 2 for
+ * usage errors, 1 for the rest.
  */
 import { CommanderError } from 'commander';
 import { ValidationError } from '../errors.js';
 import { MissingDependencyError } from '../optional-dependency.js';
 import { ERROR_PREFIX, printError } from './output.js';
 import { UsageError } from './usage-error.js';
+
+/** The line after a usage error, as commander prints it after its own. */
+export const USAGE_HINT = '(add --help for usage)';
 
 /**
  * Prints `error` for people and returns the exit code: 0 for commander's
@@ -18,12 +22,12 @@ import { UsageError } from './usage-error.js';
 export function reportError(error: unknown): number {
   // Commander has printed its own message (through commanderOutputError).
   if (error instanceof CommanderError) return error.exitCode === 0 ? 0 : 2;
-  if (error instanceof UsageError) {
-    printError(error.message);
-    return 2;
-  }
-  if (error instanceof ValidationError) {
-    printError(`invalid ${flagOf(error.field)}: ${error.reason}`);
+  // A usage error found by a command ends as commander's own do, with the help hint.
+  if (error instanceof UsageError || error instanceof ValidationError) {
+    printError(
+      error instanceof UsageError ? error.message : `invalid ${flagOf(error.field)}: ${error.reason}`,
+    );
+    process.stderr.write(`${USAGE_HINT}\n`);
     return 2;
   }
   if (error instanceof MissingDependencyError) {
@@ -75,6 +79,10 @@ function flagOf(field: string): string {
     .replace(/^(worker|options|filter)\./, '')
     .replace(/^queues\[\d+\]$/, 'queue')
     .replace(/^tags(\[\d+\])?$/, 'tag');
-  if (/^[a-z][a-zA-Z]*$/.test(name)) return `--${name.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+  const flag = (option: string) => `--${option.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+  if (/^[a-z][a-zA-Z]*$/.test(name)) return flag(name);
+  // A part of one flag's value (`rate.count` of `--rate 0/1s`): the flag, then the part.
+  const part = /^([a-z][a-zA-Z]*)\.([a-z][a-zA-Z]*)$/.exec(name);
+  if (part) return `${flag(part[1]!)} (${part[2]})`;
   return field;
 }

@@ -22,7 +22,7 @@ import { schedulesCommand } from './commands/schedules.js';
 import { statsCommand } from './commands/stats.js';
 import { unscheduleCommand } from './commands/unschedule.js';
 import { workerCommand } from './commands/worker.js';
-import { commanderOutputError, reportError } from './error-report.js';
+import { commanderOutputError, reportError, USAGE_HINT } from './error-report.js';
 
 const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
   version: string;
@@ -80,7 +80,7 @@ const configure = (command: Command): void => {
   command
     .exitOverride()
     .configureOutput({ outputError: commanderOutputError })
-    .showHelpAfterError('(add --help for usage)');
+    .showHelpAfterError(USAGE_HINT);
   command.commands.forEach(configure);
 };
 configure(program);

@@ -38,7 +38,11 @@ describe('CLI: database URLs', () => {
     results.forEach((result, i) => {
       expect(result.code, `${cases[i]}: ${result.stderr}`).toBe(2);
       expect(result.stderr).toMatch(NOT_A_POSTGRES_URL);
-      expect(result.stderr.trim().split('\n')).toHaveLength(1);
+      // The error, then the hint every usage error ends with.
+      expect(result.stderr.trim().split('\n')).toEqual([
+        expect.stringMatching(/^skiplock: error: /),
+        '(add --help for usage)',
+      ]);
       expect(result.stderr).not.toMatch(/ENOTFOUND|getaddrinfo/);
     });
   });
@@ -154,6 +158,8 @@ describe('CLI: error lines', () => {
       const errors = errorLines(result.stderr);
       expect(errors, args.join(' ')).toHaveLength(1);
       expect(errors[0], args.join(' ')).toMatch(/^skiplock: error: \S/);
+      // Usage errors, commander's and the commands' own alike, end with the help hint; the others do not.
+      expect(result.stderr.trimEnd().endsWith('\n(add --help for usage)'), args.join(' ')).toBe(code === 2);
     });
   });
 

@@ -40,7 +40,10 @@ describe('skiplock queues limits', () => {
       expect(refused.code, bad.join(' ')).not.toBe(0);
     }
     const zeroRate = await limits('cli-l', '--rate', '0/1s');
-    expect(zeroRate.stderr).toContain('rate.count');
+    expect(zeroRate.code).toBe(2);
+    expect(zeroRate.stderr).toMatch(
+      /^skiplock: error: invalid --rate \(count\): must be ≥ 1\n\(add --help for usage\)\n$/m,
+    );
 
     const cleared = await limits('cli-l', '--concurrency', 'none', '--rate', 'none');
     expect(cleared.code, cleared.stderr).toBe(0);

@@ -44,7 +44,7 @@ describe('skiplock schedule, schedules, unschedule', () => {
     expect([removed.code, removed.stdout.trim()]).toEqual([0, 'removed schedule nightly-report']);
     const again = await cli('unschedule', 'nightly-report');
     expect(again.code).toBe(1);
-    expect(again.stderr).toMatch(/no schedule named "nightly-report"/);
+    expect(again.stderr).toMatch(/^skiplock: error: no schedule named "nightly-report"$/m);
     expect((await cli('schedules')).stdout.trim()).toBe('no schedules');
   });
 

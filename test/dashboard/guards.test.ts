@@ -261,7 +261,7 @@ describe('skiplock dashboard', () => {
     });
     expect(badAuth.code).toBe(2);
     expect(badAuth.stderr.trim()).toBe(
-      'skiplock: error: invalid $SKIPLOCK_DASHBOARD_AUTH: must be USER:PASS, both non-empty.',
+      'skiplock: error: invalid $SKIPLOCK_DASHBOARD_AUTH: must be USER:PASS, both non-empty.\n(add --help for usage)',
     );
   });
 });

@@ -4,7 +4,7 @@
 import { Command } from 'commander';
 import { withDatabase } from '../database.js';
 import { addConnectionFlags, type ConnectionFlags, examples, name } from '../flags.js';
-import { printText } from '../output.js';
+import { printError, printText } from '../output.js';
 
 /** The `unschedule` command. Exits 1 when there was no such schedule. */
 export function unscheduleCommand(): Command {
@@ -21,7 +21,7 @@ export function unscheduleCommand(): Command {
       await withDatabase(flags, async ({ skiplock }) => {
         if (await skiplock.unschedule(name)) printText(`removed schedule ${name}`);
         else {
-          process.stderr.write(`skiplock: no schedule named ${JSON.stringify(name)}\n`);
+          printError(`no schedule named ${JSON.stringify(name)}`);
           process.exitCode = 1;
         }
       });
