@@ -445,7 +445,11 @@ class RelayLoop extends Service {
     }
     if (refusedJobs.length > 0) await this.#refuse(refusedJobs, refused);
     if (unpublished.length > 0) {
-      const error = new SkiplockError('BROKER', `${unpublished.length} jobs were not acknowledged in time`);
+      // Not in time, or not at all (a channel the broker closed): either way they go back.
+      const error = new SkiplockError(
+        'BROKER',
+        `${unpublished.length} jobs were not acknowledged by the broker; given back to be published again`,
+      );
       if (!publishFailed) relay.report(error, 'publish');
       throw error;
     }
