@@ -362,8 +362,9 @@ export class RabbitmqWorker extends BrokerWorker {
     const connection: Connection = await open(await loadClient(), this.#queues.url);
     const { channel } = connection;
     connection.model.on('close', (error?: unknown) => {
-      // The broker closed the whole connection (a restart, say): its limit may have changed since.
-      if (this.#connection === connection && error) this.#maxMessageBytes = undefined;
+      // The broker closed the connection (a restart, say; our own closes carry no error): its limit
+      // may have changed since. The channels closed first, so #lost has let go of it already.
+      if (error) this.#maxMessageBytes = undefined;
     });
     const tags: string[] = [];
     try {
@@ -431,13 +432,23 @@ export class RabbitmqWorker extends BrokerWorker {
     };
     const known = refusal();
     if (known) throw known;
-    const publisher = await (connection.publisher ?? this.#openPublisher(connection));
-    try {
-      await (delayMs > 0
-        ? send(publisher, `${queueName}.delay`, job, body, delayMs)
-        : send(publisher, queueName, job, body));
-    } catch (error) {
-      throw refusal() ?? error;
+    for (let tries = 1; ; tries++) {
+      const opening = connection.publisher ?? this.#openPublisher(connection);
+      const publisher = await opening;
+      try {
+        await (delayMs > 0
+          ? send(publisher, `${queueName}.delay`, job, body, delayMs)
+          : send(publisher, queueName, job, body));
+        return;
+      } catch (error) {
+        const refused = refusal();
+        if (refused) throw refused;
+        // Another job's message too large closed the channel under this one, which the broker
+        // may have stored or not: sent again, under the same message id, on a channel opened
+        // again (a connection gone fails that open). Handed back instead, the delivery would
+        // come again as the previous message, which consumers could not tell from this one.
+        if (tries >= 2 || connection.publisher === opening) throw error;
+      }
     }
   }
 

@@ -23,8 +23,11 @@ export interface PrivateBroker {
    * waits until it exited and its port is closed.
    */
   stop(signal: 'SIGKILL' | 'SIGTERM'): Promise<void>;
-  /** Starts it again on the same port and store, and waits until it accepts connections. */
-  start(): Promise<void>;
+  /**
+   * Starts it again on the same port and store, with `env` over the
+   * environment it was first given, and waits until it accepts connections.
+   */
+  start(env?: Record<string, string>): Promise<void>;
 }
 
 /** How to run one broker server. */
@@ -73,12 +76,12 @@ async function privateBroker(
   const broker: PrivateBroker = {
     url,
     stop,
-    async start() {
+    async start(env) {
       if (child) throw new Error('the broker runs already');
       child = spawn(command.command, command.args, {
         detached: true,
         stdio: 'ignore',
-        env: { ...process.env, ...command.env },
+        env: { ...process.env, ...command.env, ...env },
       });
       const started = child;
       await until(
@@ -109,6 +112,11 @@ export async function startPrivateNats(owner: ProcessOwner): Promise<PrivateBrok
   });
 }
 
+/** The environment that sets a private RabbitMQ node's `max_message_size`, in bytes (for `start`). */
+export function maxMessageSizeEnv(bytes: number): Record<string, string> {
+  return { RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS: `-rabbit max_message_size ${bytes}` };
+}
+
 /**
  * A RabbitMQ node of its own (`skiplock-test-<pid>-<port>@localhost`, no
  * plugins, no config file) on a free port, its database in a new directory.
@@ -137,9 +145,7 @@ export async function startPrivateRabbitmq(
       RABBITMQ_LOG_BASE: join(dir, 'log'),
       RABBITMQ_ENABLED_PLUGINS_FILE: join(dir, 'enabled_plugins'),
       RABBITMQ_CONFIG_FILE: join(dir, 'none'),
-      ...(maxMessageBytes !== undefined && {
-        RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS: `-rabbit max_message_size ${maxMessageBytes}`,
-      }),
+      ...(maxMessageBytes !== undefined && maxMessageSizeEnv(maxMessageBytes)),
     },
   });
 }

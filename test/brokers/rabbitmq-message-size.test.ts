@@ -10,8 +10,8 @@ import { rabbitmqQueueName, rabbitmqTarget, rabbitmqWorker } from '../../src/bro
 import type { Job } from '../../src/index.js';
 import { useTestDatabase } from '../support/fixture.js';
 import { until } from '../support/nats.js';
-import { drainQueue } from '../support/rabbitmq.js';
-import { type PrivateBroker, startPrivateRabbitmq } from './private-brokers.js';
+import { drainQueue, queueDepth } from '../support/rabbitmq.js';
+import { maxMessageSizeEnv, type PrivateBroker, startPrivateRabbitmq } from './private-brokers.js';
 import { brokerTest } from './support.js';
 
 const t = useTestDatabase();
@@ -138,4 +138,101 @@ describe(`RabbitMQ with max_message_size ${MAX_MESSAGE_BYTES}`, () => {
     expect(wordyRuns).toBe(1);
     expect((await t.skiplock.getJob(wordy.id))?.lastError).toMatch(/max_message_size \(4096 bytes\)$/);
   }, 180_000);
+
+  it('rabbitmqWorker sends again, not hands back, the retries in flight when a message too large closed their channel', async () => {
+    const { url } = await broker();
+    const runs = new Map<string, number[]>();
+    let running = 0;
+    // Every first attempt ends at once, so that the normal retries are unconfirmed when the large one closes the channel.
+    let release!: () => void;
+    const together = new Promise<void>((resolve) => (release = resolve));
+    const attempt = async (job: Job, error: Error) => {
+      runs.set(job.id, [...(runs.get(job.id) ?? []), job.attempts]);
+      running++;
+      try {
+        if (job.attempts > 1) return;
+        if (runs.size === 21) release();
+        await together;
+        throw error;
+      } finally {
+        running--;
+      }
+    };
+    const worker = rabbitmqWorker(t.skiplock, {
+      url,
+      queue: 'inflight',
+      queues: ['q'],
+      concurrency: 30,
+      handlers: {
+        // The retry waits 2 s in the delay queue; a message handed back would wait 1 s behind it.
+        flaky: { backoff: 2000, handle: (job: Job) => attempt(job, new Error('small')) },
+        wordy: (job: Job) => attempt(job, new Error('e'.repeat(MAX_MESSAGE_BYTES))),
+      },
+      handleSignals: false,
+    });
+    const relay = b.relay({ target: rabbitmqTarget({ url, queue: 'inflight' }), queues: ['q'] });
+    relay.start();
+    const flaky = (n: number) =>
+      Array.from({ length: 10 }, (_, i) => ({ kind: 'flaky', payload: { i: n + i }, queue: 'q' }));
+    const jobs = [
+      ...(await t.skiplock.enqueueMany(flaky(0))),
+      await t.skiplock.enqueue('wordy', { text: 'x'.repeat(1000) }, { queue: 'q' }),
+      ...(await t.skiplock.enqueueMany(flaky(10))),
+    ];
+    await until(async () => (await t.jobCount()) === 0, 'all relayed');
+    await b.started(worker);
+    const wordy = jobs.find((job) => job.kind === 'wordy')!;
+    const flakyIds = jobs.filter((job) => job.kind === 'flaky').map((job) => job.id);
+    await until(
+      async () => (await t.row(wordy.id))?.status === 'failed',
+      'the large job written back failed',
+    );
+    await until(() => flakyIds.every((id) => runs.get(id)?.includes(2)), 'every small job ran its retry');
+    const name = rabbitmqQueueName('inflight', 'q');
+    await until(
+      async () =>
+        running === 0 && (await queueDepth(name, url)) + (await queueDepth(`${name}.delay`, url)) === 0,
+      'nothing left to deliver or running',
+    );
+    expect(flakyIds.map((id) => runs.get(id))).toEqual(flakyIds.map(() => [1, 2]));
+    expect(runs.get(wordy.id)).toEqual([1]);
+  }, 180_000);
+
+  // Last: it restarts the file's node.
+  it('a limit learned is forgotten when the broker restarts, which may have raised it', async () => {
+    const server = await broker();
+    const runs: string[] = [];
+    const worker = rabbitmqWorker(t.skiplock, {
+      url: server.url,
+      queue: 'forget',
+      queues: ['q'],
+      handlers: {
+        wordy: () => {
+          runs.push('wordy');
+          throw new Error('e'.repeat(MAX_MESSAGE_BYTES));
+        },
+        medium: (job: Job) => {
+          runs.push(`medium:${job.attempts}`);
+          if (job.attempts === 1) throw new Error('m'.repeat(MAX_MESSAGE_BYTES - 1000));
+        },
+      },
+      handleSignals: false,
+    });
+    await b.started(worker);
+    const relay = b.relay({
+      target: rabbitmqTarget({ url: server.url, queue: 'forget' }),
+      queues: ['q'],
+      retryDelayMs: 200,
+    });
+    relay.start();
+    const wordy = await t.skiplock.enqueue('wordy', { text: 'x'.repeat(1000) }, { queue: 'q' });
+    await until(async () => (await t.row(wordy.id))?.status === 'failed', 'the worker learned the limit');
+    await server.stop('SIGTERM');
+    await server.start(maxMessageSizeEnv(1024 * 1024));
+    const medium = await t.skiplock.enqueue('medium', { text: 'x'.repeat(1000) }, { queue: 'q' });
+    // The worker and the relay connect again by themselves, after pauses of up to 10 s.
+    await until(() => runs.includes('medium:2'), 'the retry, larger than the old limit, ran', 90_000);
+    expect(runs).toEqual(['wordy', 'medium:1', 'medium:2']);
+    expect(await t.row(medium.id)).toBeUndefined();
+  }, 240_000);
 });

@@ -48,9 +48,9 @@ export async function deleteQueues(names: string[], url = RABBITMQ_URL): Promise
   }
 }
 
-/** Messages ready in a RabbitMQ queue of the machine's server. */
-export async function queueDepth(queue: string): Promise<number> {
-  const connection = await amqp.connect(RABBITMQ_URL);
+/** Messages ready in a RabbitMQ queue (of the machine's server unless `url` names another). */
+export async function queueDepth(queue: string, url = RABBITMQ_URL): Promise<number> {
+  const connection = await amqp.connect(url);
   try {
     const channel = await connection.createChannel();
     const { messageCount } = await channel.checkQueue(queue);
