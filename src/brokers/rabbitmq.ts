@@ -432,13 +432,26 @@ export class RabbitmqWorker extends BrokerWorker {
     };
     const known = refusal();
     if (known) throw known;
+    // A broker that stopped answering holds neither the channel's opening nor the confirm for
+    // longer than shutdownTimeoutMs, so that a stop waiting for this attempt stays bounded.
+    const boundMs = this.settings.shutdownTimeoutMs;
+    const within = async <T>(promise: Promise<T>, what: string): Promise<T> => {
+      promise.catch(() => {});
+      const result = await withinMs(promise, boundMs);
+      if (result === 'late')
+        throw new Error(`no ${what} from the broker within ${boundMs} ms (shutdownTimeoutMs)`);
+      return result;
+    };
     for (let tries = 1; ; tries++) {
       const opening = connection.publisher ?? this.#openPublisher(connection);
-      const publisher = await opening;
       try {
-        await (delayMs > 0
-          ? send(publisher, `${queueName}.delay`, job, body, delayMs)
-          : send(publisher, queueName, job, body));
+        const publisher = await within(opening, 'channel');
+        await within(
+          delayMs > 0
+            ? send(publisher, `${queueName}.delay`, job, body, delayMs)
+            : send(publisher, queueName, job, body),
+          'confirm',
+        );
         return;
       } catch (error) {
         const refused = refusal();

@@ -10,6 +10,7 @@ import { expectAbandonedJobBackUncharged } from '../support/abandoned-handler.js
 import { useTestDatabase } from '../support/fixture.js';
 import { gate } from '../support/gate.js';
 import { until } from '../support/nats.js';
+import { startNetProxy } from '../support/net-proxy.js';
 import { deleteQueues, drainQueue, RABBITMQ_URL } from '../support/rabbitmq.js';
 import { rolledBack } from '../support/transaction.js';
 import { brokerTest } from './support.js';
@@ -115,6 +116,39 @@ describe('rabbitmqWorker', () => {
     await b.expectWorkerBoundedStopOnDeafBroker(RABBITMQ_URL, (url, options) =>
       rabbitmqWorker(t.skiplock, { ...options, url, queue: prefix }),
     );
+  });
+
+  it('stops within its bounds when the broker stops answering while a retry waits for its confirm', async () => {
+    const prefix = relayed('q');
+    const proxy = await startNetProxy({
+      host: '127.0.0.1',
+      port: Number(new URL(RABBITMQ_URL).port || 5672),
+    });
+    t.defer(() => proxy.close());
+    let thrown = 0;
+    const worker = rabbitmqWorker(t.skiplock, {
+      url: proxy.url(RABBITMQ_URL),
+      queue: prefix,
+      queues: ['q'],
+      shutdownTimeoutMs: 1000,
+      handleSignals: false,
+      handlers: {
+        // Its retry goes out to a broker that no longer answers.
+        boom: () => {
+          proxy.freeze();
+          thrown++;
+          throw new Error('boom');
+        },
+      },
+    });
+    await started(worker);
+    await t.skiplock.enqueue('boom', {}, { queue: 'q' });
+    await until(() => thrown === 1, 'the handler thrown');
+    // Bounded by shutdownTimeoutMs per round trip: the retry's confirm, the delivery's, the close.
+    const stopping = worker.stop().then(() => 'stopped');
+    expect(
+      await Promise.race([stopping, new Promise((resolve) => setTimeout(resolve, 10_000, 'late'))]),
+    ).toBe('stopped');
   });
 
   it('runs handlers, retries after the backoff, writes a dead job back, and requeue relays it again', async () => {
