@@ -308,9 +308,11 @@ const RECONNECT_MAX_MS = 10_000;
 
 /** A delivery and the channel it came on (acknowledged on that channel only). */
 interface Held {
-  channel: ConfirmChannel;
   message: ConsumeMessage;
-  /** The connection it came on, whose publishing channel its job's next message goes out on. */
+  /**
+   * The connection it came on: acknowledged on its consuming channel, its
+   * job's next message published on its publishing channel.
+   */
   connection: Connection;
 }
 
@@ -524,14 +526,14 @@ export class RabbitmqWorker extends BrokerWorker {
       // published twice (a relay killed before it removed its batch), dropped;
       // after a lost connection, the broker's redelivery, which takes the place
       // of the delivery the old channel can no longer acknowledge.
-      if (held.channel === channel) settle(() => channel.ack(message));
-      else this.#current.set(messageId, { channel, message, connection });
+      if (held.connection === connection) settle(() => channel.ack(message));
+      else this.#current.set(messageId, { message, connection });
       return;
     }
-    this.#current.set(messageId, { channel, message, connection });
+    this.#current.set(messageId, { message, connection });
     const name = rabbitmqQueueName(this.#queues.queue, job.queue);
     // Each reads the delivery when the attempt ends: it may have been delivered again since.
-    const delivery = () => this.#current.get(messageId) ?? { channel, message, connection };
+    const delivery = () => this.#current.get(messageId) ?? { message, connection };
     const republish = (next: RelayedJob) =>
       this.#publish(
         delivery().connection,
@@ -547,19 +549,19 @@ export class RabbitmqWorker extends BrokerWorker {
             job,
             ack: () => {
               this.#done.add(messageId);
-              const { channel, message } = delivery();
-              settle(() => channel.ack(message));
+              const { connection, message } = delivery();
+              settle(() => connection.channel.ack(message));
             },
             retry: async (delayMs) => {
-              const { channel, message, connection } = delivery();
+              const { connection, message } = delivery();
               if (delayMs > 0) {
                 try {
                   await this.#publish(connection, name, job, message.content, delayMs);
-                  settle(() => channel.ack(message));
+                  settle(() => connection.channel.ack(message));
                   return;
                 } catch {}
               }
-              settle(() => channel.nack(message, false, true));
+              settle(() => connection.channel.nack(message, false, true));
             },
             working: () => {},
           },
@@ -572,9 +574,9 @@ export class RabbitmqWorker extends BrokerWorker {
     // The prefetch is per queue's consumer (quorum queues have no channel-wide one): the slots are shared here.
     const start = () => {
       if (this.stopping) {
-        const { channel, message } = delivery();
+        const { connection, message } = delivery();
         this.#current.delete(messageId);
-        settle(() => channel.nack(message, false, true));
+        settle(() => connection.channel.nack(message, false, true));
       } else void run();
     };
     if (this.runner.activeCount < this.settings.concurrency) start();
