@@ -37,9 +37,9 @@
  * `pollIntervalMs` (the safety net of a lost message), a known future due time
  * (a retry's backoff, a message's `delayMs`, a rate limit's window: up to
  * {@link MAX_DUE_TIMES} are remembered, one wake-up for those within a few
- * milliseconds), a slot freed after a full claim, and a reconnection of the
- * listener ({@link ClaimLoop.wake}). However many arrive during a claim, one
- * more claim follows it.
+ * milliseconds, at the latest of them, never before), a slot freed after a
+ * full claim, and a reconnection of the listener ({@link ClaimLoop.wake}).
+ * However many arrive during a claim, one more claim follows it.
  *
  * How many jobs a claim asks for: the free slots, plus while prefetching the
  * buffer, topped up once half empty by a buffer's worth (so it holds up to one
@@ -162,9 +162,15 @@ export function workerClaimRequest(
   };
 }
 
-/** A known future due time: the clock's monotonic time, and whether only a message announced it. */
+/**
+ * A known future due time: the clock's monotonic time, and whether only a
+ * message announced it. Times within {@link DUE_TIME_GRAIN_MS} of its
+ * earliest (`from`) share it, and it comes at the latest of them (`at`), so
+ * that none is claimed before it is due.
+ */
 interface DueTime {
   at: number;
+  from: number;
   hinted: boolean;
 }
 
@@ -485,10 +491,12 @@ export class ClaimLoop extends Service {
       if (this.#nextPollAt <= now) this.#nextPollAt = now + this.#options.pollIntervalMs;
     }
     const due = this.#dueTimes;
-    if (due.length === 0 || due[0]!.at > now + DUE_TIME_GRAIN_MS) return;
+    // Never ahead of time: a claim sent before its jobs are due finds nothing, and nothing would
+    // claim them before the poll (a timer may fire up to a millisecond early).
+    if (due.length === 0 || due[0]!.at > now) return;
     let hinted = true;
     // Every due time is taken off, whatever the ones before it were: none is left to spin on.
-    while (due.length > 0 && due[0]!.at <= now + DUE_TIME_GRAIN_MS) hinted = due.shift()!.hinted && hinted;
+    while (due.length > 0 && due[0]!.at <= now) hinted = due.shift()!.hinted && hinted;
     this.#wanted = true;
     if (!hinted) this.#trusted = true;
   }
@@ -499,22 +507,31 @@ export class ClaimLoop extends Service {
     const due = this.#dueTimes[0];
     if (due !== undefined && due.at < next) next = due.at;
     if (this.#limitsWanted) next = Math.min(next, this.#lastLimitsReadAt + CONTROL_READ_INTERVAL_MS);
-    return Math.max(0, next - now);
+    // Whole milliseconds, rounded up: the timers' own unit, so a timer does not end just short of it.
+    return next > now ? Math.ceil(next - now) : 0;
   }
 
   #addDueTime(delayMs: number, hinted: boolean): void {
-    const at = this.clock.monotonic() + Math.min(delayMs, MAX_TIMER_MS);
+    let at = this.clock.monotonic() + Math.min(delayMs, MAX_TIMER_MS);
+    let from = at;
     const due = this.#dueTimes;
-    // Times within a few milliseconds share one wake-up.
-    const near = due.find((t) => Math.abs(t.at - at) <= DUE_TIME_GRAIN_MS);
-    if (near) {
-      near.hinted &&= hinted;
-      return;
+    // Times within a few milliseconds share one wake-up, at the latest of them.
+    const nearIndex = due.findIndex((t) => Math.abs(t.from - at) <= DUE_TIME_GRAIN_MS);
+    if (nearIndex !== -1) {
+      const near = due[nearIndex]!;
+      if (near.at >= at && near.from <= at) {
+        near.hinted &&= hinted;
+        return;
+      }
+      due.splice(nearIndex, 1);
+      at = Math.max(at, near.at);
+      from = Math.min(from, near.from);
+      hinted = near.hinted && hinted;
     }
     let index = due.findIndex((t) => t.at > at);
     if (index === -1) index = due.length;
     if (index >= MAX_DUE_TIMES) return; // the poll covers what does not fit
-    due.splice(index, 0, { at, hinted });
+    due.splice(index, 0, { at, from, hinted });
     if (due.length > MAX_DUE_TIMES) due.pop();
     // A new earliest time: the wait in progress ends and is armed again for it.
     if (index === 0 && (this.#mode === 'idle' || this.#mode === 'cooling')) super.wake();

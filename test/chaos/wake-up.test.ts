@@ -38,4 +38,35 @@ describe('chaos: wake-ups with a 60 s poll', () => {
     // Not before it was due.
     expect(ran.get(second.id)! - started).toBeGreaterThanOrEqual(1400);
   });
+
+  // Due times a few milliseconds apart share one wake-up; it came at the earliest of them, whose
+  // claim found the later jobs not yet due and left them to the poll.
+  it('jobs due a few milliseconds apart each run when due, not at the next poll', async () => {
+    const ran = new Map<string, number>();
+    const worker = t.worker({
+      queues: ['near'],
+      pollIntervalMs: 60_000,
+      handlers: {
+        soon: (job) => {
+          ran.set(job.id, Date.now());
+        },
+      },
+    });
+    await worker.start();
+    const due = new Map<string, number>();
+    for (let i = 0; i < 12; i++) {
+      const delayMs = 400 + 3 * i;
+      const sentAt = Date.now();
+      const { id } = await t.skiplock.enqueue('soon', { i }, { queue: 'near', delayMs });
+      due.set(id, sentAt + delayMs);
+    }
+    await waitFor(
+      () => ran.size === due.size,
+      20_000,
+      'all 12 delayed jobs to run',
+      () => ran,
+    );
+    // None before it was due (a millisecond of slack for the clocks' rounding).
+    for (const [id, at] of due) expect(ran.get(id)!).toBeGreaterThanOrEqual(at - 1);
+  });
 });

@@ -376,6 +376,45 @@ describe('ClaimLoop', () => {
     await loop.stop();
   });
 
+  it('a due time is never claimed early: not when its timer ends short of it, nor when it shares a wake-up', async () => {
+    // Jobs come due at their time: a claim before it finds nothing.
+    let skewMs = 0;
+    const { clock, loop, claims, dispatched, add } = setup({ skew: () => skewMs });
+    loop.start();
+    await settle(clock);
+    expect(claims).toHaveLength(1);
+    // The timer ends 0.6 ms short of the due time, as Node's may: the loop waits out the rest.
+    loop.wakeAfter(600);
+    skewMs = -0.6;
+    await clock.tick(600);
+    await settle(clock);
+    expect(claims).toHaveLength(1);
+    await clock.tick(1);
+    await settle(clock);
+    expect(claims).toHaveLength(2);
+    skewMs = 0;
+    // Two times 4 ms apart share one wake-up, at the later one (its job is found then), in either order.
+    for (const [first, second] of [
+      [100, 104],
+      [104, 100],
+    ] as const) {
+      loop.wakeAfter(first);
+      loop.hint(second);
+      await clock.tick(103);
+      await settle(clock);
+      const before = claims.length;
+      add(7);
+      await clock.tick(1);
+      await settle(clock);
+      expect(claims).toHaveLength(before + 1);
+      expect(dispatched.at(-1)).toEqual(['7']);
+      await clock.tick(50);
+      await settle(clock);
+      expect(claims).toHaveLength(before + 1);
+    }
+    await loop.stop();
+  });
+
   it(`keeps at most ${MAX_DUE_TIMES} due times, the earliest`, async () => {
     const { clock, loop, claims } = setup();
     loop.start();
