@@ -48,6 +48,16 @@ describe('skiplock schedule, schedules, unschedule', () => {
     expect((await cli('schedules')).stdout.trim()).toBe('no schedules');
   });
 
+  it('unschedule --json says what it removed; a missing name exits 1 with no JSON', async () => {
+    expect((await cli('schedule', 'hourly-sync', '@hourly', 'sync')).code).toBe(0);
+    const removed = await cli('unschedule', 'hourly-sync', '--json');
+    expect(removed.code, removed.stderr).toBe(0);
+    expect(JSON.parse(removed.stdout)).toEqual({ name: 'hourly-sync', removed: true });
+    const again = await cli('unschedule', 'hourly-sync', '--json');
+    expect([again.code, again.stdout]).toEqual([1, '']);
+    expect(again.stderr).toMatch(/^skiplock: error: no schedule named "hourly-sync"$/m);
+  });
+
   it('lists a parked schedule as parked, with the reason', async () => {
     const schedules = db.jobs.replace(/\.jobs$/, '.schedules');
     await db.query(

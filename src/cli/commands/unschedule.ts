@@ -3,8 +3,8 @@
  */
 import { Command } from 'commander';
 import { withDatabase } from '../database.js';
-import { addConnectionFlags, type ConnectionFlags, examples, name } from '../flags.js';
-import { printError, printText } from '../output.js';
+import { addDatabaseCommandFlags, type DatabaseCommandFlags, name } from '../flags.js';
+import { printError, printJson, printText } from '../output.js';
 
 /** The `unschedule` command. Exits 1 when there was no such schedule. */
 export function unscheduleCommand(): Command {
@@ -14,16 +14,16 @@ export function unscheduleCommand(): Command {
       'Removes the schedule NAME; jobs it already enqueued stay. Exits 1 when there is no such schedule.',
     )
     .argument('<NAME>', 'the schedule name', name);
-  addConnectionFlags(command);
-  return command
-    .addHelpText('after', examples('skiplock unschedule nightly-report'))
-    .action(async (name: string, flags: ConnectionFlags) => {
-      await withDatabase(flags, async ({ skiplock }) => {
-        if (await skiplock.unschedule(name)) printText(`removed schedule ${name}`);
-        else {
-          printError(`no schedule named ${JSON.stringify(name)}`);
-          process.exitCode = 1;
-        }
-      });
+  return addDatabaseCommandFlags(command, [
+    'skiplock unschedule nightly-report',
+    'skiplock unschedule nightly-report --json',
+  ]).action(async (name: string, flags: DatabaseCommandFlags) => {
+    await withDatabase(flags, async ({ skiplock }) => {
+      if (!(await skiplock.unschedule(name))) {
+        printError(`no schedule named ${JSON.stringify(name)}`);
+        process.exitCode = 1;
+      } else if (flags.json) printJson({ name, removed: true });
+      else printText(`removed schedule ${name}`);
     });
+  });
 }
