@@ -164,9 +164,9 @@ export function workerClaimRequest(
 
 /**
  * A known future due time: the clock's monotonic time, and whether only a
- * message announced it. Times within {@link DUE_TIME_GRAIN_MS} of its
- * earliest (`from`) share it, and it comes at the latest of them (`at`), so
- * that none is claimed before it is due.
+ * message announced it. Times spanning at most {@link DUE_TIME_GRAIN_MS}
+ * share it, from the earliest (`from`) to the latest (`at`), and it comes at
+ * the latest, so that none is claimed before it is due.
  */
 interface DueTime {
   at: number;
@@ -515,8 +515,9 @@ export class ClaimLoop extends Service {
     let at = this.clock.monotonic() + Math.min(delayMs, MAX_TIMER_MS);
     let from = at;
     const due = this.#dueTimes;
-    // Times within a few milliseconds share one wake-up, at the latest of them.
-    const nearIndex = due.findIndex((t) => Math.abs(t.from - at) <= DUE_TIME_GRAIN_MS);
+    // Times within a few milliseconds share one wake-up, at the latest of them; the times one
+    // wake-up stands for span at most that, so none waits longer for the others.
+    const nearIndex = due.findIndex((t) => Math.max(t.at, at) - Math.min(t.from, at) <= DUE_TIME_GRAIN_MS);
     if (nearIndex !== -1) {
       const near = due[nearIndex]!;
       if (near.at >= at && near.from <= at) {

@@ -415,6 +415,21 @@ describe('ClaimLoop', () => {
     await loop.stop();
   });
 
+  it('due times that come in descending, each a few milliseconds before the last, do not delay the earliest', async () => {
+    const { clock, loop, claims, dispatched, add } = setup();
+    loop.start();
+    await settle(clock);
+    expect(claims).toHaveLength(1);
+    // 800, 796, … 604 ms: were they one wake-up at the latest, the job due at 604 would wait until 800.
+    for (let i = 0; i < 50; i++) loop.wakeAfter(800 - 4 * i);
+    await clock.tick(604);
+    add(9);
+    await clock.tick(5);
+    await settle(clock);
+    expect(dispatched).toEqual([['9']]);
+    await loop.stop();
+  });
+
   it(`keeps at most ${MAX_DUE_TIMES} due times, the earliest`, async () => {
     const { clock, loop, claims } = setup();
     loop.start();
