@@ -35,6 +35,36 @@ export function addConnectionFlags(command: Command): Command {
     );
 }
 
+/**
+ * Lets the connection flags come before the command too (`skiplock --schema
+ * app_jobs migrate`): `program` takes them, hidden from its help and without
+ * defaults, and hands each one given to the command that runs (or the nearest
+ * parent of it that has the flag, such as `queues` for `queues pause`).
+ * `program` must have positional options enabled, so that flags after the
+ * command stay the command's.
+ *
+ * @throws {UsageError} (exit 2), before the command runs, when a flag is given
+ *   both before and after the command, or before one that does not take it.
+ */
+export function acceptConnectionFlagsFirst(program: Command): void {
+  const given = addConnectionFlags(program.createCommand()).options;
+  for (const option of given) program.addOption(option.default(undefined).hideHelp());
+  program.hook('preAction', (_program, action) => {
+    for (const option of given) {
+      const key = option.attributeName();
+      if (program.getOptionValueSource(key) !== 'cli') continue;
+      let target: Command | null = action;
+      while (target && target !== program && !target.options.some((o) => o.attributeName() === key))
+        target = target.parent;
+      if (!target || target === program)
+        throw new UsageError(`${option.long} does not apply to skiplock ${action.name()}`);
+      if (target.getOptionValueSource(key) === 'cli')
+        throw new UsageError(`${option.long} is given both before and after the command; give it once`);
+      target.setOptionValueWithSource(key, program.getOptionValue(key), 'cli');
+    }
+  });
+}
+
 /** Flags of a command that runs until stopped (`worker`, `relay`), as parsed. */
 export interface ServiceFlags extends ConnectionFlags {
   /** `--log-level`: the least level logged. */

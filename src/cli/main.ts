@@ -23,6 +23,7 @@ import { statsCommand } from './commands/stats.js';
 import { unscheduleCommand } from './commands/unschedule.js';
 import { workerCommand } from './commands/worker.js';
 import { commanderOutputError, reportError, USAGE_HINT } from './error-report.js';
+import { acceptConnectionFlagsFirst } from './flags.js';
 
 const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
   version: string;
@@ -36,6 +37,8 @@ const program = new Command('skiplock')
     `
 Connection: --database-url, else $DATABASE_URL, else an embedded PostgreSQL with
 its data under ./.skiplock (shared by the skiplock processes of this folder).
+The connection flags (--database-url, --schema, --allow-shared-schema) go after
+the command or before it: skiplock --schema app_jobs migrate.
 
 Exit codes: 0 ok, 1 failure, 2 usage error.
 
@@ -47,6 +50,8 @@ Examples:
   $ skiplock stats
   $ skiplock dashboard`,
   );
+program.enablePositionalOptions();
+acceptConnectionFlagsFirst(program);
 program.configureHelp({
   // A command whose only options are hidden (`jobs`, which takes its subcommands' connection
   // flags and --json before them too) is listed without `[options]`.

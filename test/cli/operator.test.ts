@@ -145,6 +145,39 @@ describe('skiplock CLI for operators', () => {
     expect(statuses.map((r) => r.status)).toEqual(['cancelled', 'queued', 'queued']);
   });
 
+  it('takes the connection flags before the command too; refuses them twice, or before a command without them', async () => {
+    const job = await skiplock.enqueue('k', { first: true }, { queue: 'op-first' });
+    const shown = await runCli([...conn, 'jobs', 'show', job.id, '--json']);
+    expect(shown.code, shown.stderr).toBe(0);
+    expect(JSON.parse(shown.stdout)).toMatchObject({
+      id: job.id,
+      queue: 'op-first',
+      payload: { first: true },
+    });
+    // A subcommand of `queues`, whose parent holds the flags.
+    const paused = await runCli([...conn, 'queues', 'pause', 'op-first']);
+    expect([paused.code, paused.stdout.trim()], paused.stderr).toEqual([0, 'paused op-first']);
+    expect((await skiplock.queues()).find((q) => q.name === 'op-first')?.paused).toBe(true);
+    const twice = await runCli([
+      '--schema',
+      TEST_SCHEMA,
+      'stats',
+      '--schema',
+      'other',
+      '--database-url',
+      db.url,
+    ]);
+    expect([twice.code, twice.stderr.split('\n')[0]]).toEqual([
+      2,
+      'skiplock: error: --schema is given both before and after the command; give it once',
+    ]);
+    const dev = await runCli(['--schema', TEST_SCHEMA, 'dev']);
+    expect([dev.code, dev.stderr.split('\n')[0]]).toEqual([
+      2,
+      'skiplock: error: --schema does not apply to skiplock dev',
+    ]);
+  });
+
   it('refuses bad ids, tags, names and flags before connecting, and never prints a password', async () => {
     // Nothing listens on port 1: a command that connected first would fail with exit 1.
     const nowhere = ['--database-url', 'postgres://u@127.0.0.1:1/x?password=s3cret', '--schema', 'x'];
