@@ -41,7 +41,9 @@ describe("a worker's statement past its deadline", () => {
   it('a claim held up past statementTimeoutMs is cancelled by the server: its jobs stay queued, then run on their first attempt', async () => {
     const worker = t.worker({
       queues: ['held-up'],
-      statementTimeoutMs: 300,
+      // The server's deadline comes a tenth earlier (400 ms here), so its cancel reaches the worker
+      // before the worker's own deadline however loaded the machine (at 300 ms, 30 ms was not enough).
+      statementTimeoutMs: 4000,
       pollIntervalMs: 200,
       // Jobs a claim leased to nobody would wait this long for the sweeper.
       visibilityTimeoutMs: 120_000,
