@@ -168,6 +168,7 @@ describe.each(names)('%s', (name) => {
 
   it('every call that takes client reads rows as through pg', async () => {
     const runAt = new Date('2030-01-02T03:04:05.678Z');
+    const startBy = new Date('2030-01-02T04:04:05.678Z');
     const { jobs, fetched, listed, requeued, stats } = await stack().transaction(async (client) => {
       const jobs = await skiplock.enqueueMany(
         [
@@ -177,7 +178,7 @@ describe.each(names)('%s', (name) => {
             queue: `${queue}-many`,
             runAt,
             tags: ['a "b"', 'c,d'],
-            startBy: runAt,
+            startBy,
           },
           { kind: 'many', payload: { i: 2 }, queue: `${queue}-many`, delayMs: 1_000 },
           {
@@ -224,7 +225,7 @@ describe.each(names)('%s', (name) => {
       cancelRequestedAt: null,
       errors: [],
       tags: ['a "b"', 'c,d'],
-      startBy: runAt,
+      startBy,
       groupKey: null,
       result: null,
       progress: null,

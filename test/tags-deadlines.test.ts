@@ -151,26 +151,39 @@ describe('start deadlines', () => {
       () => t.skiplock.enqueueMany([{ kind: 'k', payload: {}, startBy: at, startWithinMs: 5 }]),
       'jobs[0].startWithinMs',
     );
-    // A deadline before the job is due: it could never start.
+    // A deadline before the job is due, or at that very instant: it could never start.
     await expectValidationError(
       () => t.skiplock.enqueue('k', {}, { runAt: new Date(at.getTime() + 1), startBy: at }),
+      'options.startBy',
+    );
+    await expectValidationError(
+      () => t.skiplock.enqueue('k', {}, { runAt: at, startBy: at }),
       'options.startBy',
     );
     await expectValidationError(
       () => t.skiplock.enqueue('k', {}, { delayMs: 10_000, startWithinMs: 5_000 }),
       'options.startWithinMs',
     );
+    await expectValidationError(
+      () => t.skiplock.enqueue('k', {}, { delayMs: 5_000, startWithinMs: 5_000 }),
+      'options.startWithinMs',
+    );
+    await expectValidationError(
+      () => t.skiplock.enqueue('k', {}, { startWithinMs: 0 }),
+      'options.startWithinMs',
+    );
     expect(await t.jobCount()).toBe(0);
-    await t.skiplock.enqueue('k', {}, { runAt: at, startBy: at });
-    await t.skiplock.enqueue('k', {}, { delayMs: 5_000, startWithinMs: 5_000 });
-    expect(await t.jobCount()).toBe(2);
+    await t.skiplock.enqueue('k', {}, { runAt: at, startBy: new Date(at.getTime() + 1) });
+    await t.skiplock.enqueue('k', {}, { delayMs: 5_000, startWithinMs: 5_001 });
+    await t.skiplock.enqueue('k', {}, { startWithinMs: 1 });
+    expect(await t.jobCount()).toBe(3);
   });
 
   it('never runs an expired job: a worker leaves it, the sweeper ends it cancelled, expired', async () => {
     const startBy = new Date(Date.now() - 1_000);
     const expired = await t.skiplock.enqueue('work', { n: 1 }, { startBy, tags: ['e'] });
-    // Expires the moment it is inserted: any later claim's now() is past it.
-    const atOnce = await t.skiplock.enqueue('work', { n: 2 }, { startWithinMs: 0 });
+    // A deadline of now on the client's clock (taken as given): past by the time it is inserted.
+    const atOnce = await t.skiplock.enqueue('work', { n: 2 }, { startBy: new Date() });
     const inTime = await t.skiplock.enqueue('work', { n: 3 }, { startWithinMs: 600_000 });
     const ran: unknown[] = [];
     const worker = t.worker({

@@ -56,7 +56,9 @@ export interface JobOptions extends UniqueOptions {
   startBy?: Date | undefined;
   /**
    * Start deadline in milliseconds from now (database clock), as `startBy`;
-   * ≥ 0. @default no deadline
+   * more than `delayMs` (0 when left out), as a deadline at the very instant
+   * the job is due could only expire it: a `ValidationError` says so.
+   * @default no deadline
    */
   startWithinMs?: number | undefined;
   /**
@@ -263,18 +265,18 @@ export function toNewJob(
   if (options.startBy !== undefined && options.startWithinMs !== undefined) {
     throw new ValidationError(`${fields.options}startWithinMs`, 'give startBy or startWithinMs, not both');
   }
-  // A deadline before the job is due would expire it unrun: a mistake, said now
-  // (compared on one clock only: two dates, or two delays).
-  if (options.startBy !== undefined && options.runAt !== undefined && options.startBy < options.runAt)
-    throw new ValidationError(`${fields.options}startBy`, 'is before runAt: the job could never start');
+  // A deadline not after the job is due would expire it unrun (no claim starts a job at the very
+  // instant it is due): a mistake, said now (compared on one clock only: two dates, or two delays).
+  if (options.startBy !== undefined && options.runAt !== undefined && options.startBy <= options.runAt)
+    throw new ValidationError(`${fields.options}startBy`, 'is not after runAt: the job could never start');
   if (
     options.startWithinMs !== undefined &&
-    options.delayMs !== undefined &&
-    options.startWithinMs < options.delayMs
+    options.runAt === undefined &&
+    options.startWithinMs <= (options.delayMs ?? 0)
   )
     throw new ValidationError(
       `${fields.options}startWithinMs`,
-      'is less than delayMs: the job could never start',
+      'is not more than delayMs (0 when left out): the job could never start',
     );
   if (options.startBy !== undefined) job.startBy = options.startBy;
   if (options.startWithinMs !== undefined) job.startWithinMs = options.startWithinMs;
