@@ -137,7 +137,7 @@ describe('upgrades', () => {
       )
       .digest('hex')
       .slice(0, 16);
-    expect({ version: LATEST, functions }).toEqual({ version: 27, functions: '740215cd8a30a5b4' });
+    expect({ version: LATEST, functions }).toEqual({ version: 27, functions: '788984fa7a2d0959' });
   });
 });
 

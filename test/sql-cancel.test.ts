@@ -419,20 +419,21 @@ describe('bad arguments of enqueue and requeue', () => {
     [`'k', run_at => '-infinity'`, 'run_at: must be a finite time'],
     [
       `'k', run_at => now() + interval '1 day', start_by => now() + interval '1 hour'`,
-      'start_by: is not after run_at (now, when left out): the job could never start',
+      'start_by: is not after run_at, nor after now: the job could never start',
     ],
     [
       `'k', start_by => now() - interval '1 second'`,
-      'start_by: is not after run_at (now, when left out): the job could never start',
+      'start_by: is not after run_at, nor after now: the job could never start',
     ],
     [
       `'k', run_at => now() + interval '1 hour', start_by => now() + interval '1 hour'`,
-      'start_by: is not after run_at (now, when left out): the job could never start',
+      'start_by: is not after run_at, nor after now: the job could never start',
     ],
     [
-      `'k', start_by => now()`,
-      'start_by: is not after run_at (now, when left out): the job could never start',
+      `'k', run_at => now() - interval '1 hour', start_by => now()`,
+      'start_by: is not after run_at, nor after now: the job could never start',
     ],
+    [`'k', start_by => now()`, 'start_by: is not after run_at, nor after now: the job could never start'],
   ])('enqueue(%s) raises 22023: %s, and inserts nothing', async (args, message) => {
     expect(await failure(`SELECT ${fn('enqueue')}(${args})`)).toEqual({ code: '22023', message });
     expect(await t.jobCount()).toBe(0);

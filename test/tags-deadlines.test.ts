@@ -172,6 +172,10 @@ describe('start deadlines', () => {
       () => t.skiplock.enqueue('k', {}, { startWithinMs: 0 }),
       'options.startWithinMs',
     );
+    await expectValidationError(
+      () => t.skiplock.enqueue('k', {}, { runAt: new Date(), startWithinMs: 0 }),
+      'options.startWithinMs',
+    );
     expect(await t.jobCount()).toBe(0);
     await t.skiplock.enqueue('k', {}, { runAt: at, startBy: new Date(at.getTime() + 1) });
     await t.skiplock.enqueue('k', {}, { delayMs: 5_000, startWithinMs: 5_001 });

@@ -37,14 +37,13 @@ export function addConnectionFlags(command: Command): Command {
 
 /**
  * Lets the connection flags come before the command too (`skiplock --schema
- * app_jobs migrate`): `program` takes them, hidden from its help and without
- * defaults, and hands each one given to the command that runs (or the nearest
- * parent of it that has the flag, such as `queues` for `queues pause`).
- * `program` must have positional options enabled, so that flags after the
- * command stay the command's.
+ * app_jobs migrate`): `program` takes them wherever they stand (hidden from
+ * its help, without defaults), and hands each one given to the command that
+ * runs, or the nearest parent of it that has the flag (such as `queues` for
+ * `queues pause`). Given twice, the later one wins, as any repeated flag.
  *
  * @throws {UsageError} (exit 2), before the command runs, when a flag is given
- *   both before and after the command, or before one that does not take it.
+ *   to a command that does not take it.
  */
 export function acceptConnectionFlagsFirst(program: Command): void {
   const given = addConnectionFlags(program.createCommand()).options;
@@ -58,8 +57,6 @@ export function acceptConnectionFlagsFirst(program: Command): void {
         target = target.parent;
       if (!target || target === program)
         throw new UsageError(`${option.long} does not apply to skiplock ${action.name()}`);
-      if (target.getOptionValueSource(key) === 'cli')
-        throw new UsageError(`${option.long} is given both before and after the command; give it once`);
       target.setOptionValueWithSource(key, program.getOptionValue(key), 'cli');
     }
   });

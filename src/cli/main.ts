@@ -50,7 +50,6 @@ Examples:
   $ skiplock stats
   $ skiplock dashboard`,
   );
-program.enablePositionalOptions();
 acceptConnectionFlagsFirst(program);
 program.configureHelp({
   // A command whose only options are hidden (`jobs`, which takes its subcommands' connection

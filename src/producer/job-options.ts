@@ -56,8 +56,9 @@ export interface JobOptions extends UniqueOptions {
   startBy?: Date | undefined;
   /**
    * Start deadline in milliseconds from now (database clock), as `startBy`;
-   * more than `delayMs` (0 when left out), as a deadline at the very instant
-   * the job is due could only expire it: a `ValidationError` says so.
+   * more than 0 and than `delayMs`, as a deadline at the very instant the job
+   * is due could only expire it: a `ValidationError` says so (beside `runAt`,
+   * a date of your clock, only 0 is refused).
    * @default no deadline
    */
   startWithinMs?: number | undefined;
@@ -271,12 +272,11 @@ export function toNewJob(
     throw new ValidationError(`${fields.options}startBy`, 'is not after runAt: the job could never start');
   if (
     options.startWithinMs !== undefined &&
-    options.runAt === undefined &&
-    options.startWithinMs <= (options.delayMs ?? 0)
+    options.startWithinMs <= (options.runAt === undefined ? (options.delayMs ?? 0) : 0)
   )
     throw new ValidationError(
       `${fields.options}startWithinMs`,
-      'is not more than delayMs (0 when left out): the job could never start',
+      'is not more than delayMs (0 when left out, or beside runAt): the job could never start',
     );
   if (options.startBy !== undefined) job.startBy = options.startBy;
   if (options.startWithinMs !== undefined) job.startWithinMs = options.startWithinMs;

@@ -46,8 +46,8 @@ export function enqueueCommand(): Command {
     .option('--tag <tag>', 'a tag for the job (repeatable; at most 20, each 1-100 characters)', collect)
     .option(
       '--start-within-ms <ms>',
-      'never run the job unless it starts within this many milliseconds from now (it ends cancelled, expired)',
-      integer(0, MAX_DELAY_MS),
+      'never run the job unless it starts within this many milliseconds from now (it ends cancelled, expired); more than --delay-ms',
+      integer(1, MAX_DELAY_MS),
     )
     .option('--group-key <key>', "the key a queue's group limits count the job under (1-200 characters)");
   return addDatabaseCommandFlags(command, [

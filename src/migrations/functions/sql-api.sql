@@ -148,10 +148,11 @@ BEGIN
       IF NOT isfinite(enqueue.start_by) THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'start_by: must be a finite time';
       END IF;
-      -- Both on the database's clock: a deadline not after the job is due could only expire it.
-      IF enqueue.start_by <= COALESCE(enqueue.run_at, now()) THEN
+      -- Both on the database's clock: a deadline not after the job is due (nor after now) could only
+      -- expire it.
+      IF enqueue.start_by <= GREATEST(enqueue.run_at, now()) THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-          MESSAGE = 'start_by: is not after run_at (now, when left out): the job could never start';
+          MESSAGE = 'start_by: is not after run_at, nor after now: the job could never start';
       END IF;
       IF pg_catalog.char_length(enqueue.group_key) NOT BETWEEN 1 AND 200 THEN
         RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = 'group_key: must be 1 to 200 characters';
