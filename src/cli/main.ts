@@ -52,8 +52,8 @@ Examples:
   );
 acceptConnectionFlagsFirst(program);
 program.configureHelp({
-  // A command whose only options are hidden (`jobs`, which takes its subcommands' connection
-  // flags and --json before them too) is listed without `[options]`.
+  // A command whose only options are hidden (`jobs`, which takes its subcommands' --json before
+  // them too) is listed without `[options]`.
   subcommandTerm(command) {
     const term = Help.prototype.subcommandTerm.call(this, command);
     return command.options.some((option) => !option.hidden) ? term : term.replace(' [options]', '');

@@ -6,7 +6,6 @@ import { JOB_STATUSES, type JobRecord, type JobStatus } from '../../job/job.js';
 import type { ListJobsFilter } from '../../skiplock.js';
 import { withDatabase } from '../database.js';
 import {
-  addConnectionFlags,
   addDatabaseCommandFlags,
   addJsonFlag,
   type ConnectionFlags,
@@ -120,16 +119,17 @@ export function jobsCommand(): Command {
     .addCommand(show)
     .addHelpText('after', examples('skiplock jobs --status dead', 'skiplock jobs show 42'));
   // Commander hands the flags `jobs` has to it wherever they stand, before or after the
-  // subcommand (`jobs --json show 42`, `jobs show 42 --json`): so `jobs` has the connection flags
-  // and --json too, without defaults and hidden from its help (each subcommand's help lists them).
-  for (const option of addJsonFlag(addConnectionFlags(new Command())).options)
+  // subcommand (`jobs --json show 42`, `jobs show 42 --json`): so `jobs` has --json too, without
+  // a default and hidden from its help (each subcommand's help lists it). The connection flags
+  // are the program's wherever they stand, handed to the subcommand (acceptConnectionFlagsFirst).
+  for (const option of addJsonFlag(new Command()).options)
     command.addOption(option.default(undefined).hideHelp());
   return command;
 }
 
-/** A subcommand's flags: its own, and over them the connection flags and --json given to `jobs`. */
+/** A subcommand's flags: its own, and over them --json given to `jobs`. */
 function withJobsFlags<F extends DatabaseCommandFlags>(subcommand: Command, flags: F): F {
-  return { ...flags, ...subcommand.parent?.opts<Partial<DatabaseCommandFlags>>() };
+  return { ...flags, ...subcommand.parent?.opts<Pick<DatabaseCommandFlags, 'json'>>() };
 }
 
 function firstLine(text: string | null): string | null {
