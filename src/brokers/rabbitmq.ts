@@ -306,7 +306,7 @@ const RECONNECT_FIRST_MS = 500;
 /** Longest pause, in milliseconds, between a worker's attempts to connect again. */
 const RECONNECT_MAX_MS = 10_000;
 
-/** A delivery and the channel it came on (acknowledged on that channel only). */
+/** A delivery and the connection it came on (acknowledged on that connection's consuming channel only). */
 interface Held {
   message: ConsumeMessage;
   /**
